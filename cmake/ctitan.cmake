@@ -1,0 +1,80 @@
+# Build helpers: the build shows the architecture. One library per top-level
+# folder (ctitan_library), tests and benchmarks through ctitan_test /
+# ctitan_benchmark, one precompiled header for <torch/torch.h> shared by all.
+
+# LibTorch comes from the project's virtual environment (PyPI's torch wheel).
+# The wheel's CUDA libraries live in site-packages/nvidia/*/lib and carry no
+# RUNPATH of their own (Python preloads them), so ctitan's binaries get those
+# folders first in their RUNPATH; otherwise the older CUDA 13.0 toolkit in
+# /usr/local/cuda would be picked up and libtorch_cuda.so would not link.
+macro(ctitan_find_torch)
+  if(NOT CTITAN_TORCH_PREFIX)
+    set(_py "${CMAKE_SOURCE_DIR}/.venv/bin/python")
+    if(NOT EXISTS "${_py}")
+      message(FATAL_ERROR "LibTorch not found: ${_py} is missing. Run scripts/bootstrap.sh first.")
+    endif()
+    execute_process(COMMAND "${_py}" -c "import torch.utils,sys;sys.stdout.write(torch.utils.cmake_prefix_path)"
+      OUTPUT_VARIABLE CTITAN_TORCH_PREFIX RESULT_VARIABLE _rc ERROR_QUIET)
+    if(NOT _rc EQUAL 0)
+      message(FATAL_ERROR "LibTorch not found: `${_py} -c 'import torch'` failed. Run scripts/bootstrap.sh.")
+    endif()
+    set(CTITAN_TORCH_PREFIX "${CTITAN_TORCH_PREFIX}" CACHE PATH "torch.utils.cmake_prefix_path")
+  endif()
+  list(PREPEND CMAKE_PREFIX_PATH "${CTITAN_TORCH_PREFIX}")
+  find_package(Torch REQUIRED)
+  get_filename_component(_site "${CTITAN_TORCH_PREFIX}/../../.." ABSOLUTE)
+  file(GLOB CTITAN_NVIDIA_LIB_DIRS LIST_DIRECTORIES true "${_site}/nvidia/*/lib")
+  set(CTITAN_TORCH_LINK_OPTIONS "")
+  foreach(_d ${CTITAN_NVIDIA_LIB_DIRS})
+    list(APPEND CTITAN_TORCH_LINK_OPTIONS "LINKER:-rpath,${_d}" "LINKER:-rpath-link,${_d}")
+  endforeach()
+  add_library(ctitan_torch INTERFACE)
+  target_link_libraries(ctitan_torch INTERFACE ${TORCH_LIBRARIES})
+  target_link_options(ctitan_torch INTERFACE ${CTITAN_TORCH_LINK_OPTIONS})
+  # Gloo's headers are not in the wheel; Debian's libgloo-dev provides them
+  # (see docs/libtorch.md for why that is safe for the calls ctitan makes).
+  target_include_directories(ctitan_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+  target_compile_definitions(ctitan_torch INTERFACE USE_C10D_GLOO)
+endmacro()
+
+set(CTITAN_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter)
+
+macro(ctitan_add_pch)
+  add_library(ctitan_pch STATIC ${CMAKE_SOURCE_DIR}/cmake/pch.cpp)
+  target_link_libraries(ctitan_pch PUBLIC ctitan_torch)
+  target_compile_options(ctitan_pch PRIVATE ${CTITAN_WARNINGS})
+  target_precompile_headers(ctitan_pch PRIVATE <torch/torch.h> <string> <vector>
+    <unordered_map> <memory> <functional>)
+endmacro()
+
+# ctitan_library(NAME SRCS a.cpp b.cpp DEPS lib...)
+function(ctitan_library name)
+  cmake_parse_arguments(A "" "" "SRCS;DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SRCS})
+  target_include_directories(${name} PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/generated)
+  target_link_libraries(${name} PUBLIC ctitan_torch ${A_DEPS})
+  target_compile_options(${name} PRIVATE ${CTITAN_WARNINGS})
+  target_precompile_headers(${name} REUSE_FROM ctitan_pch)
+endfunction()
+
+# ctitan_test(NAME SRCS ... DEPS ... LABEL unit|integration)
+function(ctitan_test name)
+  cmake_parse_arguments(A "" "LABEL" "SRCS;DEPS" ${ARGN})
+  add_executable(${name} ${A_SRCS})
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
+  target_compile_options(${name} PRIVATE ${CTITAN_WARNINGS})
+  target_precompile_headers(${name} REUSE_FROM ctitan_pch)
+  gtest_discover_tests(${name}
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}
+    PROPERTIES LABELS ${A_LABEL}
+    ENVIRONMENT "CTITAN_BIN=$<TARGET_FILE:ctitan>;CTITAN_SOURCE_DIR=${CMAKE_SOURCE_DIR}"
+    DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60)
+endfunction()
+
+function(ctitan_benchmark name)
+  cmake_parse_arguments(A "" "" "SRCS;DEPS" ${ARGN})
+  add_executable(${name} ${A_SRCS})
+  target_link_libraries(${name} PRIVATE ${A_DEPS} benchmark::benchmark)
+  target_compile_options(${name} PRIVATE ${CTITAN_WARNINGS})
+  target_precompile_headers(${name} REUSE_FROM ctitan_pch)
+endfunction()

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Set up everything ctitan needs and build it. Idempotent: a second run only
+# re-checks (a few seconds) and lets ninja rebuild what changed.
+#   Debian packages  -> apt-get (only the missing ones)
+#   LibTorch         -> PyPI's torch wheel in .venv (pinned, scripts/requirements.txt)
+#   build            -> CMake + Ninja in build/ (ccache when present)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+log() { printf '[bootstrap] %s\n' "$*"; }
+
+# --- Debian packages ---------------------------------------------------------
+debs=(build-essential cmake ninja-build ccache pkg-config git
+      python3 python3-venv
+      nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsqlite3-dev
+      googletest libgtest-dev libbenchmark-dev libgloo-dev)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# A python3 from elsewhere (pyenv, conda) with working venv needs neither.
+if python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  filtered=(); for p in "${missing[@]}"; do [[ $p == python3* ]] || filtered+=("$p"); done
+  missing=("${filtered[@]+"${filtered[@]}"}")
+fi
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  sudo_cmd=(); [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# --- LibTorch (torch wheel) in the project's virtual environment ----------------
+venv="$root/.venv"
+req="$root/scripts/requirements.txt"
+stamp="$venv/.ctitan-requirements"
+if [ ! -x "$venv/bin/python" ]; then
+  log "creating $venv"
+  python3 -m venv "$venv"
+fi
+if ! cmp -s "$req" "$stamp"; then
+  log "installing $(grep -v '^#' "$req" | tr '\n' ' ')(first time: a few GB, cached by pip afterwards)"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  cp "$req" "$stamp"
+fi
+
+# --- configure + build ---------------------------------------------------------
+build="${CTITAN_BUILD_DIR:-$root/build}"
+if [ ! -f "$build/build.ninja" ]; then
+  log "configuring $build"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$root/.cmake-configure.log" 2>&1 \
+    || { cat "$root/.cmake-configure.log"; exit 1; }
+fi
+log "building (ninja, $(nproc) cores)"
+cmake --build "$build" -- -j"$(nproc)"

@@ -1,0 +1,166 @@
+// JobConfig: the resolved training configuration, in TorchTitan v0.2.x names.
+//
+// Every field below is one TOML key `[section] key` and one CLI option
+// `--section.key`. Defaults follow TorchTitan unless a comment says otherwise.
+// The loader (config_loader.h) fills a JobConfig from a TOML file plus CLI
+// overrides and validates it; nothing else writes to it after that.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ctitan {
+
+struct JobSection {
+  std::string config_file;                  // set from --job.config_file
+  std::string dump_folder = "./outputs";    // the run directory
+  std::string description = "ctitan job";
+  bool print_config = false;                // print resolved TOML and exit
+};
+
+struct ProfilingSection {
+  bool enable_profiling = false;
+  std::string save_traces_folder = "profile_traces";
+  int64_t profile_freq = 10;
+  int64_t profiler_active = 1;
+  int64_t profiler_warmup = 3;
+  bool enable_memory_snapshot = false;
+  std::string save_memory_snapshot_folder = "memory_snapshot";
+};
+
+struct MetricsSection {
+  int64_t log_freq = 10;
+  bool enable_tensorboard = false;
+  bool disable_color_printing = false;
+  std::string save_tb_folder = "tb";
+  bool save_for_all_ranks = false;
+  bool enable_wandb = false;
+  // ctitan: peak TFLOPs per device for MFU; 0 = measure (CPU) / table (GPU).
+  double peak_tflops = 0.0;
+  // ctitan: steps excluded from summary.json's steady-state statistics.
+  int64_t warmup_steps = 5;
+};
+
+struct ModelSection {
+  std::string name = "llama3";
+  std::string flavor = "debugmodel";
+  std::string hf_assets_path;               // folder holding tokenizer.json
+  std::vector<std::string> converters;      // e.g. ["quantize.linear.float8"]
+  bool print_after_conversion = false;
+};
+
+struct OptimizerSection {
+  std::string name = "AdamW";
+  double lr = 8e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  std::string implementation = "fused";     // for_loop | foreach | fused
+  bool early_step_in_backward = false;
+};
+
+struct LrSchedulerSection {
+  int64_t warmup_steps = 200;
+  std::optional<double> decay_ratio;        // unset: decay right after warmup
+  std::string decay_type = "linear";        // linear | sqrt | cosine
+  double min_lr_factor = 0.0;
+};
+
+struct TrainingSection {
+  // ctitan datasets: synthetic | markov | text (txt/jsonl) | bin
+  std::string dataset = "synthetic";
+  std::string dataset_path;
+  int64_t local_batch_size = 8;
+  int64_t global_batch_size = -1;           // -1: local × data-parallel degree
+  int64_t seq_len = 2048;
+  double max_norm = 1.0;
+  int64_t steps = 10000;
+  bool enable_cpu_offload = false;
+  std::string mixed_precision_param = "bfloat16";   // bfloat16 | float32
+  std::string mixed_precision_reduce = "float32";
+  int64_t gc_freq = 50;
+};
+
+struct ParallelismSection {
+  int64_t data_parallel_replicate_degree = 1;
+  bool enable_compiled_autograd = false;
+  int64_t data_parallel_shard_degree = -1;
+  std::string fsdp_reshard_after_forward = "default";  // default|always|never
+  int64_t tensor_parallel_degree = 1;
+  bool disable_loss_parallel = false;
+  bool enable_async_tensor_parallel = false;
+  int64_t pipeline_parallel_degree = 1;
+  std::vector<std::string> pipeline_parallel_split_points;
+  int64_t pipeline_parallel_layers_per_stage = -1;
+  std::string pipeline_parallel_schedule = "1F1B";
+  int64_t pipeline_parallel_microbatch_size = 1;
+  int64_t context_parallel_degree = 1;
+  std::string context_parallel_rotate_method = "allgather";
+  int64_t expert_parallel_degree = 1;
+};
+
+struct CheckpointSection {
+  bool enable = false;
+  std::string folder = "checkpoint";        // relative to job.dump_folder
+  int64_t interval = 500;
+  std::string initial_load_path;
+  bool initial_load_model_only = true;
+  bool last_save_model_only = true;
+  std::string export_dtype = "float32";
+  std::string async_mode = "disabled";
+  int64_t keep_latest_k = 10;
+  int64_t load_step = -1;
+  std::vector<std::string> exclude_from_loading;
+  bool enable_first_step_checkpoint = false;
+};
+
+struct ActivationCheckpointSection {
+  std::string mode = "none";                // none | full | selective
+  std::string selective_ac_option = "2";    // "N" or "op"
+};
+
+struct CompileSection {
+  bool enable = false;
+  std::vector<std::string> components = {"model", "loss"};
+};
+
+struct Float8Section {                      // [quantize.linear.float8]
+  bool enable_fsdp_float8_all_gather = false;
+  bool precompute_float8_dynamic_scale_for_fsdp = false;
+  std::string recipe_name = "tensorwise";   // tensorwise|rowwise|rowwise_with_gw_hp
+  std::vector<std::string> filter_fqns = {"output"};
+  bool emulate = false;
+};
+
+struct CommSection {
+  int64_t init_timeout_seconds = 300;
+  int64_t train_timeout_seconds = 100;
+  int64_t trace_buf_size = 20000;
+};
+
+struct DebugSection {
+  int64_t seed = 0;
+  bool deterministic = false;
+};
+
+struct JobConfig {
+  JobSection job;
+  ProfilingSection profiling;
+  MetricsSection metrics;
+  ModelSection model;
+  OptimizerSection optimizer;
+  LrSchedulerSection lr_scheduler;
+  TrainingSection training;
+  ParallelismSection parallelism;
+  CheckpointSection checkpoint;
+  ActivationCheckpointSection activation_checkpoint;
+  CompileSection compile;
+  Float8Section float8;
+  CommSection comm;
+  DebugSection debug;
+};
+
+}  // namespace ctitan
