@@ -1,0 +1,27 @@
+// ctitan — recipe sweeps and a Llama 3 pretraining trainer on LibTorch.
+//
+//   ctitan train [--job.config_file F] [--section.key value ...]
+//   ctitan version
+//
+// Exit codes: 0 ok, 2 bad input (one line on stderr), 1 internal error,
+// 130 interrupted.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "ctitan/build_info.h"
+#include "harness/commands.h"
+#include "trainer/errors.h"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    return ctitan::run_command(args);
+  } catch (const ctitan::InputError& e) {
+    std::cerr << "ctitan: " << e.what() << std::endl;
+    return ctitan::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "ctitan: internal error: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,95 @@
+#include "profiling/peak_flops.h"
+
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
+
+#include "profiling/env_info.h"
+
+namespace ctitan {
+
+double measure_cpu_gemm_flops(at::ScalarType dtype, int64_t n, double min_seconds) {
+  at::Tensor a = at::randn({n, n}).to(dtype);
+  at::Tensor b = at::randn({n, n}).to(dtype);
+  at::Tensor c = at::empty({n, n}, a.options());
+  at::mm_out(c, a, b);  // warm-up: oneDNN/BLAS kernel selection, page faults
+  const double flop = 2.0 * n * n * n;
+  double best = 0.0, total = 0.0;
+  while (total < min_seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    at::mm_out(c, a, b);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    total += dt;
+    best = std::max(best, flop / dt);
+  }
+  return best;
+}
+
+std::optional<double> gpu_table_peak_flops(const std::string& name) {
+  // Most specific names first ("H100 NVL" before "H100").
+  static const std::vector<std::pair<std::string, double>> table = {
+      {"A100", 312e12},  {"H100 NVL", 835e12}, {"H100 PCIe", 756e12}, {"H100", 989e12},
+      {"H200", 989e12},  {"B200", 2.25e15},    {"MI300X", 1307e12},   {"MI325X", 1307e12},
+      {"MI250X", 191.5e12}, {"L40S", 362e12},
+  };
+  for (const auto& [key, flops] : table)
+    if (name.find(key) != std::string::npos) return flops;
+  return std::nullopt;
+}
+
+std::string host_fingerprint() {
+  const nlohmann::json env = environment_fingerprint();
+  return env.value("hostname", "?") + "|" + env.value("cpu_model", "?") + "|" +
+         std::to_string(at::get_num_threads()) + "|" + TORCH_VERSION;
+}
+
+namespace {
+
+std::filesystem::path cache_file() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::filesystem::path base = xdg && *xdg ? xdg : (home && *home ? std::filesystem::path(home) / ".cache"
+                                                                   : std::filesystem::temp_directory_path());
+  return base / "ctitan" / "peak_flops.json";
+}
+
+}  // namespace
+
+PeakFlops resolve_cpu_peak_flops(at::ScalarType dtype, double override_tflops) {
+  if (override_tflops > 0) return {override_tflops * 1e12, "override"};
+  const std::string key = host_fingerprint() + "|" + c10::toString(dtype);
+  const auto path = cache_file();
+  nlohmann::json cache = nlohmann::json::object();
+  {
+    std::ifstream in(path);
+    if (in) {
+      try {
+        in >> cache;
+      } catch (const nlohmann::json::exception&) {
+        cache = nlohmann::json::object();  // a damaged cache is re-measured, not fatal
+      }
+    }
+  }
+  if (cache.is_object() && cache.contains(key) && cache[key].is_number()) return {cache[key].get<double>(), "cached"};
+  const double flops = measure_cpu_gemm_flops(dtype);
+  cache[key] = flops;
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  const auto tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp);
+    out << cache.dump(2) << "\n";
+  }
+  std::filesystem::rename(tmp, path, ec);
+  return {flops, "measured"};
+}
+
+}  // namespace ctitan

@@ -1,0 +1,103 @@
+// Runs the real `ctitan` binary (CTITAN_BIN, set by CTest) as a child
+// process: exit code, stdout and stderr, and a way to signal it mid-run.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace ctitan::testing {
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+inline std::string ctitan_bin() {
+  const char* b = std::getenv("CTITAN_BIN");
+  return b ? b : "build/ctitan";
+}
+
+inline std::string source_dir() {
+  const char* s = std::getenv("CTITAN_SOURCE_DIR");
+  return s ? s : ".";
+}
+
+// Runs `ctitan args...`. on_stdout_line sees each stdout line as it arrives
+// and may signal the child through the pid it is given.
+inline ProcessResult run_ctitan(const std::vector<std::string>& args,
+                                const std::function<void(const std::string&, pid_t)>& on_stdout_line = {}) {
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    std::vector<std::string> full{ctitan_bin()};
+    full.insert(full.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : full) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  ProcessResult r;
+  // stderr is drained after stdout; ctitan writes little to stderr.
+  std::string line;
+  char c;
+  while (read(out_pipe[0], &c, 1) == 1) {
+    r.out.push_back(c);
+    if (c == '\n') {
+      if (on_stdout_line) on_stdout_line(line, pid);
+      line.clear();
+    } else {
+      line.push_back(c);
+    }
+  }
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(err_pipe[0], buf, sizeof(buf))) > 0) r.err.append(buf, n);
+  close(out_pipe[0]);
+  close(err_pipe[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(p);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+inline nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  auto d = std::filesystem::path(::testing::TempDir()) / ("ctitan_it_" + std::to_string(getpid()) + "_" + name);
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+}  // namespace ctitan::testing

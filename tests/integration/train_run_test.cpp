@@ -1,0 +1,179 @@
+// End-to-end runs of the real `ctitan train` binary: the run directory,
+// learning on the Markov corpus, bit-exact resume after an interrupt, and
+// bad input → one line and exit code 2.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/integration/process.h"
+
+namespace fs = std::filesystem;
+using ctitan::testing::fresh_dir;
+using ctitan::testing::read_json;
+using ctitan::testing::read_jsonl;
+using ctitan::testing::run_ctitan;
+
+namespace {
+
+std::vector<std::string> tiny_run(const fs::path& dump, int steps) {
+  return {"train", "--model.flavor", "tiny", "--training.seq_len", "32", "--training.local_batch_size", "4",
+          "--training.steps", std::to_string(steps), "--metrics.log_freq", "1", "--lr_scheduler.warmup_steps", "2",
+          "--metrics.peak_tflops", "1", "--job.dump_folder", dump.string()};
+}
+
+TEST(TrainRun, WritesTheRunDirectory) {
+  auto dir = fresh_dir("rundir");
+  auto r = run_ctitan(tiny_run(dir, 6));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* f : {"config.toml", "env.json", "metrics.jsonl", "summary.json"})
+    EXPECT_TRUE(fs::exists(dir / f)) << f;
+  auto rows = read_jsonl(dir / "metrics.jsonl");
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_EQ(rows.back()["step"], 6);
+  for (const char* k : {"loss", "grad_norm", "tps", "tflops", "mfu", "mem_peak_bytes", "step_time_s", "data_time_s"})
+    EXPECT_TRUE(rows.back().contains(k)) << k;
+  auto summary = read_json(dir / "summary.json");
+  EXPECT_EQ(summary["status"], "ok");
+  EXPECT_GT(summary["tps_median"].get<double>(), 0);
+  EXPECT_GT(summary["mem_peak_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(summary["num_params"], 28832);  // by hand: 2·64·32 + 2·(3072 + 9216 + 64) + 32
+  auto env = read_json(dir / "env.json");
+  for (const char* k : {"libtorch_version", "git_sha", "cpu_model", "num_threads", "compiler", "hostname"})
+    EXPECT_TRUE(env.contains(k)) << k;
+  EXPECT_NE(r.out.find("step:  6"), std::string::npos) << r.out;
+}
+
+TEST(TrainRun, PrintConfigRoundTripsThroughTheLoader) {
+  auto dir = fresh_dir("printcfg");
+  auto r = run_ctitan({"train", "--training.steps", "17", "--job.print_config"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  { std::ofstream(dir / "resolved.toml") << r.out; }
+  auto again = run_ctitan({"train", "--job.config_file", (dir / "resolved.toml").string(), "--job.print_config"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out, r.out);
+  EXPECT_NE(r.out.find("steps = 17"), std::string::npos);
+}
+
+// The Markov corpus has a low, known entropy: the loss must fall far below
+// ln(vocab) = 7.62 for debugmodel within 120 steps.
+TEST(TrainRun, LossFallsOnTheLearnableCorpus) {
+  auto dir = fresh_dir("markov");
+  auto r = run_ctitan({"train", "--training.dataset", "markov", "--training.seq_len", "64",
+                       "--training.local_batch_size", "8", "--training.steps", "120", "--optimizer.lr", "3e-3",
+                       "--lr_scheduler.warmup_steps", "10", "--metrics.log_freq", "20", "--metrics.peak_tflops", "1",
+                       "--job.dump_folder", dir.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto s = read_json(dir / "summary.json");
+  EXPECT_GT(s["loss_first"].get<double>(), 7.0);
+  EXPECT_LT(s["loss_final"].get<double>(), 3.0) << r.out;
+}
+
+// Stop a run with SIGTERM after its step-4 checkpoint, resume it, and
+// compare every loss with an uninterrupted run: identical bit for bit.
+TEST(TrainRun, ResumeAfterInterruptIsBitExact) {
+  auto full = fresh_dir("resume_full"), split = fresh_dir("resume_split");
+  auto with_ckpt = [](std::vector<std::string> a) {
+    for (std::string s : {"--checkpoint.enable", "--checkpoint.interval", "4", "--checkpoint.no_last_save_model_only",
+                          "--metrics.log_freq", "1"})
+      a.push_back(s);
+    return a;
+  };
+  auto r_full = run_ctitan(with_ckpt(tiny_run(full, 10)));
+  ASSERT_EQ(r_full.exit_code, 0) << r_full.err;
+
+  bool signalled = false;
+  auto r1 = run_ctitan(with_ckpt(tiny_run(split, 10)), [&](const std::string& line, pid_t pid) {
+    if (!signalled && line.find("step:  4") != std::string::npos) {
+      kill(pid, SIGTERM);
+      signalled = true;
+    }
+  });
+  ASSERT_TRUE(signalled);
+  ASSERT_EQ(r1.exit_code, 130) << r1.out << r1.err;
+  EXPECT_EQ(read_json(split / "summary.json")["status"], "interrupted");
+  auto r2 = run_ctitan(with_ckpt(tiny_run(split, 10)));
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_NE(r2.out.find("resumed from"), std::string::npos) << r2.out;
+
+  auto a = read_jsonl(full / "metrics.jsonl");
+  auto b = read_jsonl(split / "metrics.jsonl");
+  std::map<int64_t, double> resumed;  // the last value logged for each step wins
+  for (const auto& row : b) resumed[row["step"].get<int64_t>()] = row["loss"].get<double>();
+  ASSERT_EQ(a.size(), 10u);
+  for (const auto& row : a) {
+    const int64_t step = row["step"];
+    ASSERT_TRUE(resumed.count(step)) << "step " << step;
+    EXPECT_EQ(row["loss"].get<double>(), resumed[step]) << "step " << step;
+  }
+}
+
+struct BadInput {
+  std::string name;
+  std::vector<std::string> args;
+  std::string expect_in_message;
+};
+
+class TrainBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(TrainBadInput, OneLineAndExitCode2) {
+  auto r = run_ctitan(GetParam().args);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(GetParam().expect_in_message), std::string::npos) << r.err;
+}
+
+fs::path write_file(const std::string& name, const std::string& text) {
+  auto p = fs::path(::testing::TempDir()) / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TrainBadInput,
+    ::testing::Values(
+        BadInput{"UnknownCliKey", {"train", "--training.stepz", "3"}, "training.steps"},
+        BadInput{"NegativeSteps", {"train", "--training.steps", "-5"}, "training.steps"},
+        BadInput{"MissingConfig", {"train", "--job.config_file", "/nonexistent/x.toml"}, "/nonexistent/x.toml"},
+        BadInput{"GarbledToml",
+                 {"train", "--job.config_file", write_file("garbled.toml", "[training\nsteps = 3\n").string()},
+                 "garbled.toml"},
+        BadInput{"UnknownTomlKey",
+                 {"train", "--job.config_file", write_file("unknown.toml", "[training]\nstepz = 3\n").string()},
+                 "unknown.toml:2"},
+        BadInput{"UnknownFlavor", {"train", "--model.flavor", "7B"}, "debugmodel"},
+        BadInput{"UnreadableData",
+                 {"train", "--training.dataset", "bin", "--training.dataset_path", "/nonexistent/shard.bin"},
+                 "/nonexistent/shard.bin"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(TrainBadInputFiles, VocabMismatchBetweenTokenizerAndModel) {
+  const fs::path tok = fs::path(ctitan::testing::source_dir()) / ".." / "shared" / "data";
+  if (!fs::exists(tok / "tokenizer.json")) GTEST_SKIP() << "../shared/data/tokenizer.json not present";
+  auto text = write_file("corpus.txt", "hello world, this is some text\n");
+  auto r = run_ctitan({"train", "--model.flavor", "tiny", "--training.dataset", "text", "--training.dataset_path",
+                       text.string(), "--model.hf_assets_path", tok.string(), "--training.steps", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("vocab"), std::string::npos) << r.err;
+}
+
+TEST(TrainBadInputFiles, CorruptCheckpointIsDetectedByChecksum) {
+  auto dir = fresh_dir("corrupt_ckpt");
+  auto args = tiny_run(dir, 4);
+  for (std::string s : {"--checkpoint.enable", "--checkpoint.interval", "2", "--checkpoint.no_last_save_model_only"})
+    args.push_back(s);
+  ASSERT_EQ(run_ctitan(args).exit_code, 0);
+  {
+    std::fstream f(dir / "checkpoint" / "step-4" / "rank0.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    const char junk[4] = {1, 2, 3, 4};
+    f.write(junk, 4);
+  }
+  auto r = run_ctitan(args);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("checksum"), std::string::npos) << r.err;
+}
+
+}  // namespace

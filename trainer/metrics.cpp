@@ -1,0 +1,146 @@
+#include "trainer/metrics.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "profiling/memory.h"
+
+namespace ctitan {
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const double pos = q * (v.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - lo) * (v[hi] - v[lo]);
+}
+
+namespace {
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n), out;
+  int count = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (count && count % 3 == 0 && *it != '-') out.push_back(',');
+    out.push_back(*it);
+    ++count;
+  }
+  return {out.rbegin(), out.rend()};
+}
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+}  // namespace
+
+MetricsLogger::MetricsLogger(MetricsOptions opts) : opts_(std::move(opts)) {
+  std::filesystem::create_directories(opts_.dump_folder);
+  jsonl_.open(std::filesystem::path(opts_.dump_folder) / "metrics.jsonl", std::ios::out | std::ios::app);
+}
+
+void MetricsLogger::record(const StepRecord& r, bool force) {
+  all_.push_back(r);
+  interval_.push_back(r);
+  if (r.step % opts_.log_freq == 0 || force) log_interval();
+}
+
+void MetricsLogger::log_interval() {
+  if (interval_.empty()) return;
+  double time = 0, data = 0;
+  int64_t tokens = 0;
+  for (const auto& r : interval_) {
+    time += r.step_time_s;
+    data += r.data_time_s;
+    tokens += r.tokens;
+  }
+  const StepRecord& last = interval_.back();
+  const double tps = tokens / time;
+  const double tflops = opts_.flops_per_token * tps / 1e12;
+  const double mfu = opts_.peak_flops > 0 ? 100.0 * opts_.flops_per_token * tps / opts_.peak_flops : std::nan("");
+  const MemoryStats mem = cpu_memory_stats();
+  const double mem_gib = mem.peak_bytes / kGiB;
+  const double mem_pct = 100.0 * mem.peak_bytes / system_memory_bytes();
+
+  const bool c = opts_.color;
+  auto col = [c](const char* code) { return c ? code : ""; };
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "%sstep: %2lld  %sloss: %7.4f  %sgrad_norm: %7.4f  %smemory: %5.2fGiB(%.2f%%)  %stps: %s  "
+                "%stflops: %.2f  %smfu: %.2f%%%s  step_time: %.3fs  data: %.1f%%",
+                col("\033[31m"), static_cast<long long>(last.step), col("\033[32m"), last.loss, col("\033[36m"),
+                last.grad_norm, col("\033[33m"), mem_gib, mem_pct, col("\033[34m"),
+                with_commas(static_cast<int64_t>(std::llround(tps))).c_str(), col("\033[36m"), tflops,
+                col("\033[35m"), mfu, col("\033[0m"), time / interval_.size(), 100.0 * data / time);
+  std::cout << buf << std::endl;
+
+  nlohmann::json j = {{"step", last.step},
+                      {"loss", last.loss},
+                      {"grad_norm", last.grad_norm},
+                      {"lr", last.lr},
+                      {"tps", tps},
+                      {"tflops", tflops},
+                      {"mfu", std::isnan(mfu) ? nlohmann::json(nullptr) : nlohmann::json(mfu)},
+                      {"mem_peak_bytes", mem.peak_bytes},
+                      {"mem_current_bytes", mem.current_bytes},
+                      {"rss_bytes", process_rss_bytes()},
+                      {"step_time_s", time / interval_.size()},
+                      {"data_time_s", data / interval_.size()},
+                      {"steps_in_interval", interval_.size()}};
+  jsonl_ << j.dump() << "\n";
+  jsonl_.flush();
+  interval_.clear();
+  run_peak_bytes_ = std::max(run_peak_bytes_, mem.peak_bytes);
+  reset_peak_cpu_memory();
+}
+
+nlohmann::json MetricsLogger::summary(const std::string& status) const {
+  std::vector<double> tps, step_times;
+  const auto skip = static_cast<size_t>(std::max<int64_t>(opts_.warmup_steps, 0));
+  for (size_t i = skip; i < all_.size(); ++i) {
+    tps.push_back(all_[i].tokens / all_[i].step_time_s);
+    step_times.push_back(all_[i].step_time_s);
+  }
+  nlohmann::json s;
+  s["status"] = status;
+  s["steps_run"] = all_.size();
+  s["steady_state_steps"] = tps.size();
+  if (!tps.empty()) {
+    const double med = quantile(tps, 0.5);
+    s["tps_median"] = med;
+    s["tps_p10"] = quantile(tps, 0.1);
+    s["tps_p90"] = quantile(tps, 0.9);
+    s["step_time_median_s"] = quantile(step_times, 0.5);
+    s["tflops"] = opts_.flops_per_token * med / 1e12;
+    s["mfu"] = opts_.peak_flops > 0 ? nlohmann::json(100.0 * opts_.flops_per_token * med / opts_.peak_flops)
+                                    : nlohmann::json(nullptr);
+  }
+  if (!all_.empty()) {
+    s["loss_first"] = all_.front().loss;
+    s["loss_final"] = all_.back().loss;
+    s["final_step"] = all_.back().step;
+  }
+  s["mem_peak_bytes"] = std::max(run_peak_bytes_, cpu_memory_stats().peak_bytes);
+  s["rss_peak_bytes"] = process_peak_rss_bytes();
+  s["flops_per_token"] = opts_.flops_per_token;
+  s["peak_flops"] = opts_.peak_flops;
+  return s;
+}
+
+void MetricsLogger::write_summary(const std::string& status, const nlohmann::json& extra) const {
+  nlohmann::json s = summary(status);
+  for (auto it = extra.begin(); it != extra.end(); ++it) s[it.key()] = it.value();
+  const auto path = std::filesystem::path(opts_.dump_folder) / "summary.json";
+  const auto tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << s.dump(2) << "\n";
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace ctitan

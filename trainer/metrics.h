@@ -1,0 +1,56 @@
+// Training metrics in TorchTitan's names and formulas.
+//
+// Per logged step: loss, grad_norm, tps (tokens/s per device), TFLOPs,
+// MFU % (flops_per_token · tps / peak), peak memory, step time and
+// data-loading time, averaged over the steps since the previous log line
+// (as TorchTitan does). Lines go to the console and, as JSON, to
+// <dump_folder>/metrics.jsonl. Every step's tps is also kept in memory for
+// summary.json's steady-state statistics.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace ctitan {
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, grad_norm = 0, lr = 0;
+  double step_time_s = 0, data_time_s = 0;
+  int64_t tokens = 0;
+};
+
+struct MetricsOptions {
+  std::string dump_folder;
+  int64_t log_freq = 10;
+  bool color = true;
+  double flops_per_token = 0;
+  double peak_flops = 0;        // 0: MFU not reported
+  int64_t warmup_steps = 5;     // excluded from the summary statistics
+};
+
+class MetricsLogger {
+ public:
+  explicit MetricsLogger(MetricsOptions opts);
+  // Records one step; logs when step % log_freq == 0 or `force`.
+  void record(const StepRecord& r, bool force);
+  // summary.json: steady-state tps median/p10/p90, MFU, memory, final loss.
+  nlohmann::json summary(const std::string& status) const;
+  void write_summary(const std::string& status, const nlohmann::json& extra) const;
+
+ private:
+  void log_interval();
+  MetricsOptions opts_;
+  std::ofstream jsonl_;
+  std::vector<StepRecord> all_;
+  std::vector<StepRecord> interval_;
+  int64_t run_peak_bytes_ = 0;  // max over logged intervals
+};
+
+// Quantile by linear interpolation (numpy's default); q in [0,1].
+double quantile(std::vector<double> v, double q);
+
+}  // namespace ctitan

@@ -1,0 +1,234 @@
+#include "trainer/model/llama.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace ctitan {
+
+at::Tensor precompute_freqs_cis(int64_t head_dim, int64_t seq_len, double theta,
+                                const RopeScaling& s) {
+  // freqs[i] = theta^(-2i/Dh), then Llama 3.1's piecewise rescaling by wavelength.
+  const int64_t half = head_dim / 2;
+  std::vector<float> freqs(half);
+  const double low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
+  const double high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+  for (int64_t i = 0; i < half; ++i) {
+    // Computed in float32 like torch.arange(...).float() / dim in TorchTitan.
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    const float f = 1.0f / std::pow(static_cast<float>(theta), exponent);
+    const double wavelen = 2.0 * M_PI / f;
+    double scaled;
+    if (wavelen < high_wavelen) {
+      scaled = f;
+    } else if (wavelen > low_wavelen) {
+      scaled = f / s.factor;
+    } else {
+      const double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
+                            (s.high_freq_factor - s.low_freq_factor);
+      scaled = (1 - smooth) * f / s.factor + smooth * f;
+    }
+    freqs[i] = static_cast<float>(scaled);
+  }
+  at::Tensor f = torch::tensor(freqs, torch::kFloat);
+  at::Tensor t = torch::arange(seq_len, torch::kFloat);
+  at::Tensor angles = torch::outer(t, f);
+  return torch::polar(torch::ones_like(angles), angles);
+}
+
+namespace {
+
+// torch.nn.init.trunc_normal_: inverse-CDF sampling of a truncated normal.
+void trunc_normal_(at::Tensor t, double std, double a, double b, at::Generator& gen) {
+  auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
+  const double l = cdf(a / std), u = cdf(b / std);
+  t.uniform_(2 * l - 1, 2 * u - 1, gen);
+  t.erfinv_();
+  t.mul_(std * std::sqrt(2.0));
+  t.clamp_(a, b);
+}
+
+}  // namespace
+
+Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len)
+    : args_(args), compute_dtype_(compute_dtype) {
+  const int64_t d = args.dim, hd = args.head_dim(), f = args.ffn_hidden_dim();
+  int64_t offset = 0;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    slots_.push_back({name, std::move(shape), offset, n});
+    offset += n;
+  };
+  add("tok_embeddings.weight", {args.vocab_size, d});
+  for (int64_t l = 0; l < args.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    // wq,wk,wv adjacent → one [(H+2K)Dh, D] view; w1,w3 adjacent → one [2F, D] view.
+    add(p + "attention.wq.weight", {args.n_heads * hd, d});
+    add(p + "attention.wk.weight", {args.kv_dim(), d});
+    add(p + "attention.wv.weight", {args.kv_dim(), d});
+    add(p + "attention.wo.weight", {d, args.n_heads * hd});
+    add(p + "feed_forward.w1.weight", {f, d});
+    add(p + "feed_forward.w3.weight", {f, d});
+    add(p + "feed_forward.w2.weight", {d, f});
+    add(p + "attention_norm.weight", {d});
+    add(p + "ffn_norm.weight", {d});
+  }
+  add("norm.weight", {d});
+  add("output.weight", {args.vocab_size, d});
+
+  // Master weights are fp32, or fp64 when computing in fp64 (gradient checks).
+  const auto master_dtype = compute_dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
+  master_ = torch::zeros({offset}, master_dtype);
+  master_grad_ = torch::zeros({offset}, master_dtype);
+  if (compute_dtype_ == master_dtype) {
+    compute_ = master_;
+    compute_grad_ = master_grad_;
+  } else {
+    compute_ = torch::zeros({offset}, compute_dtype_);
+    compute_grad_ = torch::zeros({offset}, compute_dtype_);
+  }
+  freqs_cis_ = precompute_freqs_cis(hd, max_seq_len, args.rope_theta, args.rope_scaling);
+  build_compute_views();
+}
+
+const ParamSlot& Llama3::slot(const std::string& name) const {
+  for (const auto& s : slots_)
+    if (s.name == name) return s;
+  throw std::out_of_range("no parameter named " + name);
+}
+
+at::Tensor Llama3::param(const std::string& name) const {
+  const auto& s = slot(name);
+  return master_.narrow(0, s.offset, s.numel).view(s.shape);
+}
+
+at::Tensor Llama3::grad(const std::string& name) const {
+  const auto& s = slot(name);
+  return master_grad_.narrow(0, s.offset, s.numel).view(s.shape);
+}
+
+at::Tensor Llama3::compute_leaf(int64_t offset, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  // detach() makes an autograd leaf sharing the flat storage; a pre-set .grad
+  // view makes AccumulateGrad add into the flat gradient buffer in place.
+  at::Tensor leaf = compute_.narrow(0, offset, n).view(shape).detach();
+  leaf.requires_grad_(true);
+  leaf.mutable_grad() = compute_grad_.narrow(0, offset, n).view(shape);
+  return leaf;
+}
+
+void Llama3::build_compute_views() {
+  const int64_t d = args_.dim, f = args_.ffn_hidden_dim();
+  const int64_t qkv_rows = (args_.n_heads + 2 * args_.n_kv_heads) * args_.head_dim();
+  tok_embeddings_ = compute_leaf(slot("tok_embeddings.weight").offset, {args_.vocab_size, d});
+  layers_.clear();
+  for (int64_t l = 0; l < args_.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.wqkv = compute_leaf(slot(p + "attention.wq.weight").offset, {qkv_rows, d});
+    w.wo = compute_leaf(slot(p + "attention.wo.weight").offset, {d, args_.n_heads * args_.head_dim()});
+    w.w13 = compute_leaf(slot(p + "feed_forward.w1.weight").offset, {2 * f, d});
+    w.w2 = compute_leaf(slot(p + "feed_forward.w2.weight").offset, {d, f});
+    w.attention_norm = compute_leaf(slot(p + "attention_norm.weight").offset, {d});
+    w.ffn_norm = compute_leaf(slot(p + "ffn_norm.weight").offset, {d});
+    layers_.push_back(std::move(w));
+  }
+  norm_ = compute_leaf(slot("norm.weight").offset, {d});
+  output_ = compute_leaf(slot("output.weight").offset, {args_.vocab_size, d});
+}
+
+void Llama3::init_weights(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  const double base_std = 0.02;
+  const double final_std = std::pow(static_cast<double>(args_.dim), -0.5);
+  for (const auto& s : slots_) {
+    at::Tensor p = param(s.name);
+    const std::string& n = s.name;
+    auto ends_with = [&](const char* suffix) {
+      const std::string sfx(suffix);
+      return n.size() >= sfx.size() && n.compare(n.size() - sfx.size(), sfx.size(), sfx) == 0;
+    };
+    if (n == "tok_embeddings.weight") {
+      p.normal_(0.0, 1.0, gen);
+    } else if (n == "output.weight") {
+      trunc_normal_(p, final_std, -3 * final_std, 3 * final_std, gen);
+    } else if (ends_with("norm.weight")) {
+      p.fill_(1.0);
+    } else if (ends_with("wq.weight") || ends_with("wk.weight") || ends_with("wv.weight") ||
+               ends_with("w1.weight")) {
+      trunc_normal_(p, base_std, -2.0, 2.0, gen);
+    } else {  // wo, w2, w3: depth-scaled
+      const int64_t layer = std::stoll(n.substr(7, n.find('.', 7) - 7));
+      const double std = args_.depth_init ? base_std / std::sqrt(2.0 * (layer + 1))
+                                          : base_std / std::sqrt(2.0 * args_.n_layers);
+      trunc_normal_(p, std, -2.0, 2.0, gen);
+    }
+  }
+  begin_step();
+}
+
+void Llama3::begin_step() {
+  if (compute_.is_same(master_)) return;
+  torch::NoGradGuard no_grad;
+  compute_.copy_(master_);
+}
+
+void Llama3::zero_grad() {
+  master_grad_.zero_();
+  if (!compute_grad_.is_same(master_grad_)) compute_grad_.zero_();
+}
+
+void Llama3::accumulate_grads() {
+  if (compute_grad_.is_same(master_grad_)) return;
+  torch::NoGradGuard no_grad;
+  master_grad_.add_(compute_grad_);
+  compute_grad_.zero_();
+}
+
+at::Tensor Llama3::apply_rope(const at::Tensor& x) const {
+  // x [B,S,n,Dh] → complex pairs (x0 + i·x1) rotated by freqs_cis[S], in fp32.
+  const int64_t S = x.size(1);
+  const auto real = x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  at::Tensor xc = torch::view_as_complex(x.to(real).reshape({x.size(0), S, x.size(2), -1, 2}));
+  at::Tensor f = freqs_cis_.narrow(0, 0, S).view({1, S, 1, -1}).to(xc.scalar_type());
+  return torch::view_as_real(xc * f).flatten(3).to(x.scalar_type());
+}
+
+at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
+  const int64_t B = tokens.size(0), S = tokens.size(1);
+  const int64_t H = args_.n_heads, K = args_.n_kv_heads, Dh = args_.head_dim();
+  const int64_t F = args_.ffn_hidden_dim();
+  TORCH_CHECK(S <= freqs_cis_.size(0), "sequence length ", S, " exceeds the model's max ", freqs_cis_.size(0));
+  const std::vector<int64_t> dim_shape{args_.dim};
+  at::Tensor h = at::embedding(tok_embeddings_, tokens);  // [B,S,D]
+  for (const auto& w : layers_) {
+    at::Tensor x = at::rms_norm(h, dim_shape, w.attention_norm, args_.norm_eps);
+    at::Tensor qkv = at::linear(x, w.wqkv);  // [B,S,(H+2K)Dh]
+    at::Tensor q = apply_rope(qkv.narrow(2, 0, H * Dh).view({B, S, H, Dh}));
+    at::Tensor k = apply_rope(qkv.narrow(2, H * Dh, K * Dh).view({B, S, K, Dh}));
+    at::Tensor v = qkv.narrow(2, (H + K) * Dh, K * Dh).view({B, S, K, Dh});
+    at::Tensor o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                    /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                    /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
+    h = h + at::linear(o.transpose(1, 2).reshape({B, S, H * Dh}), w.wo);
+    x = at::rms_norm(h, dim_shape, w.ffn_norm, args_.norm_eps);
+    at::Tensor gate_up = at::linear(x, w.w13);  // [B,S,2F]
+    at::Tensor act = at::silu(gate_up.narrow(2, 0, F)) * gate_up.narrow(2, F, F);
+    h = h + at::linear(act, w.w2);
+  }
+  return at::rms_norm(h, dim_shape, norm_, args_.norm_eps);
+}
+
+at::Tensor Llama3::forward_logits(const at::Tensor& tokens) {
+  return at::linear(hidden_states(tokens), output_);
+}
+
+at::Tensor Llama3::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
+  at::Tensor logits = forward_logits(tokens);
+  const auto loss_dtype = logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  return at::cross_entropy_loss(logits.flatten(0, 1).to(loss_dtype), labels.flatten(0, 1));
+}
+
+}  // namespace ctitan

@@ -1,0 +1,89 @@
+// Llama 3 (TorchTitan's definition) over one flat parameter buffer.
+//
+// Legend: B batch, S sequence, D model dim, H query heads, K kv heads,
+// Dh head dim, F ffn hidden dim, V vocab.
+//
+// Storage: every parameter is a view into one flat fp32 "master" buffer, and
+// every gradient a view into one flat fp32 gradient buffer, so the optimizer,
+// clipping and (later) data-parallel reductions act on a handful of large
+// tensors instead of one small tensor per parameter. The names are
+// TorchTitan's FQNs (layers.3.attention.wq.weight, ...).
+//
+// Compute: with compute dtype bfloat16 the master buffer is cast once per
+// step into a flat bf16 buffer (begin_step), the forward/backward run on bf16
+// views of it, and accumulate_grads() adds the bf16 gradients into the fp32
+// gradient buffer — FSDP2's MixedPrecisionPolicy(param=bf16, reduce=fp32)
+// semantics. With float32 the compute views alias the master buffer; float64
+// (for gradient checks in tests) does the same with an fp64 master.
+// wq|wk|wv and w1|w3 are laid out next to each other, so each layer runs
+// one QKV matmul and one gate/up matmul over views of the same memory.
+//
+// Not thread-safe. Forward/backward follow LibTorch's autograd rules.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "trainer/model/llama_args.h"
+
+namespace ctitan {
+
+struct ParamSlot {
+  std::string name;            // TorchTitan FQN
+  std::vector<int64_t> shape;
+  int64_t offset = 0;          // into the flat buffers, in elements
+  int64_t numel = 0;
+};
+
+class Llama3 {
+ public:
+  Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len);
+
+  // TorchTitan's init_weights, drawn from a generator seeded with `seed`.
+  void init_weights(uint64_t seed);
+
+  // tokens/labels: int64 [B,S]. Returns the mean cross-entropy (fp32 scalar).
+  at::Tensor forward_loss(const at::Tensor& tokens, const at::Tensor& labels);
+  // Logits [B,S,V] in the compute dtype.
+  at::Tensor forward_logits(const at::Tensor& tokens);
+
+  void begin_step();        // refresh the bf16 compute copy of the master weights
+  void zero_grad();         // zero both gradient buffers
+  void accumulate_grads();  // fp32 grad += compute grad (bf16 only); compute grad = 0
+
+  const LlamaArgs& args() const { return args_; }
+  at::ScalarType compute_dtype() const { return compute_dtype_; }
+  const std::vector<ParamSlot>& slots() const { return slots_; }
+  at::Tensor& flat_params() { return master_; }
+  at::Tensor& flat_grads() { return master_grad_; }
+  at::Tensor param(const std::string& name) const;  // view of the master
+  at::Tensor grad(const std::string& name) const;   // view of the fp32 grad
+  int64_t num_params() const { return master_.numel(); }
+
+ private:
+  struct LayerWeights {
+    at::Tensor attention_norm, wqkv, wo, ffn_norm, w13, w2;
+  };
+  at::Tensor hidden_states(const at::Tensor& tokens);
+  at::Tensor apply_rope(const at::Tensor& x) const;  // [B,S,n,Dh]
+  const ParamSlot& slot(const std::string& name) const;
+  at::Tensor compute_leaf(int64_t offset, std::vector<int64_t> shape);
+  void build_compute_views();
+
+  LlamaArgs args_;
+  at::ScalarType compute_dtype_;
+  std::vector<ParamSlot> slots_;
+  at::Tensor master_, master_grad_;    // fp32 [N]
+  at::Tensor compute_, compute_grad_;  // compute dtype [N] (aliases master for fp32)
+  at::Tensor freqs_cis_;               // complex64 [S_max, Dh/2]
+  at::Tensor tok_embeddings_, norm_, output_;
+  std::vector<LayerWeights> layers_;
+};
+
+// Precomputed RoPE rotations with Llama 3.1 scaling: complex64 [seq_len, dim/2].
+at::Tensor precompute_freqs_cis(int64_t head_dim, int64_t seq_len, double theta,
+                                const RopeScaling& scaling);
+
+}  // namespace ctitan

@@ -1,0 +1,44 @@
+#include "trainer/optim/adamw.h"
+
+#include <cmath>
+
+namespace ctitan {
+
+AdamW::AdamW(at::Tensor flat_params, at::Tensor flat_grads, AdamWOptions opts)
+    : params_(std::move(flat_params)), grads_(std::move(flat_grads)), opts_(std::move(opts)) {
+  exp_avg_ = torch::zeros_like(params_);
+  exp_avg_sq_ = torch::zeros_like(params_);
+  step_ = torch::zeros({}, torch::kFloat);
+}
+
+int64_t AdamW::steps_taken() const { return static_cast<int64_t>(step_.item<float>()); }
+
+void AdamW::step(double lr) {
+  torch::NoGradGuard no_grad;
+  if (opts_.implementation == "fused") {
+    // The fused kernel increments state_steps itself.
+    at::_fused_adamw_({params_}, {grads_}, {exp_avg_}, {exp_avg_sq_}, /*max_exp_avg_sqs=*/{}, {step_}, lr,
+                      opts_.beta1, opts_.beta2, opts_.weight_decay, opts_.eps, /*amsgrad=*/false,
+                      /*maximize=*/false);
+    return;
+  }
+  step_.add_(1);
+  const double t = step_.item<double>();
+  const double bias1 = 1.0 - std::pow(opts_.beta1, t);
+  const double bias2 = 1.0 - std::pow(opts_.beta2, t);
+  params_.mul_(1.0 - lr * opts_.weight_decay);
+  exp_avg_.lerp_(grads_, 1.0 - opts_.beta1);
+  exp_avg_sq_.mul_(opts_.beta2).addcmul_(grads_, grads_, 1.0 - opts_.beta2);
+  at::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bias2)).add_(opts_.eps);
+  params_.addcdiv_(exp_avg_, denom, -lr / bias1);
+}
+
+double clip_grad_norm_(at::Tensor& flat_grads, double max_norm) {
+  torch::NoGradGuard no_grad;
+  const double norm = at::linalg_vector_norm(flat_grads, 2).item<double>();
+  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  if (coef < 1.0) flat_grads.mul_(coef);
+  return norm;
+}
+
+}  // namespace ctitan

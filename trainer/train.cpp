@@ -1,0 +1,205 @@
+#include "trainer/train.h"
+
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "profiling/env_info.h"
+#include "profiling/memory.h"
+#include "profiling/peak_flops.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/data/dataset.h"
+#include "trainer/errors.h"
+#include "trainer/metrics.h"
+#include "trainer/model/llama.h"
+#include "trainer/optim/adamw.h"
+#include "trainer/optim/lr_schedule.h"
+
+namespace fs = std::filesystem;
+
+namespace ctitan {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  const auto tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+  }
+  fs::rename(tmp, path);
+}
+
+at::Tensor to_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t cols) {
+  return torch::from_blob(const_cast<int64_t*>(v.data()), {rows, cols}, torch::kLong).clone();
+}
+
+NamedTensors checkpoint_tensors(Llama3& model, AdamW& opt) {
+  NamedTensors t;
+  for (const auto& s : model.slots()) t.emplace_back("model." + s.name, model.param(s.name));
+  auto view = [&](at::Tensor& flat, const ParamSlot& s) { return flat.narrow(0, s.offset, s.numel).view(s.shape); };
+  for (const auto& s : model.slots()) t.emplace_back("optimizer.exp_avg." + s.name, view(opt.exp_avg(), s));
+  for (const auto& s : model.slots()) t.emplace_back("optimizer.exp_avg_sq." + s.name, view(opt.exp_avg_sq(), s));
+  t.emplace_back("optimizer.step", opt.step_tensor());
+  return t;
+}
+
+}  // namespace
+
+void configure_threads() {
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  int threads = omp && *omp ? std::atoi(omp) : 0;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+}
+
+int train(const JobConfig& cfg) {
+  install_accounting_allocator();
+  const fs::path dump(cfg.job.dump_folder);
+  fs::create_directories(dump);
+  write_text_atomically(dump / "config.toml", to_toml(cfg));
+  write_text_atomically(dump / "env.json", environment_fingerprint().dump(2) + "\n");
+
+  // --- model ---------------------------------------------------------------
+  LlamaArgs args = llama3_flavor(cfg.model.flavor);
+  const at::ScalarType dtype = cfg.training.mixed_precision_param == "float32" ? torch::kFloat : torch::kBFloat16;
+  const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
+  if (cfg.parallelism.data_parallel_replicate_degree > 1 || cfg.parallelism.data_parallel_shard_degree > 1 ||
+      cfg.parallelism.tensor_parallel_degree > 1 || cfg.parallelism.pipeline_parallel_degree > 1 ||
+      cfg.parallelism.context_parallel_degree > 1)
+    throw InputError("parallelism degrees > 1 need a multi-process launch, which this ctitan build lacks; "
+                     "set every [parallelism] degree to 1 (or -1)");
+  if (cfg.activation_checkpoint.mode != "none")
+    throw InputError("activation_checkpoint.mode='" + cfg.activation_checkpoint.mode +
+                     "' is not available in this ctitan build yet; use mode = \"none\"");
+  if (cfg.compile.enable) throw InputError("compile.enable is not available in this ctitan build yet; remove it");
+  if (!cfg.model.converters.empty())
+    throw InputError("model.converters (" + cfg.model.converters.front() +
+                     ") are not available in this ctitan build yet; remove them");
+  const int64_t accum = cfg.training.global_batch_size > 0 ? cfg.training.global_batch_size / B : 1;
+
+  Llama3 model(args, dtype, S);
+  model.init_weights(static_cast<uint64_t>(cfg.debug.seed));
+  const ParamCounts counts = count_params(args);
+  const double fpt = flops_per_token(args, S);
+
+  // --- data ----------------------------------------------------------------
+  DataOptions dopts;
+  dopts.dataset = cfg.training.dataset;
+  dopts.path = cfg.training.dataset_path;
+  dopts.tokenizer_path = cfg.model.hf_assets_path;
+  dopts.batch = B;
+  dopts.seq_len = S;
+  dopts.vocab_size = args.vocab_size;
+  dopts.seed = static_cast<uint64_t>(cfg.debug.seed);
+  auto loader = make_data_loader(dopts);
+
+  // --- optimizer, schedule, checkpoint --------------------------------------
+  AdamWOptions aopts{cfg.optimizer.lr,           cfg.optimizer.beta1, cfg.optimizer.beta2, cfg.optimizer.eps,
+                     cfg.optimizer.weight_decay, cfg.optimizer.implementation};
+  AdamW optimizer(model.flat_params(), model.flat_grads(), aopts);
+  LrSchedule schedule(cfg.training.steps, cfg.lr_scheduler.warmup_steps, cfg.lr_scheduler.decay_ratio,
+                      cfg.lr_scheduler.decay_type, cfg.lr_scheduler.min_lr_factor);
+  Checkpointer checkpointer(cfg.checkpoint, cfg.job.dump_folder);
+  const NamedTensors ckpt_tensors = checkpoint_tensors(model, optimizer);
+  int64_t step = 0;
+  if (checkpointer.enabled()) {
+    if (auto loaded = checkpointer.load(ckpt_tensors)) {
+      if (!loaded->model_only) {
+        step = loaded->step;
+        loader->load_state(loaded->train_state.at("data_loader"));
+      }
+      std::cout << "ctitan: resumed from " << loaded->path << " (step " << loaded->step
+                << (loaded->model_only ? ", weights only" : "") << ")" << std::endl;
+    }
+  }
+  model.begin_step();
+
+  const PeakFlops peak = resolve_cpu_peak_flops(dtype, cfg.metrics.peak_tflops);
+  std::cout << "ctitan: llama3 " << cfg.model.flavor << ", " << counts.total << " params, "
+            << c10::toString(dtype) << ", batch " << B << " x seq " << S << " (x" << accum
+            << " accumulation), " << at::get_num_threads() << " threads, data: " << loader->describe()
+            << ", peak " << peak.flops / 1e12 << " TFLOPs (" << peak.source << ")" << std::endl;
+
+  MetricsOptions mopts;
+  mopts.dump_folder = cfg.job.dump_folder;
+  mopts.log_freq = cfg.metrics.log_freq;
+  mopts.color = !cfg.metrics.disable_color_printing && ::isatty(STDOUT_FILENO);
+  mopts.flops_per_token = fpt;
+  mopts.peak_flops = peak.flops;
+  mopts.warmup_steps = cfg.metrics.warmup_steps;
+  MetricsLogger metrics(mopts);
+  reset_peak_cpu_memory();
+
+  g_stop_signal = 0;
+  auto old_int = std::signal(SIGINT, on_stop_signal);
+  auto old_term = std::signal(SIGTERM, on_stop_signal);
+  TokenBatch batch;
+  std::string status = "ok";
+  while (step < cfg.training.steps) {
+    ++step;
+    const auto t0 = Clock::now();
+    double data_time = 0, loss_sum = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      const auto td = Clock::now();
+      loader->next(batch);
+      at::Tensor inputs = to_tensor(batch.inputs, B, S), labels = to_tensor(batch.labels, B, S);
+      data_time += seconds_since(td);
+      at::Tensor loss = model.forward_loss(inputs, labels);
+      if (accum > 1) loss = loss / static_cast<double>(accum);
+      loss.backward();
+      model.accumulate_grads();
+      loss_sum += loss.item<double>();
+    }
+    const double grad_norm = clip_grad_norm_(model.flat_grads(), cfg.training.max_norm);
+    const double lr = cfg.optimizer.lr * schedule.factor(step - 1);
+    optimizer.step(lr);
+    model.zero_grad();
+    model.begin_step();
+    const double step_time = seconds_since(t0);
+
+    const bool last = step == cfg.training.steps || g_stop_signal != 0;
+    metrics.record({step, loss_sum, grad_norm, lr, step_time, data_time, B * S * accum}, last);
+    if (checkpointer.should_save(step, cfg.training.steps)) {
+      nlohmann::json state = {{"step", step}, {"data_loader", loader->state()}};
+      const bool model_only = step == cfg.training.steps && cfg.checkpoint.last_save_model_only;
+      checkpointer.save(step, ckpt_tensors, state, model_only);
+    }
+    if (g_stop_signal != 0) {
+      status = "interrupted";
+      break;
+    }
+  }
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+
+  nlohmann::json extra = {{"flavor", cfg.model.flavor},
+                          {"num_params", counts.total},
+                          {"dtype", c10::toString(dtype)},
+                          {"tokens_per_step", B * S * accum},
+                          {"peak_flops_source", peak.source},
+                          {"world_size", 1}};
+  metrics.write_summary(status, extra);
+  if (status == "interrupted") {
+    std::cerr << "ctitan: interrupted by signal " << g_stop_signal.load() << " at step " << step
+              << "; summary.json written" << std::endl;
+    return 130;
+  }
+  return 0;
+}
+
+}  // namespace ctitan
