@@ -18,6 +18,9 @@ struct JobSection {
   std::string dump_folder = "./outputs";    // the run directory
   std::string description = "ctitan job";
   bool print_config = false;                // print resolved TOML and exit
+  // TorchTitan keys ctitan accepts only at their default (see config_registry).
+  std::string save_config_file;             // ctitan always writes config.toml
+  std::string custom_config_module;
 };
 
 struct ProfilingSection {
@@ -49,6 +52,7 @@ struct ModelSection {
   std::string hf_assets_path;               // folder holding tokenizer.json
   std::vector<std::string> converters;      // e.g. ["quantize.linear.float8"]
   bool print_after_conversion = false;
+  std::string tokenizer_path;               // deprecated in TorchTitan; default only
 };
 
 struct OptimizerSection {
@@ -82,6 +86,8 @@ struct TrainingSection {
   std::string mixed_precision_param = "bfloat16";   // bfloat16 | float32
   std::string mixed_precision_reduce = "float32";
   int64_t gc_freq = 50;
+  std::string dtype = "float32";            // full-bf16 training: default only
+  bool gc_debug = false;                    // Python GC knob: accepted, no effect
 };
 
 struct ParallelismSection {
@@ -100,6 +106,15 @@ struct ParallelismSection {
   int64_t context_parallel_degree = 1;
   std::string context_parallel_rotate_method = "allgather";
   int64_t expert_parallel_degree = 1;
+  // TorchTitan keys below: accepted at their default only (dense Llama, no
+  // CSV pipeline schedules, no MoE), except where config_registry says inert.
+  int64_t pipeline_parallel_first_stage_less_layers = 1;
+  int64_t pipeline_parallel_last_stage_less_layers = 1;
+  std::string pipeline_parallel_schedule_csv;
+  bool pipeline_parallel_expert_parallel_overlap = true;
+  std::string context_parallel_load_balancer = "headtail";
+  int64_t expert_tensor_parallel_degree = 1;
+  std::string expert_parallel_comm_backend = "standard";
 };
 
 struct CheckpointSection {
@@ -115,16 +130,33 @@ struct CheckpointSection {
   int64_t load_step = -1;
   std::vector<std::string> exclude_from_loading;
   bool enable_first_step_checkpoint = false;
+  // TorchTitan keys accepted at their default only.
+  bool initial_load_in_hf = false;
+  bool initial_load_in_hf_quantized = false;
+  bool last_save_in_hf = false;
+  bool create_seed_checkpoint = false;
+  bool load_only = false;
+  bool enable_ft_dataloader_checkpoints = true;  // fault tolerance: inert
 };
 
 struct ActivationCheckpointSection {
   std::string mode = "none";                // none | full | selective
   std::string selective_ac_option = "2";    // "N" or "op"
+  // TorchTitan keys: MoE / memory_budget / debugging knobs (see registry).
+  std::vector<std::string> per_op_sac_force_recompute_mm_shapes_by_fqns = {
+      "moe.router.gate"};
+  bool early_stop = false;
+  double memory_budget = 0.5;
+  bool visualize_memory_budget_pareto = false;
+  bool preserve_rng_state = false;
+  std::string determinism_check = "default";
+  bool debug = false;
 };
 
 struct CompileSection {
   bool enable = false;
   std::vector<std::string> components = {"model", "loss"};
+  std::string backend = "inductor";         // torch.compile backend: inert
 };
 
 struct Float8Section {                      // [quantize.linear.float8]
@@ -139,11 +171,48 @@ struct CommSection {
   int64_t init_timeout_seconds = 300;
   int64_t train_timeout_seconds = 100;
   int64_t trace_buf_size = 20000;
+  std::string save_traces_folder = "comm_traces";  // flight recorder: inert
+  std::string save_traces_file_prefix = "rank_";
+  std::string mode = "default";             // fake_backend/local_tensor: default only
 };
 
 struct DebugSection {
   int64_t seed = 0;
   bool deterministic = false;
+  bool deterministic_warn_only = false;
+  bool moe_force_load_balance = false;      // no MoE: inert
+};
+
+// Sections ctitan does not implement. They exist so that a TorchTitan recipe
+// parses: the switch (`enable`) must stay off, the other keys are inert.
+struct MemoryEstimationSection {
+  bool enable = false;
+  bool disable_fake_mode = false;
+};
+
+struct FaultToleranceSection {             // TorchFT
+  bool enable = false;
+  std::string process_group = "gloo";
+  int64_t process_group_timeout_ms = 10000;
+  int64_t replica_id = 0;
+  int64_t group_size = 0;
+  int64_t min_replica_size = 1;
+  std::string semi_sync_method;             // TorchTitan: None
+};
+
+struct ExperimentalSection {
+  std::string custom_import;
+  std::string custom_args_module;
+};
+
+struct ValidationSection {                 // periodic validation loss
+  bool enable = false;
+  std::string dataset = "c4_validation";
+  std::string dataset_path;
+  int64_t local_batch_size = 8;
+  int64_t seq_len = 2048;
+  int64_t freq = 10;
+  int64_t steps = -1;
 };
 
 struct JobConfig {
@@ -161,6 +230,10 @@ struct JobConfig {
   Float8Section float8;
   CommSection comm;
   DebugSection debug;
+  MemoryEstimationSection memory_estimation;
+  FaultToleranceSection fault_tolerance;
+  ExperimentalSection experimental;
+  ValidationSection validation;
 };
 
 }  // namespace ctitan

@@ -1,0 +1,83 @@
+// The field registry: one table binding every dotted config key
+// ("training.steps", "quantize.linear.float8.recipe_name") to its JobConfig
+// member. TOML parsing, CLI options, apply_override, to_toml, --help and
+// config_keys() all walk this table, so a new key is added in one place
+// (config_registry.cpp) and cannot be forgotten by one of them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "trainer/config/job_config.h"
+
+namespace ctitan::config {
+
+// The value of one key. The alternative held is the key's type; it never
+// changes for a given key.
+using Value = std::variant<bool, int64_t, double, std::string, std::vector<std::string>,
+                           std::optional<double>>;
+
+enum class Support {
+  kFull,         // implemented by ctitan
+  kDefaultOnly,  // TorchTitan key ctitan does not implement: only its default is accepted
+  kInert,        // TorchTitan key with no effect in ctitan (its feature is off): any value
+};
+
+struct FieldSpec {
+  std::string key;   // dotted: section[.subsection].name
+  std::string help;  // one line for --help
+  Support support = Support::kFull;
+  std::function<Value(const JobConfig&)> get;
+  std::function<void(JobConfig&, const Value&)> set;
+  // Spellings rewritten on input, e.g. TorchTitan's "for-loop" -> "for_loop",
+  // so consumers compare against one canonical string.
+  std::vector<std::pair<std::string, std::string>> aliases;
+
+  std::string section() const { return key.substr(0, key.rfind('.')); }
+  std::string name() const { return key.substr(key.rfind('.') + 1); }
+};
+
+// All keys, in TOML output order (sections in TorchTitan's order).
+const std::vector<FieldSpec>& registry();
+
+// nullptr when `key` is not a config key.
+const FieldSpec* find_field(const std::string& key);
+
+// True when some registered key starts with `prefix` + ".".
+bool is_section(const std::string& prefix);
+
+// "integer", "float", "boolean", "string", "list of strings" for a Value's type.
+std::string type_name(const Value& v);
+
+// TOML-literal rendering ("10000", "8e-4" -> "0.0008", "\"op\"", "[\"a\", \"b\"]");
+// an unset optional renders as "" (the key is omitted from TOML).
+std::string render_value(const Value& v);
+
+// The valid key closest to `unknown`: TorchTitan renames first (e.g.
+// checkpoint.enable_checkpoint -> checkpoint.enable), then edit distance,
+// preferring a key with the same last component when the spelling is far.
+std::string nearest_key(const std::string& unknown);
+
+// The section ("training", "quantize.linear.float8") closest to `unknown`.
+std::string nearest_section(const std::string& unknown);
+
+// Where each key got its value: "recipes/x.toml:12" or "command line".
+// Validation errors are prefixed with it.
+using Origins = std::map<std::string, std::string>;
+
+// The pieces the public API in config_loader.h is built from.
+void load_toml_into(JobConfig& cfg, const std::string& path, Origins* origins);
+void set_from_string(JobConfig& cfg, const FieldSpec& f, const std::string& text,
+                     const std::string& where);
+void validate_with_origins(const JobConfig& cfg, const Origins& origins);
+
+// "config error: <where>: <what>" (where may be empty) as one line.
+[[noreturn]] void fail(const std::string& where, const std::string& what);
+
+}  // namespace ctitan::config

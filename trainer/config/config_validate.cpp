@@ -1,0 +1,178 @@
+// Value checks on a resolved JobConfig. Only impossible values and TorchTitan
+// features ctitan lacks are rejected here; whether a model flavor exists or a
+// parallel layout fits the world size is decided by the code that knows
+// (model registry, device mesh).
+#include <initializer_list>
+#include <string>
+
+#include "trainer/config/config_loader.h"
+#include "trainer/config/config_registry.h"
+
+namespace ctitan::config {
+namespace {
+
+class Checker {
+ public:
+  explicit Checker(const Origins& origins) : origins_(origins) {}
+
+  // Errors are prefixed with where `key` was set (file:line or command line).
+  [[noreturn]] void bad(const std::string& key, const std::string& what) const {
+    auto it = origins_.find(key);
+    fail(it == origins_.end() ? "" : it->second, what);
+  }
+
+  void positive(const std::string& key, int64_t v) const {
+    if (v <= 0) bad(key, key + " must be > 0, got " + std::to_string(v));
+  }
+  void non_negative(const std::string& key, int64_t v) const {
+    if (v < 0) bad(key, key + " must be >= 0, got " + std::to_string(v));
+  }
+  void non_negative(const std::string& key, double v) const {
+    if (!(v >= 0)) bad(key, key + " must be >= 0, got " + num(v));
+  }
+  void in_closed_unit(const std::string& key, double v) const {
+    if (!(v >= 0 && v <= 1)) bad(key, key + " must be in [0, 1], got " + num(v));
+  }
+  void in_half_open_unit(const std::string& key, double v) const {
+    if (!(v >= 0 && v < 1)) bad(key, key + " must be in [0, 1), got " + num(v));
+  }
+  void degree(const std::string& key, int64_t v, bool allow_minus_one = false) const {
+    if (v >= 1 || (allow_minus_one && v == -1)) return;
+    bad(key, key + " must be >= 1" + std::string(allow_minus_one ? " or -1" : "") + ", got " +
+                 std::to_string(v));
+  }
+  void one_of(const std::string& key, const std::string& v,
+              std::initializer_list<const char*> allowed) const {
+    std::string list;
+    for (const char* a : allowed) {
+      if (v == a) return;
+      if (!list.empty()) list += '|';
+      list += a;
+    }
+    bad(key, key + " must be one of " + list + ", got " + render_value(Value(v)));
+  }
+
+  static std::string num(double v) { return render_value(Value(v)); }
+
+ private:
+  const Origins& origins_;
+};
+
+bool is_positive_integer(const std::string& s) {
+  if (s.empty() || s.size() > 9) return false;
+  for (char ch : s) {
+    if (ch < '0' || ch > '9') return false;
+  }
+  return std::stoi(s) > 0;
+}
+
+void check_training(const Checker& k, const TrainingSection& t) {
+  k.positive("training.steps", t.steps);
+  k.positive("training.seq_len", t.seq_len);
+  k.positive("training.local_batch_size", t.local_batch_size);
+  if (t.global_batch_size != -1 &&
+      (t.global_batch_size <= 0 || t.global_batch_size % t.local_batch_size != 0)) {
+    k.bad("training.global_batch_size",
+          "training.global_batch_size must be -1 or a positive multiple of "
+          "training.local_batch_size (" +
+              std::to_string(t.local_batch_size) + "), got " + std::to_string(t.global_batch_size));
+  }
+  k.non_negative("training.max_norm", t.max_norm);
+  k.one_of("training.mixed_precision_param", t.mixed_precision_param, {"bfloat16", "float32"});
+  k.one_of("training.mixed_precision_reduce", t.mixed_precision_reduce, {"float32", "bfloat16"});
+  k.one_of("training.dataset", t.dataset, {"synthetic", "markov", "text", "bin"});
+  if ((t.dataset == "text" || t.dataset == "bin") && t.dataset_path.empty()) {
+    k.bad("training.dataset",
+          "training.dataset_path is required when training.dataset is \"" + t.dataset + "\"");
+  }
+}
+
+void check_optimizer(const Checker& k, const OptimizerSection& o, const LrSchedulerSection& s) {
+  k.one_of("optimizer.name", o.name, {"AdamW", "Adam"});
+  k.non_negative("optimizer.lr", o.lr);
+  k.in_half_open_unit("optimizer.beta1", o.beta1);
+  k.in_half_open_unit("optimizer.beta2", o.beta2);
+  if (!(o.eps > 0)) k.bad("optimizer.eps", "optimizer.eps must be > 0, got " + Checker::num(o.eps));
+  k.non_negative("optimizer.weight_decay", o.weight_decay);
+  k.one_of("optimizer.implementation", o.implementation, {"for_loop", "foreach", "fused"});
+  k.non_negative("lr_scheduler.warmup_steps", s.warmup_steps);
+  if (s.decay_ratio) k.in_closed_unit("lr_scheduler.decay_ratio", *s.decay_ratio);
+  k.one_of("lr_scheduler.decay_type", s.decay_type, {"linear", "sqrt", "cosine"});
+  k.in_closed_unit("lr_scheduler.min_lr_factor", s.min_lr_factor);
+}
+
+void check_parallelism(const Checker& k, const ParallelismSection& p) {
+  k.degree("parallelism.data_parallel_replicate_degree", p.data_parallel_replicate_degree);
+  k.degree("parallelism.data_parallel_shard_degree", p.data_parallel_shard_degree, true);
+  k.degree("parallelism.tensor_parallel_degree", p.tensor_parallel_degree);
+  k.degree("parallelism.pipeline_parallel_degree", p.pipeline_parallel_degree);
+  k.degree("parallelism.context_parallel_degree", p.context_parallel_degree);
+  k.degree("parallelism.expert_parallel_degree", p.expert_parallel_degree);
+  k.positive("parallelism.pipeline_parallel_microbatch_size", p.pipeline_parallel_microbatch_size);
+  k.degree("parallelism.pipeline_parallel_layers_per_stage", p.pipeline_parallel_layers_per_stage,
+           true);
+  k.one_of("parallelism.fsdp_reshard_after_forward", p.fsdp_reshard_after_forward,
+           {"default", "always", "never"});
+  k.one_of("parallelism.context_parallel_rotate_method", p.context_parallel_rotate_method,
+           {"allgather", "alltoall"});
+}
+
+void check_techniques(const Checker& k, const JobConfig& c) {
+  const auto& ac = c.activation_checkpoint;
+  k.one_of("activation_checkpoint.mode", ac.mode, {"none", "full", "selective"});
+  if (ac.selective_ac_option != "op" && !is_positive_integer(ac.selective_ac_option)) {
+    k.bad("activation_checkpoint.selective_ac_option",
+          "activation_checkpoint.selective_ac_option must be \"op\" or a positive integer, got " +
+              render_value(Value(ac.selective_ac_option)));
+  }
+  k.one_of("quantize.linear.float8.recipe_name", c.float8.recipe_name,
+           {"tensorwise", "rowwise", "rowwise_with_gw_hp"});
+  const auto& ck = c.checkpoint;
+  k.positive("checkpoint.interval", ck.interval);
+  k.non_negative("checkpoint.keep_latest_k", ck.keep_latest_k);
+  if (ck.load_step < -1) {
+    k.bad("checkpoint.load_step",
+          "checkpoint.load_step must be >= 0 or -1, got " + std::to_string(ck.load_step));
+  }
+  k.one_of("checkpoint.export_dtype", ck.export_dtype, {"float16", "bfloat16", "float32"});
+  k.one_of("checkpoint.async_mode", ck.async_mode, {"disabled", "async", "async_with_pinned_mem"});
+}
+
+void check_observability(const Checker& k, const JobConfig& c) {
+  k.positive("metrics.log_freq", c.metrics.log_freq);
+  k.non_negative("metrics.warmup_steps", c.metrics.warmup_steps);
+  k.non_negative("metrics.peak_tflops", c.metrics.peak_tflops);
+  k.positive("profiling.profile_freq", c.profiling.profile_freq);
+  k.positive("profiling.profiler_active", c.profiling.profiler_active);
+  k.non_negative("profiling.profiler_warmup", c.profiling.profiler_warmup);
+  k.positive("comm.init_timeout_seconds", c.comm.init_timeout_seconds);
+  k.positive("comm.train_timeout_seconds", c.comm.train_timeout_seconds);
+}
+
+// TorchTitan keys ctitan accepts but does not implement: only the default
+// keeps the run meaning what the recipe says.
+void check_unsupported(const Checker& k, const JobConfig& c) {
+  static const JobConfig defaults;
+  for (const FieldSpec& f : registry()) {
+    if (f.support != Support::kDefaultOnly) continue;
+    const Value def = f.get(defaults);
+    if (f.get(c) == def) continue;
+    std::string shown = render_value(def);
+    k.bad(f.key, f.key + " is not supported by ctitan (" + f.help + "); only the default " + shown +
+                     " is accepted");
+  }
+}
+
+}  // namespace
+
+void validate_with_origins(const JobConfig& cfg, const Origins& origins) {
+  const Checker k(origins);
+  check_training(k, cfg.training);
+  check_optimizer(k, cfg.optimizer, cfg.lr_scheduler);
+  check_parallelism(k, cfg.parallelism);
+  check_techniques(k, cfg);
+  check_observability(k, cfg);
+  check_unsupported(k, cfg);
+}
+
+}  // namespace ctitan::config
