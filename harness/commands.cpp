@@ -32,7 +32,13 @@ int run_command(const std::vector<std::string>& args) {
   }
   if (cmd == "train") {
     configure_threads();
-    JobConfig cfg = parse_job_config(rest);
+    JobConfig cfg;
+    try {
+      cfg = parse_job_config(rest);
+    } catch (const HelpRequested& help) {
+      std::cout << help.what();
+      return 0;
+    }
     if (cfg.job.print_config) {
       std::cout << to_toml(cfg);
       return 0;

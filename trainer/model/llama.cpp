@@ -205,17 +205,19 @@ at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
   at::Tensor h = at::embedding(tok_embeddings_, tokens);  // [B,S,D]
   for (const auto& w : layers_) {
     at::Tensor x = at::rms_norm(h, dim_shape, w.attention_norm, args_.norm_eps);
-    at::Tensor qkv = at::linear(x, w.wqkv);  // [B,S,(H+2K)Dh]
-    at::Tensor q = apply_rope(qkv.narrow(2, 0, H * Dh).view({B, S, H, Dh}));
-    at::Tensor k = apply_rope(qkv.narrow(2, H * Dh, K * Dh).view({B, S, K, Dh}));
-    at::Tensor v = qkv.narrow(2, (H + K) * Dh, K * Dh).view({B, S, K, Dh});
+    // split (not narrow): its backward is one concatenation, where three
+    // narrows would each materialise a zero-filled full-size gradient.
+    auto qkv = at::linear(x, w.wqkv).split_with_sizes({H * Dh, K * Dh, K * Dh}, 2);  // [B,S,(H+2K)Dh]
+    at::Tensor q = apply_rope(qkv[0].view({B, S, H, Dh}));
+    at::Tensor k = apply_rope(qkv[1].view({B, S, K, Dh}));
+    at::Tensor v = qkv[2].view({B, S, K, Dh});
     at::Tensor o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                     /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                                     /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
     h = h + at::linear(o.transpose(1, 2).reshape({B, S, H * Dh}), w.wo);
     x = at::rms_norm(h, dim_shape, w.ffn_norm, args_.norm_eps);
-    at::Tensor gate_up = at::linear(x, w.w13);  // [B,S,2F]
-    at::Tensor act = at::silu(gate_up.narrow(2, 0, F)) * gate_up.narrow(2, F, F);
+    auto gate_up = at::linear(x, w.w13).split(F, 2);  // [B,S,2F] → 2 × [B,S,F]
+    at::Tensor act = at::silu(gate_up[0]) * gate_up[1];
     h = h + at::linear(act, w.w2);
   }
   return at::rms_norm(h, dim_shape, norm_, args_.norm_eps);
