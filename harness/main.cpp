@@ -5,6 +5,8 @@
 //
 // Exit codes: 0 ok, 2 bad input (one line on stderr), 1 internal error,
 // 130 interrupted.
+#include <c10/util/Exception.h>
+
 #include <iostream>
 #include <string>
 #include <vector>
@@ -20,6 +22,10 @@ int main(int argc, char** argv) {
   } catch (const ctitan::InputError& e) {
     std::cerr << "ctitan: " << e.what() << std::endl;
     return ctitan::kExitBadInput;
+  } catch (const c10::Error& e) {
+    // LibTorch's what() carries a C++ backtrace; the message alone is the report.
+    std::cerr << "ctitan: internal error: " << e.what_without_backtrace() << std::endl;
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "ctitan: internal error: " << e.what() << std::endl;
     return 1;

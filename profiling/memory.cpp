@@ -17,42 +17,42 @@ std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_allocs{0};
 std::atomic<bool> g_installed{false};
 
-// Owns the base allocator's DataPtr and remembers the size for the release.
-struct Allocation {
-  c10::DataPtr inner;
-  int64_t bytes;
-};
+// LibTorch's raw_allocate() requires a DataPtr whose context is its data
+// pointer, so the size cannot live in a context object. Each block carries a
+// header instead: [size | padding to kHeader][data...], with kHeader equal
+// to the CPU allocator's 64-byte alignment so `data` stays aligned.
+constexpr size_t kHeader = 64;
+c10::Allocator* g_base = nullptr;
 
-void release(void* ctx) {
-  auto* a = static_cast<Allocation*>(ctx);
-  g_current.fetch_sub(a->bytes, std::memory_order_relaxed);
-  delete a;  // frees through the base allocator's deleter
+void release(void* data) {
+  if (data == nullptr) return;
+  auto* block = static_cast<char*>(data) - kHeader;
+  int64_t bytes;
+  std::memcpy(&bytes, block, sizeof(bytes));
+  g_current.fetch_sub(bytes, std::memory_order_relaxed);
+  g_base->raw_deleter()(block);
 }
 
 class AccountingAllocator final : public c10::Allocator {
  public:
-  explicit AccountingAllocator(c10::Allocator* base) : base_(base) {}
-
   c10::DataPtr allocate(size_t n) override {
-    c10::DataPtr inner = base_->allocate(n);
-    void* data = inner.get();
+    void* block = g_base->raw_allocate(n + kHeader);
     const auto bytes = static_cast<int64_t>(n);
+    std::memcpy(block, &bytes, sizeof(bytes));
+    void* data = static_cast<char*>(block) + kHeader;
     const int64_t now = g_current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     int64_t peak = g_peak.load(std::memory_order_relaxed);
     while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
     }
     g_allocs.fetch_add(1, std::memory_order_relaxed);
-    return {data, new Allocation{std::move(inner), bytes}, &release, c10::Device(c10::DeviceType::CPU)};
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
   }
-
- private:
-  c10::Allocator* base_;
 };
 
 int64_t read_status_kb(const char* key) {
@@ -69,7 +69,8 @@ int64_t read_status_kb(const char* key) {
 void install_accounting_allocator() {
   static std::once_flag once;
   std::call_once(once, [] {
-    static AccountingAllocator allocator(c10::GetDefaultCPUAllocator());
+    g_base = c10::GetDefaultCPUAllocator();
+    static AccountingAllocator allocator;
     c10::SetCPUAllocator(&allocator, /*priority=*/100);
     g_installed = true;
   });

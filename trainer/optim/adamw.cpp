@@ -15,14 +15,13 @@ int64_t AdamW::steps_taken() const { return static_cast<int64_t>(step_.item<floa
 
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
+  step_.add_(1);  // the fused kernel reads the step count; torch.optim increments it first too
   if (opts_.implementation == "fused") {
-    // The fused kernel increments state_steps itself.
     at::_fused_adamw_({params_}, {grads_}, {exp_avg_}, {exp_avg_sq_}, /*max_exp_avg_sqs=*/{}, {step_}, lr,
                       opts_.beta1, opts_.beta2, opts_.weight_decay, opts_.eps, /*amsgrad=*/false,
                       /*maximize=*/false);
     return;
   }
-  step_.add_(1);
   const double t = step_.item<double>();
   const double bias1 = 1.0 - std::pow(opts_.beta1, t);
   const double bias2 = 1.0 - std::pow(opts_.beta2, t);
