@@ -1,0 +1,119 @@
+// make_data_loader and the helpers every loader shares.
+#include <algorithm>
+#include <filesystem>
+
+#include "trainer/data/loaders.h"
+#include "trainer/errors.h"
+
+namespace ctitan {
+namespace data_detail {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> list_data_files(const std::string& path,
+                                         const std::vector<std::string>& suffixes,
+                                         const std::string& hint) {
+  std::error_code ec;
+  if (path.empty()) throw InputError("training.dataset_path is empty: " + hint);
+  if (!fs::exists(path, ec)) throw InputError(path + ": no such file or folder: " + hint);
+  if (!fs::is_directory(path, ec)) return {path};
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
+    const std::string name = entry.path().filename().string();
+    for (const std::string& s : suffixes) {
+      if (name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
+        files.push_back(entry.path().string());
+        break;
+      }
+    }
+  }
+  if (ec) throw InputError(path + ": cannot list folder (" + ec.message() + ")");
+  std::sort(files.begin(), files.end());
+  if (files.empty()) {
+    std::string list;
+    for (const std::string& s : suffixes) list += (list.empty() ? "*" : ", *") + s;
+    throw InputError(path + ": no " + list + " files in this folder: " + hint);
+  }
+  return files;
+}
+
+nlohmann::json file_names(const std::vector<std::string>& files) {
+  nlohmann::json names = nlohmann::json::array();
+  for (const std::string& f : files) names.push_back(fs::path(f).filename().string());
+  return names;
+}
+
+void check_state(const nlohmann::json& s, const std::string& kind, const nlohmann::json& mine,
+                 const std::vector<std::string>& same) {
+  if (!s.is_object() || !s.contains("dataset")) {
+    throw InputError("checkpoint data state " + s.dump() +
+                     " is not a data loader state: was it written by ctitan?");
+  }
+  if (s.at("dataset") != kind) {
+    throw InputError("checkpoint data state is for dataset " + s.at("dataset").dump() +
+                     " but this run uses \"" + kind +
+                     "\": resume with the same training.dataset or start without the checkpoint");
+  }
+  for (const std::string& key : same) {
+    const nlohmann::json theirs = s.contains(key) ? s.at(key) : nlohmann::json();
+    if (theirs != mine.at(key)) {
+      throw InputError("checkpoint data state has " + key + " = " + theirs.dump() +
+                       " but this run has " + mine.at(key).dump() +
+                       ": resume with the same data settings");
+    }
+  }
+}
+
+void shape_batch(const DataOptions& opts, TokenBatch& out) {
+  out.batch = opts.batch;
+  out.seq_len = opts.seq_len;
+  out.inputs.resize(static_cast<size_t>(opts.batch * opts.seq_len));
+  out.labels.resize(static_cast<size_t>(opts.batch * opts.seq_len));
+}
+
+void put_window(const int64_t* window, int64_t row, TokenBatch& out) {
+  const int64_t s = out.seq_len;
+  std::copy(window, window + s, out.inputs.begin() + row * s);
+  std::copy(window + 1, window + s + 1, out.labels.begin() + row * s);
+}
+
+std::string dp_summary(const DataOptions& opts) {
+  return "batch " + std::to_string(opts.batch) + " x seq " + std::to_string(opts.seq_len) +
+         ", dp rank " + std::to_string(opts.dp_rank) + "/" + std::to_string(opts.dp_world);
+}
+
+}  // namespace data_detail
+
+std::unique_ptr<DataLoader> make_data_loader(const DataOptions& opts) {
+  using namespace data_detail;
+  if (opts.batch < 1)
+    throw InputError("data loader batch size is " + std::to_string(opts.batch) + ": must be >= 1");
+  if (opts.seq_len < 1)
+    throw InputError("training.seq_len is " + std::to_string(opts.seq_len) + ": must be >= 1");
+  if (opts.dp_world < 1 || opts.dp_rank < 0 || opts.dp_rank >= opts.dp_world) {
+    throw InputError("data-parallel rank " + std::to_string(opts.dp_rank) + " of " +
+                     std::to_string(opts.dp_world) + " is out of range");
+  }
+  if (opts.vocab_size < 0) throw InputError("vocab_size is negative");
+  const std::string& d = opts.dataset;
+  if (d == "synthetic" || d == "markov") return make_synthetic_loader(opts, d == "markov");
+  if (d == "text") return make_text_loader(opts);
+  if (d == "bin") return make_bin_loader(opts);
+  if (d.rfind("c4", 0) == 0) {
+    // TorchTitan's c4 / c4_test stream from the HF hub; ctitan reads local
+    // C4 json files with the text loader when given a path.
+    if (!opts.path.empty()) {
+      DataOptions text = opts;
+      text.dataset = "text";
+      return make_text_loader(text);
+    }
+    throw InputError("training.dataset \"" + d +
+                     "\" needs local files: download C4 .json files and set "
+                     "training.dataset_path (ctitan does not stream from the Hugging Face hub)");
+  }
+  throw InputError("unknown training.dataset \"" + d +
+                   "\": expected synthetic, markov, text or bin");
+}
+
+}  // namespace ctitan
