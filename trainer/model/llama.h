@@ -67,13 +67,14 @@ class Llama3 {
     at::Tensor attention_norm, wqkv, wo, ffn_norm, w13, w2;
   };
   at::Tensor hidden_states(const at::Tensor& tokens);
-  at::Tensor apply_rope(const at::Tensor& x) const;  // [B,S,n,Dh]
+  at::Tensor apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const;  // [B,S,n,Dh]
   const ParamSlot& slot(const std::string& name) const;
   at::Tensor compute_leaf(int64_t offset, std::vector<int64_t> shape);
   void build_compute_views();
 
   LlamaArgs args_;
   at::ScalarType compute_dtype_;
+  at::ScalarType attention_dtype_;     // q/k/v dtype for SDPA (see constructor)
   std::vector<ParamSlot> slots_;
   at::Tensor master_, master_grad_;    // fp32 [N]
   at::Tensor compute_, compute_grad_;  // compute dtype [N] (aliases master for fp32)
