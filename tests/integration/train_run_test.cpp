@@ -115,6 +115,8 @@ struct BadInput {
   std::string expect_in_message;
 };
 
+void PrintTo(const BadInput& b, std::ostream* os) { *os << b.name; }
+
 class TrainBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(TrainBadInput, OneLineAndExitCode2) {

@@ -182,14 +182,25 @@ void Llama3::begin_step() {
 }
 
 void Llama3::zero_grad() {
-  master_grad_.zero_();
-  if (!compute_grad_.is_same(master_grad_)) compute_grad_.zero_();
+  if (compute_grad_.is_same(master_grad_)) {
+    master_grad_.zero_();
+    return;
+  }
+  // The fp32 buffer is overwritten by the first accumulate_grads() instead of
+  // being zeroed here: one pass over it per step, not two.
+  compute_grad_.zero_();
+  master_grad_fresh_ = false;
 }
 
 void Llama3::accumulate_grads() {
   if (compute_grad_.is_same(master_grad_)) return;
   torch::NoGradGuard no_grad;
-  master_grad_.add_(compute_grad_);
+  if (master_grad_fresh_) {
+    master_grad_.add_(compute_grad_);
+  } else {
+    master_grad_.copy_(compute_grad_);
+    master_grad_fresh_ = true;
+  }
   compute_grad_.zero_();
 }
 
@@ -220,7 +231,9 @@ at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
     at::Tensor o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                     /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                                     /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
-    h = h + at::linear(o.transpose(1, 2).reshape({B, S, H * Dh}).to(compute_dtype_), w.wo);
+    // One copy that both casts and lays out [B,S,H,Dh] for the output projection.
+    o = o.transpose(1, 2).to(compute_dtype_, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
+    h = h + at::linear(o.view({B, S, H * Dh}), w.wo);
     x = at::rms_norm(h, dim_shape, w.ffn_norm, args_.norm_eps);
     auto gate_up = at::linear(x, w.w13).split(F, 2);  // [B,S,2F] → 2 × [B,S,F]
     at::Tensor act = at::silu(gate_up[0]) * gate_up[1];
@@ -235,8 +248,10 @@ at::Tensor Llama3::forward_logits(const at::Tensor& tokens) {
 
 at::Tensor Llama3::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
   at::Tensor logits = forward_logits(tokens);
+  // TorchTitan casts the logits to fp32 before cross-entropy; log_softmax with
+  // an fp32 result dtype is the same math without materialising the cast copy.
   const auto loss_dtype = logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-  return at::cross_entropy_loss(logits.flatten(0, 1).to(loss_dtype), labels.flatten(0, 1));
+  return at::nll_loss(at::log_softmax(logits.flatten(0, 1), 1, loss_dtype), labels.flatten(0, 1));
 }
 
 }  // namespace ctitan

@@ -50,7 +50,9 @@ class Llama3 {
   at::Tensor forward_logits(const at::Tensor& tokens);
 
   void begin_step();        // refresh the bf16 compute copy of the master weights
-  void zero_grad();         // zero both gradient buffers
+  // Starts a new step's gradients: the compute-dtype buffer is zeroed now, the
+  // fp32 buffer is overwritten by the next accumulate_grads() (read it only after).
+  void zero_grad();
   void accumulate_grads();  // fp32 grad += compute grad (bf16 only); compute grad = 0
 
   const LlamaArgs& args() const { return args_; }
@@ -78,6 +80,7 @@ class Llama3 {
   std::vector<ParamSlot> slots_;
   at::Tensor master_, master_grad_;    // fp32 [N]
   at::Tensor compute_, compute_grad_;  // compute dtype [N] (aliases master for fp32)
+  bool master_grad_fresh_ = true;      // master_grad_ holds this step's sum so far
   at::Tensor freqs_cis_;               // complex64 [S_max, Dh/2]
   at::Tensor tok_embeddings_, norm_, output_;
   std::vector<LayerWeights> layers_;
