@@ -90,6 +90,10 @@ int train(const JobConfig& cfg) {
   if (!cfg.model.converters.empty())
     throw InputError("model.converters (" + cfg.model.converters.front() +
                      ") are not available in this ctitan build yet; remove them");
+  if (cfg.profiling.enable_profiling || cfg.profiling.enable_memory_snapshot)
+    std::cerr << "ctitan: warning: [profiling] traces and memory snapshots are not implemented in this build; "
+                 "training runs without them (metrics.jsonl still has memory per step)"
+              << std::endl;
   const int64_t accum = cfg.training.global_batch_size > 0 ? cfg.training.global_batch_size / B : 1;
 
   Llama3 model(args, dtype, S);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "trainer/model/cross_entropy.h"
+
 namespace ctitan {
 
 at::Tensor precompute_freqs_cis(int64_t head_dim, int64_t seq_len, double theta,
@@ -80,13 +82,7 @@ Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_
   const auto master_dtype = compute_dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
   master_ = torch::zeros({offset}, master_dtype);
   master_grad_ = torch::zeros({offset}, master_dtype);
-  if (compute_dtype_ == master_dtype) {
-    compute_ = master_;
-    compute_grad_ = master_grad_;
-  } else {
-    compute_ = torch::zeros({offset}, compute_dtype_);
-    compute_grad_ = torch::zeros({offset}, compute_dtype_);
-  }
+  compute_ = compute_dtype_ == master_dtype ? master_ : torch::zeros({offset}, compute_dtype_);
   // ATen's CPU flash-attention kernel is ~2x slower in bf16 than in fp32 at
   // small head dims (16: 32 ms vs 18 ms fwd+bwd per debugmodel layer, casts
   // included) and faster from 64 up, so small heads attend in fp32. Only
@@ -116,17 +112,25 @@ at::Tensor Llama3::grad(const std::string& name) const {
 at::Tensor Llama3::compute_leaf(int64_t offset, std::vector<int64_t> shape) {
   int64_t n = 1;
   for (auto s : shape) n *= s;
-  // detach() makes an autograd leaf sharing the flat storage; a pre-set .grad
-  // view makes AccumulateGrad add into the flat gradient buffer in place.
+  // detach() makes an autograd leaf sharing the flat storage.
   at::Tensor leaf = compute_.narrow(0, offset, n).view(shape).detach();
   leaf.requires_grad_(true);
-  leaf.mutable_grad() = compute_grad_.narrow(0, offset, n).view(shape);
+  if (compute_.is_same(master_)) {
+    // Full precision: a pre-set .grad view makes AccumulateGrad add into the
+    // flat gradient buffer in place — no copies at all.
+    leaf.mutable_grad() = master_grad_.narrow(0, offset, n).view(shape);
+  }
+  // Mixed precision: AccumulateGrad hands over the autograd-produced bf16
+  // gradient and accumulate_grads() casts it into the fp32 buffer — one pass,
+  // the same work as the cast's backward in TorchTitan's FSDP2 path.
+  leaves_.push_back({leaf, offset});
   return leaf;
 }
 
 void Llama3::build_compute_views() {
   const int64_t d = args_.dim, f = args_.ffn_hidden_dim();
   const int64_t qkv_rows = (args_.n_heads + 2 * args_.n_kv_heads) * args_.head_dim();
+  leaves_.clear();
   tok_embeddings_ = compute_leaf(slot("tok_embeddings.weight").offset, {args_.vocab_size, d});
   layers_.clear();
   for (int64_t l = 0; l < args_.n_layers; ++l) {
@@ -182,26 +186,32 @@ void Llama3::begin_step() {
 }
 
 void Llama3::zero_grad() {
-  if (compute_grad_.is_same(master_grad_)) {
+  if (compute_.is_same(master_)) {
     master_grad_.zero_();
     return;
   }
   // The fp32 buffer is overwritten by the first accumulate_grads() instead of
   // being zeroed here: one pass over it per step, not two.
-  compute_grad_.zero_();
+  for (auto& [leaf, offset] : leaves_) leaf.mutable_grad().reset();
   master_grad_fresh_ = false;
 }
 
 void Llama3::accumulate_grads() {
-  if (compute_grad_.is_same(master_grad_)) return;
+  if (compute_.is_same(master_)) return;
   torch::NoGradGuard no_grad;
-  if (master_grad_fresh_) {
-    master_grad_.add_(compute_grad_);
-  } else {
-    master_grad_.copy_(compute_grad_);
-    master_grad_fresh_ = true;
+  for (auto& [leaf, offset] : leaves_) {
+    at::Tensor dst = master_grad_.narrow(0, offset, leaf.numel()).view(leaf.sizes());
+    at::Tensor& g = leaf.mutable_grad();
+    if (!g.defined()) {
+      if (!master_grad_fresh_) dst.zero_();  // parameter unused by this batch
+    } else if (master_grad_fresh_) {
+      dst.add_(g);
+    } else {
+      dst.copy_(g);
+    }
+    g.reset();
   }
-  compute_grad_.zero_();
+  master_grad_fresh_ = true;
 }
 
 at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const {
@@ -248,10 +258,7 @@ at::Tensor Llama3::forward_logits(const at::Tensor& tokens) {
 
 at::Tensor Llama3::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
   at::Tensor logits = forward_logits(tokens);
-  // TorchTitan casts the logits to fp32 before cross-entropy; log_softmax with
-  // an fp32 result dtype is the same math without materialising the cast copy.
-  const auto loss_dtype = logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-  return at::nll_loss(at::log_softmax(logits.flatten(0, 1), 1, loss_dtype), labels.flatten(0, 1));
+  return chunked_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1));
 }
 
 }  // namespace ctitan

@@ -11,7 +11,7 @@
 //
 // Compute: with compute dtype bfloat16 the master buffer is cast once per
 // step into a flat bf16 buffer (begin_step), the forward/backward run on bf16
-// views of it, and accumulate_grads() adds the bf16 gradients into the fp32
+// views of it, and accumulate_grads() casts the bf16 gradients into the fp32
 // gradient buffer — FSDP2's MixedPrecisionPolicy(param=bf16, reduce=fp32)
 // semantics. With float32 the compute views alias the master buffer; float64
 // (for gradient checks in tests) does the same with an fp64 master.
@@ -50,10 +50,12 @@ class Llama3 {
   at::Tensor forward_logits(const at::Tensor& tokens);
 
   void begin_step();        // refresh the bf16 compute copy of the master weights
-  // Starts a new step's gradients: the compute-dtype buffer is zeroed now, the
-  // fp32 buffer is overwritten by the next accumulate_grads() (read it only after).
+  // Starts a new step's gradients. With bf16 compute the fp32 buffer is
+  // overwritten by the next accumulate_grads() (read it only after that).
   void zero_grad();
-  void accumulate_grads();  // fp32 grad += compute grad (bf16 only); compute grad = 0
+  // bf16 compute: adds (first call of a step: writes) the autograd gradients
+  // into the fp32 buffer and releases them. Call after every backward.
+  void accumulate_grads();
 
   const LlamaArgs& args() const { return args_; }
   at::ScalarType compute_dtype() const { return compute_dtype_; }
@@ -79,8 +81,9 @@ class Llama3 {
   at::ScalarType attention_dtype_;     // q/k/v dtype for SDPA (see constructor)
   std::vector<ParamSlot> slots_;
   at::Tensor master_, master_grad_;    // fp32 [N]
-  at::Tensor compute_, compute_grad_;  // compute dtype [N] (aliases master for fp32)
+  at::Tensor compute_;                 // compute dtype [N] (aliases master for fp32/fp64)
   bool master_grad_fresh_ = true;      // master_grad_ holds this step's sum so far
+  std::vector<std::pair<at::Tensor, int64_t>> leaves_;  // compute leaves and flat offsets
   at::Tensor freqs_cis_;               // complex64 [S_max, Dh/2]
   at::Tensor tok_embeddings_, norm_, output_;
   std::vector<LayerWeights> layers_;
