@@ -29,10 +29,15 @@ void BM_TrainStep(benchmark::State& state, const std::string& flavor, at::Scalar
   state.counters["TFLOPs"] = benchmark::Counter(fpt * B * S / 1e12, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-BENCHMARK_CAPTURE(BM_TrainStep, debugmodel_bf16, "debugmodel", torch::kBFloat16)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_TrainStep, debugmodel_fp32, "debugmodel", torch::kFloat)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_TrainStep, llama125M_bf16, "125M", torch::kBFloat16)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
-BENCHMARK_CAPTURE(BM_TrainStep, llama125M_fp32, "125M", torch::kFloat)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+// The first steps allocate and pick kernels: warm up before timing.
+BENCHMARK_CAPTURE(BM_TrainStep, debugmodel_bf16, "debugmodel", torch::kBFloat16)
+    ->Unit(benchmark::kMillisecond)->UseRealTime()->MinWarmUpTime(1.0);
+BENCHMARK_CAPTURE(BM_TrainStep, debugmodel_fp32, "debugmodel", torch::kFloat)
+    ->Unit(benchmark::kMillisecond)->UseRealTime()->MinWarmUpTime(1.0);
+BENCHMARK_CAPTURE(BM_TrainStep, llama125M_bf16, "125M", torch::kBFloat16)
+    ->Unit(benchmark::kMillisecond)->UseRealTime()->MinWarmUpTime(5.0)->MinTime(8.0);
+BENCHMARK_CAPTURE(BM_TrainStep, llama125M_fp32, "125M", torch::kFloat)
+    ->Unit(benchmark::kMillisecond)->UseRealTime()->MinWarmUpTime(8.0)->MinTime(15.0);
 
 }  // namespace
 
