@@ -5,4 +5,5 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/bootstrap.sh"
 cd "$root"
-exec "${CTITAN_BUILD_DIR:-$root/build}/ctitan" train "$@"
+# The debug-model recipe: a few dozen steps with metrics on every step.
+exec "${CTITAN_BUILD_DIR:-$root/build}/ctitan" train --job.config_file "$root/recipes/llama3_debugmodel.toml" "$@"

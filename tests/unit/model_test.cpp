@@ -173,3 +173,32 @@ TEST(ChunkedCrossEntropy, MatchesAtenCrossEntropyForwardAndBackward) {
 
 }  // namespace
 }  // namespace ctitan
+
+namespace ctitan {
+namespace {
+
+// Two half-batches with loss/2 accumulate to the full batch's gradient
+// (mean over equal token counts), in fp32 and through the bf16 → fp32 path.
+TEST(Model, GradientAccumulationEqualsTheFullBatch) {
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    Llama3 model(llama3_flavor("tiny"), dtype, 16);
+    model.init_weights(11);
+    auto tokens = torch::randint(0, 64, {4, 16}, torch::kLong);
+    auto labels = torch::randint(0, 64, {4, 16}, torch::kLong);
+    model.zero_grad();
+    model.forward_loss(tokens, labels).backward();
+    model.accumulate_grads();
+    auto full = model.flat_grads().clone();
+    model.zero_grad();
+    for (int64_t half = 0; half < 2; ++half) {
+      (model.forward_loss(tokens.narrow(0, 2 * half, 2), labels.narrow(0, 2 * half, 2)) / 2.0).backward();
+      model.accumulate_grads();
+    }
+    const double scale = full.abs().max().item<double>();
+    const double tol = dtype == torch::kFloat ? 1e-5 : 2e-2;
+    EXPECT_LT((model.flat_grads() - full).abs().max().item<double>(), tol * scale) << c10::toString(dtype);
+  }
+}
+
+}  // namespace
+}  // namespace ctitan

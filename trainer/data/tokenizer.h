@@ -68,6 +68,7 @@ class Tokenizer {
     int64_t id = -1;
     bool special = false, lstrip = false, rstrip = false, single_word = false;
   };
+  static AddedToken added_token_from_json(const nlohmann::json& entry);
   // One pre-tokenizer stage, applied to every piece of the previous stage:
   // ByteLevel is {add_prefix_space, use_regex, kGpt2}, Split is {false, true, p}.
   struct Stage {

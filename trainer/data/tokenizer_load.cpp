@@ -103,6 +103,16 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
   return t;
 }
 
+Tokenizer::AddedToken Tokenizer::added_token_from_json(const json& a) {
+  AddedToken t;
+  t.content = a.at("content").get<std::string>();
+  t.special = a.value("special", false);
+  t.lstrip = a.value("lstrip", false);
+  t.rstrip = a.value("rstrip", false);
+  t.single_word = a.value("single_word", false);
+  return t;
+}
+
 void Tokenizer::load(const json& j) {
   if (!j.is_object() || !j.contains("model"))
     fail("no \"model\" object: not a Hugging Face tokenizer.json");
@@ -121,13 +131,7 @@ void Tokenizer::load(const json& j) {
   }
   if (j.contains("added_tokens") && !j.at("added_tokens").is_null()) {
     for (const json& a : j.at("added_tokens")) {
-      AddedToken t;
-      t.content = a.at("content").get<std::string>();
-      t.special = a.value("special", false);
-      t.lstrip = a.value("lstrip", false);
-      t.rstrip = a.value("rstrip", false);
-      t.single_word = a.value("single_word", false);
-      add_token(t);
+      add_token(added_token_from_json(a));
     }
   }
 }
@@ -250,13 +254,7 @@ void Tokenizer::load_config(const std::string& config_path) {
     std::sort(by_id.begin(), by_id.end(),
               [](const auto& x, const auto& y) { return x.first < y.first; });
     for (const auto& [id, a] : by_id) {
-      AddedToken t;
-      t.content = a.at("content").get<std::string>();
-      t.special = a.value("special", false);
-      t.lstrip = a.value("lstrip", false);
-      t.rstrip = a.value("rstrip", false);
-      t.single_word = a.value("single_word", false);
-      add_token(t);
+      add_token(added_token_from_json(a));
     }
   }
   const auto named = [&](const char* key) -> int64_t {
