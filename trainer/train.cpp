@@ -83,9 +83,8 @@ int train(const JobConfig& cfg) {
       cfg.parallelism.context_parallel_degree > 1)
     throw InputError("parallelism degrees > 1 need a multi-process launch, which this ctitan build lacks; "
                      "set every [parallelism] degree to 1 (or -1)");
-  if (cfg.activation_checkpoint.mode != "none")
-    throw InputError("activation_checkpoint.mode='" + cfg.activation_checkpoint.mode +
-                     "' is not available in this ctitan build yet; use mode = \"none\"");
+  const auto ac_policy =
+      ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option);
   if (cfg.compile.enable) throw InputError("compile.enable is not available in this ctitan build yet; remove it");
   if (!cfg.model.converters.empty())
     throw InputError("model.converters (" + cfg.model.converters.front() +
@@ -97,6 +96,7 @@ int train(const JobConfig& cfg) {
   const int64_t accum = cfg.training.global_batch_size > 0 ? cfg.training.global_batch_size / B : 1;
 
   Llama3 model(args, dtype, S);
+  model.set_activation_checkpointing(ac_policy);
   model.init_weights(static_cast<uint64_t>(cfg.debug.seed));
   const ParamCounts counts = count_params(args);
   const double fpt = flops_per_token(args, S);
@@ -135,7 +135,7 @@ int train(const JobConfig& cfg) {
 
   const PeakFlops peak = resolve_cpu_peak_flops(dtype, cfg.metrics.peak_tflops);
   std::cout << "ctitan: llama3 " << cfg.model.flavor << ", " << counts.total << " params, "
-            << c10::toString(dtype) << ", batch " << B << " x seq " << S << " (x" << accum
+            << c10::toString(dtype) << ", activation checkpointing " << ac_policy.describe() << ", batch " << B << " x seq " << S << " (x" << accum
             << " accumulation), " << at::get_num_threads() << " threads, data: " << loader->describe()
             << ", peak " << peak.flops / 1e12 << " TFLOPs (" << peak.source << ")" << std::endl;
 
@@ -194,6 +194,7 @@ int train(const JobConfig& cfg) {
   nlohmann::json extra = {{"flavor", cfg.model.flavor},
                           {"num_params", counts.total},
                           {"dtype", c10::toString(dtype)},
+                          {"activation_checkpoint", ac_policy.describe()},
                           {"tokens_per_step", B * S * accum},
                           {"peak_flops_source", peak.source},
                           {"world_size", 1}};

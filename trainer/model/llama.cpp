@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/cross_entropy.h"
 
 namespace ctitan {
@@ -223,31 +224,48 @@ at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) con
   return torch::view_as_real(xc * f).flatten(3).to(out_dtype);
 }
 
-at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
-  const int64_t B = tokens.size(0), S = tokens.size(1);
+at::Tensor Llama3::block_forward(const LayerWeights& w, at::Tensor h) const {
+  // One TransformerBlock: h + attention(norm(h)), then + feed_forward(norm(h)).
+  const int64_t B = h.size(0), S = h.size(1);
   const int64_t H = args_.n_heads, K = args_.n_kv_heads, Dh = args_.head_dim();
   const int64_t F = args_.ffn_hidden_dim();
+  const std::vector<int64_t> dim_shape{args_.dim};
+  at::Tensor x = at::rms_norm(h, dim_shape, w.attention_norm, args_.norm_eps);
+  // split (not narrow): its backward is one concatenation, where three
+  // narrows would each materialise a zero-filled full-size gradient.
+  auto qkv = at::linear(x, w.wqkv).split_with_sizes({H * Dh, K * Dh, K * Dh}, 2);  // [B,S,(H+2K)Dh]
+  at::Tensor q = apply_rope(qkv[0].view({B, S, H, Dh}), attention_dtype_);
+  at::Tensor k = apply_rope(qkv[1].view({B, S, K, Dh}), attention_dtype_);
+  at::Tensor v = qkv[2].view({B, S, K, Dh}).to(attention_dtype_);
+  at::Tensor o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                  /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                  /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
+  // One copy that both casts and lays out [B,S,H,Dh] for the output projection.
+  o = o.transpose(1, 2).to(compute_dtype_, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
+  h = h + at::linear(o.view({B, S, H * Dh}), w.wo);
+  x = at::rms_norm(h, dim_shape, w.ffn_norm, args_.norm_eps);
+  auto gate_up = at::linear(x, w.w13).split(F, 2);  // [B,S,2F] → 2 × [B,S,F]
+  at::Tensor act = at::silu(gate_up[0]) * gate_up[1];
+  h = h + at::linear(act, w.w2);
+  return h;
+}
+
+at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
+  const int64_t S = tokens.size(1);
   TORCH_CHECK(S <= freqs_cis_.size(0), "sequence length ", S, " exceeds the model's max ", freqs_cis_.size(0));
   const std::vector<int64_t> dim_shape{args_.dim};
   at::Tensor h = at::embedding(tok_embeddings_, tokens);  // [B,S,D]
-  for (const auto& w : layers_) {
-    at::Tensor x = at::rms_norm(h, dim_shape, w.attention_norm, args_.norm_eps);
-    // split (not narrow): its backward is one concatenation, where three
-    // narrows would each materialise a zero-filled full-size gradient.
-    auto qkv = at::linear(x, w.wqkv).split_with_sizes({H * Dh, K * Dh, K * Dh}, 2);  // [B,S,(H+2K)Dh]
-    at::Tensor q = apply_rope(qkv[0].view({B, S, H, Dh}), attention_dtype_);
-    at::Tensor k = apply_rope(qkv[1].view({B, S, K, Dh}), attention_dtype_);
-    at::Tensor v = qkv[2].view({B, S, K, Dh}).to(attention_dtype_);
-    at::Tensor o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                    /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                                    /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
-    // One copy that both casts and lays out [B,S,H,Dh] for the output projection.
-    o = o.transpose(1, 2).to(compute_dtype_, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
-    h = h + at::linear(o.view({B, S, H * Dh}), w.wo);
-    x = at::rms_norm(h, dim_shape, w.ffn_norm, args_.norm_eps);
-    auto gate_up = at::linear(x, w.w13).split(F, 2);  // [B,S,2F] → 2 × [B,S,F]
-    at::Tensor act = at::silu(gate_up[0]) * gate_up[1];
-    h = h + at::linear(act, w.w2);
+  for (int64_t l = 0; l < args_.n_layers; ++l) {
+    const LayerWeights& w = layers_[l];
+    if (!ac_policy_.checkpoints_layer(l)) {
+      h = block_forward(w, h);
+      continue;
+    }
+    h = checkpoint(
+        [this](const std::vector<at::Tensor>& in) {
+          return block_forward({in[1], in[2], in[3], in[4], in[5], in[6]}, in[0]);
+        },
+        {h, w.attention_norm, w.wqkv, w.wo, w.ffn_norm, w.w13, w.w2});
   }
   return at::rms_norm(h, dim_shape, norm_, args_.norm_eps);
 }

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama_args.h"
 
 namespace ctitan {
@@ -49,6 +50,10 @@ class Llama3 {
   // Logits [B,S,V] in the compute dtype.
   at::Tensor forward_logits(const at::Tensor& tokens);
 
+  // Which TransformerBlocks recompute their activations in backward.
+  void set_activation_checkpointing(const ActivationCheckpointPolicy& p) { ac_policy_ = p; }
+  const ActivationCheckpointPolicy& activation_checkpointing() const { return ac_policy_; }
+
   void begin_step();        // refresh the bf16 compute copy of the master weights
   // Starts a new step's gradients. With bf16 compute the fp32 buffer is
   // overwritten by the next accumulate_grads() (read it only after that).
@@ -71,6 +76,7 @@ class Llama3 {
     at::Tensor attention_norm, wqkv, wo, ffn_norm, w13, w2;
   };
   at::Tensor hidden_states(const at::Tensor& tokens);
+  at::Tensor block_forward(const LayerWeights& w, at::Tensor h) const;
   at::Tensor apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const;  // [B,S,n,Dh]
   const ParamSlot& slot(const std::string& name) const;
   at::Tensor compute_leaf(int64_t offset, std::vector<int64_t> shape);
@@ -87,6 +93,7 @@ class Llama3 {
   at::Tensor freqs_cis_;               // complex64 [S_max, Dh/2]
   at::Tensor tok_embeddings_, norm_, output_;
   std::vector<LayerWeights> layers_;
+  ActivationCheckpointPolicy ac_policy_;
 };
 
 // Precomputed RoPE rotations with Llama 3.1 scaling: complex64 [seq_len, dim/2].
