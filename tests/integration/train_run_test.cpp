@@ -109,6 +109,21 @@ TEST(TrainRun, ResumeAfterInterruptIsBitExact) {
   }
 }
 
+// Activation checkpointing through the whole trainer: same losses bit for
+// bit as the plain run, and the mode is recorded in summary.json.
+TEST(TrainRun, ActivationCheckpointingKeepsLossesExact) {
+  auto plain = fresh_dir("ac_none"), full = fresh_dir("ac_full");
+  ASSERT_EQ(run_ctitan(tiny_run(plain, 5)).exit_code, 0);
+  auto args = tiny_run(full, 5);
+  for (std::string a : {"--activation_checkpoint.mode", "full"}) args.push_back(a);
+  auto r = run_ctitan(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto a = read_jsonl(plain / "metrics.jsonl"), b = read_jsonl(full / "metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << i;
+  EXPECT_EQ(read_json(full / "summary.json")["activation_checkpoint"], "full");
+}
+
 struct BadInput {
   std::string name;
   std::vector<std::string> args;
@@ -146,6 +161,10 @@ INSTANTIATE_TEST_SUITE_P(
                  {"train", "--job.config_file", write_file("unknown.toml", "[training]\nstepz = 3\n").string()},
                  "unknown.toml:2"},
         BadInput{"UnknownFlavor", {"train", "--model.flavor", "7B"}, "debugmodel"},
+        BadInput{"SelectiveAcZero",
+                 {"train", "--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option",
+                  "0"},
+                 "selective_ac_option"},
         BadInput{"UnreadableData",
                  {"train", "--training.dataset", "bin", "--training.dataset_path", "/nonexistent/shard.bin"},
                  "/nonexistent/shard.bin"}),
