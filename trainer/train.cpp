@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -85,10 +86,15 @@ int train(const JobConfig& cfg) {
                      "set every [parallelism] degree to 1 (or -1)");
   const auto ac_policy =
       ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option);
-  if (cfg.compile.enable) throw InputError("compile.enable is not available in this ctitan build yet; remove it");
-  if (!cfg.model.converters.empty())
-    throw InputError("model.converters (" + cfg.model.converters.front() +
-                     ") are not available in this ctitan build yet; remove them");
+  for (const auto& c : cfg.compile.components)
+    if (c != "model" && c != "loss")
+      throw InputError("compile.components entry '" + c + "' is unknown; use \"model\" and/or \"loss\"");
+  bool float8 = false;
+  for (const auto& c : cfg.model.converters) {
+    if (c != "quantize.linear.float8" && c != "float8")
+      throw InputError("model.converters entry '" + c + "' is unknown; ctitan has \"quantize.linear.float8\"");
+    float8 = true;
+  }
   if (cfg.profiling.enable_profiling || cfg.profiling.enable_memory_snapshot)
     std::cerr << "ctitan: warning: [profiling] traces and memory snapshots are not implemented in this build; "
                  "training runs without them (metrics.jsonl still has memory per step)"
@@ -97,6 +103,15 @@ int train(const JobConfig& cfg) {
 
   Llama3 model(args, dtype, S);
   model.set_activation_checkpointing(ac_policy);
+  if (cfg.compile.enable) {
+    auto has = [&](const char* c) {
+      return std::find(cfg.compile.components.begin(), cfg.compile.components.end(), c) !=
+             cfg.compile.components.end();
+    };
+    model.set_compile(has("model"), has("loss"));
+  }
+  if (float8)
+    model.set_float8(parse_float8_recipe(cfg.float8.recipe_name), cfg.float8.emulate, cfg.float8.filter_fqns);
   model.init_weights(static_cast<uint64_t>(cfg.debug.seed));
   const ParamCounts counts = count_params(args);
   const double fpt = flops_per_token(args, S);
@@ -135,7 +150,8 @@ int train(const JobConfig& cfg) {
 
   const PeakFlops peak = resolve_cpu_peak_flops(dtype, cfg.metrics.peak_tflops);
   std::cout << "ctitan: llama3 " << cfg.model.flavor << ", " << counts.total << " params, "
-            << c10::toString(dtype) << ", activation checkpointing " << ac_policy.describe() << ", batch " << B << " x seq " << S << " (x" << accum
+            << c10::toString(dtype) << ", activation checkpointing " << ac_policy.describe() << ", "
+            << model.techniques() << ", batch " << B << " x seq " << S << " (x" << accum
             << " accumulation), " << at::get_num_threads() << " threads, data: " << loader->describe()
             << ", peak " << peak.flops / 1e12 << " TFLOPs (" << peak.source << ")" << std::endl;
 
@@ -195,6 +211,7 @@ int train(const JobConfig& cfg) {
                           {"num_params", counts.total},
                           {"dtype", c10::toString(dtype)},
                           {"activation_checkpoint", ac_policy.describe()},
+                          {"techniques", model.techniques()},
                           {"tokens_per_step", B * S * accum},
                           {"peak_flops_source", peak.source},
                           {"world_size", 1}};

@@ -9,6 +9,7 @@ and the ratio to eager PyTorch.
 
   .venv/bin/python tests/peer/compare.py --flavor debugmodel --repeats 3
   .venv/bin/python tests/peer/compare.py --flavor 125M --steps 12 --warmup 4 --repeats 2 --no-compile
+(--no-compile skips both compile columns: ctitan's fused kernels and torch.compile)
 """
 from __future__ import annotations
 
@@ -24,13 +25,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_ctitan(binary: Path, a: argparse.Namespace) -> dict:
+def run_ctitan(binary: Path, a: argparse.Namespace, extra: list[str] = ()) -> dict:
     with tempfile.TemporaryDirectory() as dump:
         cmd = [str(binary), "train", "--model.flavor", a.flavor, "--training.seq_len", str(a.seq_len),
                "--training.local_batch_size", str(a.batch), "--training.steps", str(a.steps),
                "--metrics.warmup_steps", str(a.warmup), "--metrics.log_freq", str(a.steps),
                "--lr_scheduler.warmup_steps", "2", "--training.mixed_precision_param",
-               "bfloat16" if a.dtype == "bf16" else "float32", "--job.dump_folder", dump]
+               "bfloat16" if a.dtype == "bf16" else "float32", "--job.dump_folder", dump, *extra]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         s = json.loads((Path(dump) / "summary.json").read_text())
         return {"tps": s["tps_median"], "mfu": s.get("mfu"), "loss": s["loss_final"]}
@@ -60,6 +61,7 @@ def main() -> int:
 
     runners = {"ctitan": lambda: run_ctitan(a.ctitan, a), "pytorch eager": lambda: run_peer("eager", a)}
     if not a.no_compile:
+        runners["ctitan compile"] = lambda: run_ctitan(a.ctitan, a, ["--compile.enable"])
         runners["torch.compile"] = lambda: run_peer("compile", a)
     results: dict[str, list[dict]] = {k: [] for k in runners}
     for rep in range(a.repeats):

@@ -24,6 +24,10 @@ TECHNIQUES = {
     "plain": [],
     "AC full": ["--activation_checkpoint.mode", "full"],
     "AC selective 2": ["--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "2"],
+    "compile": ["--compile.enable"],
+    "float8 tensorwise (emulated)": ["--model.converters", "quantize.linear.float8"],
+    "float8 rowwise (emulated)": ["--model.converters", "quantize.linear.float8",
+                                  "--quantize.linear.float8.recipe_name", "rowwise"],
 }
 
 
@@ -55,7 +59,7 @@ def main() -> int:
         for name, extra in TECHNIQUES.items():
             s = run(a.ctitan, a, extra)
             rows[name].append(s)
-            print(f"[techniques] repeat {rep + 1}/{a.repeats} {name:16s} tps {s['tps_median']:9.1f}", file=sys.stderr)
+            print(f"[techniques] repeat {rep + 1}/{a.repeats} {name:28s} tps {s['tps_median']:9.1f}", file=sys.stderr)
 
     base_tps = statistics.median(s["tps_median"] for s in rows["plain"])
     base_mem = statistics.median(s["mem_peak_bytes"] for s in rows["plain"])

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "trainer/errors.h"
+#include "trainer/kernels/fused_ops.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/cross_entropy.h"
 
@@ -224,59 +226,127 @@ at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) con
   return torch::view_as_real(xc * f).flatten(3).to(out_dtype);
 }
 
-at::Tensor Llama3::block_forward(const LayerWeights& w, at::Tensor h) const {
+at::Tensor Llama3::linear(const at::Tensor& x, const at::Tensor& w, bool float8) const {
+  return float8 ? float8_linear(x, w, float8_recipe_, float8_emulate_) : at::linear(x, w);
+}
+
+at::Tensor Llama3::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
+  return fused_model_ ? fused_rms_norm(x, w, args_.norm_eps) : at::rms_norm(x, {args_.dim}, w, args_.norm_eps);
+}
+
+at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tensor h) const {
   // One TransformerBlock: h + attention(norm(h)), then + feed_forward(norm(h)).
   const int64_t B = h.size(0), S = h.size(1);
   const int64_t H = args_.n_heads, K = args_.n_kv_heads, Dh = args_.head_dim();
   const int64_t F = args_.ffn_hidden_dim();
-  const std::vector<int64_t> dim_shape{args_.dim};
-  at::Tensor x = at::rms_norm(h, dim_shape, w.attention_norm, args_.norm_eps);
+  const Float8Units f8 = float8_ ? float8_units_[layer] : Float8Units{};
+  at::Tensor x = rms_norm(h, w.attention_norm);
   // split (not narrow): its backward is one concatenation, where three
   // narrows would each materialise a zero-filled full-size gradient.
-  auto qkv = at::linear(x, w.wqkv).split_with_sizes({H * Dh, K * Dh, K * Dh}, 2);  // [B,S,(H+2K)Dh]
-  at::Tensor q = apply_rope(qkv[0].view({B, S, H, Dh}), attention_dtype_);
-  at::Tensor k = apply_rope(qkv[1].view({B, S, K, Dh}), attention_dtype_);
+  auto qkv = linear(x, w.wqkv, f8.qkv).split_with_sizes({H * Dh, K * Dh, K * Dh}, 2);  // [B,S,(H+2K)Dh]
+  at::Tensor q, k;
+  if (fused_model_) {
+    q = fused_rope(qkv[0].view({B, S, H, Dh}), freqs_cis_, attention_dtype_);
+    k = fused_rope(qkv[1].view({B, S, K, Dh}), freqs_cis_, attention_dtype_);
+  } else {
+    q = apply_rope(qkv[0].view({B, S, H, Dh}), attention_dtype_);
+    k = apply_rope(qkv[1].view({B, S, K, Dh}), attention_dtype_);
+  }
   at::Tensor v = qkv[2].view({B, S, K, Dh}).to(attention_dtype_);
-  at::Tensor o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                  /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                                  /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
+  at::Tensor o = fused_model_
+                     ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+                     : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                        /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                        /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
   // One copy that both casts and lays out [B,S,H,Dh] for the output projection.
   o = o.transpose(1, 2).to(compute_dtype_, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
-  h = h + at::linear(o.view({B, S, H * Dh}), w.wo);
-  x = at::rms_norm(h, dim_shape, w.ffn_norm, args_.norm_eps);
-  auto gate_up = at::linear(x, w.w13).split(F, 2);  // [B,S,2F] → 2 × [B,S,F]
-  at::Tensor act = at::silu(gate_up[0]) * gate_up[1];
-  h = h + at::linear(act, w.w2);
+  h = h + linear(o.view({B, S, H * Dh}), w.wo, f8.wo);
+  x = rms_norm(h, w.ffn_norm);
+  at::Tensor gate_up = linear(x, w.w13, f8.w13);  // [B,S,2F]
+  at::Tensor act;
+  if (fused_model_) {
+    act = fused_swiglu(gate_up);
+  } else {
+    auto parts = gate_up.split(F, 2);
+    act = at::silu(parts[0]) * parts[1];
+  }
+  h = h + linear(act, w.w2, f8.w2);
   return h;
 }
 
 at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
   const int64_t S = tokens.size(1);
   TORCH_CHECK(S <= freqs_cis_.size(0), "sequence length ", S, " exceeds the model's max ", freqs_cis_.size(0));
-  const std::vector<int64_t> dim_shape{args_.dim};
   at::Tensor h = at::embedding(tok_embeddings_, tokens);  // [B,S,D]
   for (int64_t l = 0; l < args_.n_layers; ++l) {
     const LayerWeights& w = layers_[l];
     if (!ac_policy_.checkpoints_layer(l)) {
-      h = block_forward(w, h);
+      h = block_forward(l, w, h);
       continue;
     }
     h = checkpoint(
-        [this](const std::vector<at::Tensor>& in) {
-          return block_forward({in[1], in[2], in[3], in[4], in[5], in[6]}, in[0]);
+        [this, l](const std::vector<at::Tensor>& in) {
+          return block_forward(l, {in[1], in[2], in[3], in[4], in[5], in[6]}, in[0]);
         },
         {h, w.attention_norm, w.wqkv, w.wo, w.ffn_norm, w.w13, w.w2});
   }
-  return at::rms_norm(h, dim_shape, norm_, args_.norm_eps);
+  return rms_norm(h, norm_);
 }
 
 at::Tensor Llama3::forward_logits(const at::Tensor& tokens) {
-  return at::linear(hidden_states(tokens), output_);
+  return linear(hidden_states(tokens), output_, float8_output_);
 }
 
 at::Tensor Llama3::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
   at::Tensor logits = forward_logits(tokens);
+  // The logits feed only the loss, so its backward may overwrite them with
+  // their gradient instead of paging in a new tensor of the same size.
+  if (fused_loss_) return fused_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1), /*grad_into_logits=*/true);
   return chunked_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1));
+}
+
+void Llama3::set_compile(bool fused_model, bool fused_loss) {
+  fused_model_ = fused_model;
+  fused_loss_ = fused_loss;
+}
+
+void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns) {
+  float8_ = true;
+  float8_recipe_ = recipe;
+  float8_emulate_ = emulate;
+  std::vector<bool> used(filter_fqns.size(), false);
+  auto filtered = [&](const std::string& fqn) {
+    bool hit = false;
+    for (size_t i = 0; i < filter_fqns.size(); ++i)
+      if (fqn.find(filter_fqns[i]) != std::string::npos) hit = used[i] = true;
+    return hit;
+  };
+  float8_units_.assign(args_.n_layers, {});
+  for (int64_t l = 0; l < args_.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    // Evaluate every module so each filter entry is marked as matched.
+    const bool q = filtered(p + "attention.wq"), k = filtered(p + "attention.wk"), v = filtered(p + "attention.wv");
+    const bool o = filtered(p + "attention.wo");
+    const bool w1 = filtered(p + "feed_forward.w1"), w3 = filtered(p + "feed_forward.w3");
+    const bool w2 = filtered(p + "feed_forward.w2");
+    float8_units_[l] = {!(q || k || v), !o, !(w1 || w3), !w2};
+  }
+  float8_output_ = !filtered("output");
+  for (size_t i = 0; i < filter_fqns.size(); ++i)
+    if (!used[i])
+      throw InputError("quantize.linear.float8.filter_fqns entry '" + filter_fqns[i] +
+                       "' matches no linear layer (names look like layers.0.attention.wq, output)");
+}
+
+std::string Llama3::techniques() const {
+  std::string s = "compile: ";
+  s += fused_model_ || fused_loss_ ? std::string(fused_model_ ? "model" : "") +
+                                         (fused_model_ && fused_loss_ ? "+" : "") + (fused_loss_ ? "loss" : "")
+                                   : "off";
+  if (fused_model_ || fused_loss_) s += fused_kernels_available() ? " (fused AVX-512 kernels)" : " (no AVX-512: eager fallback)";
+  s += ", float8: ";
+  s += float8_ ? float8_backend(master_.device(), float8_emulate_) : "off";
+  return s;
 }
 
 }  // namespace ctitan

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/float8/float8_linear.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama_args.h"
 
@@ -54,6 +55,15 @@ class Llama3 {
   void set_activation_checkpointing(const ActivationCheckpointPolicy& p) { ac_policy_ = p; }
   const ActivationCheckpointPolicy& activation_checkpointing() const { return ac_policy_; }
 
+  // compile.enable: fused kernels for the block ops ("model") and the loss ("loss").
+  void set_compile(bool fused_model, bool fused_loss);
+  // model.converters = ["quantize.linear.float8"]: linears whose FQN contains
+  // no filter_fqns entry run float8_linear. The fused wq|wk|wv and w1|w3
+  // GEMMs are one unit each: float8 only if none of their modules is
+  // filtered. Throws InputError for an entry that matches no linear.
+  void set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns);
+  std::string techniques() const;  // one line: which kernels and converters run
+
   void begin_step();        // refresh the bf16 compute copy of the master weights
   // Starts a new step's gradients. With bf16 compute the fp32 buffer is
   // overwritten by the next accumulate_grads() (read it only after that).
@@ -75,8 +85,14 @@ class Llama3 {
   struct LayerWeights {
     at::Tensor attention_norm, wqkv, wo, ffn_norm, w13, w2;
   };
+  // Which GEMMs of a layer (and the output projection) run in float8.
+  struct Float8Units {
+    bool qkv = false, wo = false, w13 = false, w2 = false;
+  };
+  at::Tensor linear(const at::Tensor& x, const at::Tensor& w, bool float8) const;
+  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
   at::Tensor hidden_states(const at::Tensor& tokens);
-  at::Tensor block_forward(const LayerWeights& w, at::Tensor h) const;
+  at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h) const;
   at::Tensor apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const;  // [B,S,n,Dh]
   const ParamSlot& slot(const std::string& name) const;
   at::Tensor compute_leaf(int64_t offset, std::vector<int64_t> shape);
@@ -94,6 +110,10 @@ class Llama3 {
   at::Tensor tok_embeddings_, norm_, output_;
   std::vector<LayerWeights> layers_;
   ActivationCheckpointPolicy ac_policy_;
+  bool fused_model_ = false, fused_loss_ = false;
+  bool float8_ = false, float8_emulate_ = true, float8_output_ = false;
+  Float8Recipe float8_recipe_ = Float8Recipe::kTensorwise;
+  std::vector<Float8Units> float8_units_;
 };
 
 // Precomputed RoPE rotations with Llama 3.1 scaling: complex64 [seq_len, dim/2].
