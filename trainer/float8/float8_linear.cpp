@@ -140,7 +140,7 @@ void scale_epilogue(const at::Tensor& acc, const at::Tensor& ia, const at::Tenso
   const bool row_a = ia.numel() > 1, col_b = ib.numel() > 1;
   const bool f32 = out.scalar_type() == at::kFloat;
   void* o = out.mutable_data_ptr();
-  fp8_simd::parallel_for(M, std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1)), [&](int64_t b, int64_t e) {
+  parallel_rows(M, std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1)), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const float si = pa[row_a ? i : 0];
       if (f32) epilogue_f32(a + i * N, si, pb, col_b, static_cast<float*>(o) + i * N, N);

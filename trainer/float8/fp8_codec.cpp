@@ -150,7 +150,7 @@ at::Tensor fp8_encode(const at::Tensor& x, Fp8Format f, bool saturate) {
   const float* src = xf.const_data_ptr<float>();
   uint8_t* dst = out.mutable_data_ptr<uint8_t>();
   const bool e4m3 = f == Fp8Format::kE4M3FN;
-  fp8_simd::parallel_for(xf.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+  parallel_rows(xf.numel(), 1 << 15, [&](int64_t b, int64_t e) {
     encode_f32(src + b, dst + b, e - b, e4m3, saturate);
   });
   return out;
@@ -165,7 +165,7 @@ at::Tensor fp8_decode(const at::Tensor& codes, Fp8Format f, at::ScalarType dtype
   const uint8_t* src = static_cast<const uint8_t*>(c.const_data_ptr());
   float* dst = out.mutable_data_ptr<float>();
   const float* table = fp8_detail::decode_table(f).data();
-  fp8_simd::parallel_for(c.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+  parallel_rows(c.numel(), 1 << 15, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) dst[i] = table[src[i]];
   });
   return dtype == at::kFloat ? out : out.to(dtype);
@@ -197,7 +197,7 @@ at::Tensor fp8_quantize_scaled(const at::Tensor& x, const at::Tensor& scale, Fp8
   const void* in = xin.const_data_ptr();
   void* o = out.mutable_data_ptr();
   const int64_t grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(C, 1));
-  fp8_simd::parallel_for(R, grain, [&](int64_t rb, int64_t re) {
+  parallel_rows(R, grain, [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
       const float* sr = per_row ? sp + r : sp;
       const int64_t off = r * C;
@@ -231,13 +231,13 @@ at::Tensor fp8_abs_max(const at::Tensor& x, int64_t dim) {
   if (dim == 1) {  // per row
     bits = at::empty({R, 1}, xin.options().dtype(at::kInt));
     auto* out = static_cast<uint32_t*>(bits.mutable_data_ptr());
-    fp8_simd::parallel_for(R, row_grain, [&](int64_t b, int64_t e) {
+    parallel_rows(R, row_grain, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) out[r] = row(r);
     });
   } else if (dim == 0) {  // per column: each task owns a block of columns
     bits = at::zeros({1, C}, xin.options().dtype(at::kInt));
     auto* out = static_cast<uint32_t*>(bits.mutable_data_ptr());
-    fp8_simd::parallel_for(C, std::max<int64_t>(16, (1 << 18) / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
+    parallel_rows(C, std::max<int64_t>(16, (1 << 18) / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
       for (int64_t r = 0; r < R; ++r) {
         if (bf16) col_absmax_bf16(b16 + r * C + b, out + b, e - b);
         else col_absmax_f32(f32 + r * C + b, out + b, e - b);
@@ -245,7 +245,7 @@ at::Tensor fp8_abs_max(const at::Tensor& x, int64_t dim) {
     });
   } else {
     std::atomic<uint32_t> m{0};  // max of the per-range maxima
-    fp8_simd::parallel_for(R, row_grain, [&](int64_t b, int64_t e) {
+    parallel_rows(R, row_grain, [&](int64_t b, int64_t e) {
       uint32_t acc = 0;
       for (int64_t r = b; r < e; ++r) acc = std::max(acc, row(r));
       uint32_t seen = m.load();
