@@ -67,7 +67,9 @@ function(ctitan_test name)
   gtest_discover_tests(${name}
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}
     PROPERTIES LABELS ${A_LABEL}
-    ENVIRONMENT "CTITAN_BIN=$<TARGET_FILE:ctitan>;CTITAN_SOURCE_DIR=${CMAKE_SOURCE_DIR}"
+    # One variable per property: gtest_discover_tests drops list separators.
+    ENVIRONMENT "CTITAN_BIN=$<TARGET_FILE:ctitan>"
+    ENVIRONMENT_MODIFICATION "CTITAN_SOURCE_DIR=set:${CMAKE_SOURCE_DIR}"
     DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60)
 endfunction()
 
