@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <functional>
+#include <ostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -91,6 +93,22 @@ inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p) {
 inline nlohmann::json read_json(const std::filesystem::path& p) {
   std::ifstream in(p);
   return nlohmann::json::parse(in);
+}
+
+// A bad-input case for parametrised tests: the arguments and a fragment the
+// one-line error must contain.
+struct BadInputCase {
+  std::string name;
+  std::vector<std::string> args;
+  std::string expect_in_message;
+};
+inline void PrintTo(const BadInputCase& c, std::ostream* os) { *os << c.name; }
+
+// Bad input: exit code 2 and exactly one line on stderr containing `expect`.
+inline void expect_one_line_exit2(const ProcessResult& r, const std::string& expect) {
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(expect), std::string::npos) << r.err;
 }
 
 inline std::filesystem::path fresh_dir(const std::string& name) {

@@ -56,22 +56,14 @@ TEST(Techniques, SummaryNamesWhatRan) {
   EXPECT_NE(t.find("float8: emulated"), std::string::npos) << t;
 }
 
-struct WrongCombination {
-  std::string name;
-  std::vector<std::string> args;
-  std::string expect;
-};
-void PrintTo(const WrongCombination& w, std::ostream* os) { *os << w.name; }
+using WrongCombination = ctitan::testing::BadInputCase;
 
 class TechniquesBadInput : public ::testing::TestWithParam<WrongCombination> {};
 
 TEST_P(TechniquesBadInput, OneLineAndExitCode2) {
   std::vector<std::string> args = {"train", "--model.flavor", "tiny", "--training.steps", "1"};
   args.insert(args.end(), GetParam().args.begin(), GetParam().args.end());
-  auto r = run_ctitan(args);
-  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(GetParam().expect), std::string::npos) << r.err;
+  ctitan::testing::expect_one_line_exit2(run_ctitan(args), GetParam().expect_in_message);
 }
 
 INSTANTIATE_TEST_SUITE_P(

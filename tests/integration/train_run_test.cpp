@@ -124,22 +124,12 @@ TEST(TrainRun, ActivationCheckpointingKeepsLossesExact) {
   EXPECT_EQ(read_json(full / "summary.json")["activation_checkpoint"], "full");
 }
 
-struct BadInput {
-  std::string name;
-  std::vector<std::string> args;
-  std::string expect_in_message;
-};
-
-void PrintTo(const BadInput& b, std::ostream* os) { *os << b.name; }
+using BadInput = ctitan::testing::BadInputCase;
 
 class TrainBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(TrainBadInput, OneLineAndExitCode2) {
-  auto r = run_ctitan(GetParam().args);
-  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  ASSERT_FALSE(r.err.empty());
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(GetParam().expect_in_message), std::string::npos) << r.err;
+  ctitan::testing::expect_one_line_exit2(run_ctitan(GetParam().args), GetParam().expect_in_message);
 }
 
 fs::path write_file(const std::string& name, const std::string& text) {
