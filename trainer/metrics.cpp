@@ -46,7 +46,7 @@ MetricsLogger::MetricsLogger(MetricsOptions opts) : opts_(std::move(opts)) {
 void MetricsLogger::record(const StepRecord& r, bool force) {
   all_.push_back(r);
   interval_.push_back(r);
-  if (r.step % opts_.log_freq == 0 || force) log_interval();
+  if (logs_step(r.step, force)) log_interval();
 }
 
 void MetricsLogger::log_interval() {
@@ -91,6 +91,8 @@ void MetricsLogger::log_interval() {
                       {"step_time_s", time / interval_.size()},
                       {"data_time_s", data / interval_.size()},
                       {"steps_in_interval", interval_.size()}};
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) j[it.key()] = it.value();
+  pending_ = nlohmann::json::object();
   jsonl_ << j.dump() << "\n";
   jsonl_.flush();
   interval_.clear();

@@ -37,6 +37,9 @@ class MetricsLogger {
   explicit MetricsLogger(MetricsOptions opts);
   // Records one step; logs when step % log_freq == 0 or `force`.
   void record(const StepRecord& r, bool force);
+  bool logs_step(int64_t step, bool force) const { return force || step % opts_.log_freq == 0; }
+  // Adds key: value to the next metrics.jsonl line (e.g. float8 SQNR).
+  void attach(const std::string& key, nlohmann::json value) { pending_[key] = std::move(value); }
   // summary.json: steady-state tps median/p10/p90, MFU, memory, final loss.
   nlohmann::json summary(const std::string& status) const;
   void write_summary(const std::string& status, const nlohmann::json& extra) const;
@@ -48,6 +51,7 @@ class MetricsLogger {
   std::vector<StepRecord> all_;
   std::vector<StepRecord> interval_;
   int64_t run_peak_bytes_ = 0;  // max over logged intervals
+  nlohmann::json pending_ = nlohmann::json::object();
 };
 
 // Quantile by linear interpolation (numpy's default); q in [0,1].

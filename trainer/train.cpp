@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -193,7 +194,24 @@ int train(const JobConfig& cfg) {
     const double step_time = seconds_since(t0);
 
     const bool last = step == cfg.training.steps || g_stop_signal != 0;
+    std::string sqnr_line;
+    if (float8 && metrics.logs_step(step, last)) {
+      // Outside the timed step: an extra no-grad forward on this batch.
+      const auto sqnr = model.float8_sqnr(to_tensor(batch.inputs, B, S));
+      nlohmann::json per_unit = nlohmann::json::object();
+      std::pair<std::string, double> worst{"", 1e300};
+      for (const auto& [unit, db] : sqnr) {
+        per_unit[unit] = db;
+        if (db < worst.second) worst = {unit, db};
+      }
+      metrics.attach("float8_sqnr_db", per_unit);
+      char buf[256];
+      std::snprintf(buf, sizeof(buf), "       float8 SQNR: min %.1f dB (%s) over %zu GEMMs", worst.second,
+                    worst.first.c_str(), sqnr.size());
+      if (!sqnr.empty()) sqnr_line = buf;
+    }
     metrics.record({step, loss_sum, grad_norm, lr, step_time, data_time, B * S * accum}, last);
+    if (!sqnr_line.empty()) std::cout << sqnr_line << std::endl;
     if (checkpointer.should_save(step, cfg.training.steps)) {
       nlohmann::json state = {{"step", step}, {"data_loader", loader->state()}};
       const bool model_only = step == cfg.training.steps && cfg.checkpoint.last_save_model_only;

@@ -226,8 +226,30 @@ at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) con
   return torch::view_as_real(xc * f).flatten(3).to(out_dtype);
 }
 
-at::Tensor Llama3::linear(const at::Tensor& x, const at::Tensor& w, bool float8) const {
-  return float8 ? float8_linear(x, w, float8_recipe_, float8_emulate_) : at::linear(x, w);
+at::Tensor Llama3::linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
+                          const char* unit) const {
+  if (!float8) return at::linear(x, w);
+  at::Tensor y = float8_linear(x, w, float8_recipe_, float8_emulate_);
+  if (sqnr_probe_) {
+    const std::string name = layer < 0 ? std::string(unit) : "layers." + std::to_string(layer) + "." + unit;
+    sqnr_probe_->emplace_back(name, sqnr_db(at::linear(x, w), y));
+  }
+  return y;
+}
+
+std::vector<std::pair<std::string, double>> Llama3::float8_sqnr(const at::Tensor& tokens) {
+  std::vector<std::pair<std::string, double>> out;
+  if (!float8_) return out;
+  torch::NoGradGuard no_grad;
+  sqnr_probe_ = &out;
+  try {
+    forward_logits(tokens);
+  } catch (...) {
+    sqnr_probe_ = nullptr;
+    throw;
+  }
+  sqnr_probe_ = nullptr;
+  return out;
 }
 
 at::Tensor Llama3::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
@@ -243,7 +265,7 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
   at::Tensor x = rms_norm(h, w.attention_norm);
   // split (not narrow): its backward is one concatenation, where three
   // narrows would each materialise a zero-filled full-size gradient.
-  auto qkv = linear(x, w.wqkv, f8.qkv).split_with_sizes({H * Dh, K * Dh, K * Dh}, 2);  // [B,S,(H+2K)Dh]
+  auto qkv = linear(x, w.wqkv, f8.qkv, layer, "attention.wq|wk|wv").split_with_sizes({H * Dh, K * Dh, K * Dh}, 2);  // [B,S,(H+2K)Dh]
   at::Tensor q, k;
   if (fused_model_) {
     q = fused_rope(qkv[0].view({B, S, H, Dh}), freqs_cis_, attention_dtype_);
@@ -260,9 +282,9 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
                                                         /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
   // One copy that both casts and lays out [B,S,H,Dh] for the output projection.
   o = o.transpose(1, 2).to(compute_dtype_, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
-  h = h + linear(o.view({B, S, H * Dh}), w.wo, f8.wo);
+  h = h + linear(o.view({B, S, H * Dh}), w.wo, f8.wo, layer, "attention.wo");
   x = rms_norm(h, w.ffn_norm);
-  at::Tensor gate_up = linear(x, w.w13, f8.w13);  // [B,S,2F]
+  at::Tensor gate_up = linear(x, w.w13, f8.w13, layer, "feed_forward.w1|w3");  // [B,S,2F]
   at::Tensor act;
   if (fused_model_) {
     act = fused_swiglu(gate_up);
@@ -270,7 +292,7 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
     auto parts = gate_up.split(F, 2);
     act = at::silu(parts[0]) * parts[1];
   }
-  h = h + linear(act, w.w2, f8.w2);
+  h = h + linear(act, w.w2, f8.w2, layer, "feed_forward.w2");
   return h;
 }
 
@@ -294,7 +316,7 @@ at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
 }
 
 at::Tensor Llama3::forward_logits(const at::Tensor& tokens) {
-  return linear(hidden_states(tokens), output_, float8_output_);
+  return linear(hidden_states(tokens), output_, float8_output_, -1, "output");
 }
 
 at::Tensor Llama3::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {

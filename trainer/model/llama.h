@@ -63,6 +63,10 @@ class Llama3 {
   // filtered. Throws InputError for an entry that matches no linear.
   void set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns);
   std::string techniques() const;  // one line: which kernels and converters run
+  // Float8 quantisation error per float8 GEMM unit on `tokens`: SQNR (dB) of
+  // its float8 output against the same GEMM in the compute dtype. A no-grad
+  // forward, run at log steps only. Empty without float8.
+  std::vector<std::pair<std::string, double>> float8_sqnr(const at::Tensor& tokens);
 
   void begin_step();        // refresh the bf16 compute copy of the master weights
   // Starts a new step's gradients. With bf16 compute the fp32 buffer is
@@ -89,7 +93,9 @@ class Llama3 {
   struct Float8Units {
     bool qkv = false, wo = false, w13 = false, w2 = false;
   };
-  at::Tensor linear(const at::Tensor& x, const at::Tensor& w, bool float8) const;
+  // at::linear, or float8_linear for a float8 unit; `layer`/`unit` name it
+  // for the SQNR probe (layer −1: outside the blocks).
+  at::Tensor linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
   at::Tensor hidden_states(const at::Tensor& tokens);
   at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h) const;
@@ -114,6 +120,7 @@ class Llama3 {
   bool float8_ = false, float8_emulate_ = true, float8_output_ = false;
   Float8Recipe float8_recipe_ = Float8Recipe::kTensorwise;
   std::vector<Float8Units> float8_units_;
+  std::vector<std::pair<std::string, double>>* sqnr_probe_ = nullptr;  // set during float8_sqnr()
 };
 
 // Precomputed RoPE rotations with Llama 3.1 scaling: complex64 [seq_len, dim/2].
