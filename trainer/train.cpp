@@ -71,10 +71,6 @@ void configure_threads() {
 
 int train(const JobConfig& cfg) {
   install_accounting_allocator();
-  const fs::path dump(cfg.job.dump_folder);
-  fs::create_directories(dump);
-  write_text_atomically(dump / "config.toml", to_toml(cfg));
-  write_text_atomically(dump / "env.json", environment_fingerprint().dump(2) + "\n");
 
   // --- model ---------------------------------------------------------------
   LlamaArgs args = llama3_flavor(cfg.model.flavor);
@@ -148,6 +144,12 @@ int train(const JobConfig& cfg) {
     }
   }
   model.begin_step();
+
+  // Every input has been checked by now: only a valid run touches the run directory.
+  const fs::path dump(cfg.job.dump_folder);
+  fs::create_directories(dump);
+  write_text_atomically(dump / "config.toml", to_toml(cfg));
+  write_text_atomically(dump / "env.json", environment_fingerprint().dump(2) + "\n");
 
   const PeakFlops peak = resolve_cpu_peak_flops(dtype, cfg.metrics.peak_tflops);
   std::cout << "ctitan: llama3 " << cfg.model.flavor << ", " << counts.total << " params, "

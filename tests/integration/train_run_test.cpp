@@ -160,6 +160,14 @@ INSTANTIATE_TEST_SUITE_P(
                  "/nonexistent/shard.bin"}),
     [](const auto& info) { return info.param.name; });
 
+// Bad input must not touch the run directory (an existing run's files stay).
+TEST(TrainBadInputFiles, RejectedRunLeavesTheRunDirectoryAlone) {
+  auto dir = fresh_dir("untouched") / "run";
+  auto r = run_ctitan({"train", "--model.flavor", "7B", "--job.dump_folder", dir.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_FALSE(fs::exists(dir)) << "created " << dir;
+}
+
 TEST(TrainBadInputFiles, VocabMismatchBetweenTokenizerAndModel) {
   const fs::path tok = fs::path(ctitan::testing::source_dir()) / ".." / "shared" / "data";
   if (!fs::exists(tok / "tokenizer.json")) GTEST_SKIP() << "../shared/data/tokenizer.json not present";
