@@ -24,6 +24,7 @@ TECHNIQUES = {
     "plain": [],
     "AC full": ["--activation_checkpoint.mode", "full"],
     "AC selective 2": ["--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "2"],
+    "AC selective op": ["--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "op"],
     "compile": ["--compile.enable"],
     "float8 tensorwise (emulated)": ["--model.converters", "quantize.linear.float8"],
     "float8 rowwise (emulated)": ["--model.converters", "quantize.linear.float8",

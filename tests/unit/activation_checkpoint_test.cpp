@@ -11,13 +11,15 @@
 namespace ctitan {
 namespace {
 
-at::Tensor grads_with(const std::string& mode, const std::string& option, at::ScalarType dtype) {
-  Llama3 model(llama3_flavor("tiny"), dtype, 16);
+at::Tensor grads_with(const std::string& mode, const std::string& option, at::ScalarType dtype,
+                      const std::string& flavor = "tiny") {
+  const auto args = llama3_flavor(flavor);
+  Llama3 model(args, dtype, 16);
   model.init_weights(21);
   model.set_activation_checkpointing(ActivationCheckpointPolicy::parse(mode, option));
   torch::manual_seed(4);
-  auto tokens = torch::randint(0, 64, {3, 16}, torch::kLong);
-  auto labels = torch::randint(0, 64, {3, 16}, torch::kLong);
+  auto tokens = torch::randint(0, args.vocab_size, {3, 16}, torch::kLong);
+  auto labels = torch::randint(0, args.vocab_size, {3, 16}, torch::kLong);
   model.zero_grad();
   model.forward_loss(tokens, labels).backward();
   model.accumulate_grads();
@@ -29,11 +31,21 @@ TEST(ActivationCheckpoint, GradientsAreBitIdenticalInFp32) {
   EXPECT_TRUE(torch::equal(plain, grads_with("full", "2", torch::kFloat)));
   EXPECT_TRUE(torch::equal(plain, grads_with("selective", "1", torch::kFloat)));
   EXPECT_TRUE(torch::equal(plain, grads_with("selective", "2", torch::kFloat)));
+  EXPECT_TRUE(torch::equal(plain, grads_with("selective", "op", torch::kFloat)));
   EXPECT_GT(plain.abs().sum().item<double>(), 0.0);
 }
 
+// debugmodel has as many KV heads as query heads, so "op" also keeps the
+// flash-attention output (tiny, with GQA, recomputes attention).
+TEST(ActivationCheckpoint, SelectiveOpKeepsAttentionAndStaysBitIdentical) {
+  EXPECT_TRUE(torch::equal(grads_with("none", "2", torch::kFloat, "debugmodel"),
+                           grads_with("selective", "op", torch::kFloat, "debugmodel")));
+}
+
 TEST(ActivationCheckpoint, GradientsAreBitIdenticalInBf16) {
-  EXPECT_TRUE(torch::equal(grads_with("none", "2", torch::kBFloat16), grads_with("full", "2", torch::kBFloat16)));
+  const auto plain = grads_with("none", "2", torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(plain, grads_with("full", "2", torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(plain, grads_with("selective", "op", torch::kBFloat16)));
 }
 
 TEST(ActivationCheckpoint, FullCheckpointingLowersPeakMemory) {
@@ -41,7 +53,8 @@ TEST(ActivationCheckpoint, FullCheckpointingLowersPeakMemory) {
   auto peak_of = [](const std::string& mode) {
     Llama3 model(llama3_flavor("debugmodel"), torch::kBFloat16, 128);
     model.init_weights(0);
-    model.set_activation_checkpointing(ActivationCheckpointPolicy::parse(mode, "1"));
+    model.set_activation_checkpointing(
+        ActivationCheckpointPolicy::parse(mode == "op" ? "selective" : mode, mode == "op" ? "op" : "1"));
     auto tokens = torch::randint(0, 2048, {4, 128}, torch::kLong);
     const int64_t before = cpu_memory_stats().current_bytes;
     reset_peak_cpu_memory();
@@ -49,9 +62,12 @@ TEST(ActivationCheckpoint, FullCheckpointingLowersPeakMemory) {
     model.accumulate_grads();
     return cpu_memory_stats().peak_bytes - before;
   };
-  const int64_t plain = peak_of("none"), full = peak_of("full");
-  // Six blocks' activations become six block inputs plus one block's worth.
+  const int64_t plain = peak_of("none"), full = peak_of("full"), op = peak_of("op");
+  // Six blocks' activations become six block inputs plus one block's worth;
+  // "op" keeps some GEMM and attention outputs, so it lands in between.
   EXPECT_LT(full, plain * 7 / 10) << "plain " << plain << " full " << full;
+  EXPECT_LT(op, plain) << "plain " << plain << " op " << op;
+  EXPECT_GT(op, full) << "full " << full << " op " << op;
 }
 
 TEST(ActivationCheckpoint, PolicyFollowsTorchTitan) {
@@ -66,7 +82,6 @@ TEST(ActivationCheckpoint, PolicyFollowsTorchTitan) {
 TEST(ActivationCheckpoint, BadOptionsAreInputErrors) {
   EXPECT_THROW(ActivationCheckpointPolicy::parse("selective", "0"), InputError);
   EXPECT_THROW(ActivationCheckpointPolicy::parse("selective", "2x"), InputError);
-  EXPECT_THROW(ActivationCheckpointPolicy::parse("selective", "op"), InputError);  // not built yet
   EXPECT_THROW(ActivationCheckpointPolicy::parse("partial", "2"), InputError);
 }
 

@@ -58,7 +58,66 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
   }
 };
 
+// y = x·wᵀ whose forward returns the kept output; backward is at::linear's
+// (the same mm calls in the same layouts, so gradients are bit-identical).
+class CachedLinear : public torch::autograd::Function<CachedLinear> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& y) {
+    ctx->save_for_backward({x, w});
+    return y.view_as(y);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1];
+    const at::Tensor g2 = g[0].reshape({-1, w.size(0)});
+    const at::Tensor x2 = x.reshape({-1, w.size(1)});
+    at::Tensor gx = g2.mm(w).view(x.sizes());
+    at::Tensor gw = x2.t().mm(g2).t();
+    return {gx, gw, at::Tensor()};
+  }
+};
+
+class CachedAttention : public torch::autograd::Function<CachedAttention> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& out, const at::Tensor& lse) {
+    ctx->save_for_backward({q, k, v, out, lse});
+    return out.view_as(out);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const auto s = ctx->get_saved_variables();
+    auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        g[0], s[0], s[1], s[2], s[3], s[4], /*dropout_p=*/0.0, /*is_causal=*/true);
+    return {gq, gk, gv, at::Tensor(), at::Tensor()};
+  }
+};
+
+bool replaying() { return torch::GradMode::is_enabled(); }
+
 }  // namespace
+
+at::Tensor cached_linear(OpCache* cache, bool save, const at::Tensor& x, const at::Tensor& w) {
+  if (cache == nullptr || !save) return at::linear(x, w);
+  if (!replaying()) {
+    cache->saved.push_back(at::linear(x, w));
+    return cache->saved.back();
+  }
+  return CachedLinear::apply(x, w, cache->saved.at(cache->next++));
+}
+
+at::Tensor cached_causal_attention(OpCache* cache, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (cache == nullptr)
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  if (!replaying()) {
+    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true);
+    cache->saved.push_back(out);
+    cache->saved.push_back(lse);
+    return out;
+  }
+  const at::Tensor out = cache->saved.at(cache->next++);
+  const at::Tensor lse = cache->saved.at(cache->next++);
+  return CachedAttention::apply(q, k, v, out, lse);
+}
 
 at::Tensor checkpoint(CheckpointedFn fn, const std::vector<at::Tensor>& inputs) {
   return CheckpointFunction::apply(c10::make_intrusive<FnHolder>(std::move(fn)), at::TensorList(inputs));
@@ -73,9 +132,10 @@ ActivationCheckpointPolicy ActivationCheckpointPolicy::parse(const std::string& 
   }
   if (mode != "selective")
     throw InputError("activation_checkpoint.mode='" + mode + "' is unknown; use none, full or selective");
-  if (option == "op")
-    throw InputError("activation_checkpoint.selective_ac_option='op' (per-op selective checkpointing) is not "
-                     "implemented in this build yet; use a layer frequency such as \"2\", or mode = \"full\"");
+  if (option == "op") {
+    p.mode = Mode::kSelectiveOp;
+    return p;
+  }
   int64_t every = 0;
   try {
     size_t used = 0;
@@ -97,6 +157,7 @@ bool ActivationCheckpointPolicy::checkpoints_layer(int64_t layer) const {
     case Mode::kNone:
       return false;
     case Mode::kFull:
+    case Mode::kSelectiveOp:
       return true;
     case Mode::kSelectiveLayer:
       return (layer + 1) % every == 0;
@@ -112,6 +173,8 @@ std::string ActivationCheckpointPolicy::describe() const {
       return "full";
     case Mode::kSelectiveLayer:
       return "selective every " + std::to_string(every);
+    case Mode::kSelectiveOp:
+      return "selective op";
   }
   return "?";
 }

@@ -256,7 +256,7 @@ at::Tensor Llama3::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
   return fused_model_ ? fused_rms_norm(x, w, args_.norm_eps) : at::rms_norm(x, {args_.dim}, w, args_.norm_eps);
 }
 
-at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tensor h) const {
+at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache) const {
   // One TransformerBlock: h + attention(norm(h)), then + feed_forward(norm(h)).
   const int64_t B = h.size(0), S = h.size(1);
   const int64_t H = args_.n_heads, K = args_.n_kv_heads, Dh = args_.head_dim();
@@ -265,7 +265,11 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
   at::Tensor x = rms_norm(h, w.attention_norm);
   // split (not narrow): its backward is one concatenation, where three
   // narrows would each materialise a zero-filled full-size gradient.
-  auto qkv = linear(x, w.wqkv, f8.qkv, layer, "attention.wq|wk|wv").split_with_sizes({H * Dh, K * Dh, K * Dh}, 2);  // [B,S,(H+2K)Dh]
+  // Selective "op" checkpointing keeps every other GEMM output (qkv, w13 —
+  // TorchTitan keeps every second mm) and the attention output.
+  at::Tensor qkv_out = f8.qkv ? linear(x, w.wqkv, true, layer, "attention.wq|wk|wv")
+                              : cached_linear(cache, true, x, w.wqkv);  // [B,S,(H+2K)Dh]
+  auto qkv = qkv_out.split_with_sizes({H * Dh, K * Dh, K * Dh}, 2);
   at::Tensor q, k;
   if (fused_model_) {
     q = fused_rope(qkv[0].view({B, S, H, Dh}), freqs_cis_, attention_dtype_);
@@ -275,16 +279,17 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
     k = apply_rope(qkv[1].view({B, S, K, Dh}), attention_dtype_);
   }
   at::Tensor v = qkv[2].view({B, S, K, Dh}).to(attention_dtype_);
-  at::Tensor o = fused_model_
-                     ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-                     : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+  at::Tensor o = fused_model_ ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+                 : cache && K == H ? cached_causal_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+                                   : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                         /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                                         /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
   // One copy that both casts and lays out [B,S,H,Dh] for the output projection.
   o = o.transpose(1, 2).to(compute_dtype_, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
   h = h + linear(o.view({B, S, H * Dh}), w.wo, f8.wo, layer, "attention.wo");
   x = rms_norm(h, w.ffn_norm);
-  at::Tensor gate_up = linear(x, w.w13, f8.w13, layer, "feed_forward.w1|w3");  // [B,S,2F]
+  at::Tensor gate_up = f8.w13 ? linear(x, w.w13, true, layer, "feed_forward.w1|w3")
+                              : cached_linear(cache, true, x, w.w13);  // [B,S,2F]
   at::Tensor act;
   if (fused_model_) {
     act = fused_swiglu(gate_up);
@@ -306,9 +311,12 @@ at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
       h = block_forward(l, w, h);
       continue;
     }
+    std::shared_ptr<OpCache> cache;
+    if (ac_policy_.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp) cache = std::make_shared<OpCache>();
     h = checkpoint(
-        [this, l](const std::vector<at::Tensor>& in) {
-          return block_forward(l, {in[1], in[2], in[3], in[4], in[5], in[6]}, in[0]);
+        [this, l, cache](const std::vector<at::Tensor>& in) {
+          if (cache) cache->next = 0;  // a recomputation replays from the first kept output
+          return block_forward(l, {in[1], in[2], in[3], in[4], in[5], in[6]}, in[0], cache.get());
         },
         {h, w.attention_norm, w.wqkv, w.wo, w.ffn_norm, w.w13, w.w2});
   }

@@ -98,7 +98,7 @@ class Llama3 {
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
   at::Tensor hidden_states(const at::Tensor& tokens);
-  at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h) const;
+  at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache = nullptr) const;
   at::Tensor apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const;  // [B,S,n,Dh]
   const ParamSlot& slot(const std::string& name) const;
   at::Tensor compute_leaf(int64_t offset, std::vector<int64_t> shape);
