@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "ctitan/build_info.h"
 #include "harness/commands.h"
 #include "trainer/errors.h"
 

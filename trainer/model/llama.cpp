@@ -369,14 +369,10 @@ void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std
 }
 
 std::string Llama3::techniques() const {
-  std::string s = "compile: ";
-  s += fused_model_ || fused_loss_ ? std::string(fused_model_ ? "model" : "") +
-                                         (fused_model_ && fused_loss_ ? "+" : "") + (fused_loss_ ? "loss" : "")
-                                   : "off";
-  if (fused_model_ || fused_loss_) s += fused_kernels_available() ? " (fused AVX-512 kernels)" : " (no AVX-512: eager fallback)";
-  s += ", float8: ";
-  s += float8_ ? float8_backend(master_.device(), float8_emulate_) : "off";
-  return s;
+  std::string compile = fused_model_ && fused_loss_ ? "model+loss" : fused_model_ ? "model" : fused_loss_ ? "loss" : "off";
+  if (fused_model_ || fused_loss_)
+    compile += fused_kernels_available() ? " (fused AVX-512 kernels)" : " (no AVX-512: eager fallback)";
+  return "compile: " + compile + ", float8: " + (float8_ ? float8_backend(master_.device(), float8_emulate_) : "off");
 }
 
 }  // namespace ctitan
