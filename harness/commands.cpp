@@ -1,8 +1,10 @@
 #include "harness/commands.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "ctitan/build_info.h"
+#include "harness/launch.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/errors.h"
 #include "trainer/train.h"
@@ -13,7 +15,9 @@ namespace {
 const char* kUsage =
     "usage: ctitan <command> [options]\n"
     "  train     train a Llama 3 model (TorchTitan-style TOML + --section.key overrides;\n"
-    "            `ctitan train --help` lists every key)\n"
+    "            `ctitan train --help` lists every key; `--nproc N` runs N ranks through `launch`)\n"
+    "  launch    start N ranks with torchrun's environment, each running `ctitan train`\n"
+    "            (`ctitan launch --help`)\n"
     "  version   print the version, git sha and LibTorch version\n";
 
 }  // namespace
@@ -30,11 +34,30 @@ int run_command(const std::vector<std::string>& args) {
               << ", LibTorch " << CTITAN_TORCH_VERSION << ")\n";
     return 0;
   }
+  if (cmd == "launch") {
+    try {
+      return launch(parse_launch_args(rest));
+    } catch (const HelpRequested& help) {
+      std::cout << help.what();
+      return 0;
+    }
+  }
   if (cmd == "train") {
+    std::vector<std::string> train_args = rest;
+    // `ctitan train --nproc N ...` = `ctitan launch --nproc N -- ...`; help is printed once, not per rank.
+    const auto nproc = take_nproc_flag(train_args);
+    const bool help = std::find(train_args.begin(), train_args.end(), "--help") != train_args.end() ||
+                      std::find(train_args.begin(), train_args.end(), "-h") != train_args.end();
+    if (nproc && !help) {
+      LaunchOptions opts;
+      opts.nproc = *nproc;
+      opts.command = train_command(train_args);
+      return launch(opts);
+    }
     configure_threads();
     JobConfig cfg;
     try {
-      cfg = parse_job_config(rest);
+      cfg = parse_job_config(train_args);
     } catch (const HelpRequested& help) {
       std::cout << help.what();
       return 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness/commands.h"
+#include "trainer/dist/comm.h"
 #include "trainer/errors.h"
 
 int main(int argc, char** argv) {
@@ -21,6 +22,10 @@ int main(int argc, char** argv) {
   } catch (const ctitan::InputError& e) {
     std::cerr << "ctitan: " << e.what() << std::endl;
     return ctitan::kExitBadInput;
+  } catch (const ctitan::CommError& e) {
+    // A collective that failed or timed out: the message names rank and op.
+    std::cerr << "ctitan: " << e.what() << std::endl;
+    return 1;
   } catch (const c10::Error& e) {
     // LibTorch's what() carries a C++ backtrace; the message alone is the report.
     std::cerr << "ctitan: internal error: " << e.what_without_backtrace() << std::endl;

@@ -39,6 +39,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 }  // namespace
 
 MetricsLogger::MetricsLogger(MetricsOptions opts) : opts_(std::move(opts)) {
+  if (!opts_.write_files) return;
   std::filesystem::create_directories(opts_.dump_folder);
   jsonl_.open(std::filesystem::path(opts_.dump_folder) / "metrics.jsonl", std::ios::out | std::ios::app);
 }

@@ -30,6 +30,7 @@ struct MetricsOptions {
   double flops_per_token = 0;
   double peak_flops = 0;        // 0: MFU not reported
   int64_t warmup_steps = 5;     // excluded from the summary statistics
+  bool write_files = true;      // metrics.jsonl (rank 0 only in a multi-rank run)
 };
 
 class MetricsLogger {

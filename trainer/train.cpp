@@ -20,11 +20,15 @@
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/data/dataset.h"
+#include "trainer/dist/flight_recorder.h"
+#include "trainer/dist/mesh.h"
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include "trainer/errors.h"
 #include "trainer/metrics.h"
 #include "trainer/model/llama.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"
+#include "trainer/parallel/data_parallel.h"
 
 namespace fs = std::filesystem;
 
@@ -76,11 +80,14 @@ int train(const JobConfig& cfg) {
   LlamaArgs args = llama3_flavor(cfg.model.flavor);
   const at::ScalarType dtype = cfg.training.mixed_precision_param == "float32" ? torch::kFloat : torch::kBFloat16;
   const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
-  if (cfg.parallelism.data_parallel_replicate_degree > 1 || cfg.parallelism.data_parallel_shard_degree > 1 ||
-      cfg.parallelism.tensor_parallel_degree > 1 || cfg.parallelism.pipeline_parallel_degree > 1 ||
-      cfg.parallelism.context_parallel_degree > 1)
-    throw InputError("parallelism degrees > 1 need a multi-process launch, which this ctitan build lacks; "
-                     "set every [parallelism] degree to 1 (or -1)");
+  const DistEnv env = DistEnv::from_environment();
+  const MeshShape shape = resolve_mesh_shape(cfg.parallelism, env.world_size);
+  if (shape.tp > 1 || shape.pp > 1 || shape.cp > 1)
+    throw InputError("tensor, pipeline and context parallelism are not in this ctitan build yet (mesh " +
+                     shape.describe() + "); use data parallelism: data_parallel_replicate_degree and "
+                     "data_parallel_shard_degree");
+  const int64_t dp_world = shape.dp_replicate * shape.dp_shard;
+  const bool rank0 = env.rank == 0;
   const auto ac_policy =
       ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option);
   for (const auto& c : cfg.compile.components)
@@ -96,7 +103,25 @@ int train(const JobConfig& cfg) {
     std::cerr << "ctitan: warning: [profiling] traces and memory snapshots are not implemented in this build; "
                  "training runs without them (metrics.jsonl still has memory per step)"
               << std::endl;
-  const int64_t accum = cfg.training.global_batch_size > 0 ? cfg.training.global_batch_size / B : 1;
+  if (cfg.training.global_batch_size > 0 && cfg.training.global_batch_size % (B * dp_world) != 0)
+    throw InputError("training.global_batch_size " + std::to_string(cfg.training.global_batch_size) +
+                     " is not a multiple of local_batch_size x data-parallel degree = " + std::to_string(B) + " x " +
+                     std::to_string(dp_world) + "; use a multiple or -1");
+  const int64_t accum = cfg.training.global_batch_size > 0 ? cfg.training.global_batch_size / (B * dp_world) : 1;
+
+  // --- ranks ---------------------------------------------------------------
+  std::shared_ptr<DeviceMesh> mesh = DeviceMesh::single();
+  if (env.world_size > 1) {
+    CommOptions copts;
+    copts.timeout = std::chrono::seconds(cfg.comm.train_timeout_seconds);
+    copts.recorder = std::make_shared<FlightRecorder>(
+        env.rank, static_cast<size_t>(cfg.comm.trace_buf_size),
+        (fs::path(cfg.job.dump_folder) / cfg.comm.save_traces_folder /
+         (cfg.comm.save_traces_file_prefix + std::to_string(env.rank) + ".json"))
+            .string());
+    auto store = rendezvous(env, std::chrono::seconds(cfg.comm.init_timeout_seconds));
+    mesh = DeviceMesh::create(shape, env.rank, store, copts);
+  }
 
   Llama3 model(args, dtype, S);
   model.set_activation_checkpointing(ac_policy);
@@ -110,6 +135,15 @@ int train(const JobConfig& cfg) {
   if (float8)
     model.set_float8(parse_float8_recipe(cfg.float8.recipe_name), cfg.float8.emulate, cfg.float8.filter_fqns);
   model.init_weights(static_cast<uint64_t>(cfg.debug.seed));
+  std::unique_ptr<DataParallel> dp;
+  if (dp_world > 1) {
+    DataParallelOptions dpo;
+    dpo.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;
+    // As in TorchTitan, the float8 all-gather applies only when FSDP shards.
+    dpo.float8_all_gather = float8 && shape.dp_shard > 1 && cfg.float8.enable_fsdp_float8_all_gather;
+    dpo.float8_precompute_scales = dpo.float8_all_gather && cfg.float8.precompute_float8_dynamic_scale_for_fsdp;
+    dp = std::make_unique<DataParallel>(model, *mesh, dpo);
+  }
   const ParamCounts counts = count_params(args);
   const double fpt = flops_per_token(args, S);
 
@@ -122,34 +156,61 @@ int train(const JobConfig& cfg) {
   dopts.seq_len = S;
   dopts.vocab_size = args.vocab_size;
   dopts.seed = static_cast<uint64_t>(cfg.debug.seed);
+  dopts.dp_rank = mesh->coord("dp_replicate") * shape.dp_shard + mesh->coord("dp_shard");
+  dopts.dp_world = dp_world;
   auto loader = make_data_loader(dopts);
 
   // --- optimizer, schedule, checkpoint --------------------------------------
   AdamWOptions aopts{cfg.optimizer.lr,           cfg.optimizer.beta1, cfg.optimizer.beta2, cfg.optimizer.eps,
                      cfg.optimizer.weight_decay, cfg.optimizer.implementation};
-  AdamW optimizer(model.flat_params(), model.flat_grads(), aopts);
+  AdamW optimizer(dp ? dp->params() : model.flat_params(), dp ? dp->grads() : model.flat_grads(), aopts);
   LrSchedule schedule(cfg.training.steps, cfg.lr_scheduler.warmup_steps, cfg.lr_scheduler.decay_ratio,
                       cfg.lr_scheduler.decay_type, cfg.lr_scheduler.min_lr_factor);
   Checkpointer checkpointer(cfg.checkpoint, cfg.job.dump_folder);
-  const NamedTensors ckpt_tensors = checkpoint_tensors(model, optimizer);
+  const TensorPieces load_pieces =
+      dp ? dp->checkpoint_pieces(optimizer, false) : whole_tensors(checkpoint_tensors(model, optimizer));
+  const TensorPieces save_pieces = dp ? dp->checkpoint_pieces(optimizer, true) : load_pieces;
+  SaveGroup save_group{env.rank, env.world_size, [&] { mesh->group("world").barrier(); }};
   int64_t step = 0;
   if (checkpointer.enabled()) {
-    if (auto loaded = checkpointer.load(ckpt_tensors)) {
+    if (auto loaded = checkpointer.load_sharded(load_pieces, env.rank)) {
       if (!loaded->model_only) {
         step = loaded->step;
-        loader->load_state(loaded->train_state.at("data_loader"));
+        // Each rank resumes its own stream; after a change of layout only
+        // counter-based streams (synthetic, markov: a global position) carry over.
+        const nlohmann::json& shared = loaded->train_state.at("data_loader");
+        if (loaded->world_size == env.world_size) {
+          loader->load_state(loaded->rank_state.value("data_loader", shared));
+        } else if (shared.contains("batches")) {
+          loader->load_state(shared);
+        } else if (rank0) {
+          std::cerr << "ctitan: warning: the checkpoint was saved by " << loaded->world_size
+                    << " ranks; the data loader cannot re-shard a " << shared.value("dataset", "")
+                    << " position, so the data starts from the beginning" << std::endl;
+        }
       }
-      std::cout << "ctitan: resumed from " << loaded->path << " (step " << loaded->step
-                << (loaded->model_only ? ", weights only" : "") << ")" << std::endl;
+      if (rank0)
+        std::cout << "ctitan: resumed from " << loaded->path << " (step " << loaded->step
+                  << (loaded->model_only ? ", weights only" : "") << ", saved by " << loaded->world_size
+                  << (loaded->world_size == 1 ? " rank" : " ranks") << ")" << std::endl;
     }
   }
-  model.begin_step();
+  if (dp) {
+    dp->begin_step();
+  } else {
+    model.begin_step();
+  }
+  // Live tensor bytes between steps: parameters, gradients, optimizer state
+  // (and the small RoPE table) — what FSDP divides by its degree.
+  const int64_t resident_bytes = cpu_memory_stats().current_bytes;
 
   // Every input has been checked by now: only a valid run touches the run directory.
   const fs::path dump(cfg.job.dump_folder);
-  fs::create_directories(dump);
-  write_text_atomically(dump / "config.toml", to_toml(cfg));
-  write_text_atomically(dump / "env.json", environment_fingerprint().dump(2) + "\n");
+  if (rank0) {
+    fs::create_directories(dump);
+    write_text_atomically(dump / "config.toml", to_toml(cfg));
+    write_text_atomically(dump / "env.json", environment_fingerprint().dump(2) + "\n");
+  }
 
   const PeakFlops peak = resolve_cpu_peak_flops(dtype, cfg.metrics.peak_tflops);
   std::cout << "ctitan: llama3 " << cfg.model.flavor << ", " << counts.total << " params, "
@@ -157,6 +218,12 @@ int train(const JobConfig& cfg) {
             << model.techniques() << ", batch " << B << " x seq " << S << " (x" << accum
             << " accumulation), " << at::get_num_threads() << " threads, data: " << loader->describe()
             << ", peak " << peak.flops / 1e12 << " TFLOPs (" << peak.source << ")" << std::endl;
+  const int64_t state_bytes = dp ? dp->state_bytes() : model.num_params() * 16;
+  if (env.world_size > 1)
+    std::cout << "ctitan: rank " << env.rank << "/" << env.world_size << ", " << (dp ? dp->describe() : "no data parallelism")
+              << ", mesh " << shape.describe() << ", parameters + gradients + optimizer state "
+              << state_bytes / (1024.0 * 1024.0) << " MiB on this rank (measured: "
+              << resident_bytes / (1024.0 * 1024.0) << " MiB of live tensors)" << std::endl;
 
   MetricsOptions mopts;
   mopts.dump_folder = cfg.job.dump_folder;
@@ -165,6 +232,7 @@ int train(const JobConfig& cfg) {
   mopts.flops_per_token = fpt;
   mopts.peak_flops = peak.flops;
   mopts.warmup_steps = cfg.metrics.warmup_steps;
+  mopts.write_files = rank0;
   MetricsLogger metrics(mopts);
   reset_peak_cpu_memory();
 
@@ -173,6 +241,8 @@ int train(const JobConfig& cfg) {
   auto old_term = std::signal(SIGTERM, on_stop_signal);
   TokenBatch batch;
   std::string status = "ok";
+  double comm_s = 0, exposed_comm_s = 0;
+  int64_t comm_steps = 0;
   while (step < cfg.training.steps) {
     ++step;
     const auto t0 = Clock::now();
@@ -182,22 +252,49 @@ int train(const JobConfig& cfg) {
       loader->next(batch);
       at::Tensor inputs = to_tensor(batch.inputs, B, S), labels = to_tensor(batch.labels, B, S);
       data_time += seconds_since(td);
+      if (dp) {
+        loss_sum += dp->forward_backward(inputs, labels, 1.0 / static_cast<double>(accum), micro == 0,
+                                         micro + 1 == accum) /
+                    static_cast<double>(accum);
+        continue;
+      }
       at::Tensor loss = model.forward_loss(inputs, labels);
       if (accum > 1) loss = loss / static_cast<double>(accum);
       loss.backward();
       model.accumulate_grads();
       loss_sum += loss.item<double>();
     }
-    const double grad_norm = clip_grad_norm_(model.flat_grads(), cfg.training.max_norm);
+    double grad_norm;
     const double lr = cfg.optimizer.lr * schedule.factor(step - 1);
-    optimizer.step(lr);
-    model.zero_grad();
-    model.begin_step();
+    if (dp) {
+      grad_norm = dp->clip_grad_norm(cfg.training.max_norm);
+      optimizer.step(lr);
+      dp->begin_step();
+      loss_sum = dp->dp_mean(loss_sum);
+      const CommTimes ct = dp->take_comm_times();
+      if (step > cfg.metrics.warmup_steps) {
+        comm_s += ct.comm_s;
+        exposed_comm_s += ct.exposed_comm_s;
+        ++comm_steps;
+      }
+    } else {
+      grad_norm = clip_grad_norm_(model.flat_grads(), cfg.training.max_norm);
+      optimizer.step(lr);
+      model.zero_grad();
+      model.begin_step();
+    }
     const double step_time = seconds_since(t0);
+    // Every rank stops at the same step, or the others would wait in a collective.
+    int stop = g_stop_signal != 0;
+    if (env.world_size > 1) {
+      at::Tensor t = torch::full({1}, stop, torch::kInt);
+      mesh->group("world").all_reduce(t, ReduceOp::kMax)->wait();
+      stop = t.item<int>();
+    }
 
-    const bool last = step == cfg.training.steps || g_stop_signal != 0;
+    const bool last = step == cfg.training.steps || stop != 0;
     std::string sqnr_line;
-    if (float8 && metrics.logs_step(step, last)) {
+    if (float8 && (!dp || !dp->sharded()) && metrics.logs_step(step, last)) {
       // Outside the timed step: an extra no-grad forward on this batch.
       const auto sqnr = model.float8_sqnr(to_tensor(batch.inputs, B, S));
       nlohmann::json per_unit = nlohmann::json::object();
@@ -215,11 +312,12 @@ int train(const JobConfig& cfg) {
     metrics.record({step, loss_sum, grad_norm, lr, step_time, data_time, B * S * accum}, last);
     if (!sqnr_line.empty()) std::cout << sqnr_line << std::endl;
     if (checkpointer.should_save(step, cfg.training.steps)) {
+      // Rank 0's loader state is the shared one; every rank also keeps its own.
       nlohmann::json state = {{"step", step}, {"data_loader", loader->state()}};
       const bool model_only = step == cfg.training.steps && cfg.checkpoint.last_save_model_only;
-      checkpointer.save(step, ckpt_tensors, state, model_only);
+      checkpointer.save_sharded(step, save_pieces, state, {{"data_loader", loader->state()}}, model_only, save_group);
     }
-    if (g_stop_signal != 0) {
+    if (stop != 0) {
       status = "interrupted";
       break;
     }
@@ -234,8 +332,31 @@ int train(const JobConfig& cfg) {
                           {"techniques", model.techniques()},
                           {"tokens_per_step", B * S * accum},
                           {"peak_flops_source", peak.source},
-                          {"world_size", 1}};
-  metrics.write_summary(status, extra);
+                          {"world_size", env.world_size},
+                          {"mesh", shape.describe()},
+                          {"state_bytes", state_bytes},
+                          {"resident_bytes", resident_bytes}};
+  if (dp) {
+    extra["data_parallel"] = dp->describe();
+    extra["comm_s"] = comm_steps ? comm_s / comm_steps : 0.0;
+    extra["exposed_comm_s"] = comm_steps ? exposed_comm_s / comm_steps : 0.0;
+  }
+  if (env.world_size > 1) {
+    // Memory per rank, gathered so that rank 0's summary shows every rank.
+    at::Tensor in = torch::tensor({cpu_memory_stats().peak_bytes, state_bytes, resident_bytes,
+                                   process_peak_rss_bytes()}, torch::kLong);
+    at::Tensor all = torch::empty({env.world_size * 4}, torch::kLong);
+    mesh->group("world").all_gather(all, in)->wait();
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int r = 0; r < env.world_size; ++r)
+      ranks.push_back({{"rank", r},
+                       {"mem_peak_bytes", all[r * 4].item<int64_t>()},
+                       {"state_bytes", all[r * 4 + 1].item<int64_t>()},
+                       {"resident_bytes", all[r * 4 + 2].item<int64_t>()},
+                       {"rss_peak_bytes", all[r * 4 + 3].item<int64_t>()}});
+    extra["ranks"] = ranks;
+  }
+  if (rank0) metrics.write_summary(status, extra);
   if (status == "interrupted") {
     std::cerr << "ctitan: interrupted by signal " << g_stop_signal.load() << " at step " << step
               << "; summary.json written" << std::endl;

@@ -34,7 +34,8 @@ uint32_t crc32(const void* data, size_t n, uint32_t crc) {
 
 namespace {
 
-const char* kFormat = "ctitan-checkpoint-v1";
+const char* kFormat = "ctitan-checkpoint-v2";  // pieces with row ranges
+const char* kFormatV1 = "ctitan-checkpoint-v1";  // whole tensors, rank0.bin only
 
 void fsync_path(const fs::path& p) {
   int fd = ::open(p.c_str(), O_RDONLY);
@@ -80,71 +81,106 @@ std::vector<int64_t> Checkpointer::saved_steps() const {
   return steps;
 }
 
-void Checkpointer::save(int64_t step, const NamedTensors& tensors, const nlohmann::json& train_state,
-                        bool model_only) {
-  fs::create_directories(folder_);
-  const fs::path final_dir = fs::path(folder_) / ("step-" + std::to_string(step));
-  const fs::path tmp_dir = fs::path(folder_) / (".step-" + std::to_string(step) + ".tmp-" + std::to_string(::getpid()));
-  fs::remove_all(tmp_dir);
-  fs::create_directories(tmp_dir);
-
-  nlohmann::json meta;
-  meta["format"] = kFormat;
-  meta["step"] = step;
-  meta["model_only"] = model_only;
-  meta["world_size"] = 1;
-  meta["train_state"] = train_state;
-  meta["tensors"] = nlohmann::json::array();
-  {
-    std::ofstream out(tmp_dir / "rank0.bin", std::ios::binary);
-    int64_t offset = 0;
-    for (const auto& [name, t] : tensors) {
-      if (model_only && name.rfind("model.", 0) != 0) continue;
-      at::Tensor c = t.contiguous();
-      const auto nbytes = static_cast<int64_t>(c.nbytes());
-      out.write(static_cast<const char*>(c.data_ptr()), nbytes);
-      meta["tensors"].push_back({{"name", name},
-                                 {"dtype", c10::toString(c.scalar_type())},
-                                 {"shape", c.sizes().vec()},
-                                 {"file", "rank0.bin"},
-                                 {"offset", offset},
-                                 {"nbytes", nbytes},
-                                 {"crc32", crc32(c.data_ptr(), c.nbytes())}});
-      offset += nbytes;
-    }
-    if (!out) throw std::runtime_error("checkpoint: writing " + (tmp_dir / "rank0.bin").string() + " failed");
-  }
-  {
-    std::ofstream out(tmp_dir / "metadata.json");
-    out << meta.dump(1) << "\n";
-    if (!out) throw std::runtime_error("checkpoint: writing metadata in " + tmp_dir.string() + " failed");
-  }
-  fsync_path(tmp_dir / "rank0.bin");
-  fsync_path(tmp_dir / "metadata.json");
-  fsync_path(tmp_dir);
-  fs::remove_all(final_dir);
-  fs::rename(tmp_dir, final_dir);
-  fsync_path(folder_);
-
-  if (cfg_.keep_latest_k > 0) {
-    auto steps = saved_steps();
-    while (static_cast<int64_t>(steps.size()) > cfg_.keep_latest_k) {
-      fs::remove_all(fs::path(folder_) / ("step-" + std::to_string(steps.front())));
-      steps.erase(steps.begin());
-    }
-  }
+TensorPieces whole_tensors(const NamedTensors& tensors) {
+  TensorPieces pieces;
+  for (const auto& [name, t] : tensors) pieces.push_back({name, t, t.sizes().vec(), 0});
+  return pieces;
 }
 
-std::optional<LoadedCheckpoint> Checkpointer::load(const NamedTensors& tensors) const {
+void Checkpointer::save_sharded(int64_t step, const TensorPieces& pieces, const nlohmann::json& train_state,
+                        const nlohmann::json& rank_state, bool model_only, const SaveGroup& group) {
+  auto barrier = [&] {
+    if (group.world > 1) group.barrier();
+  };
+  const fs::path final_dir = fs::path(folder_) / ("step-" + std::to_string(step));
+  // One temporary folder for all ranks; it becomes step-<N> only once every
+  // rank's file is complete, so a crash never leaves a half-written step.
+  const fs::path tmp_dir = fs::path(folder_) / (".step-" + std::to_string(step) + ".tmp");
+  if (group.rank == 0) {
+    fs::create_directories(folder_);
+    fs::remove_all(tmp_dir);
+    fs::create_directories(tmp_dir);
+  }
+  barrier();
+
+  const std::string bin = "rank" + std::to_string(group.rank) + ".bin";
+  nlohmann::json index = nlohmann::json::array();
+  {
+    std::ofstream out(tmp_dir / bin, std::ios::binary);
+    int64_t offset = 0;
+    for (const auto& p : pieces) {
+      if (model_only && p.name.rfind("model.", 0) != 0) continue;
+      at::Tensor c = p.tensor.contiguous();
+      const auto nbytes = static_cast<int64_t>(c.nbytes());
+      out.write(static_cast<const char*>(c.data_ptr()), nbytes);
+      index.push_back({{"name", p.name},
+                       {"dtype", c10::toString(c.scalar_type())},
+                       {"global_shape", p.global_shape},
+                       {"row_offset", p.row_offset},
+                       {"shape", c.sizes().vec()},
+                       {"file", bin},
+                       {"offset", offset},
+                       {"nbytes", nbytes},
+                       {"crc32", crc32(c.data_ptr(), c.nbytes())}});
+      offset += nbytes;
+    }
+    if (!out) throw std::runtime_error("checkpoint: writing " + (tmp_dir / bin).string() + " failed");
+  }
+  const fs::path rank_json = tmp_dir / ("rank" + std::to_string(group.rank) + ".json");
+  {
+    std::ofstream out(rank_json);
+    out << nlohmann::json{{"tensors", index}, {"rank_state", rank_state}}.dump(1) << "\n";
+    if (!out) throw std::runtime_error("checkpoint: writing " + rank_json.string() + " failed");
+  }
+  fsync_path(tmp_dir / bin);
+  fsync_path(rank_json);
+  barrier();
+
+  if (group.rank == 0) {
+    nlohmann::json meta;
+    meta["format"] = kFormat;
+    meta["step"] = step;
+    meta["model_only"] = model_only;
+    meta["world_size"] = group.world;
+    meta["train_state"] = train_state;
+    meta["tensors"] = nlohmann::json::array();
+    for (int r = 0; r < group.world; ++r) {
+      std::ifstream in(tmp_dir / ("rank" + std::to_string(r) + ".json"));
+      const nlohmann::json rank_index = nlohmann::json::parse(in);
+      for (const auto& t : rank_index.at("tensors")) meta["tensors"].push_back(t);
+    }
+    {
+      std::ofstream out(tmp_dir / "metadata.json");
+      out << meta.dump(1) << "\n";
+      if (!out) throw std::runtime_error("checkpoint: writing metadata in " + tmp_dir.string() + " failed");
+    }
+    fsync_path(tmp_dir / "metadata.json");
+    fsync_path(tmp_dir);
+    fs::remove_all(final_dir);
+    fs::rename(tmp_dir, final_dir);
+    fsync_path(folder_);
+
+    if (cfg_.keep_latest_k > 0) {
+      auto steps = saved_steps();
+      while (static_cast<int64_t>(steps.size()) > cfg_.keep_latest_k) {
+        fs::remove_all(fs::path(folder_) / ("step-" + std::to_string(steps.front())));
+        steps.erase(steps.begin());
+      }
+    }
+  }
+  barrier();  // nobody trains on (or prunes) until the step is in place
+}
+
+std::optional<LoadedCheckpoint> Checkpointer::load_sharded(const TensorPieces& pieces, int rank) const {
   try {
-    return load_impl(tensors);
+    return load_impl(pieces, rank);
   } catch (const nlohmann::json::exception& e) {
-    throw InputError("checkpoint in " + folder_ + ": metadata.json is malformed (" + e.what() +
+    throw InputError("checkpoint in " + folder_ + ": metadata is malformed (" + e.what() +
                      "); delete that step folder or set checkpoint.load_step to another step");
   }
 }
 
-std::optional<LoadedCheckpoint> Checkpointer::load_impl(const NamedTensors& tensors) const {
+std::optional<LoadedCheckpoint> Checkpointer::load_impl(const TensorPieces& pieces, int rank) const {
   auto steps = saved_steps();
   fs::path dir;
   if (cfg_.load_step >= 0) {
@@ -181,49 +217,94 @@ std::optional<LoadedCheckpoint> Checkpointer::load_impl(const NamedTensors& tens
     throw InputError(where + ": metadata.json is not valid JSON (" + e.what() +
                      "); delete this folder or set checkpoint.load_step to another step");
   }
-  if (meta.value("format", "") != kFormat)
-    throw InputError(where + ": unknown format '" + meta.value("format", "") + "', expected " + kFormat);
+  const std::string format = meta.value("format", "");
+  if (format != kFormat && format != kFormatV1)
+    throw InputError(where + ": unknown format '" + format + "', expected " + kFormat);
 
   LoadedCheckpoint loaded;
   loaded.step = meta.value("step", int64_t{0});
   loaded.model_only = meta.value("model_only", false);
+  loaded.world_size = meta.value("world_size", 1);
   loaded.train_state = meta.value("train_state", nlohmann::json::object());
   loaded.path = dir.string();
+  if (rank < loaded.world_size && fs::exists(dir / ("rank" + std::to_string(rank) + ".json"))) {
+    std::ifstream in(dir / ("rank" + std::to_string(rank) + ".json"));
+    loaded.rank_state = nlohmann::json::parse(in).value("rank_state", nlohmann::json::object());
+  }
 
-  std::map<std::string, nlohmann::json> index;
-  for (const auto& t : meta["tensors"]) index[t.at("name").get<std::string>()] = t;
-  std::ifstream data(dir / "rank0.bin", std::ios::binary);
-  if (!data) throw InputError(where + ": rank0.bin is missing; delete this folder or pick another load_step");
-  const auto file_size = static_cast<int64_t>(fs::file_size(dir / "rank0.bin"));
-  for (const auto& [name, t] : tensors) {
-    if (loaded.model_only && name.rfind("model.", 0) != 0) continue;
-    for (const auto& ex : cfg_.exclude_from_loading)
-      if (name.rfind(ex, 0) == 0) goto next_tensor;
-    {
-      auto it = index.find(name);
-      if (it == index.end())
-        throw InputError(where + ": tensor '" + name + "' is missing (saved by a different model?); check model.flavor");
-      const auto& e = it->second;
-      const auto shape = e.at("shape").get<std::vector<int64_t>>();
-      if (shape != t.sizes().vec() || e.at("dtype").get<std::string>() != c10::toString(t.scalar_type()))
-        throw InputError(where + ": tensor '" + name + "' has shape/dtype " + e.at("shape").dump() + " " +
-                         e.at("dtype").get<std::string>() + " but the model expects " +
-                         nlohmann::json(t.sizes().vec()).dump() + " " + c10::toString(t.scalar_type()) +
-                         "; check model.flavor and training.mixed_precision_param");
-      const int64_t offset = e.at("offset").get<int64_t>(), nbytes = e.at("nbytes").get<int64_t>();
-      if (offset + nbytes > file_size || nbytes != static_cast<int64_t>(t.nbytes()))
-        throw InputError(where + ": rank0.bin is truncated at tensor '" + name + "'; delete this folder");
-      std::vector<char> buf(nbytes);
-      data.seekg(offset);
-      data.read(buf.data(), nbytes);
-      if (crc32(buf.data(), buf.size()) != e.at("crc32").get<uint32_t>())
-        throw InputError(where + ": checksum mismatch in tensor '" + name +
-                         "' (file corrupt); delete this folder or set checkpoint.load_step to another step");
-      torch::NoGradGuard no_grad;
-      at::Tensor dst = t;
-      std::memcpy(dst.data_ptr(), buf.data(), nbytes);
+  // Saved pieces by tensor name; v1 files hold whole tensors.
+  std::map<std::string, std::vector<nlohmann::json>> index;
+  for (auto t : meta.at("tensors")) {
+    if (!t.contains("global_shape")) t["global_shape"] = t.at("shape");
+    if (!t.contains("row_offset")) t["row_offset"] = 0;
+    index[t.at("name").get<std::string>()].push_back(t);
+  }
+  std::map<std::string, int64_t> file_sizes;
+  auto read_piece = [&](const nlohmann::json& e, const std::string& name) {
+    const std::string file = e.at("file").get<std::string>();
+    const fs::path path = dir / file;
+    if (!file_sizes.count(file)) {
+      std::error_code ec;
+      const auto size = fs::file_size(path, ec);
+      if (ec)
+        throw InputError(where + ": " + file + " is missing (a rank's shard); restore it or delete this folder");
+      file_sizes[file] = static_cast<int64_t>(size);
     }
-  next_tensor:;
+    const int64_t offset = e.at("offset").get<int64_t>(), nbytes = e.at("nbytes").get<int64_t>();
+    if (offset < 0 || nbytes < 0 || offset + nbytes > file_sizes[file])
+      throw InputError(where + ": " + file + " is truncated at tensor '" + name +
+                       "'; restore it or delete this folder");
+    std::vector<char> buf(nbytes);
+    std::ifstream data(path, std::ios::binary);
+    data.seekg(offset);
+    data.read(buf.data(), nbytes);
+    if (!data || crc32(buf.data(), buf.size()) != e.at("crc32").get<uint32_t>())
+      throw InputError(where + ": checksum mismatch in " + file + " at tensor '" + name +
+                       "' (file corrupt); delete this folder or set checkpoint.load_step to another step");
+    return buf;
+  };
+
+  for (const auto& want : pieces) {
+    const std::string& name = want.name;
+    if (loaded.model_only && name.rfind("model.", 0) != 0) continue;
+    bool excluded = false;
+    for (const auto& ex : cfg_.exclude_from_loading) excluded = excluded || name.rfind(ex, 0) == 0;
+    if (excluded) continue;
+    auto it = index.find(name);
+    if (it == index.end())
+      throw InputError(where + ": tensor '" + name + "' is missing (saved by a different model?); check model.flavor");
+    const at::Tensor& t = want.tensor;
+    const auto& first = it->second.front();
+    if (first.at("global_shape").get<std::vector<int64_t>>() != want.global_shape ||
+        first.at("dtype").get<std::string>() != c10::toString(t.scalar_type()))
+      throw InputError(where + ": tensor '" + name + "' has shape/dtype " + first.at("global_shape").dump() + " " +
+                       first.at("dtype").get<std::string>() + " but the model expects " +
+                       nlohmann::json(want.global_shape).dump() + " " + c10::toString(t.scalar_type()) +
+                       "; check model.flavor and training.mixed_precision_param");
+    // Rows this rank needs, assembled from every saved piece that overlaps them.
+    const bool scalar = want.global_shape.empty();
+    const int64_t lo = want.row_offset, hi = lo + (scalar ? 1 : t.size(0));
+    const int64_t row_bytes = scalar ? t.element_size() : static_cast<int64_t>(t.nbytes()) / std::max<int64_t>(1, t.size(0));
+    int64_t covered = 0;
+    torch::NoGradGuard no_grad;
+    TORCH_CHECK(t.is_contiguous(), "checkpoint load: piece of ", name, " must be contiguous");
+    for (const auto& e : it->second) {
+      const auto shape = e.at("shape").get<std::vector<int64_t>>();
+      const int64_t plo = e.at("row_offset").get<int64_t>(), phi = plo + (shape.empty() ? 1 : shape[0]);
+      const int64_t a = std::max(lo, plo), b = std::min(hi, phi);
+      if (a >= b) continue;
+      if (e.at("nbytes").get<int64_t>() != (phi - plo) * row_bytes)
+        throw InputError(where + ": piece of '" + name + "' in " + e.at("file").get<std::string>() +
+                         " has the wrong size; delete this folder");
+      const auto buf = read_piece(e, name);
+      std::memcpy(static_cast<char*>(t.data_ptr()) + (a - lo) * row_bytes, buf.data() + (a - plo) * row_bytes,
+                  (b - a) * row_bytes);
+      covered += b - a;
+    }
+    if (covered != hi - lo)
+      throw InputError(where + ": rows " + std::to_string(lo) + ".." + std::to_string(hi) + " of '" + name +
+                       "' are not in any saved shard (a rank's file is missing from metadata.json); "
+                       "delete this folder");
   }
   return loaded;
 }

@@ -1,7 +1,16 @@
-// Checkpoints: a folder per step, written atomically, verified on load.
+// Checkpoints: a folder per step, written atomically, verified on load,
+// sharded per rank and re-shardable.
 //
-//   <dump_folder>/<checkpoint.folder>/step-<N>/metadata.json   tensor index + train state
-//                                          /rank0.bin       raw tensor bytes
+//   <dump_folder>/<checkpoint.folder>/step-<N>/metadata.json   index of every piece + train state
+//                                          /rank<R>.bin     rank R's tensor bytes
+//                                          /rank<R>.json    rank R's own state (data loader)
+//
+// A tensor is saved as pieces: row ranges [row_offset, row_offset + rows) of
+// its dim 0, each written by the rank that holds them (FSDP: every rank its
+// rows of every parameter and of its AdamW state; DDP and single-process
+// runs: rank 0 whole tensors). Loading asks for pieces of the new layout and
+// assembles each from whichever saved pieces overlap it, so FSDP 4 loads
+// into FSDP 2, DDP or one process and back.
 //
 // A checkpoint is first written to a hidden temporary folder, fsync'ed, then
 // renamed to step-<N>: a crash leaves either the old set or the new one,
@@ -14,6 +23,7 @@
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,10 +35,28 @@ namespace ctitan {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
+struct TensorPiece {
+  std::string name;                   // TorchTitan FQN, "model." / "optimizer." prefixed
+  at::Tensor tensor;                  // rows [row_offset, row_offset + tensor.size(0)) of the whole
+  std::vector<int64_t> global_shape;  // shape of the whole tensor
+  int64_t row_offset = 0;
+};
+using TensorPieces = std::vector<TensorPiece>;
+TensorPieces whole_tensors(const NamedTensors& tensors);
+
+// The ranks that save one checkpoint together: every rank calls save() with
+// its pieces; `barrier` synchronises them (world 1: not called).
+struct SaveGroup {
+  int rank = 0, world = 1;
+  std::function<void()> barrier;
+};
+
 struct LoadedCheckpoint {
   int64_t step = 0;
   bool model_only = false;
+  int world_size = 1;         // ranks that saved it
   nlohmann::json train_state;
+  nlohmann::json rank_state;  // this rank's own state, when the saving world had this rank
   std::string path;
 };
 
@@ -40,16 +68,23 @@ class Checkpointer {
   std::string folder() const { return folder_; }
   // True when `step` is a save step (interval, last step, first step if asked).
   bool should_save(int64_t step, int64_t last_step) const;
-  // Writes step-<step>; then prunes to keep_latest_k. `tensors` are read only.
-  void save(int64_t step, const NamedTensors& tensors, const nlohmann::json& train_state, bool model_only);
-  // Loads checkpoint.load_step, or the newest full checkpoint, into `tensors`
+  // Writes step-<step> (all ranks of `group` together; rank 0 writes the
+  // metadata and renames the folder into place); then prunes to
+  // keep_latest_k. Tensors are read only.
+  void save_sharded(int64_t step, const TensorPieces& pieces, const nlohmann::json& train_state,
+            const nlohmann::json& rank_state, bool model_only, const SaveGroup& group = {});
+  void save(int64_t step, const NamedTensors& tensors, const nlohmann::json& train_state, bool model_only) {
+    save_sharded(step, whole_tensors(tensors), train_state, nlohmann::json::object(), model_only);
+  }
+  // Loads checkpoint.load_step, or the newest full checkpoint, into `pieces`
   // (names must match; model-only checkpoints fill only names starting with
   // "model."). Returns nullopt when there is nothing to resume from.
-  std::optional<LoadedCheckpoint> load(const NamedTensors& tensors) const;
+  std::optional<LoadedCheckpoint> load_sharded(const TensorPieces& pieces, int rank = 0) const;
+  std::optional<LoadedCheckpoint> load(const NamedTensors& tensors) const { return load_sharded(whole_tensors(tensors)); }
   std::vector<int64_t> saved_steps() const;  // ascending
 
  private:
-  std::optional<LoadedCheckpoint> load_impl(const NamedTensors& tensors) const;
+  std::optional<LoadedCheckpoint> load_impl(const TensorPieces& pieces, int rank) const;
   CheckpointSection cfg_;
   std::string folder_;
 };

@@ -102,7 +102,11 @@ at::Tensor float8_mm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarTyp
 
 // y = x @ wᵀ like at::linear without bias: x [*, in], w [out, in], output in
 // x's dtype; differentiable in x and w (grads in their own dtypes).
-at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, Float8Recipe recipe, bool emulate);
+// `w_quantized` (tensorwise recipe only): w's float8 form computed elsewhere
+// — FSDP's float8 all-gather — used instead of quantising w here; w itself
+// then only receives the gradient.
+at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, Float8Recipe recipe, bool emulate,
+                         const Float8Tensor* w_quantized = nullptr);
 
 // "scaled_mm" or "emulated": which GEMM float8_linear runs on `device`.
 std::string float8_backend(const at::Device& device, bool emulate);

@@ -86,6 +86,18 @@ Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_
   master_ = torch::zeros({offset}, master_dtype);
   master_grad_ = torch::zeros({offset}, master_dtype);
   compute_ = compute_dtype_ == master_dtype ? master_ : torch::zeros({offset}, compute_dtype_);
+  auto add_unit = [&](std::string name, size_t first, size_t last) {  // slots [first, last)
+    Unit u{std::move(name), slots_[first].offset, 0, {}};
+    for (size_t i = first; i < last; ++i) {
+      u.slots.push_back(i);
+      u.numel += slots_[i].numel;
+    }
+    units_.push_back(std::move(u));
+  };
+  add_unit("tok_embeddings", 0, 1);
+  for (int64_t l = 0; l < args.n_layers; ++l) add_unit("layers." + std::to_string(l), 1 + 9 * l, 10 + 9 * l);
+  add_unit("norm+output", slots_.size() - 2, slots_.size());
+  master_grad_fresh_.assign(units_.size(), true);
   // ATen's CPU flash-attention kernel is ~2x slower in bf16 than in fp32 at
   // small head dims (16: 32 ms vs 18 ms fwd+bwd per debugmodel layer, casts
   // included) and faster from 64 up, so small heads attend in fp32. Only
@@ -112,21 +124,27 @@ at::Tensor Llama3::grad(const std::string& name) const {
   return master_grad_.narrow(0, s.offset, s.numel).view(s.shape);
 }
 
-at::Tensor Llama3::compute_leaf(int64_t offset, std::vector<int64_t> shape) {
+at::Tensor Llama3::compute_leaf(const std::string& first_slot, std::vector<int64_t> shape) {
   int64_t n = 1;
   for (auto s : shape) n *= s;
-  // detach() makes an autograd leaf sharing the flat storage.
-  at::Tensor leaf = compute_.narrow(0, offset, n).view(shape).detach();
-  leaf.requires_grad_(true);
-  if (compute_.is_same(master_)) {
-    // Full precision: a pre-set .grad view makes AccumulateGrad add into the
-    // flat gradient buffer in place — no copies at all.
-    leaf.mutable_grad() = master_grad_.narrow(0, offset, n).view(shape);
+  const int64_t offset = slot(first_slot).offset;
+  size_t unit = 0;
+  while (offset >= units_[unit].offset + units_[unit].numel) ++unit;
+  at::Tensor leaf;
+  if (has_unit_buffers()) {
+    leaf = unit_buffers_[unit].narrow(0, offset - units_[unit].offset, n).view(shape).detach();
+    leaf.requires_grad_(true);
+  } else {
+    // A detached view: autograd treats it as a leaf whose storage is the flat buffer.
+    leaf = compute_.narrow(0, offset, n).view(shape).detach();
+    leaf.requires_grad_(true);
+    if (compute_.is_same(master_)) {
+      // fp32/fp64 compute: autograd accumulates straight into the flat
+      // gradient buffer (AccumulateGrad adds in place into a defined grad).
+      leaf.mutable_grad() = master_grad_.narrow(0, offset, n).view(shape);
+    }
   }
-  // Mixed precision: AccumulateGrad hands over the autograd-produced bf16
-  // gradient and accumulate_grads() casts it into the fp32 buffer — one pass,
-  // the same work as the cast's backward in TorchTitan's FSDP2 path.
-  leaves_.push_back({leaf, offset});
+  leaves_.push_back({leaf, offset, unit});
   return leaf;
 }
 
@@ -134,21 +152,21 @@ void Llama3::build_compute_views() {
   const int64_t d = args_.dim, f = args_.ffn_hidden_dim();
   const int64_t qkv_rows = (args_.n_heads + 2 * args_.n_kv_heads) * args_.head_dim();
   leaves_.clear();
-  tok_embeddings_ = compute_leaf(slot("tok_embeddings.weight").offset, {args_.vocab_size, d});
+  tok_embeddings_ = compute_leaf("tok_embeddings.weight", {args_.vocab_size, d});
   layers_.clear();
   for (int64_t l = 0; l < args_.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     LayerWeights w;
-    w.wqkv = compute_leaf(slot(p + "attention.wq.weight").offset, {qkv_rows, d});
-    w.wo = compute_leaf(slot(p + "attention.wo.weight").offset, {d, args_.n_heads * args_.head_dim()});
-    w.w13 = compute_leaf(slot(p + "feed_forward.w1.weight").offset, {2 * f, d});
-    w.w2 = compute_leaf(slot(p + "feed_forward.w2.weight").offset, {d, f});
-    w.attention_norm = compute_leaf(slot(p + "attention_norm.weight").offset, {d});
-    w.ffn_norm = compute_leaf(slot(p + "ffn_norm.weight").offset, {d});
+    w.wqkv = compute_leaf(p + "attention.wq.weight", {qkv_rows, d});
+    w.wo = compute_leaf(p + "attention.wo.weight", {d, args_.n_heads * args_.head_dim()});
+    w.w13 = compute_leaf(p + "feed_forward.w1.weight", {2 * f, d});
+    w.w2 = compute_leaf(p + "feed_forward.w2.weight", {d, f});
+    w.attention_norm = compute_leaf(p + "attention_norm.weight", {d});
+    w.ffn_norm = compute_leaf(p + "ffn_norm.weight", {d});
     layers_.push_back(std::move(w));
   }
-  norm_ = compute_leaf(slot("norm.weight").offset, {d});
-  output_ = compute_leaf(slot("output.weight").offset, {args_.vocab_size, d});
+  norm_ = compute_leaf("norm.weight", {d});
+  output_ = compute_leaf("output.weight", {args_.vocab_size, d});
 }
 
 void Llama3::init_weights(uint64_t seed) {
@@ -189,32 +207,66 @@ void Llama3::begin_step() {
 }
 
 void Llama3::zero_grad() {
+  if (has_unit_buffers()) {
+    for (auto& leaf : leaves_) leaf.tensor.mutable_grad().reset();
+    return;
+  }
   if (compute_.is_same(master_)) {
     master_grad_.zero_();
     return;
   }
-  // The fp32 buffer is overwritten by the first accumulate_grads() instead of
-  // being zeroed here: one pass over it per step, not two.
-  for (auto& [leaf, offset] : leaves_) leaf.mutable_grad().reset();
-  master_grad_fresh_ = false;
+  // bf16: the next accumulate_grads() overwrites instead of adding, which
+  // saves a pass over the fp32 buffer.
+  for (auto& leaf : leaves_) leaf.tensor.mutable_grad().reset();
+  master_grad_fresh_.assign(units_.size(), false);
 }
 
 void Llama3::accumulate_grads() {
+  for (size_t u = 0; u < units_.size(); ++u) accumulate_grads(u);
+}
+
+void Llama3::accumulate_grads(size_t unit) {
+  TORCH_CHECK(!has_unit_buffers(), "accumulate_grads: unit-buffer (FSDP) gradients go through take_unit_grad");
   if (compute_.is_same(master_)) return;
   torch::NoGradGuard no_grad;
-  for (auto& [leaf, offset] : leaves_) {
-    at::Tensor dst = master_grad_.narrow(0, offset, leaf.numel()).view(leaf.sizes());
-    at::Tensor& g = leaf.mutable_grad();
+  for (auto& leaf : leaves_) {
+    if (leaf.unit != unit) continue;
+    at::Tensor dst = master_grad_.narrow(0, leaf.offset, leaf.tensor.numel()).view(leaf.tensor.sizes());
+    at::Tensor& g = leaf.tensor.mutable_grad();
     if (!g.defined()) {
-      if (!master_grad_fresh_) dst.zero_();  // parameter unused by this batch
-    } else if (master_grad_fresh_) {
+      if (!master_grad_fresh_[unit]) dst.zero_();  // parameter unused by this batch
+    } else if (master_grad_fresh_[unit]) {
       dst.add_(g);
     } else {
       dst.copy_(g);
     }
     g.reset();
   }
-  master_grad_fresh_ = true;
+  master_grad_fresh_[unit] = true;
+}
+
+void Llama3::use_unit_buffers() {
+  TORCH_CHECK(!has_unit_buffers(), "use_unit_buffers called twice");
+  for (const auto& u : units_) unit_buffers_.push_back(torch::zeros({u.numel}, compute_dtype_));
+  master_ = master_grad_ = compute_ = at::Tensor();
+  build_compute_views();
+}
+
+void Llama3::take_unit_grad(size_t u, at::Tensor& out) {
+  TORCH_CHECK(out.numel() == units_[u].numel, "take_unit_grad: ", units_[u].name, " has ", units_[u].numel,
+              " elements, out has ", out.numel());
+  torch::NoGradGuard no_grad;
+  for (auto& leaf : leaves_) {
+    if (leaf.unit != u) continue;
+    at::Tensor dst = out.narrow(0, leaf.offset - units_[u].offset, leaf.tensor.numel()).view(leaf.tensor.sizes());
+    at::Tensor& g = leaf.tensor.mutable_grad();
+    if (g.defined()) {
+      dst.copy_(g);
+    } else {
+      dst.zero_();
+    }
+    g.reset();
+  }
 }
 
 at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const {
@@ -229,11 +281,11 @@ at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) con
 at::Tensor Llama3::linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
                           const char* unit) const {
   if (!float8) return at::linear(x, w);
-  at::Tensor y = float8_linear(x, w, float8_recipe_, float8_emulate_);
-  if (sqnr_probe_) {
-    const std::string name = layer < 0 ? std::string(unit) : "layers." + std::to_string(layer) + "." + unit;
-    sqnr_probe_->emplace_back(name, sqnr_db(at::linear(x, w), y));
-  }
+  const std::string name = layer < 0 ? std::string(unit) : "layers." + std::to_string(layer) + "." + unit;
+  const auto pre = float8_weights_.find(name);
+  at::Tensor y = float8_linear(x, w, float8_recipe_, float8_emulate_,
+                               pre == float8_weights_.end() ? nullptr : &pre->second);
+  if (sqnr_probe_) sqnr_probe_->emplace_back(name, sqnr_db(at::linear(x, w), y));
   return y;
 }
 
@@ -301,25 +353,28 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
   return h;
 }
 
-at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
+at::Tensor Llama3::embed(const at::Tensor& tokens) {
   const int64_t S = tokens.size(1);
   TORCH_CHECK(S <= freqs_cis_.size(0), "sequence length ", S, " exceeds the model's max ", freqs_cis_.size(0));
-  at::Tensor h = at::embedding(tok_embeddings_, tokens);  // [B,S,D]
-  for (int64_t l = 0; l < args_.n_layers; ++l) {
-    const LayerWeights& w = layers_[l];
-    if (!ac_policy_.checkpoints_layer(l)) {
-      h = block_forward(l, w, h);
-      continue;
-    }
-    std::shared_ptr<OpCache> cache;
-    if (ac_policy_.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp) cache = std::make_shared<OpCache>();
-    h = checkpoint(
-        [this, l, cache](const std::vector<at::Tensor>& in) {
-          if (cache) cache->next = 0;  // a recomputation replays from the first kept output
-          return block_forward(l, {in[1], in[2], in[3], in[4], in[5], in[6]}, in[0], cache.get());
-        },
-        {h, w.attention_norm, w.wqkv, w.wo, w.ffn_norm, w.w13, w.w2});
-  }
+  return at::embedding(tok_embeddings_, tokens);  // [B,S,D]
+}
+
+at::Tensor Llama3::block(int64_t l, const at::Tensor& h) {
+  const LayerWeights& w = layers_[l];
+  if (!ac_policy_.checkpoints_layer(l)) return block_forward(l, w, h);
+  std::shared_ptr<OpCache> cache;
+  if (ac_policy_.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp) cache = std::make_shared<OpCache>();
+  return checkpoint(
+      [this, l, cache](const std::vector<at::Tensor>& in) {
+        if (cache) cache->next = 0;  // a recomputation replays from the first kept output
+        return block_forward(l, {in[1], in[2], in[3], in[4], in[5], in[6]}, in[0], cache.get());
+      },
+      {h, w.attention_norm, w.wqkv, w.wo, w.ffn_norm, w.w13, w.w2});
+}
+
+at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
+  at::Tensor h = embed(tokens);
+  for (int64_t l = 0; l < args_.n_layers; ++l) h = block(l, h);
   return rms_norm(h, norm_);
 }
 
@@ -327,12 +382,18 @@ at::Tensor Llama3::forward_logits(const at::Tensor& tokens) {
   return linear(hidden_states(tokens), output_, float8_output_, -1, "output");
 }
 
-at::Tensor Llama3::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
-  at::Tensor logits = forward_logits(tokens);
-  // The logits feed only the loss, so its backward may overwrite them with
-  // their gradient instead of paging in a new tensor of the same size.
+at::Tensor Llama3::head_loss(const at::Tensor& h, const at::Tensor& labels) {
+  at::Tensor logits = linear(rms_norm(h, norm_), output_, float8_output_, -1, "output");
+  // The fused loss writes d(loss)/d(logits) into the logits' storage during
+  // forward (the logits are dead after the loss), so no second [B*S,V] buffer.
   if (fused_loss_) return fused_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1), /*grad_into_logits=*/true);
   return chunked_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1));
+}
+
+at::Tensor Llama3::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
+  at::Tensor h = embed(tokens);
+  for (int64_t l = 0; l < args_.n_layers; ++l) h = block(l, h);
+  return head_loss(h, labels);
 }
 
 void Llama3::set_compile(bool fused_model, bool fused_loss) {
@@ -366,6 +427,22 @@ void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std
     if (!used[i])
       throw InputError("quantize.linear.float8.filter_fqns entry '" + filter_fqns[i] +
                        "' matches no linear layer (names look like layers.0.attention.wq, output)");
+}
+
+std::vector<Llama3::Float8Gemm> Llama3::float8_gemms() const {
+  std::vector<Float8Gemm> out;
+  if (!float8_) return out;
+  for (int64_t l = 0; l < args_.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const size_t base = 1 + 9 * static_cast<size_t>(l);  // wq wk wv wo w1 w3 w2 (norms follow)
+    const Float8Units& f = float8_units_[l];
+    if (f.qkv) out.push_back({p + "attention.wq|wk|wv", {base, base + 1, base + 2}});
+    if (f.wo) out.push_back({p + "attention.wo", {base + 3}});
+    if (f.w13) out.push_back({p + "feed_forward.w1|w3", {base + 4, base + 5}});
+    if (f.w2) out.push_back({p + "feed_forward.w2", {base + 6}});
+  }
+  if (float8_output_) out.push_back({"output", {slots_.size() - 1}});
+  return out;
 }
 
 std::string Llama3::techniques() const {

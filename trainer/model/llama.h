@@ -23,6 +23,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -63,10 +64,52 @@ class Llama3 {
   // filtered. Throws InputError for an entry that matches no linear.
   void set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns);
   std::string techniques() const;  // one line: which kernels and converters run
+
+  // The GEMMs that run in float8, each over consecutive slots (wq|wk|wv,
+  // wo, w1|w3, w2, output); `name` is the SQNR/probe name.
+  struct Float8Gemm {
+    std::string name;            // "layers.3.attention.wq|wk|wv", "output"
+    std::vector<size_t> slots;   // indices into slots(), consecutive
+  };
+  std::vector<Float8Gemm> float8_gemms() const;
+  bool float8_tensorwise() const { return float8_ && float8_recipe_ == Float8Recipe::kTensorwise; }
+  // FSDP's float8 all-gather hands in a GEMM's weight already in float8
+  // (tensorwise); forward uses it instead of quantising the weight. Cleared
+  // when the unit is freed.
+  void set_float8_weight(const std::string& gemm, Float8Tensor q) { float8_weights_[gemm] = std::move(q); }
+  void clear_float8_weight(const std::string& gemm) { float8_weights_.erase(gemm); }
   // Float8 quantisation error per float8 GEMM unit on `tokens`: SQNR (dB) of
   // its float8 output against the same GEMM in the compute dtype. A no-grad
   // forward, run at log steps only. Empty without float8.
   std::vector<std::pair<std::string, double>> float8_sqnr(const at::Tensor& tokens);
+
+  // --- stages, for data-parallel wrappers that run backward unit by unit ----
+  at::Tensor embed(const at::Tensor& tokens);                 // [B,S,D]
+  at::Tensor block(int64_t layer, const at::Tensor& h);       // with the AC policy
+  at::Tensor head_loss(const at::Tensor& h, const at::Tensor& labels);  // norm, output, loss
+
+  // Parameter units, TorchTitan's fully_shard units: tok_embeddings, one per
+  // TransformerBlock, then norm + output. Each is a contiguous range of the
+  // flat buffers, in forward order.
+  struct Unit {
+    std::string name;
+    int64_t offset = 0, numel = 0;  // in the flat buffers
+    std::vector<size_t> slots;      // indices into slots()
+  };
+  const std::vector<Unit>& units() const { return units_; }
+
+  // FSDP: gives every unit its own compute buffer (unit_buffer(u), the
+  // unit's slice of the flat layout) and releases the full master, gradient
+  // and compute buffers — the wrapper keeps the shards and fills/frees the
+  // unit buffers around their use. Call after init_weights() and after the
+  // wrapper has copied its shards out of flat_params().
+  void use_unit_buffers();
+  bool has_unit_buffers() const { return !unit_buffers_.empty(); }
+  at::Tensor& unit_buffer(size_t u) { return unit_buffers_.at(u); }
+  // Unit-buffer mode: writes unit u's autograd gradients into `out` (fp32,
+  // the unit's numel, its flat layout; zeros for unused parameters) and
+  // releases them.
+  void take_unit_grad(size_t u, at::Tensor& out);
 
   void begin_step();        // refresh the bf16 compute copy of the master weights
   // Starts a new step's gradients. With bf16 compute the fp32 buffer is
@@ -75,6 +118,7 @@ class Llama3 {
   // bf16 compute: adds (first call of a step: writes) the autograd gradients
   // into the fp32 buffer and releases them. Call after every backward.
   void accumulate_grads();
+  void accumulate_grads(size_t unit);  // the same for one unit's parameters
 
   const LlamaArgs& args() const { return args_; }
   at::ScalarType compute_dtype() const { return compute_dtype_; }
@@ -101,7 +145,7 @@ class Llama3 {
   at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache = nullptr) const;
   at::Tensor apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const;  // [B,S,n,Dh]
   const ParamSlot& slot(const std::string& name) const;
-  at::Tensor compute_leaf(int64_t offset, std::vector<int64_t> shape);
+  at::Tensor compute_leaf(const std::string& first_slot, std::vector<int64_t> shape);
   void build_compute_views();
 
   LlamaArgs args_;
@@ -110,8 +154,15 @@ class Llama3 {
   std::vector<ParamSlot> slots_;
   at::Tensor master_, master_grad_;    // fp32 [N]
   at::Tensor compute_;                 // compute dtype [N] (aliases master for fp32/fp64)
-  bool master_grad_fresh_ = true;      // master_grad_ holds this step's sum so far
-  std::vector<std::pair<at::Tensor, int64_t>> leaves_;  // compute leaves and flat offsets
+  std::vector<Unit> units_;
+  std::vector<at::Tensor> unit_buffers_;  // FSDP: per-unit compute buffers
+  std::vector<bool> master_grad_fresh_;   // per unit: master_grad_ holds this step's sum so far
+  struct Leaf {
+    at::Tensor tensor;
+    int64_t offset;  // into the flat buffers
+    size_t unit;
+  };
+  std::vector<Leaf> leaves_;
   at::Tensor freqs_cis_;               // complex64 [S_max, Dh/2]
   at::Tensor tok_embeddings_, norm_, output_;
   std::vector<LayerWeights> layers_;
@@ -121,6 +172,7 @@ class Llama3 {
   Float8Recipe float8_recipe_ = Float8Recipe::kTensorwise;
   std::vector<Float8Units> float8_units_;
   std::vector<std::pair<std::string, double>>* sqnr_probe_ = nullptr;  // set during float8_sqnr()
+  std::map<std::string, Float8Tensor> float8_weights_;  // by Float8Gemm::name
 };
 
 // Precomputed RoPE rotations with Llama 3.1 scaling: complex64 [seq_len, dim/2].

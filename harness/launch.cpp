@@ -1,0 +1,506 @@
+#include "harness/launch.h"
+
+#include <arpa/inet.h>   // htonl, ntohs
+#include <fcntl.h>       // pipe2, open, O_CLOEXEC
+#include <netinet/in.h>  // sockaddr_in
+#include <poll.h>        // poll
+#include <sys/prctl.h>   // PR_SET_PDEATHSIG
+#include <sys/socket.h>  // socket, bind, getsockname
+#include <sys/wait.h>    // waitid, waitpid
+#include <unistd.h>      // fork, execve, close_range
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "trainer/config/config_loader.h"  // HelpRequested
+#include "trainer/errors.h"
+
+extern char** environ;
+
+namespace ctitan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxRanks = 64;
+// How long stopped ranks get to finish their step and write summary.json
+// between SIGTERM and SIGKILL.
+constexpr auto kGracePeriod = std::chrono::seconds(5);
+// How long output of processes that escaped the rank group may keep the
+// pipes open after every rank has exited.
+constexpr auto kDrainPeriod = std::chrono::seconds(1);
+// A "line" this long without a newline is passed on as one, so a rank that
+// never prints '\n' cannot grow the launcher's memory.
+constexpr size_t kMaxLineBytes = 64 * 1024;
+
+int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
+  size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || v < lo || v > hi)
+    throw InputError(flag + " must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got '" +
+                     text + "'");
+  return static_cast<int>(v);
+}
+
+std::vector<int> parse_rank_list(const std::string& text, int nproc) {
+  std::vector<int> ranks;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || item.size() > 3 ||
+        std::stoi(item) >= nproc)
+      throw InputError("--log-rank takes ranks in 0.." + std::to_string(nproc - 1) +
+                       " separated by commas (e.g. 0 or 0,3), got '" + text + "'");
+    ranks.push_back(std::stoi(item));
+    start = comma + 1;
+  }
+  return ranks;
+}
+
+std::string self_executable() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error(std::string("cannot resolve /proc/self/exe: ") + std::strerror(errno));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+// Binds port 0 and reads back what the kernel chose. The port is free again
+// once we close it, so another process could take it before rank 0's store
+// binds it; torchrun has the same window. --master-port avoids it.
+int pick_free_port() {
+  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  const bool ok = s >= 0 && bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int err = errno;
+  if (s >= 0) close(s);
+  if (!ok) throw std::runtime_error(std::string("cannot find a free port for MASTER_PORT: ") + std::strerror(err));
+  return ntohs(addr.sin_port);
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+// Writes all of `data`; a closed stdout/stderr loses the output, not the run.
+void write_all(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// The launcher's single thread learns about SIGCHLD/SIGINT/SIGTERM through
+// this self-pipe, which poll() watches next to the ranks' pipes.
+int g_wake_fd = -1;
+
+extern "C" void on_launcher_signal(int sig) {
+  const int saved = errno;
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] const ssize_t n = write(g_wake_fd, &byte, 1);
+  errno = saved;
+}
+
+// The environment every rank inherits, minus the names the launcher sets.
+std::vector<std::string> rank_environment(const LaunchOptions& opts, int rank, int port) {
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const bool user_threads = omp && *omp;
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const std::string name = kv.substr(0, kv.find('='));
+    if (name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" || name == "LOCAL_WORLD_SIZE" ||
+        name == "MASTER_ADDR" || name == "MASTER_PORT" || (name == "OMP_NUM_THREADS" && !user_threads))
+      continue;
+    env.push_back(kv);
+  }
+  const std::string n = std::to_string(opts.nproc), r = std::to_string(rank);
+  for (std::string kv : {"RANK=" + r, "LOCAL_RANK=" + r, "WORLD_SIZE=" + n, "LOCAL_WORLD_SIZE=" + n,
+                         "MASTER_ADDR=" + opts.master_addr, "MASTER_PORT=" + std::to_string(port)})
+    env.push_back(kv);
+  // torchrun sets 1 and warns; ranks on one CPU machine are the whole point
+  // here, so each gets its share of the cores instead.
+  if (!user_threads) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(std::max(1, cores / opts.nproc)));
+  }
+  return env;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// Forks one rank into process group `pgid` (0 = start a new group led by
+// it). Everything the child touches is prepared before fork(): between fork
+// and exec only async-signal-safe calls are allowed.
+pid_t spawn_rank(char* const argv[], char* const envp[], pid_t pgid, int dev_null, int out_w, int err_w,
+                 const sigset_t& old_mask, const std::string& exec_failed) {
+  const pid_t launcher = getpid();
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  // A launcher that died between fork() and prctl() would not trigger
+  // PDEATHSIG, hence the getppid() check.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) _exit(127);
+  setpgid(0, pgid);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM}) sigaction(sig, &dfl, nullptr);
+  // Ranks never read the terminal: from a background process group that
+  // would stop them with SIGTTIN.
+  dup2(dev_null, 0);
+  dup2(out_w, 1);
+  dup2(err_w, 2);
+  close_range(3, ~0U, 0);  // like Python's close_fds: no fd of ours leaks into a rank
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  execve(argv[0], argv, envp);
+  [[maybe_unused]] const ssize_t n = write(2, exec_failed.data(), exec_failed.size());
+  _exit(127);
+}
+
+// One rank's output stream: a pipe read end and the line read so far.
+struct Stream {
+  int fd = -1;     // -1 once at EOF
+  int out_fd = 1;  // where its lines go: our stdout or stderr
+  std::string partial;
+};
+
+struct Rank {
+  pid_t pid = -1;
+  bool shown = true;  // --log-rank: lines of hidden ranks are read and dropped
+  bool exited = false;
+  int exit_code = 0;    // when it exited
+  int exit_signal = 0;  // when a signal killed it
+  Stream streams[2];    // stdout, stderr
+};
+
+// Watches the ranks of one process group from the launcher's single thread:
+// poll() on the signal self-pipe and every rank pipe, exits seen through
+// waitid(). Decides who stops whom and what the launcher reports.
+class Supervisor {
+ public:
+  Supervisor(std::vector<Rank> ranks, pid_t pgid, int wake_fd)
+      : ranks_(std::move(ranks)), pgid_(pgid), wake_fd_(wake_fd), running_(static_cast<int>(ranks_.size())) {}
+
+  // Runs until every rank has exited and its pipes are drained; reaps them
+  // and returns the launcher's exit code after the one-line report.
+  int run() {
+    while (true) {
+      if (running_ == 0 && !swept_) {
+        // Whatever a rank left behind in the group (a background child) goes too.
+        kill(-pgid_, SIGKILL);
+        swept_ = true;
+        drain_until_ = Clock::now() + kDrainPeriod;
+      }
+      std::vector<pollfd> fds{{wake_fd_, POLLIN, 0}};
+      std::vector<std::pair<int, Stream*>> open;  // (rank, stream) per fds[1..]
+      for (size_t r = 0; r < ranks_.size(); ++r)
+        for (auto& s : ranks_[r].streams)
+          if (s.fd >= 0) {
+            fds.push_back({s.fd, POLLIN, 0});
+            open.emplace_back(static_cast<int>(r), &s);
+          }
+      if (swept_ && (open.empty() || Clock::now() >= drain_until_)) break;
+      if (poll(fds.data(), fds.size(), poll_timeout_ms()) < 0 && errno != EINTR)
+        throw std::runtime_error(std::string("poll failed in the launcher: ") + std::strerror(errno));
+      read_signals();
+      for (size_t k = 1; k < fds.size(); ++k)
+        if (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) read_stream(open[k - 1].first, *open[k - 1].second);
+      note_exits();
+      if (stopping_ && !killed_ && running_ > 0 && Clock::now() >= kill_at_) kill_all();
+    }
+    for (auto& rank : ranks_) {
+      waitpid(rank.pid, nullptr, 0);
+      for (auto& s : rank.streams)
+        if (s.fd >= 0) close(s.fd);
+    }
+    return report();
+  }
+
+ private:
+  int poll_timeout_ms() const {
+    if (!swept_ && !(stopping_ && !killed_)) return -1;  // SIGCHLD wakes us
+    const auto left = (swept_ ? drain_until_ : kill_at_) - Clock::now();
+    return static_cast<int>(std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count()));
+  }
+
+  void stop_all(int others_running) {
+    stopping_ = true;
+    stopped_others_ = others_running;
+    kill(-pgid_, SIGTERM);
+    kill_at_ = Clock::now() + kGracePeriod;
+  }
+
+  void kill_all() {
+    kill(-pgid_, SIGKILL);
+    killed_ = true;
+  }
+
+  void read_signals() {
+    unsigned char sigs[64];
+    ssize_t got;
+    while ((got = read(wake_fd_, sigs, sizeof(sigs))) > 0)
+      for (ssize_t k = 0; k < got; ++k) {
+        if (sigs[k] == SIGCHLD) continue;  // exits are looked at after every wake-up
+        if (!stopping_) {
+          stop_signal_ = sigs[k];
+          stop_all(running_);
+        } else if (!killed_) {
+          kill_all();  // a second Ctrl-C does not wait out the grace period
+        }
+      }
+  }
+
+  void read_stream(int r, Stream& s) {
+    char buf[65536];
+    const ssize_t len = read(s.fd, buf, sizeof(buf));
+    if (len < 0 && errno == EINTR) return;
+    if (len > 0) s.partial.append(buf, static_cast<size_t>(len));
+    emit_lines(r, s, len <= 0);
+    if (len <= 0) {
+      close(s.fd);
+      s.fd = -1;
+    }
+  }
+
+  // Passes on every complete line of `s.partial` (all of it at EOF) with the
+  // rank prefix. Only this thread writes our stdout/stderr, and only whole
+  // lines, so lines of different ranks never mix.
+  void emit_lines(int r, Stream& s, bool eof) {
+    const std::string prefix = "[rank" + std::to_string(r) + "]: ";
+    std::string out;
+    size_t start = 0;
+    while (start < s.partial.size()) {
+      size_t end = s.partial.find('\n', start);
+      if (end == std::string::npos) {
+        if (!eof && s.partial.size() - start < kMaxLineBytes) break;
+        end = s.partial.size();
+      }
+      if (ranks_[r].shown) out += prefix + s.partial.substr(start, end - start) + "\n";
+      start = end + 1;
+    }
+    s.partial.erase(0, std::min(start, s.partial.size()));
+    write_all(s.out_fd, out);
+  }
+
+  // Exits are seen without reaping (WNOWAIT): a zombie rank keeps the process
+  // group alive, so kill(-pgid) can never reach a reused group id.
+  void note_exits() {
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      Rank& rank = ranks_[r];
+      siginfo_t info{};
+      if (rank.exited || waitid(P_PID, static_cast<id_t>(rank.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+          info.si_pid == 0)
+        continue;
+      rank.exited = true;
+      --running_;
+      (info.si_code == CLD_EXITED ? rank.exit_code : rank.exit_signal) = info.si_status;
+      if (!stopping_ && (rank.exit_code != 0 || rank.exit_signal != 0)) {
+        failed_ = static_cast<int>(r);
+        stop_all(running_);
+      }
+    }
+  }
+
+  int report() const {
+    const auto ranks_word = [](int k) { return std::to_string(k) + (k == 1 ? " rank" : " ranks"); };
+    if (stop_signal_ != 0) {
+      write_all(2, "ctitan launch: received " + signal_name(stop_signal_) + "; stopped " + ranks_word(stopped_others_) +
+                       "\n");
+      return 128 + stop_signal_;
+    }
+    if (failed_ < 0) return 0;
+    const Rank& rank = ranks_[failed_];
+    const std::string how = rank.exit_signal != 0 ? "was killed by signal " + std::to_string(rank.exit_signal) + " (" +
+                                                        signal_name(rank.exit_signal) + ")"
+                                                  : "exited with code " + std::to_string(rank.exit_code);
+    const std::string others = stopped_others_ == 0 ? "" : "; stopped the other " + ranks_word(stopped_others_);
+    write_all(2, "ctitan launch: rank " + std::to_string(failed_) + " (pid " + std::to_string(rank.pid) + ") " + how +
+                     others + "\n");
+    return rank.exit_signal != 0 ? 128 + rank.exit_signal : rank.exit_code;
+  }
+
+  std::vector<Rank> ranks_;
+  const pid_t pgid_;
+  const int wake_fd_;
+  int running_;
+  int failed_ = -1;         // the first rank that failed, if any
+  int stop_signal_ = 0;     // the signal that stopped the launcher, if any
+  int stopped_others_ = 0;  // ranks still running when we began to stop them
+  bool stopping_ = false, killed_ = false, swept_ = false;
+  Clock::time_point kill_at_{}, drain_until_{};
+};
+
+}  // namespace
+
+std::string launch_usage() {
+  return "usage: ctitan launch --nproc N [--log-rank R[,R..]] [--master-addr A] [--master-port P]\n"
+         "                     [--] <train args... | /path/to/program args...>\n"
+         "Starts N ranks on this machine with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,\n"
+         "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Each rank runs `ctitan train <train args>`, or\n"
+         "the program when the first argument is a path (contains '/').\n"
+         "  --nproc N          ranks to start, 1..64\n"
+         "  --log-rank R,..    show only these ranks' output (default: every rank)\n"
+         "  --master-addr A    rendezvous address (default 127.0.0.1)\n"
+         "  --master-port P    rendezvous port (default: a free port)\n"
+         "Output lines are prefixed \"[rankR]: \". OMP_NUM_THREADS, unless set, is cores / N.\n"
+         "The first rank to fail stops the others (SIGTERM, SIGKILL after 5 s); the launcher\n"
+         "exits with its code (128 + signal if it was killed).\n"
+         "`ctitan train --nproc N <args>` is short for `ctitan launch --nproc N -- <args>`.\n";
+}
+
+LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
+  LaunchOptions opts;
+  std::optional<std::string> log_ranks;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a == "-h" || a == "--help") throw HelpRequested(launch_usage());
+    const size_t eq = a.find('=');
+    const std::string flag = a.substr(0, eq);
+    if (a.find('/') != std::string::npos && a[0] != '-') break;                  // a program path
+    if (flag.rfind("--", 0) == 0 && flag.find('.') != std::string::npos) break;  // --section.key
+    if (flag != "--nproc" && flag != "--log-rank" && flag != "--master-addr" && flag != "--master-port")
+      throw InputError("unknown launcher argument '" + a +
+                       "'; launcher flags are --nproc, --log-rank, --master-addr, --master-port; "
+                       "put the trainer's arguments after `--`");
+    std::string value;
+    if (eq != std::string::npos) {
+      value = a.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      throw InputError(flag + " needs a value; run `ctitan launch --help`");
+    }
+    if (flag == "--nproc") opts.nproc = parse_int(flag, value, 1, kMaxRanks);
+    if (flag == "--log-rank") log_ranks = value;
+    if (flag == "--master-port") opts.master_port = parse_int(flag, value, 1, 65535);
+    if (flag == "--master-addr") {
+      if (value.empty()) throw InputError("--master-addr needs a host name or address");
+      opts.master_addr = value;
+    }
+  }
+  if (opts.nproc == 0)
+    throw InputError("--nproc is required: the number of ranks, e.g. `ctitan launch --nproc 4 -- --training.steps 10`");
+  if (log_ranks) opts.log_ranks = parse_rank_list(*log_ranks, opts.nproc);
+  const std::vector<std::string> rest(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (!rest.empty() && rest[0].find('/') != std::string::npos) {
+    if (access(rest[0].c_str(), X_OK) != 0)
+      throw InputError("rank program '" + rest[0] + "' is not an executable file");
+    opts.command = rest;
+  } else {
+    opts.command = train_command(rest);
+  }
+  return opts;
+}
+
+std::optional<int> take_nproc_flag(std::vector<std::string>& train_args) {
+  for (size_t i = 0; i < train_args.size(); ++i) {
+    const std::string& a = train_args[i];
+    if (a == "--nproc" || a.rfind("--nproc=", 0) == 0) {
+      const bool separate = a == "--nproc";
+      if (separate && i + 1 == train_args.size()) throw InputError("--nproc needs a value, e.g. --nproc 4");
+      const int n = parse_int("--nproc", separate ? train_args[i + 1] : a.substr(8), 1, kMaxRanks);
+      const auto first = train_args.begin() + static_cast<std::ptrdiff_t>(i);
+      train_args.erase(first, first + (separate ? 2 : 1));
+      return n;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> train_command(const std::vector<std::string>& train_args) {
+  std::vector<std::string> cmd{self_executable(), "train"};
+  cmd.insert(cmd.end(), train_args.begin(), train_args.end());
+  return cmd;
+}
+
+int launch(const LaunchOptions& opts) {
+  const int n = opts.nproc;
+  const int port = opts.master_port > 0 ? opts.master_port : pick_free_port();
+
+  int wake[2];
+  if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw std::runtime_error(std::string("cannot create the launcher's signal pipe: ") + std::strerror(errno));
+  g_wake_fd = wake[1];
+  struct sigaction on_signal {};
+  on_signal.sa_handler = on_launcher_signal;
+  on_signal.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  sigemptyset(&on_signal.sa_mask);
+  sigset_t ours, old_mask;
+  sigemptyset(&ours);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM}) {
+    sigaction(sig, &on_signal, nullptr);
+    sigaddset(&ours, sig);
+  }
+
+  // Signals wait until every rank exists and sits in the group.
+  sigprocmask(SIG_BLOCK, &ours, &old_mask);
+  std::vector<std::string> argv_strings = opts.command;
+  const std::vector<char*> argv = c_strings(argv_strings);
+  const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const std::string exec_failed = "ctitan launch: cannot execute '" + opts.command[0] + "'\n";
+  std::vector<Rank> ranks(static_cast<size_t>(n));
+  pid_t pgid = 0;
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> env_strings = rank_environment(opts, r, port);
+    const std::vector<char*> envp = c_strings(env_strings);
+    int out[2], err[2];
+    const bool piped = pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0;
+    const pid_t pid =
+        piped ? spawn_rank(argv.data(), envp.data(), pgid, dev_null, out[1], err[1], old_mask, exec_failed) : -1;
+    if (pid < 0) {
+      const int e = errno;
+      if (pgid != 0) kill(-pgid, SIGKILL);
+      for (int k = 0; k < r; ++k) waitpid(ranks[k].pid, nullptr, 0);
+      throw std::runtime_error("cannot start rank " + std::to_string(r) + ": " + std::strerror(e));
+    }
+    close(out[1]);
+    close(err[1]);
+    setpgid(pid, pgid == 0 ? pid : pgid);  // the child does it too: whichever runs first
+    if (pgid == 0) pgid = pid;
+    Rank& rank = ranks[r];
+    rank.pid = pid;
+    rank.shown =
+        opts.log_ranks.empty() || std::find(opts.log_ranks.begin(), opts.log_ranks.end(), r) != opts.log_ranks.end();
+    rank.streams[0] = Stream{out[0], 1, {}};
+    rank.streams[1] = Stream{err[0], 2, {}};
+  }
+  if (dev_null >= 0) close(dev_null);
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+
+  const int code = Supervisor(std::move(ranks), pgid, wake[0]).run();
+  g_wake_fd = -1;
+  close(wake[0]);
+  close(wake[1]);
+  return code;
+}
+
+}  // namespace ctitan

@@ -1,0 +1,624 @@
+// The distributed runtime: every collective against a reference computed
+// here from what each rank contributed (plain tensor math in fp64/int64),
+// each gap the communicator closes for Gloo, the mesh's groups, the launch
+// contract, the flight recorder and the timeout path. Ranks are threads of
+// this process, each with its own Gloo group over one shared HashStore.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "trainer/dist/comm.h"
+#include "trainer/dist/flight_recorder.h"
+#include "trainer/dist/mesh.h"
+#include "trainer/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace ctitan {
+namespace {
+
+// Runs fn(rank) on `world` threads; an exception on any rank fails the test.
+void run_threads(int world, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// Runs fn(rank, comm) with one communicator per rank, all in group "world".
+void run_group(int world, const std::function<void(int, Communicator&)>& fn,
+               const std::function<CommOptions(int)>& options = [](int) { return CommOptions{}; }) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  run_threads(world, [&](int r) {
+    auto comm = Communicator::create(c10::make_intrusive<c10d::PrefixStore>("world/0", store), r, world, "world", r,
+                                     options(r));
+    fn(r, *comm);
+  });
+}
+
+// What rank r contributes: n values that differ per rank and per element.
+// Floats are multiples of 1/8 in [-8, 8], so sums over 4 ranks are exact in
+// bf16 too; int64 mixes signs with values near 2^60 that fp64 cannot hold.
+at::Tensor contribution(int r, int64_t n, at::ScalarType dtype) {
+  auto i = torch::arange(n, torch::kLong);
+  if (at::isFloatingType(dtype)) {
+    auto v = ((i.to(torch::kDouble) * 0.37 + r * 1.3).sin() * 64).round() / 8;
+    return v.to(dtype);
+  }
+  auto small = (i * 7919 + r * 31).remainder(1001) - 500;
+  auto big = (i.remainder(3) == 0).to(torch::kLong) * (int64_t{r + 1} << 57);
+  return (small + big).to(dtype);
+}
+
+// The reduction of all ranks' contributions, in fp64 (floats) or int64.
+at::Tensor reference_reduce(int world, int64_t n, at::ScalarType dtype, ReduceOp op) {
+  std::vector<at::Tensor> all;
+  for (int r = 0; r < world; ++r) {
+    all.push_back(contribution(r, n, dtype).to(at::isFloatingType(dtype) ? torch::kDouble : torch::kLong));
+  }
+  auto s = torch::stack(all);
+  switch (op) {
+    case ReduceOp::kSum: return s.sum(0);
+    case ReduceOp::kMax: return s.amax(0);
+    case ReduceOp::kMin: return s.amin(0);
+    case ReduceOp::kAvg:
+      return at::isFloatingType(dtype) ? s.sum(0) / world : s.sum(0).div(world, "trunc");
+  }
+  return s;
+}
+
+// Exact, except a float average, which rounds once in its dtype.
+void expect_matches(const at::Tensor& got, const at::Tensor& ref, ReduceOp op, const std::string& what) {
+  const at::ScalarType dtype = got.scalar_type();
+  if (op == ReduceOp::kAvg && at::isFloatingType(dtype)) {
+    const double rtol = dtype == at::kBFloat16 ? 1.0 / 256 : 1e-6;
+    EXPECT_TRUE(torch::allclose(got.to(torch::kDouble), ref, rtol, 1e-12)) << what;
+  } else {
+    EXPECT_TRUE(torch::equal(got, ref.to(dtype))) << what << "\ngot " << got.slice(0, 0, 6) << "\nref "
+                                                  << ref.slice(0, 0, 6);
+  }
+}
+
+const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+const std::vector<at::ScalarType> kDtypes = {torch::kFloat, torch::kBFloat16, torch::kLong};
+
+std::string label(int world, at::ScalarType dtype, ReduceOp op) {
+  return "world " + std::to_string(world) + " " + c10::toString(dtype) + " op " + std::to_string(static_cast<int>(op));
+}
+
+TEST(DistComm, AllReduceMatchesReferenceForEveryOpAndDtype) {
+  for (int world : {2, 3, 4}) {
+    run_group(world, [&](int r, Communicator& c) {
+      for (auto dtype : kDtypes) {
+        for (auto op : kOps) {
+          auto t = contribution(r, 37, dtype);
+          c.all_reduce(t, op)->wait();
+          expect_matches(t, reference_reduce(world, 37, dtype, op), op, label(world, dtype, op));
+        }
+      }
+    });
+  }
+}
+
+TEST(DistComm, ReduceScatterMatchesReferenceForEveryOpAndDtype) {
+  for (int world : {2, 3, 4}) {
+    run_group(world, [&](int r, Communicator& c) {
+      for (auto dtype : kDtypes) {
+        for (auto op : kOps) {
+          auto out = torch::empty({5}, dtype);
+          c.reduce_scatter(out, contribution(r, 5 * world, dtype), op)->wait();
+          auto ref = reference_reduce(world, 5 * world, dtype, op).slice(0, 5 * r, 5 * r + 5);
+          expect_matches(out, ref, op, label(world, dtype, op));
+        }
+      }
+    });
+  }
+}
+
+TEST(DistComm, AllGatherIsRankMajor) {
+  for (int world : {2, 3, 4}) {
+    run_group(world, [&](int r, Communicator& c) {
+      for (auto dtype : kDtypes) {
+        auto out = torch::empty({world * 6}, dtype);
+        c.all_gather(out, contribution(r, 6, dtype))->wait();
+        for (int src = 0; src < world; ++src) {
+          EXPECT_TRUE(torch::equal(out.slice(0, 6 * src, 6 * src + 6), contribution(src, 6, dtype)))
+              << label(world, dtype, ReduceOp::kSum) << " chunk " << src;
+        }
+      }
+    });
+  }
+}
+
+TEST(DistComm, AllToAllSendsChunkRToRankR) {
+  for (int world : {2, 3, 4}) {
+    run_group(world, [&](int r, Communicator& c) {
+      for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+        // Element k of chunk d sent by rank s is 100 s + 10 d + k.
+        auto in = torch::empty({world * 3}, torch::kFloat), out = torch::empty({world * 3}, dtype);
+        for (int d = 0; d < world; ++d) in.slice(0, 3 * d, 3 * d + 3) = torch::arange(3) + 100 * r + 10 * d;
+        c.all_to_all(out, in.to(dtype))->wait();
+        for (int s = 0; s < world; ++s) {
+          auto expected = (torch::arange(3) + 100 * s + 10 * r).to(dtype);
+          EXPECT_TRUE(torch::equal(out.slice(0, 3 * s, 3 * s + 3), expected)) << "from rank " << s;
+        }
+      }
+    });
+  }
+}
+
+TEST(DistComm, BroadcastFromEveryRoot) {
+  run_group(3, [&](int r, Communicator& c) {
+    for (int root = 0; root < 3; ++root) {
+      auto t = contribution(r, 9, torch::kBFloat16);
+      c.broadcast(t, root)->wait();
+      EXPECT_TRUE(torch::equal(t, contribution(root, 9, torch::kBFloat16))) << "root " << root;
+    }
+  });
+}
+
+TEST(DistComm, SendRecvAroundARing) {
+  run_group(3, [&](int r, Communicator& c) {
+    auto out = contribution(r, 8, torch::kLong), in = torch::zeros({8}, torch::kLong);
+    auto sent = c.send(out, (r + 1) % 3, /*tag=*/7);
+    c.recv(in, (r + 2) % 3, /*tag=*/7)->wait();
+    sent->wait();
+    EXPECT_TRUE(torch::equal(in, contribution((r + 2) % 3, 8, torch::kLong)));
+  });
+}
+
+TEST(DistComm, CompletedPollsAndRecordsEachCall) {
+  std::vector<std::shared_ptr<FlightRecorder>> recorders;
+  for (int r = 0; r < 2; ++r) recorders.push_back(std::make_shared<FlightRecorder>(r, 8, "unused.json"));
+  run_group(2, [&](int r, Communicator& c) {
+    auto t = torch::ones({4});
+    auto work = c.all_reduce(t);
+    for (int i = 0; i < 2000 && !work->completed(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_TRUE(work->completed());
+    work->wait();  // after completed(): returns at once, records nothing twice
+    c.barrier();
+  }, [&](int r) { return CommOptions{std::chrono::seconds(100), std::chrono::seconds(300), recorders[r]}; });
+  auto entries = recorders[0]->entries();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].op, "all_reduce");
+  EXPECT_EQ(entries[0].group, "world");
+  EXPECT_EQ(entries[0].dtype, "fp32");
+  EXPECT_EQ(entries[0].bytes, 16);
+  EXPECT_EQ(entries[0].state, FlightRecorder::State::kCompleted);
+  EXPECT_GE(entries[0].end_s, entries[0].start_s);
+  EXPECT_EQ(entries[1].op, "barrier");
+  EXPECT_EQ(entries[1].state, FlightRecorder::State::kCompleted);
+}
+
+TEST(DistComm, MismatchedSizesAreOneLineErrors) {
+  run_group(2, [&](int r, Communicator& c) {
+    try {
+      c.all_gather(torch::empty({5}), torch::ones({3}));
+      ADD_FAILURE() << "no error";
+    } catch (const CommError& e) {
+      EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(r) +
+                                           ": all_gather on world: output has 5 elements, expected 2 x 3 = 6");
+    }
+    EXPECT_THROW(c.send(torch::ones({1}), r), CommError);  // to itself
+  });
+}
+
+// A rank that never joins the collective: the waiting rank's error names
+// itself, the op and the group, and its flight recorder is on disk.
+TEST(DistComm, TimeoutNamesRankOpAndGroupAndDumpsTheRecorder) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("dist_timeout_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::atomic<bool> rank0_done{false};
+  std::string message;
+  const auto start = std::chrono::steady_clock::now();
+  run_group(2, [&](int r, Communicator& c) {
+    if (r == 0) {
+      auto t = torch::ones({4});
+      try {
+        c.all_reduce(t)->wait();
+      } catch (const CommError& e) {
+        message = e.what();
+      }
+      rank0_done = true;
+    } else {
+      for (int i = 0; i < 1000 && !rank0_done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }, [&](int r) {
+    auto path = (dir / "comm_traces" / ("rank_" + std::to_string(r) + ".json")).string();
+    return CommOptions{std::chrono::milliseconds(300), std::chrono::seconds(300),
+                       std::make_shared<FlightRecorder>(r, 16, path)};
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(message, "rank 0: all_reduce on world (16 B fp32) did not complete within 0.3 s");
+  std::ifstream in(dir / "comm_traces" / "rank_0.json");
+  ASSERT_TRUE(in.good());
+  auto dump = nlohmann::json::parse(in);
+  EXPECT_EQ(dump["rank"], 0);
+  ASSERT_EQ(dump["entries"].size(), 1u);
+  EXPECT_EQ(dump["entries"][0]["op"], "all_reduce");
+  EXPECT_EQ(dump["entries"][0]["group"], "world");
+  EXPECT_EQ(dump["entries"][0]["state"], "timed_out");
+  EXPECT_FALSE(fs::exists(dir / "comm_traces" / "rank_1.json"));  // rank 1 had nothing fail
+  fs::remove_all(dir);
+}
+
+TEST(DistComm, SizeOneGroupIsLocalWithTheSameSemantics) {
+  auto c = Communicator::create(nullptr, 0, 1, "tp", 5, {});
+  EXPECT_EQ(c->size(), 1);
+  auto t = torch::tensor({3, -5}, torch::kLong);
+  c->all_reduce(t, ReduceOp::kAvg)->wait();
+  EXPECT_TRUE(torch::equal(t, torch::tensor({3, -5}, torch::kLong)));
+  auto out = torch::zeros({2, 2});
+  c->all_gather(out, torch::arange(4, torch::kFloat))->wait();
+  EXPECT_TRUE(torch::equal(out, torch::arange(4, torch::kFloat).view({2, 2})));
+  auto rs = torch::zeros({4}, torch::kBFloat16);
+  c->reduce_scatter(rs, torch::ones({4}, torch::kBFloat16), ReduceOp::kAvg)->wait();
+  EXPECT_TRUE(torch::equal(rs, torch::ones({4}, torch::kBFloat16)));
+  auto a2a = torch::zeros({3});
+  EXPECT_TRUE(c->all_to_all(a2a, torch::ones({3}))->completed());
+  EXPECT_TRUE(torch::equal(a2a, torch::ones({3})));
+  EXPECT_THROW(c->send(t, 0), CommError);
+  EXPECT_THROW(c->all_gather(torch::zeros({3}), torch::ones({2})), CommError);
+}
+
+// ---- Gaps of Gloo in LibTorch 2.15, each closed inside the communicator ----
+
+// Gloo rejects ReduceOp::AVG on integer tensors ("result type Float can't be
+// cast to the desired output type Long"): SUM, then truncate like NCCL.
+TEST(DistCommGaps, IntegerAvgIsSumThenTruncatingDivision) {
+  run_group(2, [&](int r, Communicator& c) {
+    for (auto dtype : {torch::kLong, torch::kInt, torch::kByte}) {
+      auto of = [&](int rank) {
+        auto v = rank == 0 ? torch::tensor({-3, 7, 4, 1}) : torch::tensor({0, 0, 1, 2});
+        return dtype == torch::kByte ? v.abs() : v;
+      };
+      auto mine = of(r);
+      auto ref = (of(0) + of(1)).div(2, "trunc");  // -3 / 2 is -1, not floor's -2
+      auto t = mine.to(dtype);
+      c.all_reduce(t, ReduceOp::kAvg)->wait();
+      EXPECT_TRUE(torch::equal(t, ref.to(dtype))) << c10::toString(dtype) << " got " << t;
+      auto out = torch::empty({2}, dtype);
+      c.reduce_scatter(out, mine.to(dtype), ReduceOp::kAvg)->wait();
+      EXPECT_TRUE(torch::equal(out, ref.slice(0, 2 * r, 2 * r + 2).to(dtype))) << c10::toString(dtype);
+    }
+  });
+}
+
+// Gloo has no float8, int16 or uint16/32 ("Invalid scalar type") for any
+// collective: copies move the bytes, reductions run in fp32 / int64.
+TEST(DistCommGaps, UnsupportedDtypesMoveAsBytesAndReduceWider) {
+  const std::vector<at::ScalarType> dtypes = {at::kFloat8_e4m3fn, at::kFloat8_e5m2, at::kShort, at::kUInt16,
+                                              at::kUInt32};
+  run_group(3, [&](int r, Communicator& c) {
+    for (auto dtype : dtypes) {
+      // Small values: exact in every dtype here, and their sums too (|sum| <= 12).
+      auto mine = [&](int rank) {
+        return (torch::arange(6, torch::kFloat) * 0.5 + rank).remainder(4).to(dtype);
+      };
+      auto out = torch::empty({18}, dtype);
+      c.all_gather(out, mine(r))->wait();
+      for (int s = 0; s < 3; ++s) {
+        EXPECT_TRUE(torch::equal(out.slice(0, 6 * s, 6 * s + 6).view(at::kByte).reshape(-1),
+                                 mine(s).view(at::kByte).reshape(-1)))
+            << c10::toString(dtype) << " chunk " << s;
+      }
+      auto t = mine(r);
+      c.broadcast(t, 2)->wait();
+      EXPECT_TRUE(torch::equal(t.view(at::kByte), mine(2).view(at::kByte))) << c10::toString(dtype);
+      for (auto op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        auto sum = mine(r);
+        c.all_reduce(sum, op)->wait();
+        auto all = torch::stack({mine(0).to(torch::kDouble), mine(1).to(torch::kDouble), mine(2).to(torch::kDouble)});
+        auto ref = op == ReduceOp::kSum ? all.sum(0) : all.amax(0);
+        EXPECT_TRUE(torch::equal(sum.to(torch::kDouble), ref.to(dtype).to(torch::kDouble))) << c10::toString(dtype);
+      }
+    }
+  });
+}
+
+// _allgather_base wants out's shape to be [size x in's shape] and
+// _reduce_scatter_base the reverse; the contract is only about numel, and
+// outputs may be non-contiguous views (e.g. a column of a parameter).
+TEST(DistCommGaps, AnyShapeAndNonContiguousOutputs) {
+  run_group(2, [&](int r, Communicator& c) {
+    auto gathered = torch::empty({4, 3});  // in is [6]
+    c.all_gather(gathered, contribution(r, 6, torch::kFloat))->wait();
+    EXPECT_TRUE(torch::equal(gathered.view(-1), torch::cat({contribution(0, 6, torch::kFloat),
+                                                             contribution(1, 6, torch::kFloat)})));
+    auto base = torch::zeros({8, 2});
+    auto column = base.select(1, 1);  // stride 2
+    auto every_other = [](int rank) { return contribution(rank, 8, torch::kFloat).slice(0, 0, 8, 2); };
+    c.all_gather(column, every_other(r))->wait();  // non-contiguous input too
+    EXPECT_TRUE(torch::equal(column, torch::cat({every_other(0), every_other(1)})));
+    EXPECT_TRUE(torch::equal(base.select(1, 0), torch::zeros({8})));
+    auto in = contribution(r, 8, torch::kBFloat16).view({2, 4});
+    auto strided_out = torch::zeros({4, 2}, torch::kBFloat16).select(1, 0);
+    c.reduce_scatter(strided_out, in, ReduceOp::kSum)->wait();
+    auto ref = reference_reduce(2, 8, torch::kBFloat16, ReduceOp::kSum).slice(0, 4 * r, 4 * r + 4);
+    EXPECT_TRUE(torch::equal(strided_out, ref.to(torch::kBFloat16)));
+    auto noncontig_in = contribution(r, 12, torch::kFloat).view({3, 4}).t();  // [4, 3], strides (1, 4)
+    auto ar = noncontig_in;
+    c.all_reduce(ar, ReduceOp::kMax)->wait();
+    auto ref_max = reference_reduce(2, 12, torch::kFloat, ReduceOp::kMax).view({3, 4}).t();
+    EXPECT_TRUE(torch::equal(ar, ref_max));
+  });
+}
+
+// ---- The device mesh ----
+
+using Members = std::map<std::string, std::vector<std::vector<int64_t>>>;  // dim -> rank -> group's ranks
+
+Members mesh_members(const MeshShape& shape) {
+  const int world = static_cast<int>(shape.world());
+  Members members;
+  const std::vector<std::string> dims = {"world", "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp"};
+  for (const auto& d : dims) members[d].resize(world);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::mutex mu;
+  run_threads(world, [&](int r) {
+    auto mesh = DeviceMesh::create(shape, r, store, {});
+    for (const auto& d : dims) {
+      Communicator& g = mesh->group(d);
+      EXPECT_EQ(g.size(), mesh->size(d)) << d;
+      EXPECT_EQ(g.rank(), mesh->coord(d)) << d;
+      auto out = torch::empty({g.size()}, torch::kLong);
+      g.all_gather(out, torch::full({1}, r, torch::kLong))->wait();
+      std::lock_guard<std::mutex> lock(mu);
+      members[d][r] = std::vector<int64_t>(out.data_ptr<int64_t>(), out.data_ptr<int64_t>() + out.numel());
+    }
+  });
+  return members;
+}
+
+using Groups = std::vector<std::vector<int64_t>>;
+
+TEST(DistMesh, DpReplicateTwoByDpShardTwo) {
+  MeshShape shape;
+  shape.dp_replicate = 2;
+  shape.dp_shard = 2;
+  auto m = mesh_members(shape);
+  // rank = dr * 2 + ds
+  EXPECT_EQ(m["dp_shard"], (Groups{{0, 1}, {0, 1}, {2, 3}, {2, 3}}));
+  EXPECT_EQ(m["dp_replicate"], (Groups{{0, 2}, {1, 3}, {0, 2}, {1, 3}}));
+  EXPECT_EQ(m["dp"], (Groups{{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}}));
+  EXPECT_EQ(m["world"][3], (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(m["tp"], (Groups{{0}, {1}, {2}, {3}}));
+}
+
+TEST(DistMesh, PipelineTwoByTensorTwo) {
+  MeshShape shape;
+  shape.pp = 2;
+  shape.tp = 2;
+  auto m = mesh_members(shape);
+  // rank = pp * 2 + tp; dp is a single rank
+  EXPECT_EQ(m["tp"], (Groups{{0, 1}, {0, 1}, {2, 3}, {2, 3}}));
+  EXPECT_EQ(m["pp"], (Groups{{0, 2}, {1, 3}, {0, 2}, {1, 3}}));
+  EXPECT_EQ(m["dp"], (Groups{{0}, {1}, {2}, {3}}));
+}
+
+TEST(DistMesh, SingleHasOnlySizeOneGroups) {
+  auto mesh = DeviceMesh::single();
+  for (const char* d : {"world", "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp"}) {
+    EXPECT_EQ(mesh->group(d).size(), 1) << d;
+    EXPECT_EQ(mesh->coord(d), 0) << d;
+  }
+  EXPECT_THROW(mesh->group("ep"), std::invalid_argument);
+}
+
+TEST(DistMesh, RendezvousThenAllReduceOverTcpStore) {
+  // A free port: bind to 0, read it, release it.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  ::close(fd);
+
+  DistEnv alone{0, 2, 0, 2, "127.0.0.1", port, true};
+  try {
+    rendezvous(alone, std::chrono::milliseconds(300));
+    ADD_FAILURE() << "rank 0 met nobody";
+  } catch (const CommError& e) {
+    EXPECT_EQ(std::string(e.what()), "rank 0: rendezvous at 127.0.0.1:" + std::to_string(port) +
+                                         " timed out after 0.3 s waiting for 2 ranks");
+  }
+  run_threads(2, [&](int r) {
+    DistEnv env{r, 2, r, 2, "127.0.0.1", port, true};
+    MeshShape shape;
+    shape.dp_shard = 2;
+    auto mesh = DeviceMesh::create(shape, r, rendezvous(env, std::chrono::seconds(20)), {});
+    auto t = torch::full({3}, r + 1.0);
+    mesh->group("dp").all_reduce(t, ReduceOp::kAvg)->wait();
+    EXPECT_TRUE(torch::equal(t, torch::full({3}, 1.5)));
+  });
+}
+
+// ---- Mesh shape from [parallelism] ----
+
+MeshShape resolve(int64_t dr, int64_t ds, int64_t tp, int64_t pp, int64_t cp, int64_t world) {
+  ParallelismSection p;
+  p.data_parallel_replicate_degree = dr;
+  p.data_parallel_shard_degree = ds;
+  p.tensor_parallel_degree = tp;
+  p.pipeline_parallel_degree = pp;
+  p.context_parallel_degree = cp;
+  return resolve_mesh_shape(p, world);
+}
+
+std::string resolve_error(int64_t dr, int64_t ds, int64_t tp, int64_t pp, int64_t cp, int64_t world) {
+  try {
+    resolve(dr, ds, tp, pp, cp, world);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(DistMeshShape, OneUnsetDegreeTakesTheRest) {
+  auto s = resolve(1, -1, 2, 1, 1, 8);
+  EXPECT_EQ(s.dp_shard, 4);
+  EXPECT_EQ(s.describe(), "dp_shard 4 x tp 2");
+  auto t = resolve(2, 1, -1, 1, 1, 8);
+  EXPECT_EQ(t.tp, 4);
+  EXPECT_EQ(resolve(1, -1, 1, 1, 1, 1).describe(), "1 rank");
+  EXPECT_EQ(resolve(2, 2, 1, 2, 1, 8).describe(), "pp 2 x dp_replicate 2 x dp_shard 2");
+}
+
+TEST(DistMeshShape, BadDegreesAreOneLineErrors) {
+  EXPECT_EQ(resolve_error(2, 3, 1, 1, 1, 4),
+            "parallelism degrees dp_replicate 2 x dp_shard 3 x tp 1 x pp 1 x cp 1 = 6 do not match the world size 4; "
+            "set data_parallel_shard_degree = -1 to take the rest");
+  EXPECT_EQ(resolve_error(1, -1, -1, 1, 1, 4),
+            "parallelism.tensor_parallel_degree = -1: only data_parallel_shard_degree may be -1 (it takes the rest "
+            "of the world); set tensor_parallel_degree to a positive degree");
+  EXPECT_EQ(resolve_error(1, -1, 3, 1, 1, 4),
+            "parallelism degrees dp_replicate 1 x tp 3 x pp 1 x cp 1 = 3 do not divide the world size 4, so "
+            "data_parallel_shard_degree = -1 cannot take the rest");
+  EXPECT_EQ(resolve_error(1, -1, 0, 1, 1, 4),
+            "parallelism.tensor_parallel_degree = 0 is not a degree; use a positive integer (or -1 for "
+            "data_parallel_shard_degree)");
+}
+
+// ---- Launch contract ----
+
+// Sets the torchrun variables for one test and restores them after.
+class DistEnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : kVars) {
+      if (const char* old = std::getenv(v)) saved_[v] = old;
+      ::unsetenv(v);
+    }
+  }
+  void TearDown() override {
+    for (const char* v : kVars) {
+      ::unsetenv(v);
+      if (saved_.count(v)) ::setenv(v, saved_[v].c_str(), 1);
+    }
+  }
+  std::string error() {
+    try {
+      DistEnv::from_environment();
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+  static constexpr const char* kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                          "MASTER_PORT"};
+  std::map<std::string, std::string> saved_;
+};
+
+TEST_F(DistEnvTest, WithoutRankIsASingleProcess) {
+  auto e = DistEnv::from_environment();
+  EXPECT_FALSE(e.launched);
+  EXPECT_EQ(e.world_size, 1);
+}
+
+TEST_F(DistEnvTest, ReadsTorchrunVariables) {
+  ::setenv("RANK", "5", 1);
+  ::setenv("WORLD_SIZE", "8", 1);
+  ::setenv("LOCAL_RANK", "1", 1);
+  ::setenv("LOCAL_WORLD_SIZE", "4", 1);
+  ::setenv("MASTER_ADDR", "node0", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  auto e = DistEnv::from_environment();
+  EXPECT_TRUE(e.launched);
+  EXPECT_EQ(e.rank, 5);
+  EXPECT_EQ(e.world_size, 8);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world_size, 4);
+  EXPECT_EQ(e.master_addr, "node0");
+  EXPECT_EQ(e.master_port, 29500);
+}
+
+TEST_F(DistEnvTest, MalformedVariablesAreOneLineErrors) {
+  ::setenv("RANK", "4", 1);
+  ::setenv("WORLD_SIZE", "4", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  EXPECT_EQ(error(), "RANK=4 is not below WORLD_SIZE=4; ranks are 0..3");
+  ::setenv("RANK", "one", 1);
+  EXPECT_EQ(error(), "RANK='one' is not an integer; the launcher (torchrun, srun) must set it");
+  ::setenv("RANK", "1", 1);
+  ::setenv("MASTER_PORT", "70000", 1);
+  EXPECT_EQ(error(), "MASTER_PORT=70000 is out of range [1, 65535]");
+  ::unsetenv("MASTER_PORT");
+  EXPECT_EQ(error(), "MASTER_PORT is not set for a run of WORLD_SIZE=4; set it to a free TCP port on MASTER_ADDR "
+                     "(torchrun does)");
+  ::unsetenv("RANK");
+  EXPECT_EQ(error(), "WORLD_SIZE=4 is set but RANK is not; launch each rank with RANK (torchrun does)");
+}
+
+// ---- Flight recorder ----
+
+TEST(DistFlightRecorder, RingKeepsTheNewestInOrder) {
+  FlightRecorder fr(0, 3, "unused.json");
+  for (int i = 0; i < 5; ++i) fr.begin("op" + std::to_string(i), "g", i, "fp32");
+  fr.end(4, FlightRecorder::State::kCompleted);
+  fr.end(0, FlightRecorder::State::kFailed);  // overwritten: ignored
+  auto e = fr.entries();
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[0].seq, 2u);
+  EXPECT_EQ(e[0].op, "op2");
+  EXPECT_EQ(e[2].seq, 4u);
+  EXPECT_EQ(e[2].state, FlightRecorder::State::kCompleted);
+  EXPECT_EQ(e[0].state, FlightRecorder::State::kScheduled);
+  FlightRecorder off(0, 0, "unused.json");
+  off.begin("x", "g", 1, "fp32");
+  EXPECT_TRUE(off.entries().empty());
+}
+
+TEST(DistFlightRecorder, DumpWritesJsonAtomicallyIntoNewFolders) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("dist_fr_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  FlightRecorder fr(3, 4, (dir / "a" / "b" / "rank_3.json").string());
+  auto seq = fr.begin("all_gather", "dp_shard", 4 << 20, "bf16");
+  fr.end(seq, FlightRecorder::State::kTimedOut);
+  fr.begin("reduce_scatter", "dp_shard", 1024, "fp32");
+  const std::string path = fr.dump();
+  EXPECT_EQ(path, (dir / "a" / "b" / "rank_3.json").string());
+  std::ifstream in(path);
+  auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["version"], 1);
+  EXPECT_EQ(j["rank"], 3);
+  EXPECT_EQ(j["capacity"], 4);
+  EXPECT_EQ(j["recorded"], 2);
+  ASSERT_EQ(j["entries"].size(), 2u);
+  EXPECT_EQ(j["entries"][0]["op"], "all_gather");
+  EXPECT_EQ(j["entries"][0]["bytes"], 4 << 20);
+  EXPECT_EQ(j["entries"][0]["dtype"], "bf16");
+  EXPECT_EQ(j["entries"][0]["state"], "timed_out");
+  EXPECT_TRUE(j["entries"][0]["end_s"].is_number());
+  EXPECT_EQ(j["entries"][1]["state"], "scheduled");
+  EXPECT_TRUE(j["entries"][1]["end_s"].is_null());
+  int files = 0;
+  for (const auto& f : fs::directory_iterator(dir / "a" / "b")) files += f.is_regular_file();
+  EXPECT_EQ(files, 1);  // no temp file left behind
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ctitan

@@ -1,0 +1,459 @@
+#include "trainer/parallel/data_parallel.h"
+
+#include <c10/core/StorageImpl.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "trainer/errors.h"
+#include "trainer/float8/fp8_codec.h"
+#include "trainer/optim/adamw.h"
+
+namespace ctitan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Frees (nbytes 0) or re-allocates a tensor's storage in place, as FSDP2
+// does with untyped_storage().resize_(): every view of it — the model's
+// parameter leaves and the tensors autograd saved — stays valid and sees
+// the new memory once it is filled again.
+void set_storage_bytes(const at::Tensor& t, size_t nbytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  if (s->nbytes() == nbytes) return;
+  if (nbytes == 0) {
+    s->set_data_ptr_noswap(at::DataPtr(nullptr, s->device()));
+  } else {
+    s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  }
+  s->set_nbytes(nbytes);
+}
+
+// The same memory under a tensor of its own, so writing to it does not bump
+// the version counter that autograd checks on the parameters' saved views
+// (FSDP2 writes its all-gather output the same way).
+at::Tensor unversioned_alias(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options());
+}
+
+}  // namespace
+
+DataParallel::DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions opts)
+    : model_(model), mesh_(mesh), opts_(std::move(opts)) {
+  replicate_ = mesh.size("dp_replicate");
+  shard_ = mesh.size("dp_shard");
+  if (opts_.reshard_after_forward != "default" && opts_.reshard_after_forward != "always" &&
+      opts_.reshard_after_forward != "never")
+    throw InputError("parallelism.fsdp_reshard_after_forward '" + opts_.reshard_after_forward +
+                     "' is unknown; use default, always or never");
+  units_.resize(model.units().size());
+  if (sharded()) build_shards();
+  // DDP: every rank must start from the same weights; they do (same seed),
+  // and the broadcast below makes it a guarantee, as DDP's constructor does.
+  if (!sharded() && replicate_ > 1) wait(mesh_.group("dp_replicate").broadcast(model_.flat_params(), 0));
+}
+
+void DataParallel::build_shards() {
+  const int64_t n = shard_, r = mesh_.coord("dp_shard");
+  int64_t total = 0;
+  const auto& slots = model_.slots();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const auto& unit = model_.units()[u];
+    UnitShard& us = units_[u];
+    us.offset = total;
+    for (size_t si : unit.slots) {
+      const ParamSlot& s = slots[si];
+      ShardedParam p;
+      p.name = s.name;
+      p.rows = s.shape[0];
+      p.rest = s.numel / p.rows;
+      p.chunk = (p.rows + n - 1) / n;
+      p.unit_offset = s.offset - unit.offset;
+      p.shard_offset = p.gather_offset = us.numel;
+      us.numel += p.chunk * p.rest;
+      us.params.push_back(p);
+    }
+    us.hp_numel = us.numel;
+    total += us.numel;
+  }
+  // Copy this rank's rows out of the (identically initialised) full master.
+  master_shard_ = torch::zeros({total}, torch::kFloat);
+  grad_shard_ = torch::zeros({total}, torch::kFloat);
+  const at::Tensor& full = model_.flat_params();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const auto& unit = model_.units()[u];
+    for (const auto& p : units_[u].params) {
+      const int64_t valid = std::clamp(p.rows - r * p.chunk, int64_t{0}, p.chunk);
+      if (valid == 0) continue;
+      at::Tensor src = full.narrow(0, unit.offset + p.unit_offset, p.rows * p.rest).view({p.rows, p.rest});
+      master_shard_.narrow(0, units_[u].offset + p.shard_offset, p.chunk * p.rest)
+          .view({p.chunk, p.rest})
+          .narrow(0, 0, valid)
+          .copy_(src.narrow(0, r * p.chunk, valid));
+    }
+  }
+  model_.use_unit_buffers();  // releases the full buffers
+  for (size_t u = 0; u < units_.size(); ++u) set_storage_bytes(model_.unit_buffer(u), 0);
+  if (opts_.float8_all_gather) plan_float8_gather();
+  begin_step();
+}
+
+void DataParallel::plan_float8_gather() {
+  if (!model_.float8_tensorwise())
+    throw InputError("quantize.linear.float8.enable_fsdp_float8_all_gather needs recipe_name = \"tensorwise\" "
+                     "(a per-row scale cannot be computed on a shard of rows before the gather)");
+  for (const auto& g : model_.float8_gemms()) {
+    size_t u = 0;
+    while (model_.units()[u].slots.back() < g.slots.front()) ++u;
+    Float8Gemm gemm{g.name, u, {}, at::Tensor()};
+    for (size_t si : g.slots) gemm.params.push_back(si - model_.units()[u].slots.front());
+    for (size_t pi : gemm.params) units_[u].params[pi].gemm = static_cast<int>(gemms_.size());
+    units_[u].gemms.push_back(gemms_.size());
+    gemms_.push_back(std::move(gemm));
+  }
+  for (auto& us : units_) {  // re-lay the gather shards: float8 codes and the rest apart
+    if (us.gemms.empty()) continue;
+    us.code_numel = us.hp_numel = 0;
+    for (auto& p : us.params) {
+      int64_t& n = p.gemm >= 0 ? us.code_numel : us.hp_numel;
+      p.gather_offset = n;
+      n += p.chunk * p.rest;
+    }
+  }
+}
+
+void DataParallel::compute_float8_scales(const std::vector<size_t>& gemms) {
+  torch::NoGradGuard no_grad;
+  // amax over this rank's rows of each GEMM's weight (its compute-dtype
+  // values, as the unsharded GEMM would see them; padding rows are zero).
+  at::Tensor amax = torch::zeros({static_cast<int64_t>(gemms.size())}, torch::kFloat);
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    const Float8Gemm& g = gemms_[gemms[i]];
+    const UnitShard& us = units_[g.unit];
+    float m = 0;
+    for (size_t pi : g.params) {
+      const ShardedParam& p = us.params[pi];
+      at::Tensor rows = compute_shard_.narrow(0, us.offset + p.shard_offset, p.chunk * p.rest).view({p.chunk, p.rest});
+      m = std::max(m, fp8_abs_max(rows, -1).item<float>());
+    }
+    amax[i] = m;
+  }
+  wait(mesh_.group("dp_shard").all_reduce(amax, ReduceOp::kMax));
+  const Float8Cast cast{Float8Scaling::kTensorwise, Fp8Format::kE4M3FN};
+  for (size_t i = 0; i < gemms.size(); ++i)
+    gemms_[gemms[i]].scale = float8_scale(amax.narrow(0, i, 1).view({1, 1}), cast, /*pow2=*/false);
+}
+
+void DataParallel::unshard_float8(size_t u) {
+  UnitShard& us = units_[u];
+  if (!opts_.float8_precompute_scales) compute_float8_scales(us.gemms);
+  at::Tensor codes = torch::empty({us.code_numel}, torch::kUInt8);
+  at::Tensor hp = torch::empty({us.hp_numel}, compute_shard_.options());
+  for (const auto& p : us.params) {
+    at::Tensor shard = compute_shard_.narrow(0, us.offset + p.shard_offset, p.chunk * p.rest);
+    if (p.gemm < 0) {
+      hp.narrow(0, p.gather_offset, p.chunk * p.rest).copy_(shard);
+    } else {
+      codes.narrow(0, p.gather_offset, p.chunk * p.rest)
+          .copy_(fp8_encode(shard.to(torch::kFloat) * gemms_[p.gemm].scale, Fp8Format::kE4M3FN));
+    }
+  }
+  us.gathered = torch::empty({shard_ * us.hp_numel}, hp.options());
+  us.codes_gathered = torch::empty({shard_ * us.code_numel}, torch::kUInt8);
+  Communicator& g = mesh_.group("dp_shard");
+  us.codes_gather = g.all_gather(us.codes_gathered, codes);
+  us.gather = g.all_gather(us.gathered, hp);
+  issued_.emplace_back(Clock::now(), us.codes_gather);
+  issued_.emplace_back(Clock::now(), us.gather);
+}
+
+void DataParallel::unpack_float8(size_t u) {
+  UnitShard& us = units_[u];
+  wait(us.codes_gather);
+  us.codes_gather.reset();
+  // The float8 values of w·scale in the unit's layout (bf16 holds every e4m3
+  // value exactly): the GEMMs' float8 weights.
+  us.float8_data = torch::empty({model_.units()[u].numel}, torch::kBFloat16);
+  at::Tensor src = us.codes_gathered.view({shard_, us.code_numel});
+  for (const auto& p : us.params) {
+    if (p.gemm < 0) continue;
+    at::Tensor d = us.float8_data.narrow(0, p.unit_offset, p.rows * p.rest).view({p.rows, p.rest});
+    at::Tensor s = src.narrow(1, p.gather_offset, p.chunk * p.rest).view({shard_, p.chunk, p.rest});
+    for (int64_t r = 0; r < shard_; ++r) {
+      const int64_t valid = std::clamp(p.rows - r * p.chunk, int64_t{0}, p.chunk);
+      if (valid > 0) d.narrow(0, r * p.chunk, valid).copy_(fp8_decode(s[r].narrow(0, 0, valid), Fp8Format::kE4M3FN, torch::kBFloat16));
+    }
+  }
+  us.codes_gathered = at::Tensor();
+  at::Tensor leaves = unversioned_alias(model_.unit_buffer(u));
+  for (size_t gi : us.gemms) {
+    const Float8Gemm& g = gemms_[gi];
+    const ShardedParam& first = us.params[g.params.front()];
+    int64_t rows = 0;
+    for (size_t pi : g.params) rows += us.params[pi].rows;
+    at::Tensor data = us.float8_data.narrow(0, first.unit_offset, rows * first.rest).view({rows, first.rest});
+    model_.set_float8_weight(g.name, Float8Tensor{data, g.scale, Fp8Format::kE4M3FN});
+    // The parameters themselves hold the dequantised weight: what the GEMM
+    // computes with, for anyone who reads them.
+    leaves.narrow(0, first.unit_offset, rows * first.rest).copy_((data.to(torch::kFloat) / g.scale).view({-1}));
+  }
+}
+
+std::string DataParallel::describe() const {
+  std::string s;
+  if (replicate_ > 1 && shard_ > 1) {
+    s = "HSDP " + std::to_string(replicate_) + " x " + std::to_string(shard_);
+  } else if (shard_ > 1) {
+    s = "FSDP " + std::to_string(shard_);
+  } else {
+    s = "DDP " + std::to_string(replicate_);
+  }
+  if (sharded()) {
+    s += std::string(" (reshard after forward: ") +
+         (opts_.reshard_after_forward == "never"    ? "no"
+          : opts_.reshard_after_forward == "always" ? "all units"
+                                                    : "all but the last unit");
+    if (!gemms_.empty())
+      s += std::string(", float8 all-gather of ") + std::to_string(gemms_.size()) + " GEMM weights" +
+           (opts_.float8_precompute_scales ? ", scales precomputed per step" : "");
+    s += ")";
+  }
+  return s;
+}
+
+at::Tensor& DataParallel::params() { return sharded() ? master_shard_ : model_.flat_params(); }
+at::Tensor& DataParallel::grads() { return sharded() ? grad_shard_ : model_.flat_grads(); }
+
+int64_t DataParallel::state_bytes() const {
+  const int64_t n = sharded() ? master_shard_.numel() : model_.num_params();
+  return n * 4 * 4;  // fp32 master, gradient, exp_avg, exp_avg_sq
+}
+
+bool DataParallel::reshards_after_forward(size_t u) const {
+  if (opts_.reshard_after_forward == "never") return false;
+  if (opts_.reshard_after_forward == "always") return true;
+  return u + 1 < units_.size();  // TorchTitan: the last unit's backward comes right after its forward
+}
+
+void DataParallel::begin_step() {
+  if (!sharded()) {
+    model_.begin_step();
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  if (model_.compute_dtype() == torch::kFloat) {
+    compute_shard_ = master_shard_;
+  } else {
+    compute_shard_ = master_shard_.to(model_.compute_dtype());
+  }
+  if (opts_.float8_precompute_scales && !gemms_.empty()) {
+    std::vector<size_t> all(gemms_.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    compute_float8_scales(all);
+  }
+}
+
+void DataParallel::wait(const WorkPtr& w) {
+  const auto t0 = Clock::now();
+  w->wait();
+  exposed_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void DataParallel::unshard(size_t u) {
+  UnitShard& us = units_[u];
+  if (us.resident || us.gather) return;
+  if (!us.gemms.empty()) {
+    unshard_float8(u);
+    return;
+  }
+  us.gathered = torch::empty({shard_ * us.numel}, compute_shard_.options());
+  us.gather = mesh_.group("dp_shard").all_gather(us.gathered, compute_shard_.narrow(0, us.offset, us.numel));
+  issued_.emplace_back(Clock::now(), us.gather);
+}
+
+void DataParallel::wait_unshard(size_t u) {
+  UnitShard& us = units_[u];
+  if (us.resident) return;
+  unshard(u);
+  wait(us.gather);
+  us.gather.reset();
+  torch::NoGradGuard no_grad;
+  at::Tensor& buf = model_.unit_buffer(u);
+  set_storage_bytes(buf, buf.numel() * buf.element_size());
+  at::Tensor dst = unversioned_alias(buf);
+  at::Tensor src = us.gathered.view({shard_, us.hp_numel});
+  for (const auto& p : us.params) {
+    if (p.gemm >= 0) continue;  // float8 all-gather: unpack_float8
+    at::Tensor d = dst.narrow(0, p.unit_offset, p.rows * p.rest).view({p.rows, p.rest});
+    at::Tensor s = src.narrow(1, p.gather_offset, p.chunk * p.rest).view({shard_, p.chunk, p.rest});
+    for (int64_t r = 0; r < shard_; ++r) {
+      const int64_t valid = std::clamp(p.rows - r * p.chunk, int64_t{0}, p.chunk);
+      if (valid > 0) d.narrow(0, r * p.chunk, valid).copy_(s[r].narrow(0, 0, valid));
+    }
+  }
+  us.gathered = at::Tensor();
+  if (!us.gemms.empty()) unpack_float8(u);
+  us.resident = true;
+}
+
+void DataParallel::reshard(size_t u) {
+  if (!sharded() || !units_[u].resident) return;
+  set_storage_bytes(model_.unit_buffer(u), 0);
+  for (size_t gi : units_[u].gemms) model_.clear_float8_weight(gemms_[gi].name);
+  units_[u].float8_data = at::Tensor();
+  units_[u].resident = false;
+}
+
+void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
+  torch::NoGradGuard no_grad;
+  const auto& unit = model_.units()[u];
+  if (!sharded()) {  // DDP: one bucket per unit, reduced once per step
+    model_.accumulate_grads(u);
+    if (!last_micro || replicate_ == 1) return;
+    WorkPtr w = mesh_.group("dp_replicate").all_reduce(model_.flat_grads().narrow(0, unit.offset, unit.numel),
+                                                       ReduceOp::kAvg);
+    issued_.emplace_back(Clock::now(), w);
+    pending_.emplace_back(w, nullptr);
+    return;
+  }
+  UnitShard& us = units_[u];
+  at::Tensor full = torch::empty({unit.numel}, torch::kFloat);
+  model_.take_unit_grad(u, full);
+  at::Tensor packed = torch::zeros({shard_, us.numel}, torch::kFloat);
+  for (const auto& p : us.params) {
+    at::Tensor s = full.narrow(0, p.unit_offset, p.rows * p.rest).view({p.rows, p.rest});
+    at::Tensor d = packed.narrow(1, p.shard_offset, p.chunk * p.rest).view({shard_, p.chunk, p.rest});
+    for (int64_t r = 0; r < shard_; ++r) {
+      const int64_t valid = std::clamp(p.rows - r * p.chunk, int64_t{0}, p.chunk);
+      if (valid > 0) d[r].narrow(0, 0, valid).copy_(s.narrow(0, r * p.chunk, valid));
+    }
+  }
+  full = at::Tensor();
+  at::Tensor out = torch::empty({us.numel}, torch::kFloat);
+  WorkPtr w = mesh_.group("dp_shard").reduce_scatter(out, packed.view({-1}), ReduceOp::kAvg);
+  issued_.emplace_back(Clock::now(), w);
+  at::Tensor dst = grad_shard_.narrow(0, us.offset, us.numel);
+  pending_.emplace_back(w, [dst, out, packed, first_micro]() mutable {
+    if (first_micro) {
+      dst.copy_(out);
+    } else {
+      dst.add_(out);
+    }
+  });
+}
+
+double DataParallel::forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale,
+                                      bool first_micro, bool last_micro) {
+  const int64_t L = model_.args().n_layers;
+  const size_t head = static_cast<size_t>(L) + 1;
+  if (first_micro) model_.zero_grad();
+  // Forward, unit by unit: unit 0 embeds, units 1..L are blocks, the last is norm + output + loss.
+  std::vector<at::Tensor> inputs(head + 1), outputs(head + 1);
+  if (sharded()) unshard(0);
+  for (size_t u = 0; u < head; ++u) {
+    if (sharded()) {
+      unshard(u + 1);  // prefetch: in flight while this unit computes
+      wait_unshard(u);
+    }
+    if (u == 0) {
+      outputs[0] = model_.embed(tokens);
+    } else {
+      inputs[u] = outputs[u - 1].detach().requires_grad_(true);
+      outputs[u] = model_.block(static_cast<int64_t>(u) - 1, inputs[u]);
+    }
+    if (sharded() && reshards_after_forward(u)) reshard(u);
+  }
+  if (sharded()) wait_unshard(head);
+  inputs[head] = outputs[head - 1].detach().requires_grad_(true);
+  at::Tensor loss = model_.head_loss(inputs[head], labels);
+  const double local_loss = loss.item<double>();
+
+  // Backward in reverse unit order; each unit's gradients leave as soon as
+  // they exist, while the next unit's backward computes.
+  for (size_t u = head + 1; u-- > 0;) {
+    if (sharded() && u > 0) unshard(u - 1);  // prefetch the next unit's parameters
+    if (sharded()) wait_unshard(u);
+    if (u == head) {
+      (scale == 1.0 ? loss : loss * scale).backward();
+    } else {
+      torch::autograd::backward({outputs[u]}, {inputs[u + 1].grad()});
+      inputs[u + 1] = at::Tensor();
+      outputs[u] = at::Tensor();
+    }
+    reduce_unit(u, first_micro, last_micro);
+    reshard(u);
+  }
+  for (auto& [w, finish] : pending_) {
+    wait(w);
+    if (finish) finish();
+  }
+  pending_.clear();
+  if (sharded() && replicate_ > 1 && last_micro)
+    wait(mesh_.group("dp_replicate").all_reduce(grad_shard_, ReduceOp::kAvg));
+  return local_loss;
+}
+
+double DataParallel::clip_grad_norm(double max_norm) {
+  torch::NoGradGuard no_grad;
+  at::Tensor& g = grads();
+  if (!sharded()) return clip_grad_norm_(g, max_norm);  // DDP: every rank holds the reduced gradient
+  // Padding rows are zero, so the shards' squared norms add up to the full one.
+  at::Tensor sq = g.square().sum().to(torch::kDouble).view({1});
+  wait(mesh_.group("dp_shard").all_reduce(sq, ReduceOp::kSum));
+  const double norm = std::sqrt(sq.item<double>());
+  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  if (coef < 1.0) g.mul_(coef);
+  return norm;
+}
+
+double DataParallel::dp_mean(double local) {
+  at::Tensor t = torch::full({1}, local, torch::kDouble);
+  const char* dim = replicate_ > 1 && shard_ > 1 ? "dp" : shard_ > 1 ? "dp_shard" : "dp_replicate";
+  wait(mesh_.group(dim).all_reduce(t, ReduceOp::kAvg));
+  return t.item<double>();
+}
+
+CommTimes DataParallel::take_comm_times() {
+  CommTimes t;
+  t.exposed_comm_s = exposed_s_;
+  exposed_s_ = 0;
+  issued_.clear();
+  return t;
+}
+
+TensorPieces DataParallel::checkpoint_pieces(AdamW& opt, bool for_save) {
+  TensorPieces pieces;
+  // Replicas hold the same values: only the first replica writes them.
+  const bool writer = mesh_.coord("dp_replicate") == 0 && (sharded() || mesh_.coord("dp_shard") == 0);
+  if (for_save && !writer) return pieces;
+  const bool first_shard = !sharded() || mesh_.coord("dp_shard") == 0;
+  if (!sharded()) {
+    for (const auto& s : model_.slots()) {
+      auto view = [&](at::Tensor& flat) { return flat.narrow(0, s.offset, s.numel).view(s.shape); };
+      pieces.push_back({"model." + s.name, view(model_.flat_params()), s.shape, 0});
+      pieces.push_back({"optimizer.exp_avg." + s.name, view(opt.exp_avg()), s.shape, 0});
+      pieces.push_back({"optimizer.exp_avg_sq." + s.name, view(opt.exp_avg_sq()), s.shape, 0});
+    }
+  } else {
+    const int64_t r = mesh_.coord("dp_shard");
+    for (size_t u = 0; u < units_.size(); ++u) {
+      for (const auto& p : units_[u].params) {
+        const int64_t valid = std::clamp(p.rows - r * p.chunk, int64_t{0}, p.chunk);
+        if (valid == 0) continue;
+        const auto& slot_shape = model_.slots()[model_.units()[u].slots[&p - units_[u].params.data()]].shape;
+        std::vector<int64_t> shape = slot_shape;
+        shape[0] = valid;
+        auto rows = [&](at::Tensor& flat) {
+          return flat.narrow(0, units_[u].offset + p.shard_offset, valid * p.rest).view(shape);
+        };
+        pieces.push_back({"model." + p.name, rows(master_shard_), slot_shape, r * p.chunk});
+        pieces.push_back({"optimizer.exp_avg." + p.name, rows(opt.exp_avg()), slot_shape, r * p.chunk});
+        pieces.push_back({"optimizer.exp_avg_sq." + p.name, rows(opt.exp_avg_sq()), slot_shape, r * p.chunk});
+      }
+    }
+  }
+  if (!for_save || first_shard) pieces.push_back({"optimizer.step", opt.step_tensor(), opt.step_tensor().sizes().vec(), 0});
+  return pieces;
+}
+
+}  // namespace ctitan

@@ -1,0 +1,145 @@
+// Data parallelism in TorchTitan's three forms, over the device mesh:
+//
+//   DDP   data_parallel_replicate_degree > 1: every rank holds the whole fp32
+//         master, gradients and AdamW state; after each unit's backward its
+//         gradients (one contiguous bucket) are all-reduced asynchronously,
+//         so the reduction overlaps the backward of the units before it.
+//   FSDP  data_parallel_shard_degree > 1 (ZeRO-3, FSDP2's per-parameter
+//         sharding): each rank stores rows [r*c, (r+1)*c) of every parameter
+//         (c = ceil(rows / N), zero-padded), its gradient and its AdamW state.
+//         A unit's parameters are all-gathered (in the compute dtype: bf16
+//         gathered parameters, fp32 master) before its forward, the next
+//         unit's gather is issued first (prefetch), the unit is freed after
+//         forward per parallelism.fsdp_reshard_after_forward, re-gathered for
+//         backward, and its gradients reduce-scattered in fp32.
+//   HSDP  both > 1: shard within dp_shard, then all-reduce the gradient
+//         shards over dp_replicate.
+//
+// Units are Llama3::units() (tok_embeddings, each block, norm+output) and
+// the driver runs backward unit by unit: every unit's forward starts from a
+// detached input, and backward walks the units in reverse, handing each the
+// gradient of its output. That gives exact control of when to gather, free
+// and reduce, and the gradients equal those of one autograd pass.
+//
+// Every rank sees a different slice of the global batch (the data loader's
+// dp_rank/dp_world); the loss is the mean over each rank's tokens and the
+// reduction averages, so the update equals the single-process one on the
+// whole global batch.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/dist/mesh.h"
+#include "trainer/model/llama.h"
+#include "trainer/optim/adamw.h"
+
+namespace ctitan {
+
+struct DataParallelOptions {
+  std::string reshard_after_forward = "default";  // default | always | never
+  // [quantize.linear.float8] enable_fsdp_float8_all_gather: the weights of
+  // float8 GEMMs travel as e4m3 codes (1 byte) plus one fp32 scale each,
+  // quantised on the shard with the global amax (one MAX all-reduce per
+  // unit, or one per step with precompute_float8_dynamic_scale_for_fsdp).
+  // The gathered codes are the GEMM's float8 weight, bit for bit what
+  // quantising the whole bf16 weight gives. Tensorwise recipe, FSDP only.
+  bool float8_all_gather = false;
+  bool float8_precompute_scales = false;
+};
+
+struct CommTimes {      // one step, seconds
+  double comm_s = 0;          // collectives in flight (union of their intervals)
+  double exposed_comm_s = 0;  // the training thread blocked on a collective
+};
+
+class DataParallel {
+ public:
+  DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions opts);
+
+  bool sharded() const { return shard_ > 1; }
+  std::string describe() const;  // "FSDP 4 (reshard after forward: yes)"
+
+  // The optimizer's view: the fp32 master and its gradient — the whole flat
+  // buffers for DDP, this rank's shards for FSDP/HSDP.
+  at::Tensor& params();
+  at::Tensor& grads();
+
+  // One micro-batch: forward, backward (loss scaled by `scale`), gradient
+  // reduction on the last micro-batch of the step (DDP, HSDP's replicate
+  // all-reduce) or on each (FSDP's reduce-scatter). Returns the local loss.
+  double forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
+                          bool last_micro);
+  // Global L2 norm of the gradients (over the shards), clipped to max_norm.
+  double clip_grad_norm(double max_norm);
+  // Mean over the data-parallel ranks (the loss TorchTitan logs).
+  double dp_mean(double local);
+  void begin_step();  // after the optimizer: refresh the compute copy
+  CommTimes take_comm_times();  // since the last call
+
+  // Checkpoint pieces (see checkpoint.h): whole tensors under DDP, this
+  // rank's rows of each parameter and AdamW state under FSDP/HSDP. To save,
+  // only the ranks that own a piece return it (DDP: rank 0; HSDP: the first
+  // replica); to load, every rank gets all it needs.
+  TensorPieces checkpoint_pieces(AdamW& opt, bool for_save);
+  // Bytes of parameters + gradients + optimizer state this rank keeps
+  // between steps (AdamW: 2 x params) — 1/N of the model's under FSDP.
+  int64_t state_bytes() const;
+
+ private:
+  struct ShardedParam {
+    int64_t rows = 0, rest = 0, chunk = 0;  // dim 0, elements per row, rows per rank
+    int64_t unit_offset = 0;                // in the unit's flat layout
+    int64_t shard_offset = 0;               // in the unit's shard
+    std::string name;
+    int gemm = -1;               // float8 all-gather: index into gemms_, else -1
+    int64_t gather_offset = 0;   // in the unit's code (float8) or high-precision gather shard
+  };
+  struct Float8Gemm {
+    std::string name;
+    size_t unit = 0;
+    std::vector<size_t> params;  // indices into the unit's params
+    at::Tensor scale;            // fp32 [], this step's (precompute) or this gather's
+  };
+  struct UnitShard {
+    int64_t offset = 0, numel = 0;  // into the rank's shard buffers
+    std::vector<ShardedParam> params;
+    at::Tensor gathered;  // all-gather output in flight
+    WorkPtr gather;
+    bool resident = false;
+    // Float8 all-gather: codes of the float8 GEMMs' weights, the rest in the
+    // compute dtype, and where the gathered float8 values live.
+    std::vector<size_t> gemms;
+    int64_t code_numel = 0, hp_numel = 0;
+    at::Tensor codes_gathered, float8_data;
+    WorkPtr codes_gather;
+  };
+  void build_shards();
+  void unshard(size_t u);   // issue the all-gather (no-op if resident or in flight)
+  void wait_unshard(size_t u);
+  void reshard(size_t u);
+  void reduce_unit(size_t u, bool first_micro, bool last_micro);
+  void wait(const WorkPtr& w);
+  void plan_float8_gather();
+  void compute_float8_scales(const std::vector<size_t>& gemms);  // one MAX all-reduce
+  void unshard_float8(size_t u);
+  void unpack_float8(size_t u);
+  bool reshards_after_forward(size_t u) const;
+
+  Llama3& model_;
+  DeviceMesh& mesh_;
+  DataParallelOptions opts_;
+  int64_t replicate_ = 1, shard_ = 1;
+  std::vector<UnitShard> units_;
+  std::vector<Float8Gemm> gemms_;
+  at::Tensor master_shard_, grad_shard_, compute_shard_;
+  std::vector<std::pair<WorkPtr, std::function<void()>>> pending_;  // reductions and their finish
+  double exposed_s_ = 0;
+  std::vector<std::pair<std::chrono::steady_clock::time_point, WorkPtr>> issued_;
+};
+
+}  // namespace ctitan
