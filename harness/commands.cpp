@@ -45,12 +45,15 @@ int run_command(const std::vector<std::string>& args) {
   if (cmd == "train") {
     std::vector<std::string> train_args = rest;
     // `ctitan train --nproc N ...` = `ctitan launch --nproc N -- ...`; help is printed once, not per rank.
-    const auto nproc = take_nproc_flag(train_args);
+    std::vector<std::string> launcher = take_launcher_flags(train_args);
     const bool help = std::find(train_args.begin(), train_args.end(), "--help") != train_args.end() ||
                       std::find(train_args.begin(), train_args.end(), "-h") != train_args.end();
-    if (nproc && !help) {
-      LaunchOptions opts;
-      opts.nproc = *nproc;
+    if (!launcher.empty() && !help) {
+      if (std::none_of(launcher.begin(), launcher.end(), [](const std::string& a) { return a.rfind("--nproc", 0) == 0; }))
+        throw InputError(launcher.front() + " is a launcher flag: add --nproc N (or use `ctitan launch`)");
+      launcher.push_back("--");
+      launcher.insert(launcher.end(), train_args.begin(), train_args.end());
+      LaunchOptions opts = parse_launch_args(launcher);
       opts.command = train_command(train_args);
       return launch(opts);
     }

@@ -421,19 +421,28 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   return opts;
 }
 
-std::optional<int> take_nproc_flag(std::vector<std::string>& train_args) {
-  for (size_t i = 0; i < train_args.size(); ++i) {
+std::vector<std::string> take_launcher_flags(std::vector<std::string>& train_args) {
+  static const char* kFlags[] = {"--nproc", "--log-rank", "--master-addr", "--master-port"};
+  std::vector<std::string> taken;
+  for (size_t i = 0; i < train_args.size();) {
     const std::string& a = train_args[i];
-    if (a == "--nproc" || a.rfind("--nproc=", 0) == 0) {
-      const bool separate = a == "--nproc";
-      if (separate && i + 1 == train_args.size()) throw InputError("--nproc needs a value, e.g. --nproc 4");
-      const int n = parse_int("--nproc", separate ? train_args[i + 1] : a.substr(8), 1, kMaxRanks);
-      const auto first = train_args.begin() + static_cast<std::ptrdiff_t>(i);
-      train_args.erase(first, first + (separate ? 2 : 1));
-      return n;
+    size_t n = 0;
+    for (const char* f : kFlags) {
+      const std::string flag(f);
+      if (a == flag) n = 2;
+      if (a.rfind(flag + "=", 0) == 0) n = 1;
+      if (n) break;
     }
+    if (n == 0) {
+      ++i;
+      continue;
+    }
+    if (n == 2 && i + 1 == train_args.size()) throw InputError(a + " needs a value, e.g. " + a + " 2");
+    const auto first = train_args.begin() + static_cast<std::ptrdiff_t>(i);
+    taken.insert(taken.end(), first, first + static_cast<std::ptrdiff_t>(n));
+    train_args.erase(first, first + static_cast<std::ptrdiff_t>(n));
   }
-  return std::nullopt;
+  return taken;
 }
 
 std::vector<std::string> train_command(const std::vector<std::string>& train_args) {

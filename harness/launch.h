@@ -39,9 +39,10 @@ struct LaunchOptions {
 // throws HelpRequested holding launch_usage().
 LaunchOptions parse_launch_args(const std::vector<std::string>& args);
 
-// Removes `--nproc N` / `--nproc=N` from `ctitan train` arguments (the
-// `ctitan train --nproc N` shorthand); returns N, or nullopt when absent.
-std::optional<int> take_nproc_flag(std::vector<std::string>& train_args);
+// Removes the launcher's flags (--nproc, --log-rank, --master-addr,
+// --master-port, as `--flag v` or `--flag=v`) from `ctitan train` arguments
+// — the `ctitan train --nproc N` shorthand — and returns them in order.
+std::vector<std::string> take_launcher_flags(std::vector<std::string>& train_args);
 
 // The argv of a rank that runs this very binary's `ctitan train <train_args>`.
 std::vector<std::string> train_command(const std::vector<std::string>& train_args);

@@ -163,15 +163,15 @@ TEST(LaunchArgs, TrainArgumentsOrAProgramWithoutTheSeparator) {
   EXPECT_EQ(program.command, (std::vector<std::string>{"/bin/sh", "-c", "exit 0"}));
 }
 
-TEST(LaunchArgs, TrainNprocShorthandIsStripped) {
-  std::vector<std::string> a{"--training.steps", "3", "--nproc", "2", "--job.print_config"};
-  EXPECT_EQ(ctitan::take_nproc_flag(a), 2);
+TEST(LaunchArgs, TrainShorthandTakesTheLauncherFlags) {
+  std::vector<std::string> a{"--training.steps", "3", "--nproc", "2", "--log-rank", "0", "--job.print_config"};
+  EXPECT_EQ(ctitan::take_launcher_flags(a), (std::vector<std::string>{"--nproc", "2", "--log-rank", "0"}));
   EXPECT_EQ(a, (std::vector<std::string>{"--training.steps", "3", "--job.print_config"}));
-  std::vector<std::string> b{"--nproc=8"};
-  EXPECT_EQ(ctitan::take_nproc_flag(b), 8);
+  std::vector<std::string> b{"--nproc=8", "--master-port=1234"};
+  EXPECT_EQ(ctitan::take_launcher_flags(b), (std::vector<std::string>{"--nproc=8", "--master-port=1234"}));
   EXPECT_TRUE(b.empty());
   std::vector<std::string> c{"--training.steps", "3"};
-  EXPECT_EQ(ctitan::take_nproc_flag(c), std::nullopt);
+  EXPECT_TRUE(ctitan::take_launcher_flags(c).empty());
   EXPECT_EQ(c.size(), 2u);
 }
 
@@ -199,7 +199,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"PortOutOfRange", {"launch", "--nproc", "2", "--master-port", "70000"}, "'70000'"},
         BadInput{"ProgramMissing", {"launch", "--nproc", "2", "--", "/nonexistent/rank.sh"}, "/nonexistent/rank.sh"},
         BadInput{"TrainNprocZero", {"train", "--nproc", "0"}, "got '0'"},
-        BadInput{"TrainNprocWithoutValue", {"train", "--training.steps", "2", "--nproc"}, "--nproc needs a value"}),
+        BadInput{"TrainNprocWithoutValue", {"train", "--training.steps", "2", "--nproc"}, "--nproc needs a value"},
+        BadInput{"TrainLogRankWithoutNproc", {"train", "--log-rank", "0"}, "add --nproc N"}),
     [](const auto& info) { return info.param.name; });
 
 TEST(LaunchHelp, PrintsUsage) {

@@ -15,6 +15,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <chrono>
+#include <fstream>
 #include <map>
 
 #include "process.h"
@@ -198,6 +200,92 @@ TEST_F(DataParallelRun, KilledRankEndsTheJobAndTheLastCheckpointLoads) {
   auto rr = run_ctitan(train_args({"after_kill"}, again, 6));
   EXPECT_EQ(rr.exit_code, 0) << rr.out << rr.err;
   EXPECT_NE(rr.out.find("resumed from"), std::string::npos) << rr.out;
+}
+
+}  // namespace
+}  // namespace ctitan
+
+namespace ctitan {
+namespace {
+
+std::vector<std::string> float8_fsdp_args(const fs::path& dump, const std::string& recipe) {
+  return {"train", "--nproc", "2", "--model.flavor", "debugmodel", "--training.dataset", "markov",
+          "--training.seq_len", "64", "--training.local_batch_size", "4", "--training.steps", "4",
+          "--metrics.log_freq", "1", "--model.converters", "quantize.linear.float8", "--quantize.linear.float8.emulate",
+          "--quantize.linear.float8.recipe_name", recipe, "--job.dump_folder", dump.string()};
+}
+
+// FSDP's float8 all-gather moves e4m3 codes and a global scale instead of
+// bf16 weights; the GEMMs then see exactly the float8 weights they would
+// have quantised themselves, so the losses are identical, not just close.
+TEST(Float8AllGather, GivesTheSameLossesAsGatheringBf16) {
+  const fs::path root = fresh_dir("f8ag");
+  setenv("OMP_NUM_THREADS", "1", 1);
+  std::vector<std::map<int64_t, double>> runs;
+  for (const auto& extra : std::vector<std::vector<std::string>>{
+           {},
+           {"--quantize.linear.float8.enable_fsdp_float8_all_gather"},
+           {"--quantize.linear.float8.enable_fsdp_float8_all_gather",
+            "--quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp"}}) {
+    const fs::path dump = root / std::to_string(runs.size());
+    auto args = float8_fsdp_args(dump, "tensorwise");
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = run_ctitan(args);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    if (!extra.empty()) {
+      EXPECT_NE(r.out.find("float8 all-gather of 24 GEMM weights"), std::string::npos) << r.out;
+    }
+    runs.push_back(losses(dump));
+  }
+  unsetenv("OMP_NUM_THREADS");
+  ASSERT_EQ(runs[0].size(), 4u);
+  EXPECT_EQ(runs[1], runs[0]);
+  EXPECT_EQ(runs[2], runs[0]);
+  fs::remove_all(root);
+}
+
+TEST(Float8AllGather, RowwiseRecipeIsRejected) {
+  const fs::path root = fresh_dir("f8rw");
+  auto args = float8_fsdp_args(root / "run", "rowwise");
+  args.push_back("--quantize.linear.float8.enable_fsdp_float8_all_gather");
+  auto r = run_ctitan(args);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("enable_fsdp_float8_all_gather needs recipe_name = \"tensorwise\""), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(root / "run" / "metrics.jsonl"));
+  fs::remove_all(root);
+}
+
+// A rank that stops answering (SIGSTOP) turns into a clear error on its
+// peer after comm.train_timeout_seconds, naming the rank and the
+// collective, with the flight recorder dumped; the launcher ends the job.
+TEST(CommTimeout, StoppedRankBecomesAClearErrorWithAFlightRecord) {
+  const fs::path dump = fresh_dir("hang");
+  std::vector<std::string> args = {"train", "--nproc", "2", "--model.flavor", "debugmodel", "--training.seq_len", "64",
+                                   "--training.local_batch_size", "2", "--training.steps", "100000",
+                                   "--metrics.log_freq", "1", "--comm.train_timeout_seconds", "2", "--job.dump_folder",
+                                   dump.string()};
+  std::vector<pid_t> ranks;
+  bool stopped = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_ctitan(args, [&](const std::string& line, pid_t launcher) {
+    if (stopped || line.find("step:  3 ") == std::string::npos) return;
+    std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+    pid_t p;
+    while (children >> p) ranks.push_back(p);
+    if (ranks.size() == 2) {
+      ::kill(ranks[1], SIGSTOP);
+      stopped = true;
+    }
+  });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(stopped) << r.out << r.err;
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(secs, 60.0);
+  EXPECT_NE(r.err.find("rank 0: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did not complete within 2 s"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(dump / "comm_traces" / "rank_0.json")) << r.err;
+  for (pid_t p : ranks) EXPECT_NE(::kill(p, 0), 0) << "rank pid " << p << " survived";
+  fs::remove_all(dump);
 }
 
 }  // namespace

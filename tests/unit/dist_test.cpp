@@ -284,7 +284,7 @@ TEST(DistComm, SizeOneGroupIsLocalWithTheSameSemantics) {
 // ---- Gaps of Gloo in LibTorch 2.15, each closed inside the communicator ----
 
 // Gloo rejects ReduceOp::AVG on integer tensors ("result type Float can't be
-// cast to the desired output type Long"): SUM, then truncate like NCCL.
+// cast to the desired output type Long"): SUM in int64, then truncate like NCCL.
 TEST(DistCommGaps, IntegerAvgIsSumThenTruncatingDivision) {
   run_group(2, [&](int r, Communicator& c) {
     for (auto dtype : {torch::kLong, torch::kInt, torch::kByte}) {
@@ -301,6 +301,10 @@ TEST(DistCommGaps, IntegerAvgIsSumThenTruncatingDivision) {
       c.reduce_scatter(out, mine.to(dtype), ReduceOp::kAvg)->wait();
       EXPECT_TRUE(torch::equal(out, ref.slice(0, 2 * r, 2 * r + 2).to(dtype))) << c10::toString(dtype);
     }
+    // The sum is taken in int64: 200 + 100 would wrap in uint8 (to 44, average 22).
+    auto small = torch::full({3}, r == 0 ? 200 : 100, torch::kByte);
+    c.all_reduce(small, ReduceOp::kAvg)->wait();
+    EXPECT_TRUE(torch::equal(small, torch::full({3}, 150, torch::kByte))) << small;
   });
 }
 

@@ -9,8 +9,8 @@
 //    copy, so the bit pattern is the value;
 //  - dtypes a backend cannot reduce are reduced in a wider dtype (floats in
 //    fp32, integers in int64) and rounded back once;
-//  - kAvg on integers (which c10d's AVG rejects) is SUM, then a division
-//    that truncates like NCCL's integer average;
+//  - kAvg on integers (which c10d's AVG rejects) is SUM in int64, then a
+//    division that truncates like NCCL's integer average;
 //  - non-contiguous outputs go through a contiguous staging tensor, and
 //    every tensor is flattened, so the rank-major layout holds for any shape.
 #include "trainer/dist/comm.h"
@@ -384,10 +384,13 @@ class ProcessGroupCommunicator final : public Communicator {
     const at::ScalarType dtype = out.scalar_type();
     const ArgChecks checks(*this, group_->global_rank, in_place ? "all_reduce" : "reduce_scatter");
     at::ScalarType wire = dtype;
-    if (!reduces_natively(kind, dtype)) {
+    const bool integral = at::isIntegralType(dtype, /*includeBool=*/false);
+    if (op == ReduceOp::kAvg && integral) {
+      wire = at::kLong;  // the sum of small integers would wrap before the division
+    } else if (!reduces_natively(kind, dtype)) {
       if (at::isFloatingType(dtype)) {
         wire = at::kFloat;
-      } else if (at::isIntegralType(dtype, /*includeBool=*/false)) {
+      } else if (integral) {
         wire = at::kLong;
       } else {
         checks.error(dtype_name(dtype) + " cannot be reduced");

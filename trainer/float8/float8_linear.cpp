@@ -233,12 +233,11 @@ at::Tensor gemm(const Operand& a, const Operand& b, at::ScalarType dtype, bool f
 
 struct Float8LinearFn : public torch::autograd::Function<Float8LinearFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, int64_t recipe,
-                            bool emulate, const at::Tensor& w_data, const at::Tensor& w_scale) {
+                            bool emulate, const Float8Tensor* w_quantized) {
     const Float8RecipeSpec spec = float8_recipe_spec(static_cast<Float8Recipe>(recipe));
     const at::Tensor x2d = x.reshape({-1, x.size(-1)});
     const Float8Tensor qx = float8_quantize(x2d, spec.input, spec.pow2_scales, emulate);
-    const Float8Tensor qw = w_data.defined() ? Float8Tensor{w_data, w_scale, spec.weight.format}
-                                             : float8_quantize(w, spec.weight, spec.pow2_scales, emulate);
+    const Float8Tensor qw = w_quantized ? *w_quantized : float8_quantize(w, spec.weight, spec.pow2_scales, emulate);
     at::Tensor y = float8_mm(qx, qw.t(), x.scalar_type(), /*fast_accum=*/true);  // torchao's output GEMM default
     ctx->saved_data["recipe"] = recipe;
     ctx->saved_data["emulate"] = emulate;
@@ -279,7 +278,7 @@ struct Float8LinearFn : public torch::autograd::Function<Float8LinearFn> {
                                 ? go_gi : operand(sgo, spec.grad_output_for_grad_weight, p2, emulate);
       grad_w = gemm(transposed(go_gw), operand(sx, spec.input_for_grad_weight, p2, emulate), w_dtype, false);
     }
-    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -295,9 +294,8 @@ at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, Float8Recipe 
                     same_cast(spec.weight, spec.weight_for_grad_input) &&
                     w_quantized->data.sizes() == w.sizes(),
                 "float8_linear: a pre-quantised weight needs the tensorwise recipe and w's shape");
-    return Float8LinearFn::apply(x, w, static_cast<int64_t>(recipe), emulate, w_quantized->data, w_quantized->scale);
   }
-  return Float8LinearFn::apply(x, w, static_cast<int64_t>(recipe), emulate, at::Tensor(), at::Tensor());
+  return Float8LinearFn::apply(x, w, static_cast<int64_t>(recipe), emulate, w_quantized);
 }
 
 double sqnr_db(const at::Tensor& ref, const at::Tensor& quantised) {

@@ -449,7 +449,7 @@ std::string Llama3::techniques() const {
   std::string compile = fused_model_ && fused_loss_ ? "model+loss" : fused_model_ ? "model" : fused_loss_ ? "loss" : "off";
   if (fused_model_ || fused_loss_)
     compile += fused_kernels_available() ? " (fused AVX-512 kernels)" : " (no AVX-512: eager fallback)";
-  return "compile: " + compile + ", float8: " + (float8_ ? float8_backend(master_.device(), float8_emulate_) : "off");
+  return "compile: " + compile + ", float8: " + (float8_ ? float8_backend(tok_embeddings_.device(), float8_emulate_) : "off");
 }
 
 }  // namespace ctitan

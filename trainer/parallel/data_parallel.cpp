@@ -47,6 +47,9 @@ DataParallel::DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions 
     throw InputError("parallelism.fsdp_reshard_after_forward '" + opts_.reshard_after_forward +
                      "' is unknown; use default, always or never");
   units_.resize(model.units().size());
+  if (opts_.float8_all_gather && !model.float8_tensorwise())
+    throw InputError("quantize.linear.float8.enable_fsdp_float8_all_gather needs recipe_name = \"tensorwise\" "
+                     "(a per-row scale cannot be computed on a shard of rows before the gather)");
   if (sharded()) build_shards();
   // DDP: every rank must start from the same weights; they do (same seed),
   // and the broadcast below makes it a guarantee, as DDP's constructor does.
@@ -99,9 +102,6 @@ void DataParallel::build_shards() {
 }
 
 void DataParallel::plan_float8_gather() {
-  if (!model_.float8_tensorwise())
-    throw InputError("quantize.linear.float8.enable_fsdp_float8_all_gather needs recipe_name = \"tensorwise\" "
-                     "(a per-row scale cannot be computed on a shard of rows before the gather)");
   for (const auto& g : model_.float8_gemms()) {
     size_t u = 0;
     while (model_.units()[u].slots.back() < g.slots.front()) ++u;
