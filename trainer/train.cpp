@@ -111,10 +111,12 @@ int train(const JobConfig& cfg) {
 
   // --- ranks ---------------------------------------------------------------
   std::shared_ptr<DeviceMesh> mesh = DeviceMesh::single();
+  std::shared_ptr<FlightRecorder> recorder;
   if (env.world_size > 1) {
     CommOptions copts;
     copts.timeout = std::chrono::seconds(cfg.comm.train_timeout_seconds);
-    copts.recorder = std::make_shared<FlightRecorder>(
+    copts.init_timeout = std::chrono::seconds(cfg.comm.init_timeout_seconds);
+    copts.recorder = recorder = std::make_shared<FlightRecorder>(
         env.rank, static_cast<size_t>(cfg.comm.trace_buf_size),
         (fs::path(cfg.job.dump_folder) / cfg.comm.save_traces_folder /
          (cfg.comm.save_traces_file_prefix + std::to_string(env.rank) + ".json"))
@@ -142,6 +144,7 @@ int train(const JobConfig& cfg) {
     // As in TorchTitan, the float8 all-gather applies only when FSDP shards.
     dpo.float8_all_gather = float8 && shape.dp_shard > 1 && cfg.float8.enable_fsdp_float8_all_gather;
     dpo.float8_precompute_scales = dpo.float8_all_gather && cfg.float8.precompute_float8_dynamic_scale_for_fsdp;
+    dpo.recorder = recorder;
     dp = std::make_unique<DataParallel>(model, *mesh, dpo);
   }
   const ParamCounts counts = count_params(args);

@@ -155,7 +155,22 @@ class BackendWork final : public Work {
   BackendWork(std::shared_ptr<const GroupInfo> group, Call call, uint64_t seq, BackendKind kind,
               c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::chrono::milliseconds timeout)
       : group_(std::move(group)), call_(std::move(call)), seq_(seq), kind_(kind), work_(std::move(work)),
-        finish_(std::move(finish)), timeout_(timeout), deadline_(Clock::now() + timeout) {}
+        finish_(std::move(finish)), timeout_(timeout), deadline_(Clock::now() + timeout) {
+    // The moment the backend finished, for the recorder's end time (and so
+    // for a step's communication time): wait() may come much later when the
+    // collective overlapped computation.
+    // Some Gloo works (send/recv, barrier) have no future: they fall back to
+    // the time wait() returns.
+    if (kind_ != BackendKind::kNccl) {
+      try {
+        auto done = done_;
+        work_->getFuture()->addCallback([done](c10::ivalue::Future&) {
+          done->store(Clock::now().time_since_epoch().count(), std::memory_order_release);
+        });
+      } catch (const c10::Error&) {
+      }
+    }
+  }
 
   void wait() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -202,7 +217,13 @@ class BackendWork final : public Work {
       error_ = std::make_exception_ptr(fail(*group_, call_, seq_, false, backend_message(e), timeout_));
       return;
     }
-    if (group_->recorder) group_->recorder->end(seq_, FlightRecorder::State::kCompleted);
+    if (!group_->recorder) return;
+    const auto done = done_->load(std::memory_order_acquire);
+    if (done != 0) {
+      group_->recorder->end(seq_, FlightRecorder::State::kCompleted, Clock::time_point(Clock::duration(done)));
+    } else {
+      group_->recorder->end(seq_, FlightRecorder::State::kCompleted);
+    }
   }
 
   void settle_failure(const std::exception& e) {
@@ -212,6 +233,7 @@ class BackendWork final : public Work {
     error_ = std::make_exception_ptr(fail(*group_, call_, seq_, timed_out, why, timeout_));
   }
 
+  std::shared_ptr<std::atomic<Clock::rep>> done_ = std::make_shared<std::atomic<Clock::rep>>(0);
   std::shared_ptr<const GroupInfo> group_;
   Call call_;
   uint64_t seq_;

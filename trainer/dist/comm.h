@@ -9,10 +9,13 @@
 // workaround has a test against a reference result.
 //
 // Every call is asynchronous and returns a Work handle; wait() blocks until
-// the collective is done or comm.train_timeout_seconds pass, in which case
-// it throws CommError naming the rank, the group and the collective, after
-// the flight recorder has been dumped. Layouts are rank-major: all_gather's
-// output is [size() * in.numel()] with rank r's input at chunk r.
+// the collective is done or comm.train_timeout_seconds have passed since it
+// was issued, in which case it throws CommError naming the rank, the group
+// and the collective, after the flight recorder has been dumped. Layouts
+// are rank-major and flat (only numel matters): all_gather's output is
+// [size() * in.numel()] with rank r's input at chunk r. Outputs may be
+// non-contiguous views. Issue a group's collectives from one thread, in the
+// same order on every rank; a Work may be waited on from any thread.
 #pragma once
 
 #include <torch/torch.h>

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -45,13 +46,32 @@ uint64_t FlightRecorder::begin(const std::string& op, const std::string& group, 
   return seq;
 }
 
-void FlightRecorder::end(uint64_t seq, State state) {
-  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+void FlightRecorder::end(uint64_t seq, State state) { end(seq, state, std::chrono::steady_clock::now()); }
+
+void FlightRecorder::end(uint64_t seq, State state, std::chrono::steady_clock::time_point at) {
+  const double now = std::chrono::duration<double>(at - t0_).count();
   std::lock_guard<std::mutex> lock(mu_);
   if (capacity_ == 0 || seq >= next_seq_ || next_seq_ - seq > capacity_) return;  // never recorded, or overwritten
   Entry& e = ring_[seq % capacity_];
   e.state = state;
   e.end_s = now;
+}
+
+uint64_t FlightRecorder::next_seq() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_seq_;
+}
+
+std::vector<std::pair<double, double>> FlightRecorder::completed_intervals(uint64_t from_seq) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<double, double>> out;
+  if (capacity_ == 0) return out;
+  const uint64_t first = std::max<uint64_t>(from_seq, next_seq_ > capacity_ ? next_seq_ - capacity_ : 0);
+  for (uint64_t seq = first; seq < next_seq_; ++seq) {
+    const Entry& e = ring_[seq % capacity_];
+    if (e.state == State::kCompleted) out.emplace_back(e.start_s, e.end_s);
+  }
+  return out;
 }
 
 std::vector<FlightRecorder::Entry> FlightRecorder::entries() const {

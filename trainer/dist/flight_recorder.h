@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ctitan {
@@ -30,6 +31,13 @@ class FlightRecorder {
   FlightRecorder(int rank, size_t capacity, std::string dump_path);
   uint64_t begin(const std::string& op, const std::string& group, int64_t bytes, const std::string& dtype);
   void end(uint64_t seq, State state);
+  // The same, with the time the collective really finished (the backend's
+  // completion callback) rather than when the caller noticed.
+  void end(uint64_t seq, State state, std::chrono::steady_clock::time_point at);
+  uint64_t next_seq() const;
+  // [start_s, end_s] of the completed collectives numbered seq >= from_seq
+  // that are still in the ring: what a step's communication time is made of.
+  std::vector<std::pair<double, double>> completed_intervals(uint64_t from_seq) const;
   std::vector<Entry> entries() const;  // oldest first
   // Writes the JSON (atomically: temp file + rename); returns the path.
   std::string dump() const;

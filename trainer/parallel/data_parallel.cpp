@@ -47,6 +47,7 @@ DataParallel::DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions 
     throw InputError("parallelism.fsdp_reshard_after_forward '" + opts_.reshard_after_forward +
                      "' is unknown; use default, always or never");
   units_.resize(model.units().size());
+  if (opts_.recorder) first_seq_ = opts_.recorder->next_seq();
   if (opts_.float8_all_gather && !model.float8_tensorwise())
     throw InputError("quantize.linear.float8.enable_fsdp_float8_all_gather needs recipe_name = \"tensorwise\" "
                      "(a per-row scale cannot be computed on a shard of rows before the gather)");
@@ -163,8 +164,6 @@ void DataParallel::unshard_float8(size_t u) {
   Communicator& g = mesh_.group("dp_shard");
   us.codes_gather = g.all_gather(us.codes_gathered, codes);
   us.gather = g.all_gather(us.gathered, hp);
-  issued_.emplace_back(Clock::now(), us.codes_gather);
-  issued_.emplace_back(Clock::now(), us.gather);
 }
 
 void DataParallel::unpack_float8(size_t u) {
@@ -268,7 +267,6 @@ void DataParallel::unshard(size_t u) {
   }
   us.gathered = torch::empty({shard_ * us.numel}, compute_shard_.options());
   us.gather = mesh_.group("dp_shard").all_gather(us.gathered, compute_shard_.narrow(0, us.offset, us.numel));
-  issued_.emplace_back(Clock::now(), us.gather);
 }
 
 void DataParallel::wait_unshard(size_t u) {
@@ -312,7 +310,6 @@ void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
     if (!last_micro || replicate_ == 1) return;
     WorkPtr w = mesh_.group("dp_replicate").all_reduce(model_.flat_grads().narrow(0, unit.offset, unit.numel),
                                                        ReduceOp::kAvg);
-    issued_.emplace_back(Clock::now(), w);
     pending_.emplace_back(w, nullptr);
     return;
   }
@@ -329,9 +326,12 @@ void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
     }
   }
   full = at::Tensor();
+  // At most two reduce-scatters in flight, as FSDP2 does: each holds a
+  // unit-sized fp32 input, so an unbounded queue would keep a whole fp32
+  // gradient copy alive until the end of backward.
+  while (pending_.size() >= 2) finish_oldest_reduction();
   at::Tensor out = torch::empty({us.numel}, torch::kFloat);
   WorkPtr w = mesh_.group("dp_shard").reduce_scatter(out, packed.view({-1}), ReduceOp::kAvg);
-  issued_.emplace_back(Clock::now(), w);
   at::Tensor dst = grad_shard_.narrow(0, us.offset, us.numel);
   pending_.emplace_back(w, [dst, out, packed, first_micro]() mutable {
     if (first_micro) {
@@ -383,14 +383,17 @@ double DataParallel::forward_backward(const at::Tensor& tokens, const at::Tensor
     reduce_unit(u, first_micro, last_micro);
     reshard(u);
   }
-  for (auto& [w, finish] : pending_) {
-    wait(w);
-    if (finish) finish();
-  }
-  pending_.clear();
+  while (!pending_.empty()) finish_oldest_reduction();
   if (sharded() && replicate_ > 1 && last_micro)
     wait(mesh_.group("dp_replicate").all_reduce(grad_shard_, ReduceOp::kAvg));
   return local_loss;
+}
+
+void DataParallel::finish_oldest_reduction() {
+  auto [w, finish] = std::move(pending_.front());
+  pending_.pop_front();
+  wait(w);
+  if (finish) finish();
 }
 
 double DataParallel::clip_grad_norm(double max_norm) {
@@ -417,7 +420,17 @@ CommTimes DataParallel::take_comm_times() {
   CommTimes t;
   t.exposed_comm_s = exposed_s_;
   exposed_s_ = 0;
-  issued_.clear();
+  if (opts_.recorder) {
+    auto iv = opts_.recorder->completed_intervals(first_seq_);
+    first_seq_ = opts_.recorder->next_seq();
+    std::sort(iv.begin(), iv.end());
+    double end = -1;
+    for (const auto& [a, b] : iv) {  // length of the union
+      if (b <= end) continue;
+      t.comm_s += b - std::max(a, end);
+      end = b;
+    }
+  }
   return t;
 }
 

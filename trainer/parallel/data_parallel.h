@@ -29,11 +29,14 @@
 
 #include <torch/torch.h>
 
+#include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/dist/flight_recorder.h"
 #include "trainer/dist/mesh.h"
 #include "trainer/model/llama.h"
 #include "trainer/optim/adamw.h"
@@ -50,11 +53,14 @@ struct DataParallelOptions {
   // quantising the whole bf16 weight gives. Tensorwise recipe, FSDP only.
   bool float8_all_gather = false;
   bool float8_precompute_scales = false;
+  // The communicator's flight recorder (may be null): its completed
+  // collectives give each step's communication time.
+  std::shared_ptr<FlightRecorder> recorder;
 };
 
-struct CommTimes {      // one step, seconds
-  double comm_s = 0;          // collectives in flight (union of their intervals)
-  double exposed_comm_s = 0;  // the training thread blocked on a collective
+struct CommTimes {      // since the last take_comm_times(), seconds
+  double comm_s = 0;          // some collective in flight (union of issue→completion intervals)
+  double exposed_comm_s = 0;  // the training thread blocked waiting for one
 };
 
 class DataParallel {
@@ -137,9 +143,10 @@ class DataParallel {
   std::vector<UnitShard> units_;
   std::vector<Float8Gemm> gemms_;
   at::Tensor master_shard_, grad_shard_, compute_shard_;
-  std::vector<std::pair<WorkPtr, std::function<void()>>> pending_;  // reductions and their finish
+  std::deque<std::pair<WorkPtr, std::function<void()>>> pending_;  // reductions and their finish
+  void finish_oldest_reduction();
   double exposed_s_ = 0;
-  std::vector<std::pair<std::chrono::steady_clock::time_point, WorkPtr>> issued_;
+  uint64_t first_seq_ = 0;  // recorder sequence number where the current step began
 };
 
 }  // namespace ctitan
