@@ -75,6 +75,15 @@ NamedTensors final_state(const fs::path& dump) {
   return t;
 }
 
+// The launcher's children are its ranks.
+std::vector<pid_t> rank_pids(pid_t launcher) {
+  std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+  std::vector<pid_t> pids;
+  pid_t p;
+  while (children >> p) pids.push_back(p);
+  return pids;
+}
+
 class DataParallelRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -180,10 +189,7 @@ TEST_F(DataParallelRun, KilledRankEndsTheJobAndTheLastCheckpointLoads) {
   bool killed = false;
   auto r = run_ctitan(args, [&](const std::string& line, pid_t launcher) {
     if (killed || line.find("step:  7 ") == std::string::npos) return;
-    // The launcher's children are the ranks.
-    std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
-    pid_t p;
-    while (children >> p) ranks.push_back(p);
+    ranks = rank_pids(launcher);
     if (ranks.size() == 2) {
       ::kill(ranks[1], SIGKILL);
       killed = true;
@@ -269,9 +275,7 @@ TEST(CommTimeout, StoppedRankBecomesAClearErrorWithAFlightRecord) {
   const auto t0 = std::chrono::steady_clock::now();
   auto r = run_ctitan(args, [&](const std::string& line, pid_t launcher) {
     if (stopped || line.find("step:  3 ") == std::string::npos) return;
-    std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
-    pid_t p;
-    while (children >> p) ranks.push_back(p);
+    ranks = rank_pids(launcher);
     if (ranks.size() == 2) {
       ::kill(ranks[1], SIGSTOP);
       stopped = true;
