@@ -4,7 +4,12 @@
 #include <iostream>
 
 #include "ctitan/build_info.h"
+#include "harness/db_command.h"
+#include "harness/gate_command.h"
 #include "harness/launch.h"
+#include "harness/report_command.h"
+#include "harness/sweep_command.h"
+#include "harness/trace_command.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/errors.h"
 #include "trainer/train.h"
@@ -18,6 +23,15 @@ const char* kUsage =
     "            `ctitan train --help` lists every key; `--nproc N` runs N ranks through `launch`)\n"
     "  launch    start N ranks with torchrun's environment, each running `ctitan train`\n"
     "            (`ctitan launch --help`)\n"
+    "  db        list and show the runs in a results database (`ctitan db --help`)\n"
+    "  sweep     run a sweep spec (recipes/sweeps/*.toml) into a results database, resumably\n"
+    "            (`ctitan sweep --help`)\n"
+    "  report    tables and charts of a results database: md, self-contained html, csv, json\n"
+    "            (`ctitan report --help`)\n"
+    "  gate      compare a candidate with a baseline; exit 0 pass, 1 regression, 3 needs action\n"
+    "            (`ctitan gate --help`)\n"
+    "  trace     merge the ranks' profiler traces of a run, and break steps down into compute,\n"
+    "            communication, exposed communication and idle (`ctitan trace --help`)\n"
     "  version   print the version, git sha and LibTorch version\n";
 
 }  // namespace
@@ -34,6 +48,7 @@ int run_command(const std::vector<std::string>& args) {
               << ", LibTorch " << CTITAN_TORCH_VERSION << ")\n";
     return 0;
   }
+  if (cmd == "db") return run_db_command(rest);
   if (cmd == "launch") {
     try {
       return launch(parse_launch_args(rest));
@@ -42,6 +57,10 @@ int run_command(const std::vector<std::string>& args) {
       return 0;
     }
   }
+  if (cmd == "sweep") return sweep_command(rest);
+  if (cmd == "report") return report_command(rest);
+  if (cmd == "gate") return gate_command(rest);
+  if (cmd == "trace") return run_trace_command(rest);
   if (cmd == "train") {
     std::vector<std::string> train_args = rest;
     // `ctitan train --nproc N ...` = `ctitan launch --nproc N -- ...`; help is printed once, not per rank.

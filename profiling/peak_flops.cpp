@@ -4,6 +4,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -33,16 +34,38 @@ double measure_cpu_gemm_flops(at::ScalarType dtype, int64_t n, double min_second
   return best;
 }
 
-std::optional<double> gpu_table_peak_flops(const std::string& name) {
-  // Most specific names first ("H100 NVL" before "H100").
+std::optional<GpuPeak> gpu_table_peak_flops(const std::string& name) {
+  // TorchTitan's get_peak_flops (torchtitan/tools/utils.py), dense bf16, in
+  // its order: the H100 variants are told apart by "NVL" / "PCIe" in the
+  // name, anything else called H100 is an SXM part. Matching ignores case
+  // (TorchTitan tests "l40s" in lower case, which NVIDIA's "L40S" never matches).
   static const std::vector<std::pair<std::string, double>> table = {
-      {"A100", 312e12},  {"H100 NVL", 835e12}, {"H100 PCIe", 756e12}, {"H100", 989e12},
-      {"H200", 989e12},  {"B200", 2.25e15},    {"MI300X", 1307e12},   {"MI325X", 1307e12},
-      {"MI250X", 191.5e12}, {"L40S", 362e12},
+      {"A100", 312e12},      {"H100 NVL", 835e12}, {"H100 PCIe", 756e12}, {"H100", 989e12},
+      {"H200", 989e12},      {"B200", 2.25e15},    {"MI355X", 2500e12},   {"MI300X", 1300e12},
+      {"MI325X", 1300e12},   {"MI250X", 191.5e12}, {"L40S", 362e12},
   };
-  for (const auto& [key, flops] : table)
-    if (name.find(key) != std::string::npos) return flops;
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string n = lower(name);
+  for (const auto& [key, flops] : table) {
+    if (key.rfind("H100 ", 0) == 0) {  // "H100 NVL": both words, anywhere in the name
+      if (n.find("h100") != std::string::npos && n.find(lower(key.substr(5))) != std::string::npos)
+        return GpuPeak{key, flops};
+    } else if (n.find(lower(key)) != std::string::npos) {
+      return GpuPeak{key == "H100" ? "H100 SXM" : key, flops};
+    }
+  }
   return std::nullopt;
+}
+
+PeakFlops resolve_gpu_peak_flops(const std::string& device_name, double override_tflops) {
+  if (override_tflops > 0) return {override_tflops * 1e12, "override", ""};
+  if (auto p = gpu_table_peak_flops(device_name)) return {p->flops, "table:" + p->entry, ""};
+  return {0.0, "unknown",
+          "no peak FLOPs known for GPU '" + device_name +
+              "'; MFU and HFU are not reported: pass --metrics.peak_tflops <dense bf16 TFLOPs of one device>"};
 }
 
 std::string host_fingerprint() {
@@ -64,7 +87,7 @@ std::filesystem::path cache_file() {
 }  // namespace
 
 PeakFlops resolve_cpu_peak_flops(at::ScalarType dtype, double override_tflops) {
-  if (override_tflops > 0) return {override_tflops * 1e12, "override"};
+  if (override_tflops > 0) return {override_tflops * 1e12, "override", ""};
   const std::string key = host_fingerprint() + "|" + c10::toString(dtype);
   const auto path = cache_file();
   nlohmann::json cache = nlohmann::json::object();
@@ -78,7 +101,7 @@ PeakFlops resolve_cpu_peak_flops(at::ScalarType dtype, double override_tflops) {
       }
     }
   }
-  if (cache.is_object() && cache.contains(key) && cache[key].is_number()) return {cache[key].get<double>(), "cached"};
+  if (cache.is_object() && cache.contains(key) && cache[key].is_number()) return {cache[key].get<double>(), "cached", ""};
   const double flops = measure_cpu_gemm_flops(dtype);
   cache[key] = flops;
   std::error_code ec;
@@ -89,7 +112,7 @@ PeakFlops resolve_cpu_peak_flops(at::ScalarType dtype, double override_tflops) {
     out << cache.dump(2) << "\n";
   }
   std::filesystem::rename(tmp, path, ec);
-  return {flops, "measured"};
+  return {flops, "measured", ""};
 }
 
 }  // namespace ctitan

@@ -1,9 +1,18 @@
-// Peak FLOP/s per device, the denominator of MFU.
+// Peak FLOP/s per device, the denominator of MFU and HFU.
 //
-// Order: --metrics.peak_tflops override > GPU table (CUDA devices, by name,
-// values as TorchTitan lists them) > a GEMM micro-benchmark on the CPU for
-// the dtype in use, measured once per host fingerprint and cached in
+// Order: --metrics.peak_tflops override > for a GPU, TorchTitan's table of
+// dense bf16 peaks by device name (torchtitan/tools/utils.py
+// get_peak_flops) > for the CPU, a GEMM micro-benchmark for the dtype in
+// use, measured once per host fingerprint and cached in
 // $XDG_CACHE_HOME/ctitan/peak_flops.json (~/.cache when unset).
+//
+// An unknown GPU is never given another GPU's peak (TorchTitan falls back to
+// the A100's): the peak is then 0, MFU/HFU are not reported, and `warning`
+// tells the user to pass --metrics.peak_tflops.
+//
+// The results database has a `hardware(host_fingerprint, dtype, peak_flops)`
+// table; the trainer does not touch the database (DESIGN.md), so the cache
+// stays a file and the harness may copy the measured value from summary.json.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -15,17 +24,25 @@ namespace ctitan {
 
 struct PeakFlops {
   double flops = 0.0;   // per device, FLOP/s; 0 = unknown (MFU not reported)
-  std::string source;   // "override", "table:<gpu>", "measured", "cached"
+  std::string source;   // "override", "table:<entry>", "measured", "cached", "unknown"
+  std::string warning;  // set when flops is 0 for a reason the user can fix
 };
 
 // Best sustained FLOP/s of an n×n×n matmul in `dtype` on the current threads.
 double measure_cpu_gemm_flops(at::ScalarType dtype, int64_t n = 2048, double min_seconds = 0.4);
 
-// Dense bf16 peak of a GPU by its device name ("NVIDIA H100 80GB HBM3"); nullopt if unknown.
-std::optional<double> gpu_table_peak_flops(const std::string& device_name);
+struct GpuPeak {
+  std::string entry;  // the table entry that matched ("H100 PCIe")
+  double flops = 0;
+};
+// Dense bf16 peak of a GPU by its device name ("NVIDIA H100 80GB HBM3");
+// nullopt if the name matches no entry. Case-insensitive.
+std::optional<GpuPeak> gpu_table_peak_flops(const std::string& device_name);
 
-// Resolves the peak for this process's CPU (GPUs: issue of the profiler).
+// Resolves the peak for this process's CPU.
 PeakFlops resolve_cpu_peak_flops(at::ScalarType dtype, double override_tflops);
+// Resolves the peak of a GPU by name (override, else the table, else unknown with a warning).
+PeakFlops resolve_gpu_peak_flops(const std::string& device_name, double override_tflops);
 
 std::string host_fingerprint();  // hostname|cpu model|threads|torch version
 

@@ -13,7 +13,7 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 debs=(build-essential cmake ninja-build ccache pkg-config git
       python3 python3-venv
       nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsqlite3-dev
-      googletest libgtest-dev libbenchmark-dev libgloo-dev)
+      googletest libgtest-dev libbenchmark-dev libgloo-dev chromium)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

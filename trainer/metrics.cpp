@@ -9,8 +9,26 @@
 #include <iostream>
 
 #include "profiling/memory.h"
+#include "trainer/model/activation_checkpoint.h"
+#include "trainer/model/llama_args.h"
 
 namespace ctitan {
+
+double hardware_flops_per_token(const LlamaArgs& a, int64_t seq_len, const ActivationCheckpointPolicy& ac,
+                                bool attention_kept) {
+  const double D = static_cast<double>(a.dim), Dh = static_cast<double>(a.head_dim());
+  const double H = static_cast<double>(a.n_heads), K = static_cast<double>(a.n_kv_heads);
+  const double F = static_cast<double>(a.ffn_hidden_dim());
+  const double wo = H * Dh * D, w2 = F * D;
+  const double block_params = D * H * Dh + 2 * D * K * Dh + wo + 3 * D * F + 2 * D;  // + the two norms
+  const double attention = 4.0 * H * Dh * static_cast<double>(seq_len);
+  const double recompute_per_block = ac.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp
+                                         ? 2.0 * (wo + w2) + (attention_kept ? 0.0 : attention)
+                                         : 2.0 * block_params + attention;
+  int64_t recomputed = 0;
+  for (int64_t l = 0; l < a.n_layers; ++l) recomputed += ac.checkpoints_layer(l) ? 1 : 0;
+  return flops_per_token(a, seq_len) + static_cast<double>(recomputed) * recompute_per_block;
+}
 
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return std::nan("");
@@ -63,6 +81,7 @@ void MetricsLogger::log_interval() {
   const double tps = tokens / time;
   const double tflops = opts_.flops_per_token * tps / 1e12;
   const double mfu = opts_.peak_flops > 0 ? 100.0 * opts_.flops_per_token * tps / opts_.peak_flops : std::nan("");
+  const double hfu = opts_.peak_flops > 0 ? 100.0 * hardware_flops() * tps / opts_.peak_flops : std::nan("");
   const MemoryStats mem = cpu_memory_stats();
   const double mem_gib = mem.peak_bytes / kGiB;
   const double mem_pct = 100.0 * mem.peak_bytes / system_memory_bytes();
@@ -86,6 +105,7 @@ void MetricsLogger::log_interval() {
                       {"tps", tps},
                       {"tflops", tflops},
                       {"mfu", std::isnan(mfu) ? nlohmann::json(nullptr) : nlohmann::json(mfu)},
+                      {"hfu", std::isnan(hfu) ? nlohmann::json(nullptr) : nlohmann::json(hfu)},
                       {"mem_peak_bytes", mem.peak_bytes},
                       {"mem_current_bytes", mem.current_bytes},
                       {"rss_bytes", process_rss_bytes()},
@@ -121,6 +141,8 @@ nlohmann::json MetricsLogger::summary(const std::string& status) const {
     s["tflops"] = opts_.flops_per_token * med / 1e12;
     s["mfu"] = opts_.peak_flops > 0 ? nlohmann::json(100.0 * opts_.flops_per_token * med / opts_.peak_flops)
                                     : nlohmann::json(nullptr);
+    s["hfu"] = opts_.peak_flops > 0 ? nlohmann::json(100.0 * hardware_flops() * med / opts_.peak_flops)
+                                    : nlohmann::json(nullptr);
   }
   if (!all_.empty()) {
     s["loss_first"] = all_.front().loss;
@@ -130,6 +152,7 @@ nlohmann::json MetricsLogger::summary(const std::string& status) const {
   s["mem_peak_bytes"] = std::max(run_peak_bytes_, cpu_memory_stats().peak_bytes);
   s["rss_peak_bytes"] = process_peak_rss_bytes();
   s["flops_per_token"] = opts_.flops_per_token;
+  s["hardware_flops_per_token"] = hardware_flops();
   s["peak_flops"] = opts_.peak_flops;
   return s;
 }

@@ -1,7 +1,9 @@
 // Training metrics in TorchTitan's names and formulas.
 //
 // Per logged step: loss, grad_norm, tps (tokens/s per device), TFLOPs,
-// MFU % (flops_per_token · tps / peak), peak memory, step time and
+// MFU % (flops_per_token · tps / peak), HFU % (the same with the hardware
+// FLOPs per token, which add what activation checkpointing recomputes; in
+// metrics.jsonl and summary.json), peak memory, step time and
 // data-loading time, averaged over the steps since the previous log line
 // (as TorchTitan does). Lines go to the console and, as JSON, to
 // <dump_folder>/metrics.jsonl. Every step's tps is also kept in memory for
@@ -16,6 +18,20 @@
 
 namespace ctitan {
 
+struct LlamaArgs;
+struct ActivationCheckpointPolicy;
+
+// Hardware FLOPs per token: the model FLOPs (TorchTitan's flops_per_token)
+// plus the forward FLOPs that activation checkpointing runs again in
+// backward. One block's forward is 2·(block parameters) + 4·H·Dh·S per token
+// (one third of each term of TorchTitan's formula). "full" recomputes every
+// block, selective "N" every Nth block (checkpoints_layer), "op" only the
+// GEMMs whose outputs it does not keep (wo and w2) and attention when its
+// output is not kept (attention_kept = false) — an estimate that leaves out
+// element-wise ops (norms, RoPE, SwiGLU), which are a rounding error in FLOPs.
+double hardware_flops_per_token(const LlamaArgs& a, int64_t seq_len, const ActivationCheckpointPolicy& ac,
+                                bool attention_kept);
+
 struct StepRecord {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0;
@@ -28,7 +44,8 @@ struct MetricsOptions {
   int64_t log_freq = 10;
   bool color = true;
   double flops_per_token = 0;
-  double peak_flops = 0;        // 0: MFU not reported
+  double hardware_flops_per_token = 0;  // 0: equal to flops_per_token (no recomputation)
+  double peak_flops = 0;        // 0: MFU and HFU not reported
   int64_t warmup_steps = 5;     // excluded from the summary statistics
   bool write_files = true;      // metrics.jsonl (rank 0 only in a multi-rank run)
 };
@@ -41,12 +58,15 @@ class MetricsLogger {
   bool logs_step(int64_t step, bool force) const { return force || step % opts_.log_freq == 0; }
   // Adds key: value to the next metrics.jsonl line (e.g. float8 SQNR).
   void attach(const std::string& key, nlohmann::json value) { pending_[key] = std::move(value); }
-  // summary.json: steady-state tps median/p10/p90, MFU, memory, final loss.
+  // summary.json: steady-state tps median/p10/p90, MFU, HFU, memory, final loss.
   nlohmann::json summary(const std::string& status) const;
   void write_summary(const std::string& status, const nlohmann::json& extra) const;
 
  private:
   void log_interval();
+  double hardware_flops() const {
+    return opts_.hardware_flops_per_token > 0 ? opts_.hardware_flops_per_token : opts_.flops_per_token;
+  }
   MetricsOptions opts_;
   std::ofstream jsonl_;
   std::vector<StepRecord> all_;

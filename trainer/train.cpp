@@ -12,11 +12,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "profiling/env_info.h"
 #include "profiling/memory.h"
 #include "profiling/peak_flops.h"
+#include "profiling/profiler_session.h"
+#include "profiling/trace.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/data/dataset.h"
@@ -64,6 +67,56 @@ NamedTensors checkpoint_tensors(Llama3& model, AdamW& opt) {
   return t;
 }
 
+// One micro-batch without data parallelism: the ops of Llama3::forward_loss
+// (embed, blocks, head) and one autograd pass. While the tracer records, each
+// unit's forward gets a range, and hooks on the units' outputs time where
+// each unit's backward begins and ends (autograd runs CPU backward on this
+// thread). Returns the (scaled) loss.
+double single_forward_backward(Llama3& model, const at::Tensor& inputs, const at::Tensor& labels, int64_t accum) {
+  MemoryCategoryScope mem(MemoryCategory::kActivations);
+  const auto& units = model.units();
+  const bool traced = Tracer::recording();
+  at::Tensor loss;
+  std::vector<at::Tensor> outputs;  // units 0..L (embedding, blocks) while traced
+  if (!traced) {
+    loss = model.forward_loss(inputs, labels);
+  } else {
+    at::Tensor h;
+    {
+      TraceRange r(trace_cat::kCompute, "forward", units[0].name);
+      h = model.embed(inputs);
+    }
+    outputs.push_back(h);
+    for (int64_t l = 0; l < model.args().n_layers; ++l) {
+      TraceRange r(trace_cat::kCompute, "forward", units[l + 1].name);
+      h = model.block(l, h);
+      outputs.push_back(h);
+    }
+    TraceRange r(trace_cat::kCompute, "forward", units.back().name);
+    loss = model.head_loss(h, labels);
+  }
+  if (accum > 1) loss = loss / static_cast<double>(accum);
+  std::vector<int64_t> grad_ready(outputs.size(), 0);  // when each output's gradient was complete
+  for (size_t i = 0; i < outputs.size(); ++i)
+    outputs[i].register_hook([&grad_ready, i](const at::Tensor&) { grad_ready[i] = trace_now_ns(); });
+  const int64_t b0 = trace_now_ns();
+  loss.backward();
+  const int64_t b1 = trace_now_ns();
+  if (traced) {
+    Tracer& t = Tracer::get();
+    const size_t L = outputs.size() - 1;
+    t.complete("backward " + units.back().name, trace_cat::kCompute, b0, grad_ready[L]);
+    for (size_t u = L; u >= 1; --u)
+      t.complete("backward " + units[u].name, trace_cat::kCompute, grad_ready[u], grad_ready[u - 1]);
+    t.complete("backward " + units[0].name, trace_cat::kCompute, grad_ready[0], b1);
+  }
+  {
+    TraceRange r(trace_cat::kCompute, "accumulate_grads");
+    model.accumulate_grads();
+  }
+  return loss.item<double>();
+}
+
 }  // namespace
 
 void configure_threads() {
@@ -99,10 +152,12 @@ int train(const JobConfig& cfg) {
       throw InputError("model.converters entry '" + c + "' is unknown; ctitan has \"quantize.linear.float8\"");
     float8 = true;
   }
-  if (cfg.profiling.enable_profiling || cfg.profiling.enable_memory_snapshot)
-    std::cerr << "ctitan: warning: [profiling] traces and memory snapshots are not implemented in this build; "
-                 "training runs without them (metrics.jsonl still has memory per step)"
-              << std::endl;
+  if (cfg.profiling.enable_profiling &&
+      cfg.profiling.profile_freq < cfg.profiling.profiler_warmup + cfg.profiling.profiler_active)
+    throw InputError("profiling.profile_freq " + std::to_string(cfg.profiling.profile_freq) +
+                     " is less than profiler_warmup + profiler_active = " +
+                     std::to_string(cfg.profiling.profiler_warmup) + " + " +
+                     std::to_string(cfg.profiling.profiler_active) + "; raise profile_freq or lower the other two");
   if (cfg.training.global_batch_size > 0 && cfg.training.global_batch_size % (B * dp_world) != 0)
     throw InputError("training.global_batch_size " + std::to_string(cfg.training.global_batch_size) +
                      " is not a multiple of local_batch_size x data-parallel degree = " + std::to_string(B) + " x " +
@@ -125,6 +180,9 @@ int train(const JobConfig& cfg) {
     mesh = DeviceMesh::create(shape, env.rank, store, copts);
   }
 
+  // Memory by category: the model's buffers (master, gradient, compute copy)
+  // are parameters until the gradient buffer is tagged below.
+  std::optional<MemoryCategoryScope> param_memory(std::in_place, MemoryCategory::kParameters);
   Llama3 model(args, dtype, S);
   model.set_activation_checkpointing(ac_policy);
   if (cfg.compile.enable) {
@@ -147,8 +205,15 @@ int train(const JobConfig& cfg) {
     dpo.recorder = recorder;
     dp = std::make_unique<DataParallel>(model, *mesh, dpo);
   }
+  param_memory.reset();
   const ParamCounts counts = count_params(args);
   const double fpt = flops_per_token(args, S);
+  // Selective "op" checkpointing keeps attention's output only on ATen's flash
+  // path: equal head counts and no fused ("compile") attention (llama.cpp).
+  const bool fused_model = cfg.compile.enable && std::find(cfg.compile.components.begin(),
+                                                           cfg.compile.components.end(), "model") !=
+                                                     cfg.compile.components.end();
+  const bool attention_kept = args.n_kv_heads == args.n_heads && !fused_model;
 
   // --- data ----------------------------------------------------------------
   DataOptions dopts;
@@ -167,6 +232,9 @@ int train(const JobConfig& cfg) {
   AdamWOptions aopts{cfg.optimizer.lr,           cfg.optimizer.beta1, cfg.optimizer.beta2, cfg.optimizer.eps,
                      cfg.optimizer.weight_decay, cfg.optimizer.implementation};
   AdamW optimizer(dp ? dp->params() : model.flat_params(), dp ? dp->grads() : model.flat_grads(), aopts);
+  tag_tensor_memory(optimizer.exp_avg(), MemoryCategory::kOptimizerState);
+  tag_tensor_memory(optimizer.exp_avg_sq(), MemoryCategory::kOptimizerState);
+  tag_tensor_memory(dp ? dp->grads() : model.flat_grads(), MemoryCategory::kGradients);
   LrSchedule schedule(cfg.training.steps, cfg.lr_scheduler.warmup_steps, cfg.lr_scheduler.decay_ratio,
                       cfg.lr_scheduler.decay_type, cfg.lr_scheduler.min_lr_factor);
   Checkpointer checkpointer(cfg.checkpoint, cfg.job.dump_folder);
@@ -198,10 +266,13 @@ int train(const JobConfig& cfg) {
                   << (loaded->world_size == 1 ? " rank" : " ranks") << ")" << std::endl;
     }
   }
-  if (dp) {
-    dp->begin_step();
-  } else {
-    model.begin_step();
+  {
+    MemoryCategoryScope mem(MemoryCategory::kParameters);  // FSDP: the compute copy of the shard
+    if (dp) {
+      dp->begin_step();
+    } else {
+      model.begin_step();
+    }
   }
   // Live tensor bytes between steps: parameters, gradients, optimizer state
   // (and the small RoPE table) — what FSDP divides by its degree.
@@ -216,6 +287,7 @@ int train(const JobConfig& cfg) {
   }
 
   const PeakFlops peak = resolve_cpu_peak_flops(dtype, cfg.metrics.peak_tflops);
+  if (!peak.warning.empty() && rank0) std::cerr << "ctitan: warning: " << peak.warning << std::endl;
   std::cout << "ctitan: llama3 " << cfg.model.flavor << ", " << counts.total << " params, "
             << c10::toString(dtype) << ", activation checkpointing " << ac_policy.describe() << ", "
             << model.techniques() << ", batch " << B << " x seq " << S << " (x" << accum
@@ -233,11 +305,30 @@ int train(const JobConfig& cfg) {
   mopts.log_freq = cfg.metrics.log_freq;
   mopts.color = !cfg.metrics.disable_color_printing && ::isatty(STDOUT_FILENO);
   mopts.flops_per_token = fpt;
+  mopts.hardware_flops_per_token = hardware_flops_per_token(args, S, ac_policy, attention_kept);
   mopts.peak_flops = peak.flops;
   mopts.warmup_steps = cfg.metrics.warmup_steps;
   mopts.write_files = rank0;
   MetricsLogger metrics(mopts);
+
+  ProfilerOptions popts;
+  popts.traces = cfg.profiling.enable_profiling;
+  popts.memory_snapshots = cfg.profiling.enable_memory_snapshot;
+  popts.trace_folder = (dump / cfg.profiling.save_traces_folder).string();
+  popts.memory_folder = (dump / cfg.profiling.save_memory_snapshot_folder).string();
+  popts.freq = cfg.profiling.profile_freq;
+  popts.warmup = cfg.profiling.profiler_warmup;
+  popts.active = cfg.profiling.profiler_active;
+  popts.rank = env.rank;
+  popts.world_size = env.world_size;
+  popts.steady_after = cfg.metrics.warmup_steps;
+  ProfilerSession profiler(popts);
+  if (popts.traces && rank0)
+    std::cout << "ctitan: profiling: " << popts.active << " of every " << popts.freq << " steps traced into "
+              << popts.trace_folder << "/iteration_N/rank<R>_trace.json; " << profiler.gpu_status()
+              << (profiler.gpu_status() == "cupti" ? "" : "; tracing the CPU only") << std::endl;
   reset_peak_cpu_memory();
+  reset_memory_category_peaks();
 
   g_stop_signal = 0;
   auto old_int = std::signal(SIGINT, on_stop_signal);
@@ -248,45 +339,74 @@ int train(const JobConfig& cfg) {
   int64_t comm_steps = 0;
   while (step < cfg.training.steps) {
     ++step;
+    profiler.step_begin(step);
     const auto t0 = Clock::now();
-    double data_time = 0, loss_sum = 0;
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      const auto td = Clock::now();
-      loader->next(batch);
-      at::Tensor inputs = to_tensor(batch.inputs, B, S), labels = to_tensor(batch.labels, B, S);
-      data_time += seconds_since(td);
-      if (dp) {
-        loss_sum += dp->forward_backward(inputs, labels, 1.0 / static_cast<double>(accum), micro == 0,
-                                         micro + 1 == accum) /
-                    static_cast<double>(accum);
-        continue;
-      }
-      at::Tensor loss = model.forward_loss(inputs, labels);
-      if (accum > 1) loss = loss / static_cast<double>(accum);
-      loss.backward();
-      model.accumulate_grads();
-      loss_sum += loss.item<double>();
-    }
-    double grad_norm;
+    double data_time = 0, loss_sum = 0, grad_norm = 0;
     const double lr = cfg.optimizer.lr * schedule.factor(step - 1);
-    if (dp) {
-      grad_norm = dp->clip_grad_norm(cfg.training.max_norm);
-      optimizer.step(lr);
-      dp->begin_step();
-      loss_sum = dp->dp_mean(loss_sum);
-      const CommTimes ct = dp->take_comm_times();
-      if (step > cfg.metrics.warmup_steps) {
-        comm_s += ct.comm_s;
-        exposed_comm_s += ct.exposed_comm_s;
-        ++comm_steps;
+    std::string oom;  // what ran out of memory in this step, if anything did
+    try {
+      for (int64_t micro = 0; micro < accum; ++micro) {
+        const auto td = Clock::now();
+        at::Tensor inputs, labels;
+        {
+          TraceRange r(trace_cat::kData, "data");
+          loader->next(batch);
+          inputs = to_tensor(batch.inputs, B, S);
+          labels = to_tensor(batch.labels, B, S);
+        }
+        data_time += seconds_since(td);
+        if (dp) {
+          loss_sum += dp->forward_backward(inputs, labels, 1.0 / static_cast<double>(accum), micro == 0,
+                                           micro + 1 == accum) /
+                      static_cast<double>(accum);
+          continue;
+        }
+        loss_sum += single_forward_backward(model, inputs, labels, accum);
       }
-    } else {
-      grad_norm = clip_grad_norm_(model.flat_grads(), cfg.training.max_norm);
-      optimizer.step(lr);
-      model.zero_grad();
-      model.begin_step();
+      if (dp) {
+        grad_norm = dp->clip_grad_norm(cfg.training.max_norm);
+        {
+          TraceRange r(trace_cat::kCompute, "optimizer");
+          optimizer.step(lr);
+          MemoryCategoryScope mem(MemoryCategory::kParameters);  // FSDP: this step's compute copy of the shard
+          dp->begin_step();
+        }
+        loss_sum = dp->dp_mean(loss_sum);
+        const CommTimes ct = dp->take_comm_times();
+        if (step > cfg.metrics.warmup_steps) {
+          comm_s += ct.comm_s;
+          exposed_comm_s += ct.exposed_comm_s;
+          ++comm_steps;
+        }
+      } else {
+        {
+          TraceRange r(trace_cat::kCompute, "clip_grad_norm");
+          grad_norm = clip_grad_norm_(model.flat_grads(), cfg.training.max_norm);
+        }
+        TraceRange r(trace_cat::kCompute, "optimizer");
+        optimizer.step(lr);
+        model.zero_grad();
+        model.begin_step();
+      }
+    } catch (const c10::OutOfMemoryError& e) {
+      oom = e.what_without_backtrace();
+    } catch (const std::bad_alloc& e) {
+      oom = std::string("std::bad_alloc: ") + e.what();
     }
-    const double step_time = seconds_since(t0);
+    if (!oom.empty()) {  // the snapshot, one line, summary.json with status "oom" (rank 0), exit 1
+      std::signal(SIGINT, old_int);
+      std::signal(SIGTERM, old_term);
+      std::cerr << "ctitan: " << profiler.out_of_memory(step, oom) << std::endl;
+      if (rank0) metrics.write_summary("oom", {{"error", "out of memory in step " + std::to_string(step)}});
+      return 1;
+    }
+    const auto t1 = Clock::now();
+    const double step_time = std::chrono::duration<double>(t1 - t0).count();
+    auto ns = [](Clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    };
+    profiler.record_step(step, ns(t0), ns(t1));
+    if (profiler.last_gpu_busy_s() >= 0) metrics.attach("gpu_busy_s", profiler.last_gpu_busy_s());
     // Every rank stops at the same step, or the others would wait in a collective.
     int stop = g_stop_signal != 0;
     if (env.world_size > 1) {
@@ -318,8 +438,10 @@ int train(const JobConfig& cfg) {
       // Rank 0's loader state is the shared one; every rank also keeps its own.
       nlohmann::json state = {{"step", step}, {"data_loader", loader->state()}};
       const bool model_only = step == cfg.training.steps && cfg.checkpoint.last_save_model_only;
+      TraceRange r(trace_cat::kCheckpoint, "checkpoint");
       checkpointer.save_sharded(step, save_pieces, state, {{"data_loader", loader->state()}}, model_only, save_group);
     }
+    profiler.step_end(step, step_time);
     if (stop != 0) {
       status = "interrupted";
       break;
@@ -327,6 +449,7 @@ int train(const JobConfig& cfg) {
   }
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
+  profiler.finish(step);
 
   nlohmann::json extra = {{"flavor", cfg.model.flavor},
                           {"num_params", counts.total},
@@ -338,11 +461,25 @@ int train(const JobConfig& cfg) {
                           {"world_size", env.world_size},
                           {"mesh", shape.describe()},
                           {"state_bytes", state_bytes},
-                          {"resident_bytes", resident_bytes}};
+                          {"resident_bytes", resident_bytes},
+                          {"mem_by_category", memory_by_category_json()}};
   if (dp) {
     extra["data_parallel"] = dp->describe();
     extra["comm_s"] = comm_steps ? comm_s / comm_steps : 0.0;
     extra["exposed_comm_s"] = comm_steps ? exposed_comm_s / comm_steps : 0.0;
+    extra["comm_source"] = "flight_recorder";
+  }
+  if (popts.traces) {  // every rank: the breakdowns are gathered
+    at::Tensor mine = torch::tensor(profiler.summary_breakdown(cfg.metrics.warmup_steps), torch::kDouble);
+    at::Tensor all = mine;
+    if (env.world_size > 1) {
+      all = torch::empty({env.world_size * mine.numel()}, torch::kDouble);
+      mesh->group("world").all_gather(all, mine)->wait();
+    }
+    add_trace_summary(extra, std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel()),
+                      profiler.summary_steps(cfg.metrics.warmup_steps));
+    if (const std::string line = profiler.overhead_line(); !line.empty() && rank0)
+      std::cout << "ctitan: " << line << std::endl;
   }
   if (env.world_size > 1) {
     // Memory per rank, gathered so that rank 0's summary shows every rank.

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "profiling/collective_observer.h"
 #include "trainer/dist/comm_internal.h"
 #include "trainer/dist/flight_recorder.h"
 
@@ -153,9 +154,10 @@ CommError fail(const GroupInfo& g, const Call& call, uint64_t seq, bool timed_ou
 class BackendWork final : public Work {
  public:
   BackendWork(std::shared_ptr<const GroupInfo> group, Call call, uint64_t seq, BackendKind kind,
-              c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::chrono::milliseconds timeout)
+              c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::chrono::milliseconds timeout,
+              uint64_t trace_token)
       : group_(std::move(group)), call_(std::move(call)), seq_(seq), kind_(kind), work_(std::move(work)),
-        finish_(std::move(finish)), timeout_(timeout), deadline_(Clock::now() + timeout) {
+        finish_(std::move(finish)), timeout_(timeout), deadline_(Clock::now() + timeout), trace_token_(trace_token) {
     // The moment the backend finished, for the recorder's end time (and so
     // for a step's communication time): wait() may come much later when the
     // collective overlapped computation.
@@ -173,7 +175,9 @@ class BackendWork final : public Work {
   }
 
   void wait() override {
+    const auto began = Clock::now();
     std::lock_guard<std::mutex> lock(mu_);
+    WaitReport report{trace_token_, began};
     if (!settled_) {
       try {
         if (kind_ == BackendKind::kNccl) {
@@ -191,6 +195,15 @@ class BackendWork final : public Work {
     }
     if (error_) std::rethrow_exception(error_);
   }
+
+  // Tells the profiler (if one traces this collective) how long wait() blocked.
+  struct WaitReport {
+    uint64_t token;
+    Clock::time_point began;
+    ~WaitReport() {
+      if (CollectiveObserver* o = token ? collective_observer() : nullptr) o->wait_returned(token, began, Clock::now());
+    }
+  };
 
   bool completed() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -217,19 +230,17 @@ class BackendWork final : public Work {
       error_ = std::make_exception_ptr(fail(*group_, call_, seq_, false, backend_message(e), timeout_));
       return;
     }
-    if (!group_->recorder) return;
     const auto done = done_->load(std::memory_order_acquire);
-    if (done != 0) {
-      group_->recorder->end(seq_, FlightRecorder::State::kCompleted, Clock::time_point(Clock::duration(done)));
-    } else {
-      group_->recorder->end(seq_, FlightRecorder::State::kCompleted);
-    }
+    const Clock::time_point finished = done != 0 ? Clock::time_point(Clock::duration(done)) : Clock::now();
+    if (CollectiveObserver* o = trace_token_ ? collective_observer() : nullptr) o->settled(trace_token_, finished, true);
+    if (group_->recorder) group_->recorder->end(seq_, FlightRecorder::State::kCompleted, finished);
   }
 
   void settle_failure(const std::exception& e) {
     settled_ = true;
     const std::string why = backend_message(e);
     const bool timed_out = !work_->isCompleted() || is_timeout_message(why);
+    if (CollectiveObserver* o = trace_token_ ? collective_observer() : nullptr) o->settled(trace_token_, Clock::now(), false);
     error_ = std::make_exception_ptr(fail(*group_, call_, seq_, timed_out, why, timeout_));
   }
 
@@ -242,6 +253,7 @@ class BackendWork final : public Work {
   std::function<void()> finish_;
   std::chrono::milliseconds timeout_;
   Clock::time_point deadline_;
+  uint64_t trace_token_;  // CollectiveObserver's, 0 = not traced
   std::mutex mu_;
   bool settled_ = false;
   std::exception_ptr error_;
@@ -443,6 +455,10 @@ class ProcessGroupCommunicator final : public Communicator {
                                                                   call.bytes ? dtype_name(call.dtype) : "")
                                           : 0;
     const std::chrono::milliseconds timeout = timeout_.load();
+    CollectiveObserver* observer = collective_observer();
+    const uint64_t token =
+        observer ? observer->issued(call.op.c_str(), group_->name, call.bytes, call.bytes ? dtype_name(call.dtype) : "")
+                 : 0;
     c10::intrusive_ptr<c10d::Work> work;
     try {
       work = start(b);
@@ -450,7 +466,7 @@ class ProcessGroupCommunicator final : public Communicator {
       throw fail(*group_, call, seq, false, backend_message(e), timeout);
     }
     return std::make_shared<BackendWork>(group_, std::move(call), seq, kind, std::move(work), std::move(finish),
-                                         timeout);
+                                         timeout, token);
   }
 
   c10::intrusive_ptr<c10d::Store> store_;

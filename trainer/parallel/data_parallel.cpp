@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "profiling/memory.h"
+#include "profiling/trace.h"
 #include "trainer/errors.h"
 #include "trainer/float8/fp8_codec.h"
 #include "trainer/optim/adamw.h"
@@ -261,6 +263,7 @@ void DataParallel::wait(const WorkPtr& w) {
 void DataParallel::unshard(size_t u) {
   UnitShard& us = units_[u];
   if (us.resident || us.gather) return;
+  MemoryCategoryScope mem(MemoryCategory::kCommunication);
   if (!us.gemms.empty()) {
     unshard_float8(u);
     return;
@@ -273,9 +276,11 @@ void DataParallel::wait_unshard(size_t u) {
   UnitShard& us = units_[u];
   if (us.resident) return;
   unshard(u);
+  TraceRange range(trace_cat::kDataParallel, "unshard", model_.units()[u].name);
   wait(us.gather);
   us.gather.reset();
   torch::NoGradGuard no_grad;
+  MemoryCategoryScope mem(MemoryCategory::kParameters);  // the unit's gathered parameters
   at::Tensor& buf = model_.unit_buffer(u);
   set_storage_bytes(buf, buf.numel() * buf.element_size());
   at::Tensor dst = unversioned_alias(buf);
@@ -304,6 +309,8 @@ void DataParallel::reshard(size_t u) {
 
 void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
   torch::NoGradGuard no_grad;
+  TraceRange range(trace_cat::kDataParallel, "reduce", model_.units()[u].name);
+  MemoryCategoryScope mem(MemoryCategory::kCommunication);
   const auto& unit = model_.units()[u];
   if (!sharded()) {  // DDP: one bucket per unit, reduced once per step
     model_.accumulate_grads(u);
@@ -349,36 +356,51 @@ double DataParallel::forward_backward(const at::Tensor& tokens, const at::Tensor
   if (first_micro) model_.zero_grad();
   // Forward, unit by unit: unit 0 embeds, units 1..L are blocks, the last is norm + output + loss.
   std::vector<at::Tensor> inputs(head + 1), outputs(head + 1);
+  const auto& units = model_.units();
   if (sharded()) unshard(0);
   for (size_t u = 0; u < head; ++u) {
     if (sharded()) {
       unshard(u + 1);  // prefetch: in flight while this unit computes
       wait_unshard(u);
     }
-    if (u == 0) {
-      outputs[0] = model_.embed(tokens);
-    } else {
-      inputs[u] = outputs[u - 1].detach().requires_grad_(true);
-      outputs[u] = model_.block(static_cast<int64_t>(u) - 1, inputs[u]);
+    {
+      TraceRange range(trace_cat::kCompute, "forward", units[u].name);
+      MemoryCategoryScope mem(MemoryCategory::kActivations);
+      if (u == 0) {
+        outputs[0] = model_.embed(tokens);
+      } else {
+        inputs[u] = outputs[u - 1].detach().requires_grad_(true);
+        outputs[u] = model_.block(static_cast<int64_t>(u) - 1, inputs[u]);
+      }
     }
     if (sharded() && reshards_after_forward(u)) reshard(u);
   }
   if (sharded()) wait_unshard(head);
-  inputs[head] = outputs[head - 1].detach().requires_grad_(true);
-  at::Tensor loss = model_.head_loss(inputs[head], labels);
-  const double local_loss = loss.item<double>();
+  at::Tensor loss;
+  double local_loss = 0;
+  {
+    TraceRange range(trace_cat::kCompute, "forward", units[head].name);
+    MemoryCategoryScope mem(MemoryCategory::kActivations);
+    inputs[head] = outputs[head - 1].detach().requires_grad_(true);
+    loss = model_.head_loss(inputs[head], labels);
+    local_loss = loss.item<double>();
+  }
 
   // Backward in reverse unit order; each unit's gradients leave as soon as
   // they exist, while the next unit's backward computes.
   for (size_t u = head + 1; u-- > 0;) {
     if (sharded() && u > 0) unshard(u - 1);  // prefetch the next unit's parameters
     if (sharded()) wait_unshard(u);
-    if (u == head) {
-      (scale == 1.0 ? loss : loss * scale).backward();
-    } else {
-      torch::autograd::backward({outputs[u]}, {inputs[u + 1].grad()});
-      inputs[u + 1] = at::Tensor();
-      outputs[u] = at::Tensor();
+    {
+      TraceRange range(trace_cat::kCompute, "backward", units[u].name);
+      MemoryCategoryScope mem(MemoryCategory::kActivations);
+      if (u == head) {
+        (scale == 1.0 ? loss : loss * scale).backward();
+      } else {
+        torch::autograd::backward({outputs[u]}, {inputs[u + 1].grad()});
+        inputs[u + 1] = at::Tensor();
+        outputs[u] = at::Tensor();
+      }
     }
     reduce_unit(u, first_micro, last_micro);
     reshard(u);
@@ -398,6 +420,7 @@ void DataParallel::finish_oldest_reduction() {
 
 double DataParallel::clip_grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
+  TraceRange range(trace_cat::kCompute, "clip_grad_norm");
   at::Tensor& g = grads();
   if (!sharded()) return clip_grad_norm_(g, max_norm);  // DDP: every rank holds the reduced gradient
   // Padding rows are zero, so the shards' squared norms add up to the full one.

@@ -1,0 +1,148 @@
+#include "harness/gate_command.h"
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "harness/report_command.h"
+#include "reports/gate.h"
+#include "results/results_db.h"
+#include "trainer/errors.h"
+
+namespace ctitan {
+namespace {
+
+struct GateArgs {
+  std::string db, baseline_db, candidate_db;
+  std::string baseline, candidate, baseline_file, write_baseline_file;
+  std::string md_out, json_out, format = "md";
+  GateOptions opts;
+};
+
+double parse_number(const std::string& flag, const std::string& text, double lo, double hi) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !(v >= lo && v <= hi))
+    throw InputError("gate: " + flag + " '" + text + "' must be a number in [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
+  return v;
+}
+
+GateArgs parse_gate_args(const std::vector<std::string>& args) {
+  GateArgs g;
+  ArgReader a(args, "gate");
+  std::string text;
+  while (!a.done()) {
+    if (a.value("--db", g.db, "results.db") || a.value("--baseline-db", g.baseline_db, "main.db") ||
+        a.value("--candidate-db", g.candidate_db, "pr.db") || a.value("--baseline", g.baseline, "sweep:main") ||
+        a.value("--candidate", g.candidate, "sweep:pr") ||
+        a.value("--baseline-file", g.baseline_file, "perf/baseline.json") ||
+        a.value("--write-baseline-file", g.write_baseline_file, "perf/baseline.json") ||
+        a.value("--md", g.md_out, "gate.md") || a.value("--json", g.json_out, "gate.json") ||
+        a.value("--format", g.format, "json"))
+      continue;
+    if (a.value("--threshold", text, "tps=5%")) {
+      g.opts.thresholds.push_back(parse_threshold_rule(text));
+    } else if (a.value("--alpha", text, "0.05")) {
+      g.opts.alpha = parse_number("--alpha", text, 1e-9, 0.5);
+    } else if (a.value("--min-samples", text, "3")) {
+      g.opts.min_samples = static_cast<size_t>(parse_number("--min-samples", text, 1, 1e6));
+    } else if (a.value("--metrics", text, "tps,mem")) {
+      std::istringstream in(text);
+      for (std::string m; std::getline(in, m, ',');) {
+        const GateMetric* metric = find_gate_metric(m);
+        if (!metric)
+          throw InputError("gate: --metrics: unknown metric '" + m + "'; metrics: tps, step_time, mfu, mem, loss");
+        g.opts.metrics.push_back(metric->name);
+      }
+    } else if (a.flag("--allow-env-mismatch")) {
+      g.opts.allow_env_mismatch = true;
+    } else {
+      a.unknown();
+    }
+  }
+  if (g.baseline_db.empty()) g.baseline_db = g.db;
+  if (g.candidate_db.empty()) g.candidate_db = g.db;
+  if (g.format != "md" && g.format != "json") throw InputError("gate: --format '" + g.format + "' is not md or json");
+  if (!g.write_baseline_file.empty()) {
+    if (g.baseline.empty()) throw InputError("gate: --write-baseline-file needs --baseline SEL (e.g. sweep:main)");
+    if (g.baseline_db.empty()) throw InputError("gate: --write-baseline-file needs --db FILE");
+    return g;
+  }
+  if (g.baseline.empty() == g.baseline_file.empty())
+    throw InputError(
+        "gate needs exactly one of --baseline SEL (sweep:NAME, sha:GITSHA, label:LABEL) and "
+        "--baseline-file FILE");
+  if (g.candidate.empty()) throw InputError("gate needs --candidate SEL (sweep:NAME, sha:GITSHA or label:LABEL)");
+  if (g.candidate_db.empty() || (!g.baseline.empty() && g.baseline_db.empty()))
+    throw InputError("gate needs --db FILE (the results database), or --baseline-db and --candidate-db");
+  return g;
+}
+
+GateSide side_from_db(const std::string& db_path, const std::string& selection) {
+  require_database(db_path);
+  const ResultsDb db(db_path);
+  const Selection sel = parse_selection(selection);
+  const std::vector<PointData> points = load_points(db, sel);
+  if (points.empty()) throw InputError("gate: " + sel.describe() + " has no runs in " + db_path);
+  return gate_side(points, sel.describe() + " in " + db_path + " (" + std::to_string(points.size()) + " points)");
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  if (!(out << text)) throw InputError("gate: cannot write " + path);
+}
+
+}  // namespace
+
+std::string gate_usage() {
+  return "usage: ctitan gate --db FILE --baseline SEL --candidate SEL [options]\n"
+         "       ctitan gate --db FILE --baseline-file FILE --candidate SEL [options]\n"
+         "       ctitan gate --db FILE --baseline SEL --write-baseline-file FILE\n"
+         "Compares a candidate with a baseline per point (recipe x world size) and metric (tps, step_time, mfu,\n"
+         "mem, loss). A regression needs size (beyond the threshold) and significance (Mann-Whitney U at alpha,\n"
+         "or a bootstrap CI where the U test cannot reach alpha); too few samples is inconclusive, not a pass.\n"
+         "SEL: sweep:NAME (or NAME), sha:GITSHA (runs built at that commit), label:LABEL (that recipe label;\n"
+         "     two labels pair points by world size)\n"
+         "  --db FILE                 results database of both sides (or --baseline-db / --candidate-db)\n"
+         "  --baseline-file FILE      reference numbers kept in a repo, written by --write-baseline-file\n"
+         "  --threshold [GLOB:]M=X%   per metric, optionally per point (fnmatch on 'LABEL ws=N'); repeatable,\n"
+         "                            later wins; defaults tps/step_time/mfu/mem 5%, loss 2%\n"
+         "  --alpha A                 significance level (default 0.05)\n"
+         "  --min-samples N           values per side needed to call a change beyond the threshold (default 3)\n"
+         "  --metrics a,b             only these metrics\n"
+         "  --allow-env-mismatch      report different hardware / LibTorch without failing with 3\n"
+         "  --format md|json          stdout (default md: the PR comment)\n"
+         "  --md FILE, --json FILE    also write the Markdown summary / the JSON verdict\n"
+         "Exit codes: 0 pass, 1 regression, 3 needs action (inconclusive, missing data, different environment),\n"
+         "2 bad input.\n";
+}
+
+int gate_command(const std::vector<std::string>& args) {
+  for (const std::string& a : args)
+    if (a == "-h" || a == "--help") {
+      std::cout << gate_usage();
+      return 0;
+    }
+  GateArgs g = parse_gate_args(args);
+  if (!g.write_baseline_file.empty()) {
+    const GateSide side = side_from_db(g.baseline_db, g.baseline);
+    write_file(g.write_baseline_file, baseline_file_json(side).dump(1) + "\n");
+    std::cout << "wrote " << g.write_baseline_file << ": " << side.description << "\n";
+    return 0;
+  }
+  const GateSide base =
+      g.baseline_file.empty() ? side_from_db(g.baseline_db, g.baseline) : read_baseline_file(g.baseline_file);
+  const GateSide cand = side_from_db(g.candidate_db, g.candidate);
+  g.opts.match_by_world_size = !g.baseline.empty() && parse_selection(g.baseline).kind == Selection::Kind::label &&
+                               parse_selection(g.candidate).kind == Selection::Kind::label;
+  const GateResult result = run_gate(base, cand, g.opts);
+  const std::string md = gate_markdown(result);
+  const std::string json = gate_json(result).dump(2) + "\n";
+  if (!g.md_out.empty()) write_file(g.md_out, md);
+  if (!g.json_out.empty()) write_file(g.json_out, json);
+  std::cout << (g.format == "json" ? json : md);
+  return result.exit_code;
+}
+
+}  // namespace ctitan

@@ -1,0 +1,102 @@
+#include "harness/report_command.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "reports/report.h"
+#include "results/results_db.h"
+#include "trainer/errors.h"
+
+namespace ctitan {
+
+bool ArgReader::value(const std::string& flag, std::string& out, const std::string& example) {
+  const std::string& a = args_[i_];
+  if (a == flag) {
+    if (i_ + 1 >= args_.size() || args_[i_ + 1].empty())
+      throw InputError(command_ + ": " + flag + " needs a value, e.g. " + flag + " " + example);
+    out = args_[i_ + 1];
+    i_ += 2;
+    return true;
+  }
+  if (a.rfind(flag + "=", 0) == 0) {
+    out = a.substr(flag.size() + 1);
+    if (out.empty()) throw InputError(command_ + ": " + flag + " needs a value, e.g. " + flag + " " + example);
+    ++i_;
+    return true;
+  }
+  return false;
+}
+
+bool ArgReader::flag(const std::string& flag) {
+  if (args_[i_] != flag) return false;
+  ++i_;
+  return true;
+}
+
+void ArgReader::unknown() const {
+  throw InputError("unknown " + command_ + " argument '" + args_[i_] + "'; run `ctitan " + command_ + " --help`");
+}
+
+void require_database(const std::string& path) {
+  if (!std::filesystem::exists(path))
+    throw InputError("results database " + path + " does not exist; pass the --db file a sweep wrote");
+}
+
+std::string report_usage() {
+  return "usage: ctitan report --db FILE [--sweep NAME] [--baseline LABEL] [--format md|html|csv|json] [--out FILE]\n"
+         "One row per point (recipe x world size): tps per device (median, p10-p90 over the steady-state steps of\n"
+         "every repeat), TFLOPs, MFU, peak memory per rank, final loss, status, speedup vs the baseline row;\n"
+         "stacked-optimization tables ([[stack]] rows), scaling tables, communication columns when measured.\n"
+         "  --db FILE         the results database a sweep wrote\n"
+         "  --sweep NAME      one sweep (default: every sweep, one section each)\n"
+         "  --baseline LABEL  the row speedups are relative to (a label, or some of its key=value settings);\n"
+         "                    default: the first point at each world size\n"
+         "  --format F        md (a PR comment), html (one self-contained file with SVG charts), csv, json;\n"
+         "                    default: from --out's extension, else md\n"
+         "  --out FILE        write there instead of stdout\n";
+}
+
+int report_command(const std::vector<std::string>& args) {
+  std::string db_path, format, out_path;
+  ReportOptions opts;
+  ArgReader a(args, "report");
+  while (!a.done()) {
+    if (a.current() == "-h" || a.current() == "--help") {
+      std::cout << report_usage();
+      return 0;
+    }
+    if (a.value("--db", db_path, "results.db") || a.value("--sweep", opts.sweep, "debug") ||
+        a.value("--baseline", opts.baseline, "compile.enable=false") || a.value("--format", format, "html") ||
+        a.value("--out", out_path, "report.html"))
+      continue;
+    a.unknown();
+  }
+  if (db_path.empty()) throw InputError("ctitan report needs --db FILE (the results database a sweep wrote)");
+  if (format.empty()) {
+    const std::string ext = std::filesystem::path(out_path).extension().string();
+    format = ext == ".html" || ext == ".htm" ? "html" : ext == ".csv" ? "csv" : ext == ".json" ? "json" : "md";
+  }
+  if (format != "md" && format != "html" && format != "csv" && format != "json")
+    throw InputError("report: --format '" + format + "' is not one of md, html, csv, json");
+  require_database(db_path);
+  const ResultsDb db(db_path);
+  const Report report = build_report(db, opts);
+  const std::string text = format == "md"     ? render_markdown(report)
+                           : format == "html" ? render_html(report)
+                           : format == "csv"  ? render_csv(report)
+                                              : render_json(report).dump(2) + "\n";
+  if (out_path.empty()) {
+    std::cout << text;
+    return 0;
+  }
+  std::ofstream out(out_path, std::ios::binary);
+  if (!(out << text)) throw InputError("report: cannot write " + out_path);
+  size_t points = 0;
+  for (const SectionReport& s : report.sections) points += s.points.size();
+  std::cout << "wrote " << out_path << " (" << format << ", " << points << " points in " << report.sections.size()
+            << (report.sections.size() == 1 ? " section" : " sections") << ")\n";
+  return 0;
+}
+
+}  // namespace ctitan

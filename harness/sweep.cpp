@@ -1,0 +1,530 @@
+// The sweep runner: the child supervisor, outcome classification, the
+// resume / claim logic against the results database, and the progress line.
+#include "harness/sweep.h"
+
+#include <fcntl.h>       // open, O_CLOEXEC
+#include <sys/file.h>    // flock
+#include <sys/ioctl.h>   // TIOCGWINSZ
+#include <sys/prctl.h>   // PR_SET_PDEATHSIG
+#include <sys/wait.h>    // waitid, waitpid
+#include <unistd.h>      // fork, execv, isatty
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include "harness/launch.h"  // train_command: this binary's `ctitan train` argv
+#include "results/results_db.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace ctitan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::atomic<int> g_stop_signal{0};
+std::atomic<int> g_stop_count{0};
+extern "C" void on_sweep_signal(int sig) {
+  g_stop_signal = sig;
+  g_stop_count.fetch_add(1);
+}
+
+// SIGINT/SIGTERM set a flag for the lifetime of the object; the loops poll it.
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = on_sweep_signal;
+    sa.sa_flags = SA_RESTART;  // SQLite and file I/O do not see EINTR
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+// The last `max_lines` non-empty lines of a file (reading at most its last 16 KiB).
+std::string tail_lines(const std::string& path, size_t max_lines) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 16384);
+  in.seekg(from);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = std::min(text.find('\n', start), text.size());
+    if (end > start) lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  if (from > 0 && !lines.empty()) lines.erase(lines.begin());  // cut mid-line
+  std::string out;
+  for (size_t i = lines.size() > max_lines ? lines.size() - max_lines : 0; i < lines.size(); ++i)
+    out += (out.empty() ? "" : "\n") + lines[i];
+  return out;
+}
+
+bool contains_any(const std::string& text, std::initializer_list<const char*> needles) {
+  for (const char* n : needles)
+    if (text.find(n) != std::string::npos) return true;
+  return false;
+}
+
+// The trainer's one-line error ("ctitan: ..."), found in a (rank-prefixed) tail.
+std::string trainer_error_line(const std::string& tail) {
+  std::string found;
+  size_t start = 0;
+  while (start < tail.size()) {
+    size_t end = std::min(tail.find('\n', start), tail.size());
+    std::string line = tail.substr(start, end - start);
+    if (line.rfind("[rank", 0) == 0 && line.find("]: ") != std::string::npos) line = line.substr(line.find("]: ") + 3);
+    if (line.rfind("ctitan: ", 0) == 0 && found.empty()) found = line.substr(8);
+    start = end + 1;
+  }
+  return found;
+}
+
+// An exclusive claim on one (point, repeat) across processes. flock dies
+// with its process, so a killed sweep never leaves a stale claim behind.
+class Claim {
+ public:
+  explicit Claim(const fs::path& path) {
+    fs::create_directories(path.parent_path());
+    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw std::runtime_error("cannot open lock file " + path.string() + ": " + std::strerror(errno));
+  }
+  ~Claim() { close(fd_); }
+  Claim(const Claim&) = delete;
+  Claim& operator=(const Claim&) = delete;
+  bool try_lock() { return flock(fd_, LOCK_EX | LOCK_NB) == 0; }
+  // Waits for the claim; false when a stop signal came first (a blocking
+  // flock would restart after SA_RESTART handlers and ignore Ctrl-C).
+  bool lock_unless_stopped() {
+    while (!try_lock()) {
+      if (g_stop_count > 0) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return true;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Terminal: a status line redrawn in place, finished runs printed above it.
+// Otherwise: one plain log line per run start and end.
+class Progress {
+ public:
+  Progress(std::string sweep, size_t total) : sweep_(std::move(sweep)), total_(total), tty_(isatty(1) == 1) {}
+
+  void begin(const SweepPoint& pt, int repeat, int repeats) {
+    current_ = "ws=" + std::to_string(pt.world_size) + " " + pt.label +
+               (repeats > 1 ? " r" + std::to_string(repeat + 1) + "/" + std::to_string(repeats) : "");
+    current_start_ = Clock::now();
+    if (!tty_) std::cout << prefix() << "run  " << pt.key << " " << current_ << std::endl;
+    last_draw_ = Clock::time_point{};
+    tick();
+  }
+  void end(const std::string& status, const std::string& key, double seconds) {
+    ++done_, ++ran_;
+    ran_seconds_ += seconds;
+    const std::string line = prefix(done_) + pad(status) + " " + key + " " + current_ + " (" + format_duration(seconds) + ")";
+    current_.clear();
+    if (tty_) std::cout << "\r\033[K";
+    std::cout << line << std::endl;
+    last_draw_ = Clock::time_point{};
+    tick();
+  }
+  // A (point, repeat) the database already has an outcome for.
+  void skipped() {
+    ++done_;
+    tick();
+  }
+  size_t ran() const { return ran_; }
+  void tick() {
+    if (!tty_ || Clock::now() - last_draw_ < std::chrono::milliseconds(500)) return;
+    last_draw_ = Clock::now();
+    std::string line = "[" + std::to_string(done_) + "/" + std::to_string(total_) + "] " + sweep_ + "  elapsed " +
+                       format_duration(since(start_)) + "  ETA " + eta() + (current_.empty() ? "" : "  " + current_);
+    winsize w{};
+    const size_t cols = ioctl(1, TIOCGWINSZ, &w) == 0 && w.ws_col > 10 ? w.ws_col : 120;
+    if (line.size() >= cols) line = line.substr(0, cols - 1);
+    std::cout << "\r\033[K" << line << std::flush;
+  }
+  void clear() {
+    if (tty_) std::cout << "\r\033[K" << std::flush;
+  }
+ private:
+  // From the runs so far: what is left, each as long as their mean.
+  std::string eta() const {
+    if (ran_ == 0) return "-";
+    const double left = ran_seconds_ / static_cast<double>(ran_) * static_cast<double>(total_ - done_) -
+                        (current_.empty() ? 0 : since(current_start_));
+    return format_duration(std::max(0.0, left));
+  }
+  std::string prefix(size_t n = SIZE_MAX) const {
+    return "sweep " + sweep_ + " [" + std::to_string(n == SIZE_MAX ? done_ + 1 : n) + "/" + std::to_string(total_) +
+           "] ";
+  }
+  static std::string pad(std::string s) {
+    s.resize(std::max<size_t>(s.size(), 10), ' ');
+    return s;
+  }
+
+  std::string sweep_, current_;
+  size_t total_, done_ = 0, ran_ = 0;
+  double ran_seconds_ = 0;
+  bool tty_;
+  Clock::time_point start_ = Clock::now(), last_draw_{}, current_start_{};
+};
+
+}  // namespace
+
+std::string format_duration(double s) {
+  char buf[32];
+  if (s < 60) {
+    std::snprintf(buf, sizeof buf, "%.1fs", s);
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(s) / 3600, static_cast<int>(s) / 60 % 60);
+  }
+  return buf;
+}
+
+std::string run_dir_of(const std::string& db_path, const std::string& sweep, const std::string& point_key,
+                       int repeat) {
+  return (fs::absolute(db_path + ".runs") / sweep / (point_key + "-r" + std::to_string(repeat))).string();
+}
+
+ChildExit supervise(const std::vector<std::string>& argv, const std::string& stdout_path,
+                    const std::string& stderr_path, double timeout_s, std::chrono::seconds grace,
+                    const std::function<void()>& tick) {
+  const int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (out < 0 || err < 0 || dev_null < 0)
+    throw std::runtime_error("cannot open the run's log files in " + fs::path(stdout_path).parent_path().string() +
+                             ": " + std::strerror(errno));
+  std::vector<std::string> args = argv;
+  std::vector<char*> c_argv;
+  for (auto& a : args) c_argv.push_back(a.data());
+  c_argv.push_back(nullptr);
+  const std::string exec_failed = "ctitan sweep: cannot execute " + argv[0] + "\n";
+  const pid_t parent = getpid();
+  // Blocked across fork(): a SIGTERM sent to the new group before the child
+  // has reset our handlers stays pending instead of running them in the child.
+  sigset_t stop_set, old_mask;
+  sigemptyset(&stop_set);
+  sigaddset(&stop_set, SIGINT);
+  sigaddset(&stop_set, SIGTERM);
+  sigprocmask(SIG_BLOCK, &stop_set, &old_mask);
+  const auto t0 = Clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    setpgid(0, 0);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigaction(sig, &dfl, nullptr);
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    dup2(dev_null, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    close_range(3, ~0U, 0);
+    execv(c_argv[0], c_argv.data());
+    [[maybe_unused]] const ssize_t n = write(2, exec_failed.data(), exec_failed.size());
+    _exit(127);
+  }
+  const int fork_errno = errno;
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  close(out), close(err), close(dev_null);
+  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(fork_errno));
+  setpgid(pid, pid);  // also here: no window in which a signal misses the group
+
+  ChildExit e;
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  Clock::time_point kill_at{};
+  bool stopping = false, killed = false;
+  int stops_seen = g_stop_count.load();
+  while (true) {
+    siginfo_t info{};
+    // WNOWAIT: the exited leader stays a zombie, so its group id cannot be
+    // reused before the sweep below.
+    if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) {
+      e.exit_code = info.si_code == CLD_EXITED ? info.si_status : 128 + info.si_status;
+      e.term_signal = info.si_code == CLD_EXITED ? 0 : info.si_status;
+      break;
+    }
+    const int stops = g_stop_count.load();
+    if (!stopping && (stops > 0 || Clock::now() >= deadline)) {
+      (stops > 0 ? e.cancelled : e.timed_out) = true;
+      stopping = true;
+      stops_seen = stops;
+      killpg(pid, SIGTERM);
+      kill_at = Clock::now() + grace;
+    } else if (stopping && !killed && (Clock::now() >= kill_at || stops > stops_seen)) {
+      killpg(pid, SIGKILL);  // grace over, or a second Ctrl-C
+      killed = true;
+    }
+    if (tick) tick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  killpg(pid, SIGKILL);  // whatever the run left in its group
+  waitpid(pid, nullptr, 0);
+  e.seconds = since(t0);
+  e.stderr_tail = tail_lines(stderr_path, 20);
+  return e;
+}
+
+Outcome classify(const ChildExit& e, double timeout_s) {
+  const std::string tail = e.stderr_tail.empty() ? "" : "\n" + e.stderr_tail;
+  const std::string after = " after " + format_duration(e.seconds);
+  if (e.cancelled)
+    return {"cancelled", e.exit_code, "stopped by the sweep (SIGINT/SIGTERM)" + after + "; a rerun runs it again" + tail};
+  if (e.timed_out)
+    return {"timeout", e.exit_code,
+            "timed out" + after + " (timeout_s = " + format_duration(timeout_s) + "); its process group was stopped" +
+                tail};
+  if (e.exit_code == 0 && e.term_signal == 0) return {"ok", 0, ""};
+  if (contains_any(e.stderr_tail, {"out of memory", "can't allocate memory", "Cannot allocate memory",
+                                   "std::bad_alloc", "OutOfMemoryError"}))
+    return {"oom", e.exit_code, "out of memory (exit code " + std::to_string(e.exit_code) + ")" + tail};
+  if (e.term_signal == SIGKILL || e.exit_code == 128 + SIGKILL)
+    return {"oom", e.exit_code, "killed by SIGKILL, which the sweep did not send: most likely the kernel's OOM killer" +
+                                    tail};
+  if (e.exit_code == 2 && e.term_signal == 0) {
+    const std::string line = trainer_error_line(e.stderr_tail);
+    return {"infeasible", e.exit_code, "the trainer rejects it: " + (line.empty() ? "exit code 2 (bad input)" : line) + tail};
+  }
+  if (e.term_signal == SIGINT || e.term_signal == SIGTERM || e.exit_code == 130 || e.exit_code == 143)
+    return {"cancelled", e.exit_code, "stopped by a signal from outside the sweep (exit code " +
+                                          std::to_string(e.exit_code) + ")" + tail};
+  const std::string how = e.term_signal != 0 ? "killed by signal " + std::to_string(e.term_signal) + " (" +
+                                                   (sigabbrev_np(e.term_signal) ? sigabbrev_np(e.term_signal) : "?") + ")"
+                                             : "exited with code " + std::to_string(e.exit_code);
+  return {"failed", e.exit_code, how + tail};
+}
+
+namespace {
+
+// One invocation of a sweep against the database.
+class SweepRunner {
+ public:
+  SweepRunner(const SweepSpec& spec, const SweepOptions& opts, ResultsDb& db)
+      : spec_(spec), opts_(opts), db_(db), host_(hostname()),
+        locks_(fs::absolute(opts.db_path + ".runs") / ".locks") {
+    sweep_id_ = db_.upsert_sweep(spec.name, spec.text);
+  }
+
+  // Records the infeasible points once per sweep, with their reason.
+  void record_infeasible(const SweepPoint& pt) {
+    Claim claim(lock_path(pt.key, 0));
+    if (!claim.lock_unless_stopped()) return;
+    for (const RunRow& r : db_.runs_of_point(pt.key, "infeasible"))
+      if (r.sweep_id == sweep_id_) return;
+    RunRow row = base_row(pt, 0);
+    row.status = "infeasible";
+    row.error = pt.infeasible;
+    row.started_at = row.ended_at = utc_now();
+    db_.insert_run(row);
+  }
+
+  // What to do with (pt, repeat) given the database; runs it when needed.
+  // Returns the final status, or "" when another process holds its claim
+  // (or, waiting for it, the sweep was stopped).
+  std::string visit(const SweepPoint& pt, int repeat, Progress& progress, bool wait_for_claim) {
+    Claim claim(lock_path(pt.key, repeat));
+    if (!(wait_for_claim ? claim.lock_unless_stopped() : claim.try_lock())) return "";
+    std::optional<RunRow> mine, ok_elsewhere;
+    for (const RunRow& r : db_.runs_of_point(pt.key)) {  // newest first
+      if (r.repeat != repeat) continue;
+      if (r.sweep_id == sweep_id_ && !mine) mine = r;
+      if (r.sweep_id == sweep_id_ && r.status == "ok") return finish(progress, pt, "ok", 0, false);
+      if (r.status == "ok" && !ok_elsewhere) ok_elsewhere = r;
+    }
+    if (ok_elsewhere) {  // the same measurement, made by another sweep: shared
+      RunRow row = *ok_elsewhere;
+      row.sweep_id = sweep_id_;
+      row.label = pt.label;
+      row.error = "shared: the results of run " + std::to_string(ok_elsewhere->id) + " of another sweep";
+      row.id = db_.insert_run(row);
+      ingest(row.id, row.run_dir);
+      return finish(progress, pt, "ok", 0, false);
+    }
+    if (mine && mine->status == "running") {  // its claim is free: the sweep that ran it died
+      mine->status = "cancelled";
+      mine->error = "the sweep process stopped before this run ended; a rerun runs it again";
+      mine->ended_at = utc_now();
+      db_.update_run(*mine);
+    } else if (mine && (mine->status == "infeasible" ||
+                        (!opts_.retry_failed && (mine->status == "failed" || mine->status == "timeout" ||
+                                                 mine->status == "oom")))) {
+      return finish(progress, pt, mine->status, 0, false);
+    }
+    return execute(pt, repeat, progress);
+  }
+
+ private:
+  std::string execute(const SweepPoint& pt, int repeat, Progress& progress) {
+    const std::string dir = run_dir_of(opts_.db_path, spec_.name, pt.key, repeat);
+    fs::remove_all(dir);  // a cancelled or failed attempt must not be resumed from its checkpoint
+    fs::create_directories(dir);
+    JobConfig cfg = pt.config;
+    cfg.job.dump_folder = dir;
+    const std::string point_toml = (fs::path(dir) / "point.toml").string();
+    std::ofstream(point_toml) << to_toml(cfg);
+    // World size 1: `ctitan train`; N: `ctitan launch --nproc N -- <train args>`.
+    std::vector<std::string> argv = train_command({"--job.config_file", point_toml});
+    if (pt.world_size > 1)
+      argv = {argv[0], "launch", "--nproc", std::to_string(pt.world_size), "--", "--job.config_file", point_toml};
+
+    RunRow row = base_row(pt, repeat);
+    row.status = "running";
+    row.run_dir = dir;
+    row.started_at = utc_now();
+    row.id = db_.insert_run(row);
+    progress.begin(pt, repeat, spec_.repeats);
+    const ChildExit e = supervise(argv, dir + "/stdout.log", dir + "/stderr.log", spec_.timeout_s, opts_.grace,
+                                  [&] { progress.tick(); });
+    const Outcome o = classify(e, spec_.timeout_s);
+    ingest(row.id, dir);  // before the status: "ok" in the database means its numbers are there
+    row.status = o.status;
+    row.exit_code = o.exit_code;
+    row.error = o.error;
+    row.ended_at = utc_now();
+    db_.update_run(row);
+    return finish(progress, pt, o.status, e.seconds, true);
+  }
+
+  std::string finish(Progress& progress, const SweepPoint& pt, const std::string& status, double seconds, bool ran) {
+    if (ran) {
+      progress.end(status, pt.key, seconds);
+    } else {
+      progress.skipped();
+    }
+    return status;
+  }
+
+  void ingest(int64_t run_id, const std::string& dir) {
+    try {
+      db_.ingest_run_dir(run_id, dir);
+    } catch (const std::exception& e) {  // a partial run dir is still a recorded run
+      std::cerr << "ctitan sweep: warning: run " << run_id << ": " << e.what() << std::endl;
+    }
+  }
+
+  RunRow base_row(const SweepPoint& pt, int repeat) const {
+    RunRow row;
+    row.sweep_id = sweep_id_;
+    row.point_key = pt.key;
+    row.label = pt.label;
+    row.config_toml = pt.config_toml;
+    row.config_hash = pt.config_hash;
+    row.world_size = pt.world_size;
+    row.repeat = repeat;
+    row.host = host_;
+    return row;
+  }
+
+  fs::path lock_path(const std::string& key, int repeat) const {
+    return locks_ / (key + "-r" + std::to_string(repeat) + ".lock");
+  }
+
+  const SweepSpec& spec_;
+  const SweepOptions& opts_;
+  ResultsDb& db_;
+  const std::string host_;
+  const fs::path locks_;
+  int64_t sweep_id_ = 0;
+};
+
+}  // namespace
+
+int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, const SweepOptions& opts) {
+  ResultsDb db(opts.db_path);  // InputError, before anything is written, for a file that is not one
+  StopSignals signals;
+  g_stop_signal = 0;
+  g_stop_count = 0;
+  const auto t0 = Clock::now();
+  SweepRunner runner(spec, opts, db);
+  std::map<std::string, int> counts;
+  size_t infeasible = 0;
+  for (const SweepPoint& pt : points)
+    if (!pt.infeasible.empty()) runner.record_infeasible(pt), ++infeasible;
+  counts["infeasible"] = static_cast<int>(infeasible);
+
+  // Repeat-major: A B C A B C.
+  std::vector<std::pair<const SweepPoint*, int>> queue, deferred;
+  for (int r = 0; r < spec.repeats; ++r)
+    for (const SweepPoint& pt : points)
+      if (pt.infeasible.empty()) queue.emplace_back(&pt, r);
+  std::cout << "sweep " << spec.name << ": " << points.size() << " points (" << infeasible << " infeasible), "
+            << queue.size() << " runs to check; results in " << opts.db_path << std::endl;
+  Progress progress(spec.name, queue.size());
+  for (const auto& [pt, r] : queue) {
+    if (g_stop_count > 0) break;
+    const std::string status = runner.visit(*pt, r, progress, false);
+    if (status.empty()) deferred.emplace_back(pt, r);  // another sweep is running it
+    else ++counts[status];
+  }
+  for (const auto& [pt, r] : deferred) {  // wait for the other sweep, then take what it recorded
+    const std::string status = runner.visit(*pt, r, progress, true);
+    if (status.empty()) break;  // stopped while waiting
+    ++counts[status];
+  }
+  progress.clear();
+  std::string summary;
+  for (const auto& [status, n] : counts)
+    if (n > 0) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + status;
+  std::cout << "sweep " << spec.name << ": " << summary << "; ran " << progress.ran() << " of "
+            << queue.size() << " runs in " << format_duration(since(t0)) << std::endl;
+  if (g_stop_count > 0) {
+    std::cout << "sweep " << spec.name << ": stopped by " << (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM")
+              << "; the database is consistent; run the same command again to continue" << std::endl;
+    return kExitInterrupted;
+  }
+  if (counts["failed"] + counts["timeout"] + counts["oom"] + counts["cancelled"] > 0) {
+    std::cout << "sweep " << spec.name << ": some runs did not succeed; see `error` in the runs table, the run "
+              << "folders' stderr.log, and rerun with --retry-failed" << std::endl;
+    return kExitRunsFailed;
+  }
+  return 0;
+}
+
+}  // namespace ctitan

@@ -1,0 +1,86 @@
+// Running a planned sweep: one supervised `ctitan train` / `ctitan launch`
+// per (point, repeat), each in its own process group and run directory,
+// recorded in the results database so that a rerun resumes.
+//
+// Contract of run_sweep():
+//   - runs are ordered repeat-major (A B C A B C): machine drift spreads
+//     over every point instead of landing on one;
+//   - a (point, repeat) with an ok run in the database (this sweep or any
+//     other: the key says it is the same measurement) is not run again; a
+//     failed / timeout / oom one is retried only with retry_failed;
+//   - each (point, repeat) is claimed with an flock on
+//     <db>.runs/.locks/<key>-r<repeat>.lock, so two sweeps on one database
+//     never run the same thing twice; a "running" row whose lock is free was
+//     left by a sweep that died, and is marked cancelled and rerun;
+//   - SIGINT/SIGTERM stop the current run (SIGTERM to its group, SIGKILL
+//     after a grace period; a second signal kills at once), mark it
+//     cancelled and return kExitInterrupted; every database write is one
+//     transaction, so the file is consistent at any moment.
+// Installs SIGINT/SIGTERM handlers for its duration (restored on return).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/sweep_spec.h"
+
+namespace ctitan {
+
+constexpr int kExitRunsFailed = 3;    // the sweep finished; some runs failed, timed out or ran out of memory
+constexpr int kExitInterrupted = 130;
+
+// How a supervised child ended.
+struct ChildExit {
+  int exit_code = 0;    // exit status, or 128 + signal when a signal killed it
+  int term_signal = 0;  // the signal that killed it, 0 if it exited
+  bool timed_out = false;
+  bool cancelled = false;  // stopped because the sweep got SIGINT/SIGTERM
+  double seconds = 0;
+  std::string stderr_tail;  // the last lines of its stderr
+};
+
+// Runs argv (argv[0] an executable path) in a new process group with stdin
+// /dev/null and stdout/stderr to the given files, until it exits. At the
+// deadline or on a stop signal: SIGTERM to the group, SIGKILL `grace` later.
+// The group is swept with SIGKILL once the child exits; the child has
+// PR_SET_PDEATHSIG so it dies with us. `tick` runs about 10 times a second.
+ChildExit supervise(const std::vector<std::string>& argv, const std::string& stdout_path,
+                    const std::string& stderr_path, double timeout_s, std::chrono::seconds grace,
+                    const std::function<void()>& tick = {});
+
+struct Outcome {
+  std::string status;  // ok, failed, timeout, oom, infeasible, cancelled
+  std::optional<int64_t> exit_code;
+  std::string error;  // first line: the cause; then the last lines of stderr
+};
+
+// Rules, first match wins: stopped by the sweep → cancelled; past the
+// deadline → timeout; exit 0 → ok; an allocation failure in stderr, or
+// SIGKILL we did not send (the kernel's OOM killer) → oom; exit 2 (the
+// trainer's "bad input") → infeasible, with the trainer's one line as the
+// reason; SIGINT/SIGTERM from elsewhere → cancelled; anything else → failed.
+Outcome classify(const ChildExit& e, double timeout_s);
+
+struct SweepOptions {
+  std::string db_path;
+  bool retry_failed = false;
+  std::chrono::seconds grace{15};  // SIGTERM → SIGKILL; ranks finish their step and write summary.json
+};
+
+// Runs the sweep (see the contract above); returns 0 when every point is ok
+// or infeasible, kExitRunsFailed, or kExitInterrupted. The results database
+// is opened first: a file that is not one is an InputError, untouched.
+int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, const SweepOptions& opts);
+
+// Where a run of `point_key` / `repeat` lives: <db>.runs/<sweep>/<key>-r<repeat>.
+std::string run_dir_of(const std::string& db_path, const std::string& sweep, const std::string& point_key,
+                       int repeat);
+
+// "1m02s", "45.3s", "2h05m": durations in progress lines and summaries.
+std::string format_duration(double seconds);
+
+}  // namespace ctitan

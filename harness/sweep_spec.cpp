@@ -1,0 +1,314 @@
+// Sweep spec parsing (TOML → SweepSpec). The expansion into points, the
+// point key and the feasibility rules are in sweep_plan.cpp.
+#include "harness/sweep_spec.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "trainer/config/config_registry.h"
+#include "trainer/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace ctitan {
+namespace {
+
+// Parsing state: the spec's path for messages.
+class SpecReader {
+ public:
+  explicit SpecReader(std::string path) : path_(std::move(path)) {}
+
+  [[noreturn]] void fail(const toml::source_region& src, const std::string& what) const {
+    throw InputError("sweep spec error: " + where(src) + ": " + what);
+  }
+  [[noreturn]] void fail(const std::string& what) const { throw InputError("sweep spec error: " + path_ + ": " + what); }
+  std::string where(const toml::source_region& src) const { return path_ + ":" + std::to_string(src.begin.line); }
+
+  // Leaves of `t` as dotted keys ("compile.enable"), in the order they appear
+  // in the file (toml++ tables are sorted by key; the file's order is the
+  // order the user meant: first grid axis slowest).
+  std::vector<std::pair<std::string, const toml::node*>> leaves(const toml::table& t) const {
+    std::vector<std::pair<std::string, const toml::node*>> out;
+    walk(t, "", out);
+    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+      const auto &x = a.second->source().begin, &y = b.second->source().begin;
+      return x.line != y.line ? x.line < y.line : x.column < y.column;
+    });
+    return out;
+  }
+
+  // The config key `key` or an InputError naming the nearest one.
+  const config::FieldSpec& field(const std::string& key, const toml::node& n, const std::string& table) const {
+    const config::FieldSpec* f = config::find_field(key);
+    if (!f)
+      fail(n.source(), table + " key '" + key + "' is not a config key; did you mean '" + config::nearest_key(key) +
+                           "'? (`ctitan train --help` lists every key)");
+    if (key == "job.dump_folder" || key == "job.config_file" || key == "job.print_config")
+      fail(n.source(), table + " key '" + key +
+                           "' is set by the sweep itself (run directory, base recipe); remove it");
+    return *f;
+  }
+
+  // One value of `f` in CLI spelling. List keys take an array of strings or
+  // a comma-separated string; the rest take a scalar of their type.
+  std::string value_text(const config::FieldSpec& f, const toml::node& n) const {
+    const config::Value want = f.get(JobConfig{});
+    if (want.index() == 4) {
+      if (auto s = n.as_string()) return s->get();
+      if (auto a = n.as_array()) {
+        std::string out;
+        for (const toml::node& e : *a) {
+          auto s = e.as_string();
+          if (!s) fail(n.source(), "'" + f.key + "' takes a list of strings; an element is not a string");
+          out += (out.empty() ? "" : ",") + s->get();
+        }
+        return out;
+      }
+      fail(n.source(), "'" + f.key + "' takes a list of strings, e.g. [\"a\", \"b\"] or []");
+    }
+    if (auto b = n.as_boolean()) return b->get() ? "true" : "false";
+    if (auto i = n.as_integer()) return std::to_string(i->get());
+    if (auto d = n.as_floating_point()) return config::render_value(config::Value(d->get()));
+    if (auto s = n.as_string()) return s->get();
+    fail(n.source(), "'" + f.key + "' takes a single " + config::type_name(want) + " here, got " +
+                         (n.is_array() ? "an array" : "a table"));
+  }
+
+  // Alternatives for a grid axis or exclude condition: an array of values.
+  // For list keys, each element is itself a list (or a comma string).
+  std::vector<std::string> alternatives(const config::FieldSpec& f, const toml::node& n, bool allow_scalar) const {
+    const bool list_key = f.get(JobConfig{}).index() == 4;
+    const toml::array* a = n.as_array();
+    const bool scalar = !a || (list_key && std::none_of(a->begin(), a->end(), [](const toml::node& e) {
+                                 return e.is_array();
+                               }) && allow_scalar);
+    if (scalar) {
+      if (!allow_scalar)
+        fail(n.source(), "grid axis '" + f.key + "' needs an array of values, e.g. " + f.key + " = [" +
+                             (list_key ? "[], [\"a\"]" : "1, 2") + "]");
+      return {value_text(f, n)};
+    }
+    std::vector<std::string> out;
+    for (const toml::node& e : *a) out.push_back(value_text(f, e));
+    if (out.empty()) fail(n.source(), "grid axis '" + f.key + "' has no values; give at least one or remove it");
+    return out;
+  }
+
+  int64_t integer(const toml::node& n, const std::string& key, int64_t lo, int64_t hi) const {
+    auto i = n.as_integer();
+    if (!i || i->get() < lo || i->get() > hi)
+      fail(n.source(), key + " must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " +
+                           shown(n));
+    return i->get();
+  }
+
+  double number(const toml::node& n, const std::string& key) const {
+    double v = -1;
+    if (auto i = n.as_integer()) v = static_cast<double>(i->get());
+    if (auto d = n.as_floating_point()) v = d->get();
+    if (!(v >= 0)) fail(n.source(), key + " must be a number >= 0, got " + shown(n));
+    return v;
+  }
+
+  std::vector<int> world_sizes(const toml::node& n) const {
+    std::vector<int> out;
+    if (auto a = n.as_array()) {
+      for (const toml::node& e : *a) out.push_back(static_cast<int>(integer(e, "world_sizes entries", 1, 64)));
+    } else {
+      out.push_back(static_cast<int>(integer(n, "world_size", 1, 64)));
+    }
+    if (out.empty()) fail(n.source(), "world_sizes is empty; list at least one, e.g. world_sizes = [1, 2]");
+    return out;
+  }
+
+  static std::string shown(const toml::node& n) {
+    std::ostringstream os;
+    if (n.is_array() || n.is_table()) {
+      os << (n.is_array() ? "an array" : "a table");
+    } else {
+      n.visit([&](auto&& v) { os << v; });
+    }
+    return os.str();
+  }
+
+ private:
+  void walk(const toml::table& t, const std::string& prefix,
+            std::vector<std::pair<std::string, const toml::node*>>& out) const {
+    for (auto&& [k, node] : t) {
+      const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+      if (auto sub = node.as_table(); sub && !config::find_field(key)) {
+        if (sub->empty()) fail(node.source(), "'[" + key + "]' is empty");
+        walk(*sub, key, out);
+      } else {
+        out.emplace_back(key, &node);
+      }
+    }
+  }
+
+  std::string path_;
+};
+
+const toml::table& as_table(const SpecReader& r, const toml::node& n, const std::string& what) {
+  if (!n.is_table()) r.fail(n.source(), what + " must be a table");
+  return *n.as_table();
+}
+
+// Rows of an array of tables ([[exclude]], [[include]], [[stack]]).
+std::vector<const toml::table*> rows(const SpecReader& r, const toml::node& n, const std::string& name) {
+  std::vector<const toml::table*> out;
+  auto a = n.as_array();
+  if (!a) r.fail(n.source(), "'" + name + "' must be an array of tables: write [[" + name + "]]");
+  for (const toml::node& e : *a) out.push_back(&as_table(r, e, "each [[" + name + "]] row"));
+  return out;
+}
+
+void read_sweep_table(const SpecReader& r, const toml::table& t, SweepSpec& s, std::vector<Assignment>& steps) {
+  static const std::vector<std::string> kKeys = {"name",      "base",          "world_sizes",   "repeats",
+                                                 "timeout_s", "warmup_steps", "measure_steps", "memory_budget_gb"};
+  for (auto&& [k, n] : t) {
+    const std::string key(k.str());
+    const std::string w = r.where(n.source());
+    if (key == "name") {
+      auto v = n.as_string();
+      if (!v || v->get().empty() || v->get().find_first_of("/\\ ") != std::string::npos)
+        r.fail(n.source(), "name must be a non-empty string without '/' or spaces (it names the run folder)");
+      s.name = v->get();
+    } else if (key == "base") {
+      auto v = n.as_string();
+      if (!v) r.fail(n.source(), "base must be the path of a trainer TOML recipe, relative to the spec");
+      s.base_path = v->get();
+    } else if (key == "world_sizes") {
+      s.world_sizes = r.world_sizes(n);
+    } else if (key == "repeats") {
+      s.repeats = static_cast<int>(r.integer(n, key, 1, 1000));
+    } else if (key == "timeout_s") {
+      s.timeout_s = r.number(n, key);
+      if (s.timeout_s <= 0) r.fail(n.source(), "timeout_s must be > 0 seconds");
+    } else if (key == "memory_budget_gb") {
+      s.memory_budget_gb = r.number(n, key);
+    } else if (key == "warmup_steps") {
+      steps.push_back({"metrics.warmup_steps", std::to_string(r.integer(n, key, 0, 1000000)), w});
+    } else if (key == "measure_steps") {
+      steps.push_back({"training.steps", std::to_string(r.integer(n, key, 1, 1000000)), w});
+    } else {
+      std::string list;
+      for (const auto& x : kKeys) list += (list.empty() ? "" : ", ") + x;
+      r.fail(k.source(), "unknown [sweep] key '" + key + "'; [sweep] takes " + list);
+    }
+  }
+}
+
+std::vector<Assignment> assignments(const SpecReader& r, const toml::table& t, const std::string& table,
+                                    const std::vector<std::string>& reserved = {}) {
+  std::vector<Assignment> out;
+  for (const auto& [key, n] : r.leaves(t)) {
+    if (std::find(reserved.begin(), reserved.end(), key) != reserved.end()) continue;
+    const config::FieldSpec& f = r.field(key, *n, table);
+    out.push_back({key, r.value_text(f, *n), r.where(n->source())});
+  }
+  return out;
+}
+
+}  // namespace
+
+SweepSpec parse_sweep_spec(const std::string& text, const std::string& path) {
+  const SpecReader r(path);
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    std::string what(e.description());
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    r.fail(e.source(), "invalid TOML: " + what);
+  }
+  SweepSpec s;
+  s.path = path;
+  s.text = text;
+  s.name = fs::path(path).stem().string();
+  std::vector<Assignment> steps;  // warmup_steps / measure_steps
+  int64_t warmup = -1;
+  for (auto&& [k, n] : root) {
+    const std::string key(k.str());
+    if (key == "sweep") {
+      read_sweep_table(r, as_table(r, n, "[sweep]"), s, steps);
+    } else if (key == "overrides") {
+      s.overrides = assignments(r, as_table(r, n, "[overrides]"), "[overrides]");
+    } else if (key == "grid") {
+      const toml::table& g = as_table(r, n, "[grid]");
+      if (g.empty())
+        r.fail(n.source(), "[grid] is empty; add an axis such as compile.enable = [false, true], or remove [grid]");
+      for (const auto& [axis_key, v] : r.leaves(g)) {
+        if (axis_key == "world_size" || axis_key == "world_sizes")
+          r.fail(v->source(), "world sizes are not a grid axis; set [sweep] world_sizes = [1, 2]");
+        const config::FieldSpec& f = r.field(axis_key, *v, "grid");
+        s.grid.push_back({axis_key, r.where(v->source()), r.alternatives(f, *v, false)});
+      }
+    } else if (key == "exclude") {
+      for (const toml::table* row : rows(r, n, key)) {
+        std::vector<Condition> rule;
+        for (const auto& [ck, v] : r.leaves(*row)) {
+          if (ck == "world_size") {
+            std::vector<std::string> ws;
+            for (int w : r.world_sizes(*v)) ws.push_back(std::to_string(w));
+            rule.push_back({ck, r.where(v->source()), ws});
+            continue;
+          }
+          const config::FieldSpec& f = r.field(ck, *v, "exclude");
+          rule.push_back({ck, r.where(v->source()), r.alternatives(f, *v, true)});
+        }
+        if (rule.empty()) r.fail(n.source(), "an [[exclude]] row is empty: it would drop every point");
+        s.exclude.push_back(std::move(rule));
+      }
+    } else if (key == "include") {
+      for (const toml::table* row : rows(r, n, key)) {
+        IncludeRow inc;
+        if (const toml::node* ws = row->get("world_size")) inc.world_sizes = r.world_sizes(*ws);
+        inc.sets = assignments(r, *row, "include", {"world_size"});
+        s.include.push_back(std::move(inc));
+      }
+    } else if (key == "stack") {
+      for (const toml::table* row : rows(r, n, key)) {
+        StackRow st;
+        auto name = row->get_as<std::string>("name");
+        if (!name || name->get().empty()) r.fail(row->source(), "each [[stack]] row needs name = \"...\"");
+        st.name = name->get();
+        st.sets = assignments(r, *row, "stack", {"name"});
+        s.stack.push_back(std::move(st));
+      }
+    } else {
+      r.fail(k.source(), "unknown table '[" + key + "]'; a sweep spec has [sweep], [overrides], [grid], "
+                         "[[exclude]], [[include]] and [[stack]]");
+    }
+  }
+  if (s.base_path.empty()) r.fail("[sweep] base is missing: the trainer recipe every point starts from");
+  const fs::path base = fs::path(s.base_path).is_absolute() ? fs::path(s.base_path)
+                                                            : fs::path(path).parent_path() / s.base_path;
+  s.base_path = base.lexically_normal().string();
+  if (!fs::is_regular_file(base)) r.fail("[sweep] base '" + s.base_path + "' is not a file");
+  std::sort(s.world_sizes.begin(), s.world_sizes.end());
+  s.world_sizes.erase(std::unique(s.world_sizes.begin(), s.world_sizes.end()), s.world_sizes.end());
+  // warmup + measure = training.steps, as TorchTitan users read a benchmark.
+  for (const Assignment& a : steps)
+    if (a.key == "metrics.warmup_steps") warmup = std::stoll(a.text);
+  if (warmup < 0 && !steps.empty())
+    r.fail("[sweep] measure_steps needs warmup_steps too (training.steps = warmup_steps + measure_steps)");
+  for (Assignment& a : steps) {
+    if (a.key == "training.steps") a.text = std::to_string(std::stoll(a.text) + warmup);
+    s.overrides.push_back(a);
+  }
+  return s;
+}
+
+SweepSpec load_sweep_spec(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("sweep spec error: cannot open '" + path + "'; give the path of a sweep TOML");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_sweep_spec(text.str(), path);
+}
+
+}  // namespace ctitan

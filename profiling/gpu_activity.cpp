@@ -1,0 +1,46 @@
+#include "profiling/gpu_activity.h"
+
+#include "profiling/trace_analysis.h"
+
+namespace ctitan {
+
+bool is_nccl_kernel(std::string_view name) { return name.rfind("nccl", 0) == 0; }
+
+namespace {
+
+const char* category(const GpuActivity& a) {
+  switch (a.kind) {
+    case GpuActivity::Kind::kKernel: return a.nccl ? trace_cat::kGpuNccl : trace_cat::kGpuKernel;
+    case GpuActivity::Kind::kMemcpy: return trace_cat::kGpuMemcpy;
+    case GpuActivity::Kind::kMemset: return trace_cat::kGpuMemset;
+    case GpuActivity::Kind::kSync: return trace_cat::kGpuSync;
+  }
+  return trace_cat::kGpuKernel;
+}
+
+}  // namespace
+
+std::vector<TraceEvent> gpu_activity_events(const std::vector<GpuActivity>& acts,
+                                            std::unordered_map<int64_t, std::string>& track_names) {
+  std::vector<TraceEvent> out;
+  out.reserve(acts.size());
+  for (const GpuActivity& a : acts) {
+    const int64_t track = kGpuTrackBase + 1000 * static_cast<int64_t>(a.device) + a.stream;
+    track_names.emplace(track, "GPU " + std::to_string(a.device) + " stream " + std::to_string(a.stream));
+    nlohmann::json args = {{"device", a.device}, {"stream", a.stream}, {"correlation", a.correlation}};
+    if (a.kind == GpuActivity::Kind::kMemcpy || a.kind == GpuActivity::Kind::kMemset) args["bytes"] = a.bytes;
+    out.push_back({a.name, category(a), 'X', a.start_ns, std::max<int64_t>(a.end_ns - a.start_ns, 0), track,
+                   std::move(args)});
+  }
+  return out;
+}
+
+double gpu_busy_seconds(const std::vector<GpuActivity>& acts, int64_t begin_ns, int64_t end_ns) {
+  Intervals busy;
+  for (const GpuActivity& a : acts)
+    if (a.kind != GpuActivity::Kind::kSync) busy.push_back({static_cast<double>(a.start_ns), static_cast<double>(a.end_ns)});
+  const Interval window{static_cast<double>(begin_ns), static_cast<double>(end_ns)};
+  return interval_length(interval_clip(interval_union(std::move(busy)), window)) / 1e9;
+}
+
+}  // namespace ctitan

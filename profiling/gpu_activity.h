@@ -1,0 +1,39 @@
+// GPU activity in a form that does not depend on CUPTI's headers: what the
+// CUPTI tracer (profiling/cupti/) converts its records into, and what the
+// trace and the analysis consume. Kernels whose name starts with "nccl" are
+// NCCL's collectives: GPU-side communication (trace category gpu_nccl),
+// everything else the GPU runs is computation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "profiling/trace.h"
+
+namespace ctitan {
+
+struct GpuActivity {
+  enum class Kind { kKernel, kMemcpy, kMemset, kSync };
+  Kind kind = Kind::kKernel;
+  std::string name;              // kernel name, "Memcpy HtoD", "Memset", "cudaStreamSynchronize"
+  int64_t start_ns = 0, end_ns = 0;  // the tracer's clock (CUPTI is given CLOCK_MONOTONIC)
+  uint32_t device = 0, stream = 0, correlation = 0;
+  int64_t bytes = 0;             // memcpy / memset
+  bool nccl = false;             // an NCCL kernel
+};
+
+bool is_nccl_kernel(std::string_view name);
+
+// One 'X' event per activity on track kGpuTrackBase + 1000·device + stream
+// ("GPU d stream s"); names of the tracks are added to `track_names`.
+std::vector<TraceEvent> gpu_activity_events(const std::vector<GpuActivity>& acts,
+                                            std::unordered_map<int64_t, std::string>& track_names);
+
+// Seconds in [begin_ns, end_ns) during which the GPU ran a kernel, memcpy or
+// memset (the union over streams): the per-step GPU busy time.
+double gpu_busy_seconds(const std::vector<GpuActivity>& acts, int64_t begin_ns, int64_t end_ns);
+
+}  // namespace ctitan

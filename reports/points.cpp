@@ -1,0 +1,208 @@
+#include "reports/points.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <set>
+#include <tuple>
+
+#include "trainer/config/job_config.h"
+#include "trainer/errors.h"
+
+namespace ctitan {
+namespace {
+
+bool has_prefix(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// Either sha is a prefix of the other: `--candidate sha:1a2b3c` matches the
+// 12-digit sha a build records, and a full 40-digit one matches it too.
+bool same_sha(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  return has_prefix(a, b) || has_prefix(b, a);
+}
+
+int severity(const std::string& status) {
+  static const std::array<const char*, 8> kOrder = {"ok",        "infeasible", "pending", "running",
+                                                    "cancelled", "failed",     "timeout", "oom"};
+  for (size_t i = 0; i < kOrder.size(); ++i)
+    if (status == kOrder[i]) return static_cast<int>(i);
+  return static_cast<int>(kOrder.size());
+}
+
+std::optional<double> number(const nlohmann::json& row, const char* key) {
+  auto it = row.find(key);
+  if (it == row.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+RunData read_run(const ResultsDb& db, const RunRow& row) {
+  RunData d;
+  d.run = row;
+  d.summary = db.summary(row.id);
+  d.warmup_steps = warmup_steps_of(row.config_toml);
+  for (const auto& [k, v] : db.env(row.id)) d.env[k] = v;
+  for (const nlohmann::json& s : db.steps(row.id)) {
+    if (s.value("rank", 0) != 0) continue;
+    const int64_t step = s.value("step", int64_t{0});
+    if (const auto loss = number(s, "loss")) d.loss.emplace_back(step, *loss);
+    if (step <= d.warmup_steps) continue;
+    if (const auto v = number(s, "tps")) d.tps.push_back(*v);
+    if (const auto v = number(s, "step_time_s")) d.step_time_s.push_back(*v);
+    if (const auto v = number(s, "tflops")) d.tflops.push_back(*v);
+    if (const auto v = number(s, "mfu")) d.mfu.push_back(*v);
+  }
+  // No step rows (or none past warmup): the summary's median stands in.
+  if (d.tps.empty() && d.summary && d.summary->tps_median) d.tps.push_back(*d.summary->tps_median);
+  if (d.tflops.empty() && d.summary && d.summary->tflops) d.tflops.push_back(*d.summary->tflops);
+  if (d.mfu.empty() && d.summary && d.summary->mfu) d.mfu.push_back(*d.summary->mfu);
+  return d;
+}
+
+bool selected(const RunRow& r, const Selection& sel, int64_t sweep_id,
+              const std::function<std::string(const RunRow&)>& sha_of) {
+  switch (sel.kind) {
+    case Selection::Kind::all: return true;
+    case Selection::Kind::sweep: return r.sweep_id == sweep_id;
+    case Selection::Kind::outside_sweeps: return r.sweep_id == 0;
+    case Selection::Kind::label: return r.label == sel.value;
+    case Selection::Kind::sha: return same_sha(sha_of(r), sel.value);
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string Selection::describe() const {
+  switch (kind) {
+    case Kind::all: return "every run";
+    case Kind::sweep: return "sweep " + value;
+    case Kind::sha: return "git sha " + value;
+    case Kind::label: return "label '" + value + "'";
+    case Kind::outside_sweeps: return "runs outside any sweep";
+  }
+  return value;
+}
+
+Selection parse_selection(const std::string& text) {
+  const auto colon = text.find(':');
+  const std::string kind = colon == std::string::npos ? "" : text.substr(0, colon);
+  const std::string value = colon == std::string::npos ? text : text.substr(colon + 1);
+  Selection s;
+  if (text == "all") return s;
+  if (kind == "sweep" || kind.empty()) {
+    s.kind = Selection::Kind::sweep;
+  } else if (kind == "sha" || kind == "git") {
+    s.kind = Selection::Kind::sha;
+  } else if (kind == "label") {
+    s.kind = Selection::Kind::label;
+  } else {
+    // A bare sweep name may itself contain a colon.
+    s.kind = Selection::Kind::sweep;
+    s.value = text;
+    return s;
+  }
+  if (value.empty() && s.kind != Selection::Kind::label)
+    throw InputError("selection '" + text + "' names nothing; use sweep:NAME, sha:GITSHA or label:LABEL");
+  s.value = value;
+  return s;
+}
+
+int64_t warmup_steps_of(const std::string& config_toml) {
+  const int64_t fallback = JobConfig{}.metrics.warmup_steps;
+  try {
+    const toml::table t = toml::parse(config_toml);
+    return t["metrics"]["warmup_steps"].value_or(fallback);
+  } catch (const toml::parse_error&) {
+    return fallback;
+  }
+}
+
+const std::vector<std::string>& hardware_env_keys() {
+  static const std::vector<std::string> kKeys = {"cpu_model", "cpu_cores", "gpu_count",
+                                                 "gpu_name",  "gpu_model", "libtorch_version"};
+  return kKeys;
+}
+
+std::string PointData::status() const {
+  std::string worst = "ok";
+  for (const RunData& r : runs)
+    if (severity(r.run.status) > severity(worst)) worst = r.run.status;
+  return runs.empty() ? "missing" : worst;
+}
+
+std::vector<const RunData*> PointData::ok_runs() const {
+  std::vector<const RunData*> out;
+  for (const RunData& r : runs)
+    if (r.run.status == "ok") out.push_back(&r);
+  return out;
+}
+
+std::string PointData::first_error() const {
+  for (const RunData& r : runs)
+    if (r.run.status != "ok" && !r.run.error.empty()) return r.run.error.substr(0, r.run.error.find('\n'));
+  return "";
+}
+
+std::vector<PointData> load_points(const ResultsDb& db, const Selection& sel) {
+  std::map<int64_t, std::string> sweep_names;
+  for (const SweepRow& s : db.sweeps()) sweep_names[s.id] = s.name;
+  int64_t sweep_id = -1;
+  if (sel.kind == Selection::Kind::sweep) {
+    const auto s = db.sweep(sel.value);
+    if (!s) {
+      std::string known;
+      for (const auto& [id, name] : sweep_names) known += (known.empty() ? "" : ", ") + name;
+      throw InputError("no sweep named '" + sel.value + "' in " + db.path() +
+                       (known.empty() ? " (it has no sweeps)" : " (sweeps: " + known + ")"));
+    }
+    sweep_id = s->id;
+  }
+  std::map<int64_t, std::string> sha_cache;
+  const auto sha_of = [&](const RunRow& r) -> std::string {
+    auto it = sha_cache.find(r.id);
+    if (it != sha_cache.end()) return it->second;
+    std::string sha;
+    for (const auto& [k, v] : db.env(r.id))
+      if (k == "git_sha") sha = v;
+    return sha_cache[r.id] = sha;
+  };
+
+  // Newest row per (point, sweep, repeat); then one row per run directory.
+  const std::vector<RunRow> rows = db.runs(sel.kind == Selection::Kind::sweep ? sweep_id : -1);
+  std::map<std::tuple<std::string, int64_t, int64_t>, RunRow> newest;
+  for (const RunRow& r : rows) {
+    if (!selected(r, sel, sweep_id, sha_of)) continue;
+    auto& slot = newest[{r.point_key, r.sweep_id, r.repeat}];
+    if (r.id >= slot.id) slot = r;
+  }
+  std::vector<RunRow> kept;
+  std::set<std::string> dirs;
+  std::vector<RunRow> ordered;
+  for (const auto& [key, r] : newest) ordered.push_back(r);
+  std::sort(ordered.begin(), ordered.end(), [](const RunRow& a, const RunRow& b) { return a.id < b.id; });
+  for (const RunRow& r : ordered)
+    if (r.run_dir.empty() || dirs.insert(r.run_dir).second) kept.push_back(r);
+
+  std::vector<PointData> points;
+  std::map<std::string, size_t> index;
+  for (const RunRow& r : kept) {
+    auto [it, fresh] = index.emplace(r.point_key, points.size());
+    if (fresh) {
+      PointData p;
+      p.sweep = r.sweep_id ? sweep_names[r.sweep_id] : "";
+      p.label = r.label;
+      p.world_size = r.world_size;
+      p.point_key = r.point_key;
+      points.push_back(std::move(p));
+    }
+    points[it->second].runs.push_back(read_run(db, r));
+  }
+  for (PointData& p : points)
+    std::stable_sort(p.runs.begin(), p.runs.end(),
+                     [](const RunData& a, const RunData& b) { return a.run.repeat < b.run.repeat; });
+  return points;
+}
+
+}  // namespace ctitan

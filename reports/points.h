@@ -1,0 +1,78 @@
+// Points and their runs, read from a results database: what reports and the
+// gate compare. A point is (config, world size), identified by its point
+// key; its repeats are runs.
+//
+// Which rows count:
+//   - per (sweep, repeat) only the newest row: a retried repeat replaces the
+//     failed attempt it followed;
+//   - one measurement once: rows that point at the same run directory (a
+//     sweep reusing another sweep's ok run records a row of its own) are
+//     the same samples and are kept once;
+//   - steady state: step rows after metrics.warmup_steps (read from the
+//     run's stored config), as summary.json's statistics do. A run without
+//     step rows falls back to its summary's median.
+// Reading never writes to the database.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "results/results_db.h"
+
+namespace ctitan {
+
+// Which runs: "sweep:NAME" (or a bare NAME), "sha:GITSHA" (prefix of the
+// git sha in the runs' env.json, either way round), "label:LABEL" (that
+// label in any sweep), "all", or the runs recorded outside any sweep.
+struct Selection {
+  enum class Kind { all, sweep, sha, label, outside_sweeps };
+  Kind kind = Kind::all;
+  std::string value;
+  std::string describe() const;  // "sweep debug", "git sha 1a2b3c", ...
+};
+// InputError for an empty value or an unknown prefix.
+Selection parse_selection(const std::string& text);
+
+struct RunData {
+  RunRow run;
+  std::optional<SummaryRow> summary;
+  int64_t warmup_steps = 0;
+  // Steady-state step values (rank 0; one per logged step after warmup).
+  std::vector<double> tps, step_time_s, tflops, mfu;
+  std::vector<std::pair<int64_t, double>> loss;  // (step, loss) of every logged step
+  std::map<std::string, std::string> env;        // env.json, flattened
+};
+
+struct PointData {
+  std::string sweep;  // name of the sweep of its first run ("" outside sweeps)
+  std::string label;
+  int64_t world_size = 1;
+  std::string point_key;
+  std::vector<RunData> runs;  // in run order
+
+  // "ok" when every run is ok; otherwise the most severe status among its
+  // runs (oom > timeout > failed > cancelled > running > pending > infeasible).
+  std::string status() const;
+  std::vector<const RunData*> ok_runs() const;
+  // The first line of the first non-ok run's error ("" when none).
+  std::string first_error() const;
+};
+
+// Points of the selection, in the order their first run was recorded (a
+// sweep's plan order). InputError when the selection names a sweep that is
+// not in the database (the message lists the ones that are).
+std::vector<PointData> load_points(const ResultsDb& db, const Selection& sel);
+
+// metrics.warmup_steps of a stored config (the trainer's default when unset
+// or unreadable).
+int64_t warmup_steps_of(const std::string& config_toml);
+
+// Keys of env.json that describe the machine and the library a number was
+// measured with: a difference in any makes two sides incomparable.
+const std::vector<std::string>& hardware_env_keys();
+
+}  // namespace ctitan

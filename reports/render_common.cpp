@@ -1,0 +1,168 @@
+#include "reports/render_common.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "reports/format.h"
+
+namespace ctitan::render {
+namespace {
+
+std::string tflops(double v) { return fmt::fixed(v, v < 1 ? 4 : 2); }
+std::string loss(double v) { return fmt::fixed(v, 4); }
+
+std::optional<double> mem_change(const PointStats& now, const PointStats& before) {
+  if (!now.mem_peak_bytes || !before.mem_peak_bytes || *before.mem_peak_bytes <= 0) return std::nullopt;
+  return *now.mem_peak_bytes / *before.mem_peak_bytes - 1;
+}
+
+std::optional<double> tps_ratio(const PointStats& now, const PointStats& before) {
+  if (now.tps.n == 0 || before.tps.n == 0 || before.tps.median <= 0) return std::nullopt;
+  return now.tps.median / before.tps.median;
+}
+
+std::string pct(double v) { return fmt::signed_percent(v); }
+
+}  // namespace
+
+std::string status_cell(const PointStats& p) {
+  if (p.status == "ok" || p.repeats == 0) return p.status;
+  if (p.ok_runs == 0) return p.status;
+  return "ok " + std::to_string(p.ok_runs) + "/" + std::to_string(p.repeats) + " (" + p.status + ")";
+}
+
+std::string tps_cell(const PointStats& p) {
+  if (p.tps.n == 0) return "-";
+  if (p.tps.n == 1) return fmt::grouped(p.tps.median);
+  return fmt::grouped(p.tps.median) + " (" + fmt::grouped(p.tps.p10) + "\u2013" + fmt::grouped(p.tps.p90) + ")";
+}
+
+std::string stack_title(const StackTable& t) {
+  return "world size " + std::to_string(t.world_size) + (t.group.empty() ? "" : ", " + t.group);
+}
+
+Table points_table(const SectionReport& sec) {
+  Table t;
+  t.header = {"#"};
+  t.right = {true};
+  const bool stacked =
+      std::any_of(sec.points.begin(), sec.points.end(), [](const PointStats& p) { return p.stack_index > 0; });
+  for (const std::string& h : sec.key_headers) t.header.push_back(h);
+  if (stacked) t.header.push_back("stack");
+  if (sec.key_headers.empty() && !stacked) t.header.push_back("recipe");
+  t.right.resize(t.header.size(), false);
+  for (const char* h : {"ws", "tps/device (p10\u2013p90)", "n", "TFLOPs", "MFU", "peak mem/rank", "final loss"}) {
+    t.header.push_back(h);
+    t.right.push_back(true);
+  }
+  // The communication split, column by column: only what some point measured.
+  using Field = std::optional<double> PointStats::*;
+  const std::pair<const char*, Field> comm[] = {{"compute/step", &PointStats::compute_s},
+                                                {"comm/step", &PointStats::comm_s},
+                                                {"exposed comm/step", &PointStats::exposed_comm_s},
+                                                {"idle/step", &PointStats::idle_s}};
+  std::vector<Field> shown;
+  for (const auto& [title, field] : comm) {
+    if (std::none_of(sec.points.begin(), sec.points.end(), [&](const PointStats& p) { return (p.*field).has_value(); }))
+      continue;
+    shown.push_back(field);
+    t.header.push_back(title);
+    t.right.push_back(true);
+  }
+  t.header.insert(t.header.end(), {"status", "speedup"});
+  t.right.insert(t.right.end(), {false, true});
+  for (size_t i = 0; i < sec.points.size(); ++i) {
+    const PointStats& p = sec.points[i];
+    if (p.row == 0) continue;
+    std::vector<std::string> row = {std::to_string(p.row)};
+    for (const std::string& v : p.settings) row.push_back(v.empty() ? "-" : v);
+    if (stacked) row.push_back(p.stack_index ? std::to_string(p.stack_index) + ": " + p.stack_name : "-");
+    if (sec.key_headers.empty() && !stacked) row.push_back(p.display_label);
+    row.insert(row.end(), {std::to_string(p.world_size), tps_cell(p), std::to_string(p.tps.n),
+                           fmt::or_dash(p.tflops, tflops), fmt::or_dash(p.mfu, fmt::mfu_percent),
+                           fmt::or_dash(p.mem_peak_bytes, fmt::bytes), fmt::or_dash(p.loss_final, loss)});
+    for (Field f : shown) row.push_back(fmt::or_dash(p.*f, fmt::seconds));
+    row.push_back(status_cell(p));
+    row.push_back(p.baseline ? "1.00\u00d7 (baseline)" : fmt::or_dash(p.speedup, fmt::ratio));
+    t.rows.push_back(std::move(row));
+    t.points.push_back(i);
+  }
+  return t;
+}
+
+Table stack_table(const SectionReport& sec, const StackTable& st) {
+  Table t;
+  t.header = {"row",
+              "technique",
+              "tps/device",
+              "incremental",
+              "cumulative",
+              "peak mem/rank",
+              "\u0394 mem incremental",
+              "\u0394 mem cumulative"};
+  t.right = {true, false, true, true, true, true, true, true};
+  const PointStats* first = nullptr;
+  const PointStats* prev = nullptr;
+  for (size_t i : st.rows) {
+    const PointStats& p = sec.points[i];
+    if (!first) first = &p;
+    const bool is_first = &p == first;
+    t.rows.push_back({std::to_string(p.stack_index), p.stack_name, tps_cell(p),
+                      is_first ? "\u2013" : fmt::or_dash(tps_ratio(p, *prev), fmt::ratio),
+                      is_first ? "1.00\u00d7" : fmt::or_dash(tps_ratio(p, *first), fmt::ratio),
+                      fmt::or_dash(p.mem_peak_bytes, fmt::bytes),
+                      is_first ? "\u2013" : fmt::or_dash(mem_change(p, *prev), pct),
+                      is_first ? "\u2013" : fmt::or_dash(mem_change(p, *first), pct)});
+    prev = &p;
+  }
+  return t;
+}
+
+Table scaling_table(const SectionReport& sec) {
+  Table t;
+  t.header = {"recipe", "ws", "tps/device", "scaling efficiency"};
+  t.right = {false, true, true, true};
+  for (const ScalingSeries& s : sec.scaling) {
+    const PointStats& base = sec.points[s.rows.front()];
+    for (size_t i : s.rows) {
+      const PointStats& p = sec.points[i];
+      const std::optional<double> eff = tps_ratio(p, base);
+      t.rows.push_back(
+          {s.label, std::to_string(p.world_size), tps_cell(p), eff ? fmt::fixed(100.0 * *eff, 1) + "%" : "-"});
+    }
+  }
+  return t;
+}
+
+std::vector<std::string> failure_lines(const SectionReport& sec) {
+  std::vector<std::string> out;
+  for (const PointStats& p : sec.points) {
+    if (p.status == "ok" || p.status == "infeasible") continue;
+    out.push_back(p.display_label + " (ws " + std::to_string(p.world_size) + "): " + p.status +
+                  (p.error.empty() ? "" : " \u2014 " + p.error));
+  }
+  return out;
+}
+
+std::vector<std::string> infeasible_lines(const SectionReport& sec) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // reason → points, in order
+  for (const PointStats& p : sec.points) {
+    if (p.status != "infeasible") continue;
+    const std::string reason = p.error.empty() ? "no reason recorded" : p.error;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == reason; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {reason, {}});
+    it->second.push_back(p.short_label + " (ws " + std::to_string(p.world_size) + ")");
+  }
+  std::vector<std::string> out;
+  for (const auto& [reason, names] : groups) {
+    std::string line =
+        reason + " \u2014 " + std::to_string(names.size()) + (names.size() == 1 ? " point: " : " points: ");
+    for (size_t i = 0; i < names.size() && i < 3; ++i) line += (i ? "; " : "") + names[i];
+    if (names.size() > 3) line += "; \u2026";
+    out.push_back(line);
+  }
+  return out;
+}
+
+}  // namespace ctitan::render

@@ -1,0 +1,36 @@
+// Cells and rows the Markdown and HTML renderers share, so both print the
+// same table: the same columns, the same numbers, the same status text.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "reports/report.h"
+
+namespace ctitan::render {
+
+struct Table {
+  std::vector<std::string> header;
+  std::vector<bool> right;  // right-aligned (numeric) columns
+  std::vector<std::vector<std::string>> rows;
+  std::vector<size_t> points;  // points_table: the point of each row
+};
+
+// One row per point that was not pruned as infeasible: #, one column per
+// varying key (or "recipe"), [stack,] ws, tps/device (p10–p90), n, TFLOPs,
+// MFU, peak mem/rank, final loss, [compute, comm, exposed comm, idle — those
+// some point measured,] status, speedup.
+Table points_table(const SectionReport& sec);
+Table stack_table(const SectionReport& sec, const StackTable& t);
+Table scaling_table(const SectionReport& sec);
+
+std::string status_cell(const PointStats& p);  // "ok", "oom", "ok 2/3 (1 timeout)"
+std::string tps_cell(const PointStats& p);     // "12,345 (11,900–12,700)"
+std::string stack_title(const StackTable& t);  // "world size 2, compile.enable=false"
+
+// Points that ran and are not ok, with the first line of their error.
+std::vector<std::string> failure_lines(const SectionReport& sec);
+// Infeasible points grouped by reason: "REASON — N points: a; b; c; …".
+std::vector<std::string> infeasible_lines(const SectionReport& sec);
+
+}  // namespace ctitan::render

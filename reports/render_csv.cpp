@@ -1,0 +1,49 @@
+// CSV (RFC 4180): one row per point with raw numbers (no units, no
+// thousands separators) for spreadsheets and pandas; empty cell = no value.
+#include <cstdio>
+#include <sstream>
+
+#include "reports/report.h"
+
+namespace ctitan {
+namespace {
+
+std::string quote(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string num(const std::optional<double>& v) { return v ? num(*v) : ""; }
+
+}  // namespace
+
+std::string render_csv(const Report& r) {
+  std::ostringstream out;
+  out << "sweep,label,recipe,world_size,repeats,ok_runs,status,tps_median,tps_p10,tps_p90,tps_q1,tps_q3,tps_n,"
+         "tflops,mfu_pct,mem_peak_bytes,loss_final,compute_s,comm_s,exposed_comm_s,idle_s,speedup,baseline,"
+         "stack_index,stack_name,point_key,error\n";
+  for (const SectionReport& sec : r.sections) {
+    for (const PointStats& p : sec.points) {
+      const bool tps = p.tps.n > 0;
+      out << quote(sec.title) << "," << quote(p.label) << "," << quote(p.display_label) << "," << p.world_size << ","
+          << p.repeats << "," << p.ok_runs << "," << p.status << "," << (tps ? num(p.tps.median) : "") << ","
+          << (tps ? num(p.tps.p10) : "") << "," << (tps ? num(p.tps.p90) : "") << "," << (tps ? num(p.tps.q1) : "")
+          << "," << (tps ? num(p.tps.q3) : "") << "," << p.tps.n << "," << num(p.tflops) << "," << num(p.mfu) << ","
+          << num(p.mem_peak_bytes) << "," << num(p.loss_final) << "," << num(p.compute_s) << "," << num(p.comm_s) << ","
+          << num(p.exposed_comm_s) << "," << num(p.idle_s) << "," << num(p.speedup) << ","
+          << (p.baseline ? "true" : "false") << "," << p.stack_index << "," << quote(p.stack_name) << "," << p.point_key
+          << "," << quote(p.error) << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace ctitan

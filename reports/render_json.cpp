@@ -1,0 +1,67 @@
+// JSON: the report's data model as it is, for scripts and dashboards.
+// Absent values are null; stack and scaling rows refer to points by index.
+#include "reports/report.h"
+
+namespace ctitan {
+namespace {
+
+nlohmann::json opt(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+
+nlohmann::json point_json(const PointStats& p) {
+  nlohmann::json loss = nlohmann::json::array();
+  for (const auto& [step, l] : p.loss_curve) loss.push_back({step, l});
+  nlohmann::json tps = nullptr;
+  if (p.tps.n > 0)
+    tps = {{"n", p.tps.n},   {"median", p.tps.median}, {"p10", p.tps.p10}, {"p90", p.tps.p90},
+           {"q1", p.tps.q1}, {"q3", p.tps.q3},         {"min", p.tps.min}, {"max", p.tps.max}};
+  return {{"label", p.label},
+          {"recipe", p.display_label},
+          {"point_key", p.point_key},
+          {"world_size", p.world_size},
+          {"repeats", p.repeats},
+          {"ok_runs", p.ok_runs},
+          {"status", p.status},
+          {"error", p.error},
+          {"tps", tps},
+          {"tflops", opt(p.tflops)},
+          {"mfu_pct", opt(p.mfu)},
+          {"mem_peak_bytes", opt(p.mem_peak_bytes)},
+          {"loss_final", opt(p.loss_final)},
+          {"compute_s", opt(p.compute_s)},
+          {"comm_s", opt(p.comm_s)},
+          {"exposed_comm_s", opt(p.exposed_comm_s)},
+          {"idle_s", opt(p.idle_s)},
+          {"speedup", opt(p.speedup)},
+          {"baseline", p.baseline},
+          {"stack_index", p.stack_index},
+          {"stack_name", p.stack_name},
+          {"loss_curve", loss}};
+}
+
+}  // namespace
+
+nlohmann::json render_json(const Report& r) {
+  nlohmann::json sections = nlohmann::json::array();
+  for (const SectionReport& sec : r.sections) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const PointStats& p : sec.points) points.push_back(point_json(p));
+    nlohmann::json stacks = nlohmann::json::array();
+    for (const StackTable& t : sec.stacks)
+      stacks.push_back({{"group", t.group}, {"world_size", t.world_size}, {"points", t.rows}});
+    nlohmann::json scaling = nlohmann::json::array();
+    for (const ScalingSeries& s : sec.scaling) scaling.push_back({{"recipe", s.label}, {"points", s.rows}});
+    sections.push_back({{"title", sec.title},
+                        {"baseline", sec.baseline_label},
+                        {"environment", sec.environment},
+                        {"points", points},
+                        {"stacks", stacks},
+                        {"scaling", scaling}});
+  }
+  return {{"format", "ctitan-report-v1"},
+          {"db", r.db_path},
+          {"generated_at", r.generated_at},
+          {"ctitan", r.ctitan_version},
+          {"sections", sections}};
+}
+
+}  // namespace ctitan

@@ -1,0 +1,72 @@
+// Markdown for a pull-request comment (GitHub-flavoured tables): the points
+// table first, the stacked and scaling tables after it, failures last.
+#include <sstream>
+
+#include "reports/format.h"
+#include "reports/render_common.h"
+#include "reports/report.h"
+
+namespace ctitan {
+namespace {
+
+void write_table(std::ostringstream& out, const render::Table& t) {
+  out << "|";
+  for (const std::string& h : t.header) out << " " << fmt::md_escape(h) << " |";
+  out << "\n|";
+  for (bool r : t.right) out << (r ? "---:|" : "---|");
+  out << "\n";
+  for (const auto& row : t.rows) {
+    out << "|";
+    for (const std::string& c : row) out << " " << fmt::md_escape(c) << " |";
+    out << "\n";
+  }
+  out << "\n";
+}
+
+}  // namespace
+
+std::string render_markdown(const Report& r) {
+  std::ostringstream out;
+  out << "## ctitan report\n\n"
+      << "Database `" << fmt::md_escape(r.db_path) << "` \u00b7 generated " << r.generated_at << " \u00b7 ctitan "
+      << r.ctitan_version << "\n\n";
+  for (const SectionReport& sec : r.sections) {
+    out << "### " << fmt::md_escape(sec.title) << "\n\n";
+    if (!sec.environment.empty()) {
+      out << "<sub>";
+      for (size_t i = 0; i < sec.environment.size(); ++i)
+        out << (i ? " \u00b7 " : "") << fmt::md_escape(sec.environment[i]);
+      out << "</sub>\n\n";
+    }
+    write_table(out, render::points_table(sec));
+    out << "<sub>tps/device: tokens/s per device, median over the steady-state steps (after warmup) of every ok "
+           "repeat; n = steps pooled. Peak memory, final loss and the communication split are medians over repeats. "
+           "Speedup vs the baseline row"
+        << (sec.baseline_label.empty() ? "" : " (" + fmt::md_escape(sec.baseline_label) + ")")
+        << " at the same world size.</sub>\n\n";
+    for (const StackTable& st : sec.stacks) {
+      out << "#### Stacked optimizations \u2014 " << fmt::md_escape(render::stack_title(st)) << "\n\n";
+      write_table(out, render::stack_table(sec, st));
+    }
+    if (!sec.scaling.empty()) {
+      out << "#### Scaling \u2014 tps per device vs world size\n\n";
+      write_table(out, render::scaling_table(sec));
+    }
+    const std::vector<std::string> failures = render::failure_lines(sec);
+    if (!failures.empty()) {
+      out << "<details><summary>" << failures.size() << (failures.size() == 1 ? " point" : " points")
+          << " not ok</summary>\n\n";
+      for (const std::string& f : failures) out << "- " << fmt::md_escape(f) << "\n";
+      out << "\n</details>\n\n";
+    }
+    const std::vector<std::string> infeasible = render::infeasible_lines(sec);
+    if (!infeasible.empty()) {
+      out << "<details><summary>infeasible here (pruned, not run)</summary>\n\n";
+      for (const std::string& f : infeasible) out << "- " << fmt::md_escape(f) << "\n";
+      out << "\n</details>\n\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace ctitan

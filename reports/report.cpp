@@ -1,0 +1,299 @@
+#include "reports/report.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "ctitan/build_info.h"
+#include "trainer/errors.h"
+
+namespace ctitan {
+namespace {
+
+constexpr const char* kStackMarker = "stack=";
+
+// "a=1 b=2 stack=3:+Float8 x" → grid part "a=1 b=2", stack part "stack=3:+Float8 x".
+std::pair<std::string, std::string> split_stack(const std::string& label) {
+  size_t at = label.rfind(std::string(" ") + kStackMarker);
+  if (label.rfind(kStackMarker, 0) == 0)
+    at = 0;
+  else if (at == std::string::npos)
+    return {label, ""};
+  else
+    ++at;
+  std::string grid = label.substr(0, at);
+  while (!grid.empty() && grid.back() == ' ') grid.pop_back();
+  return {grid, label.substr(at)};
+}
+
+std::vector<std::string> tokens(const std::string& grid) {
+  std::vector<std::string> out;
+  std::istringstream in(grid);
+  for (std::string t; in >> t;) out.push_back(t);
+  return out;
+}
+
+std::optional<double> median_of(const std::vector<double>& v) {
+  if (v.empty()) return std::nullopt;
+  return stats::median(v);
+}
+
+template <class F>
+std::optional<double> median_over_runs(const std::vector<const RunData*>& runs, F field) {
+  std::vector<double> v;
+  for (const RunData* r : runs)
+    if (r->summary)
+      if (const std::optional<double> x = field(*r->summary)) v.push_back(*x);
+  return median_of(v);
+}
+
+PointStats point_stats(const PointData& p) {
+  PointStats s;
+  s.sweep = p.sweep;
+  s.label = p.label;
+  s.point_key = p.point_key;
+  s.world_size = p.world_size;
+  s.repeats = p.runs.size();
+  s.status = p.status();
+  s.error = p.first_error();
+  const auto [grid, stack] = split_stack(p.label);
+  s.stack_group = grid;
+  if (!stack.empty()) {
+    const std::string body = stack.substr(std::string(kStackMarker).size());
+    const auto colon = body.find(':');
+    s.stack_index = std::atoi(body.substr(0, colon).c_str());
+    s.stack_name = colon == std::string::npos ? body : body.substr(colon + 1);
+  }
+  const std::vector<const RunData*> ok = p.ok_runs();
+  s.ok_runs = ok.size();
+  std::vector<double> tps, tflops, mfu;
+  std::map<int64_t, std::vector<double>> loss_by_step;
+  for (const RunData* r : ok) {
+    tps.insert(tps.end(), r->tps.begin(), r->tps.end());
+    tflops.insert(tflops.end(), r->tflops.begin(), r->tflops.end());
+    mfu.insert(mfu.end(), r->mfu.begin(), r->mfu.end());
+    for (const auto& [step, loss] : r->loss) loss_by_step[step].push_back(loss);
+  }
+  s.tps = stats::describe(tps);
+  s.tflops = median_of(tflops);
+  s.mfu = median_of(mfu);
+  for (const auto& [step, losses] : loss_by_step) s.loss_curve.emplace_back(step, stats::median(losses));
+  s.mem_peak_bytes = median_over_runs(ok, [](const SummaryRow& r) -> std::optional<double> {
+    return r.mem_peak_bytes ? std::optional<double>(static_cast<double>(*r.mem_peak_bytes)) : std::nullopt;
+  });
+  s.loss_final = median_over_runs(ok, [](const SummaryRow& r) { return r.loss_final; });
+  s.compute_s = median_over_runs(ok, [](const SummaryRow& r) { return r.compute_s; });
+  s.comm_s = median_over_runs(ok, [](const SummaryRow& r) { return r.comm_s; });
+  s.exposed_comm_s = median_over_runs(ok, [](const SummaryRow& r) { return r.exposed_comm_s; });
+  s.idle_s = median_over_runs(ok, [](const SummaryRow& r) { return r.idle_s; });
+  return s;
+}
+
+std::pair<std::string, std::string> key_value(const std::string& token) {
+  const auto eq = token.find('=');
+  return eq == std::string::npos ? std::make_pair(token, std::string())
+                                 : std::make_pair(token.substr(0, eq), token.substr(eq + 1));
+}
+
+// "training.local_batch_size" → "local_batch_size"; a generic last part
+// takes its section's name ("compile.enable" → "compile",
+// "activation_checkpoint.mode" → "activation_checkpoint"); the full key
+// where two short names would collide.
+std::vector<std::string> short_names(const std::vector<std::string>& keys) {
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    std::vector<std::string> parts;
+    std::istringstream in(k);
+    for (std::string part; std::getline(in, part, '.');) parts.push_back(part);
+    std::string name = parts.empty() ? k : parts.back();
+    if ((name == "enable" || name == "enabled" || name == "mode") && parts.size() >= 2) name = parts[parts.size() - 2];
+    out.push_back(name);
+  }
+  for (size_t i = 0; i < out.size(); ++i)
+    if (std::count(out.begin(), out.end(), out[i]) > 1) out[i] = keys[i];
+  return out;
+}
+
+// Settings every point shares say nothing about the difference between rows.
+void set_display_labels(SectionReport& sec) {
+  std::vector<PointStats>& points = sec.points;
+  std::map<std::string, size_t> count;
+  for (const PointStats& p : points) {
+    std::set<std::string> seen;
+    for (const std::string& t : tokens(p.stack_group))
+      if (seen.insert(t).second) ++count[t];
+  }
+  const auto varies = [&](const std::string& t) { return points.size() == 1 || count[t] < points.size(); };
+  for (const PointStats& p : points)
+    for (const std::string& t : tokens(p.stack_group)) {
+      const std::string key = key_value(t).first;
+      if (varies(t) && std::find(sec.varying_keys.begin(), sec.varying_keys.end(), key) == sec.varying_keys.end())
+        sec.varying_keys.push_back(key);
+    }
+  sec.key_headers = short_names(sec.varying_keys);
+  for (PointStats& p : points) {
+    std::string out;
+    for (const std::string& t : tokens(p.stack_group))
+      if (varies(t)) out += (out.empty() ? "" : " ") + t;
+    const std::string stack = split_stack(p.label).second;
+    if (!stack.empty()) out += (out.empty() ? "" : " ") + stack;
+    p.display_label = out.empty() ? "(base)" : out;
+
+    p.settings.assign(sec.varying_keys.size(), "");
+    for (const std::string& t : tokens(p.stack_group)) {
+      const auto [key, value] = key_value(t);
+      const auto at = std::find(sec.varying_keys.begin(), sec.varying_keys.end(), key);
+      if (at != sec.varying_keys.end()) p.settings[static_cast<size_t>(at - sec.varying_keys.begin())] = value;
+    }
+    std::string brief;
+    for (size_t i = 0; i < p.settings.size(); ++i)
+      if (!p.settings[i].empty()) brief += (brief.empty() ? "" : " ") + sec.key_headers[i] + "=" + p.settings[i];
+    if (!p.stack_name.empty()) brief += (brief.empty() ? "" : " ") + p.stack_name;
+    p.short_label = brief.empty() ? "(base)" : brief;
+  }
+}
+
+// Does `wanted` name this point: the whole label, the display label, or a
+// set of its key=value settings.
+bool matches_label(const PointStats& p, const std::string& wanted) {
+  if (wanted == p.label || wanted == p.display_label || wanted == p.short_label) return true;
+  const std::vector<std::string> have = tokens(p.label), want = tokens(wanted);
+  if (want.empty()) return false;
+  return std::all_of(want.begin(), want.end(),
+                     [&](const std::string& t) { return std::find(have.begin(), have.end(), t) != have.end(); });
+}
+
+void set_speedups(SectionReport& sec, const std::string& baseline) {
+  std::map<int64_t, size_t> base_of_ws;
+  for (size_t i = 0; i < sec.points.size(); ++i) {
+    const PointStats& p = sec.points[i];
+    if (p.tps.n == 0 || base_of_ws.count(p.world_size)) continue;
+    if (baseline.empty() || matches_label(p, baseline)) base_of_ws[p.world_size] = i;
+  }
+  for (auto& [ws, i] : base_of_ws) {
+    sec.points[i].baseline = true;
+    if (sec.baseline_label.empty()) sec.baseline_label = sec.points[i].short_label;
+  }
+  for (PointStats& p : sec.points) {
+    auto it = base_of_ws.find(p.world_size);
+    if (it == base_of_ws.end() || p.tps.n == 0) continue;
+    const double base = sec.points[it->second].tps.median;
+    if (base > 0) p.speedup = p.tps.median / base;
+  }
+}
+
+void set_stacks_and_scaling(SectionReport& sec) {
+  std::map<std::pair<std::string, int64_t>, size_t> stack_index;
+  for (size_t i = 0; i < sec.points.size(); ++i) {
+    const PointStats& p = sec.points[i];
+    if (p.stack_index == 0) continue;
+    auto [it, fresh] = stack_index.emplace(std::make_pair(p.stack_group, p.world_size), sec.stacks.size());
+    if (fresh) sec.stacks.push_back({p.stack_group, p.world_size, {}});
+    sec.stacks[it->second].rows.push_back(i);
+  }
+  for (StackTable& t : sec.stacks)
+    std::stable_sort(t.rows.begin(), t.rows.end(),
+                     [&](size_t a, size_t b) { return sec.points[a].stack_index < sec.points[b].stack_index; });
+
+  std::map<std::string, size_t> series_index;
+  for (size_t i = 0; i < sec.points.size(); ++i) {
+    const PointStats& p = sec.points[i];
+    if (p.tps.n == 0) continue;
+    auto [it, fresh] = series_index.emplace(p.label, sec.scaling.size());
+    if (fresh) sec.scaling.push_back({p.short_label, {}});
+    sec.scaling[it->second].rows.push_back(i);
+  }
+  std::erase_if(sec.scaling, [&](const ScalingSeries& s) {
+    std::set<int64_t> sizes;
+    for (size_t i : s.rows) sizes.insert(sec.points[i].world_size);
+    return sizes.size() < 2;
+  });
+  for (ScalingSeries& s : sec.scaling)
+    std::stable_sort(s.rows.begin(), s.rows.end(),
+                     [&](size_t a, size_t b) { return sec.points[a].world_size < sec.points[b].world_size; });
+}
+
+std::vector<std::string> environment_lines(const std::vector<PointData>& points) {
+  std::vector<std::string> keys = hardware_env_keys();
+  keys.insert(keys.end(), {"num_threads", "git_sha", "build_type"});
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    std::set<std::string> values;
+    for (const PointData& p : points)
+      for (const RunData& r : p.runs)
+        if (auto it = r.env.find(k); it != r.env.end()) values.insert(it->second);
+    if (values.empty()) continue;
+    std::string line = k + ": ";
+    bool first = true;
+    for (const std::string& v : values) {
+      line += (first ? "" : ", ") + v;
+      first = false;
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+SectionReport build_section(const std::string& title, const std::vector<PointData>& points,
+                            const std::string& baseline_label) {
+  SectionReport sec;
+  sec.title = title;
+  int row = 0;
+  for (const PointData& p : points) {
+    sec.points.push_back(point_stats(p));
+    if (sec.points.back().status != "infeasible") sec.points.back().row = ++row;
+  }
+  set_display_labels(sec);
+  set_speedups(sec, baseline_label);
+  set_stacks_and_scaling(sec);
+  for (const PointStats& p : sec.points) sec.has_comm = sec.has_comm || p.comm_s.has_value();
+  sec.environment = environment_lines(points);
+  return sec;
+}
+
+Report build_report(const ResultsDb& db, const ReportOptions& opts) {
+  Report r;
+  r.db_path = db.path();
+  r.generated_at = utc_now();
+  r.ctitan_version = std::string(CTITAN_VERSION) + " (" + CTITAN_GIT_SHA + ")";
+  std::vector<std::pair<std::string, Selection>> sections;
+  if (!opts.sweep.empty()) {
+    sections.push_back({opts.sweep, {Selection::Kind::sweep, opts.sweep}});
+  } else {
+    for (const SweepRow& s : db.sweeps()) sections.push_back({s.name, {Selection::Kind::sweep, s.name}});
+    sections.push_back({"runs outside any sweep", {Selection::Kind::outside_sweeps, ""}});
+  }
+  for (const auto& [title, sel] : sections) {
+    const std::vector<PointData> points = load_points(db, sel);
+    if (points.empty()) continue;
+    r.sections.push_back(build_section(title, points, opts.baseline));
+  }
+  if (r.sections.empty())
+    throw InputError(db.path() + " has no runs" + (opts.sweep.empty() ? "" : " in sweep " + opts.sweep) +
+                     "; run `ctitan sweep SPEC --db " + db.path() + "` first");
+  if (!opts.baseline.empty()) {
+    const bool found = std::any_of(r.sections.begin(), r.sections.end(), [&](const SectionReport& s) {
+      return std::any_of(s.points.begin(), s.points.end(),
+                         [&](const PointStats& p) { return p.tps.n > 0 && matches_label(p, opts.baseline); });
+    });
+    if (!found)
+      throw InputError("--baseline '" + opts.baseline +
+                       "' matches no measured point; give a label as `ctitan report` prints it, e.g. " +
+                       r.sections.front().points.front().display_label);
+  }
+  return r;
+}
+
+}  // namespace ctitan

@@ -1,0 +1,96 @@
+// `ctitan report`: the tables and charts of one or more sweeps, built once
+// as plain data and rendered as Markdown (a PR comment), self-contained
+// HTML (inline SVG, no JavaScript, no network), CSV or JSON.
+//
+// Per point: tps per device as the median of the steady-state steps of every
+// ok repeat, with p10–p90 and the quartiles; TFLOPs and MFU as the medians
+// of the same steps; peak memory, final loss and the communication split
+// (compute / comm / exposed comm / idle per step) as medians over repeats;
+// speedup = tps / tps of the baseline row at the same world size.
+// Stack tables follow TorchTitan's "stacked optimizations": each row adds
+// one technique, with incremental (vs the row above) and cumulative (vs the
+// first row) speedup and memory change. Scaling tables give tps per device
+// and its efficiency relative to the smallest world size of each recipe.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "reports/points.h"
+#include "reports/stats.h"
+
+namespace ctitan {
+
+struct PointStats {
+  std::string sweep, label, point_key;
+  std::string display_label;  // the label less the settings every point of the section shares
+  std::string short_label;    // the same with short key names, for charts: "compile=true local_batch_size=2 +Float8"
+  std::vector<std::string> settings;  // value of each SectionReport::varying_keys ("" when unset)
+  std::string stack_group;            // the label without its "stack=K:NAME" part
+  std::string stack_name;             // NAME of "stack=K:NAME" ("" outside stacks)
+  int stack_index = 0;                // K
+  int64_t world_size = 1;
+  int row = 0;  // 1-based number in the points table and charts; 0 for an infeasible point (not listed)
+  size_t repeats = 0, ok_runs = 0;
+  std::string status;       // PointData::status()
+  std::string error;        // first line of a failed run's error
+  stats::Distribution tps;  // n == 0: no throughput measured
+  std::optional<double> tflops, mfu, mem_peak_bytes, loss_final;
+  std::optional<double> compute_s, comm_s, exposed_comm_s, idle_s;
+  std::optional<double> speedup;  // vs the baseline row at this world size
+  bool baseline = false;
+  std::vector<std::pair<int64_t, double>> loss_curve;  // median over ok repeats, per step
+};
+
+struct StackTable {
+  std::string group;  // the grid point the rows stack on ("" without a grid)
+  int64_t world_size = 1;
+  std::vector<size_t> rows;  // indices into SectionReport::points, by stack index
+};
+
+struct ScalingSeries {
+  std::string label;         // short label
+  std::vector<size_t> rows;  // indices into SectionReport::points, by world size
+};
+
+struct SectionReport {
+  std::string title;  // sweep name, or "runs outside any sweep"
+  std::vector<PointStats> points;
+  // The label keys whose values differ between points (grid axes), in label
+  // order, and the short names tables use for them ("compile" for
+  // compile.enable, "local_batch_size" for training.local_batch_size).
+  std::vector<std::string> varying_keys, key_headers;
+  std::vector<StackTable> stacks;
+  std::vector<ScalingSeries> scaling;
+  bool has_comm = false;                 // any point has the communication split
+  std::string baseline_label;            // short label of the baseline rows
+  std::vector<std::string> environment;  // "cpu_model: ...", one line per hardware key
+};
+
+struct Report {
+  std::string db_path, generated_at, ctitan_version;
+  std::vector<SectionReport> sections;
+};
+
+struct ReportOptions {
+  std::string sweep;     // "": every sweep (one section each)
+  std::string baseline;  // label of the baseline rows; "": the first point at each world size
+};
+
+// InputError for an unknown sweep, a baseline label no point has, or a
+// database without runs.
+Report build_report(const ResultsDb& db, const ReportOptions& opts);
+// The section of one set of points (exposed for tests).
+SectionReport build_section(const std::string& title, const std::vector<PointData>& points,
+                            const std::string& baseline_label);
+
+std::string render_markdown(const Report& r);
+std::string render_html(const Report& r);
+std::string render_csv(const Report& r);
+nlohmann::json render_json(const Report& r);
+
+}  // namespace ctitan

@@ -1,0 +1,194 @@
+#include "reports/stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "trainer/metrics.h"  // ctitan::quantile: the trainer's summary.json uses the same definition
+
+namespace ctitan::stats {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr size_t kExactMaxSmall = 8;     // scipy's rule: exact when a sample has at most 8 values
+constexpr size_t kExactMaxLarge = 2000;  // beyond this the recursion costs too much; the normal law is excellent
+
+// Average ranks (1-based) of the pooled sample, and Σ(t³ − t) over tie groups.
+struct Ranks {
+  std::vector<double> rank;
+  double tie_term = 0;
+};
+
+Ranks average_ranks(const std::vector<double>& pooled) {
+  std::vector<size_t> order(pooled.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return pooled[a] < pooled[b]; });
+  Ranks r;
+  r.rank.resize(pooled.size());
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j + 1 < order.size() && pooled[order[j + 1]] == pooled[order[i]]) ++j;
+    const double avg = 0.5 * static_cast<double>(i + j) + 1.0;
+    for (size_t k = i; k <= j; ++k) r.rank[order[k]] = avg;
+    const double t = static_cast<double>(j - i + 1);
+    r.tie_term += t * t * t - t;
+    i = j + 1;
+  }
+  return r;
+}
+
+// P(U = u) for u in 0..small·large, by the recursion on who holds the
+// largest value: P_{i,j}(u) = i/(i+j)·P_{i−1,j}(u − j) + j/(i+j)·P_{i,j−1}(u).
+// Probabilities (not counts) keep every term positive and in range.
+std::vector<double> exact_pmf(size_t small, size_t large) {
+  // col[i] = P_{i, j} for the current j; starts at j = 0 (U = 0 surely).
+  std::vector<std::vector<double>> col(small + 1, std::vector<double>{1.0});
+  for (size_t j = 1; j <= large; ++j) {
+    std::vector<std::vector<double>> next(small + 1);
+    next[0] = {1.0};
+    for (size_t i = 1; i <= small; ++i) {
+      std::vector<double> p(i * j + 1, 0.0);
+      const double wi = static_cast<double>(i) / static_cast<double>(i + j);
+      const double wj = 1.0 - wi;
+      const std::vector<double>& left = next[i - 1];  // P_{i−1, j}
+      for (size_t u = 0; u < left.size(); ++u) p[u + j] += wi * left[u];
+      const std::vector<double>& up = col[i];  // P_{i, j−1}
+      for (size_t u = 0; u < up.size(); ++u) p[u] += wj * up[u];
+      next[i] = std::move(p);
+    }
+    col = std::move(next);
+  }
+  return col[small];
+}
+
+double log_binomial(size_t n, size_t k) {
+  return std::lgamma(static_cast<double>(n) + 1) - std::lgamma(static_cast<double>(k) + 1) -
+         std::lgamma(static_cast<double>(n - k) + 1);
+}
+
+bool exact_applies(size_t n1, size_t n2) {
+  return std::min(n1, n2) <= kExactMaxSmall && std::max(n1, n2) <= kExactMaxLarge;
+}
+
+// splitmix64: tiny, fast and the same on every platform (std's
+// distributions are not), which is what a reproducible verdict needs.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  size_t below(size_t n) { return static_cast<size_t>(next() % n); }
+};
+
+double resampled_median(const std::vector<double>& v, SplitMix64& rng, std::vector<double>& scratch) {
+  scratch.resize(v.size());
+  for (double& s : scratch) s = v[rng.below(v.size())];
+  return quantile(scratch, 0.5);
+}
+
+}  // namespace
+
+double quantile(std::vector<double> v, double q) { return ctitan::quantile(std::move(v), q); }
+
+double median(const std::vector<double>& v) { return quantile(v, 0.5); }
+
+Distribution describe(const std::vector<double>& v) {
+  Distribution d;
+  if (v.empty()) return d;
+  std::vector<double> s = v;
+  std::sort(s.begin(), s.end());
+  d.n = s.size();
+  d.median = quantile(s, 0.5);
+  d.p10 = quantile(s, 0.1);
+  d.p90 = quantile(s, 0.9);
+  d.q1 = quantile(s, 0.25);
+  d.q3 = quantile(s, 0.75);
+  d.min = s.front();
+  d.max = s.back();
+  return d;
+}
+
+double normal_sf(double z) { return 0.5 * std::erfc(z / std::sqrt(2.0)); }
+
+double mann_whitney_cdf(int64_t u, int n1, int n2) {
+  if (u < 0) return 0.0;
+  const auto small = static_cast<size_t>(std::min(n1, n2)), large = static_cast<size_t>(std::max(n1, n2));
+  const std::vector<double> pmf = exact_pmf(small, large);
+  double c = 0;
+  for (int64_t k = 0; k <= u && k < static_cast<int64_t>(pmf.size()); ++k) c += pmf[static_cast<size_t>(k)];
+  return std::min(c, 1.0);
+}
+
+UTest mann_whitney_u(const std::vector<double>& x, const std::vector<double>& y, UMethod method, bool continuity) {
+  UTest t;
+  t.method = method;
+  if (x.empty() || y.empty()) {
+    t.p_value = kNaN;
+    return t;
+  }
+  std::vector<double> pooled = x;
+  pooled.insert(pooled.end(), y.begin(), y.end());
+  const Ranks r = average_ranks(pooled);
+  const double n1 = static_cast<double>(x.size()), n2 = static_cast<double>(y.size()), n = n1 + n2;
+  double rank_sum = 0;
+  for (size_t i = 0; i < x.size(); ++i) rank_sum += r.rank[i];
+  t.u1 = rank_sum - n1 * (n1 + 1) / 2;
+  t.ties = r.tie_term > 0;
+  const double u = std::max(t.u1, n1 * n2 - t.u1);  // the larger of U1, U2: the two-sided statistic
+
+  if (method == UMethod::exact) {
+    // P(U ≥ u) = P(U ≤ n1·n2 − u) by symmetry; two-sided doubles it.
+    const std::vector<double> pmf = exact_pmf(std::min(x.size(), y.size()), std::max(x.size(), y.size()));
+    const auto lower = static_cast<int64_t>(std::llround(n1 * n2 - u));
+    double tail = 0;
+    for (int64_t k = 0; k <= lower; ++k) tail += pmf[static_cast<size_t>(k)];
+    t.p_value = std::clamp(2 * tail, 0.0, 1.0);
+    return t;
+  }
+  const double mu = n1 * n2 / 2;
+  const double sigma = std::sqrt(n1 * n2 / 12 * ((n + 1) - r.tie_term / (n * (n - 1))));
+  double numerator = u - mu;  // ≥ 0
+  if (continuity && numerator > 0) numerator -= 0.5;
+  if (!(sigma > 0)) {
+    t.p_value = 1.0;  // every value tied: no evidence of a difference
+    return t;
+  }
+  t.p_value = std::clamp(2 * normal_sf(numerator / sigma), 0.0, 1.0);
+  return t;
+}
+
+UTest mann_whitney_u(const std::vector<double>& x, const std::vector<double>& y) {
+  std::vector<double> pooled = x;
+  pooled.insert(pooled.end(), y.begin(), y.end());
+  const bool ties = average_ranks(pooled).tie_term > 0;
+  const bool exact = !ties && exact_applies(x.size(), y.size());
+  return mann_whitney_u(x, y, exact ? UMethod::exact : UMethod::normal, true);
+}
+
+double mann_whitney_min_p(size_t n1, size_t n2) {
+  if (n1 == 0 || n2 == 0) return 1.0;
+  if (exact_applies(n1, n2)) return std::min(1.0, 2.0 * std::exp(-log_binomial(n1 + n2, n1)));
+  const double a = static_cast<double>(n1), b = static_cast<double>(n2);
+  const double sigma = std::sqrt(a * b / 12 * (a + b + 1));
+  return std::min(1.0, 2 * normal_sf((a * b / 2 - 0.5) / sigma));
+}
+
+Interval bootstrap_relative_median_change(const std::vector<double>& x, const std::vector<double>& y, double alpha,
+                                          int resamples, uint64_t seed) {
+  if (x.empty() || y.empty() || resamples <= 0) return {kNaN, kNaN};
+  SplitMix64 rng{seed};
+  std::vector<double> changes, scratch;
+  changes.reserve(static_cast<size_t>(resamples));
+  for (int b = 0; b < resamples; ++b) {
+    const double mx = resampled_median(x, rng, scratch);
+    const double my = resampled_median(y, rng, scratch);
+    if (mx != 0) changes.push_back(my / mx - 1);
+  }
+  if (changes.empty()) return {kNaN, kNaN};
+  return {quantile(changes, alpha / 2), quantile(changes, 1 - alpha / 2)};
+}
+
+}  // namespace ctitan::stats

@@ -1,0 +1,72 @@
+// Statistics for reports and the regression gate: order statistics, the
+// Mann–Whitney U test and a bootstrap confidence interval.
+//
+// All functions are pure and deterministic (the bootstrap has a fixed seed
+// and its own index generator, so a verdict never changes between runs or
+// standard libraries). Empty inputs give NaN rather than throwing: callers
+// decide what "no data" means.
+//
+// The U test follows scipy.stats.mannwhitneyu (two-sided, method="auto"),
+// so its p-values can be checked against scipy and R's wilcox.test:
+//   exact     when either sample has at most 8 values and there are no ties
+//             (the null distribution of U, computed by recursion);
+//   normal    otherwise: z = (|U − n1·n2/2| − 0.5) / σ with the tie-corrected
+//             σ² = n1·n2/12 · ((n+1) − Σ(t³ − t) / (n(n−1))).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ctitan::stats {
+
+// Linear-interpolation quantile (numpy's default), q in [0, 1].
+double quantile(std::vector<double> v, double q);
+double median(const std::vector<double>& v);
+
+// The spread a report prints: median with p10–p90 and the quartiles.
+struct Distribution {
+  size_t n = 0;
+  double median = 0, p10 = 0, p90 = 0, q1 = 0, q3 = 0, min = 0, max = 0;
+};
+Distribution describe(const std::vector<double>& v);  // n == 0: everything 0
+
+enum class UMethod { exact, normal };
+
+struct UTest {
+  double u1 = 0;       // U of the first sample: pairs (x, y) with x > y, ties counting 1/2
+  double p_value = 1;  // two-sided
+  UMethod method = UMethod::exact;
+  bool ties = false;
+};
+
+// Two-sided Mann–Whitney U test of x against y (both non-empty).
+UTest mann_whitney_u(const std::vector<double>& x, const std::vector<double>& y);
+// The same with the method forced and, for `normal`, the continuity
+// correction optional (scipy's use_continuity).
+UTest mann_whitney_u(const std::vector<double>& x, const std::vector<double>& y, UMethod method,
+                     bool continuity = true);
+
+// P(U ≤ u) under the null for sample sizes n1, n2 (no ties): the exact CDF
+// that Mann & Whitney (1947) tabulate.
+double mann_whitney_cdf(int64_t u, int n1, int n2);
+
+// The smallest two-sided p-value the test can return for these sizes
+// (2 / C(n1+n2, n1) where the exact method applies). Below alpha or not
+// decides whether the U test can ever reject, or a bootstrap must stand in.
+double mann_whitney_min_p(size_t n1, size_t n2);
+
+struct Interval {
+  double lo = 0, hi = 0;
+};
+
+// Percentile bootstrap CI (level 1 − alpha) of median(y) / median(x) − 1:
+// both samples are resampled with replacement `resamples` times from a
+// fixed seed. Used where the U test cannot reach alpha with so few values.
+Interval bootstrap_relative_median_change(const std::vector<double>& x, const std::vector<double>& y, double alpha,
+                                          int resamples = 4000, uint64_t seed = 0x6374697461ULL);
+
+// Standard normal survival function 1 − Φ(z).
+double normal_sf(double z);
+
+}  // namespace ctitan::stats

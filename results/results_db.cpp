@@ -1,0 +1,248 @@
+// ResultsDb: sweeps, runs, summaries, env, artifacts and hardware rows.
+// Opening and migrations live in schema.cpp, run-directory ingest in
+// ingest.cpp. Each public write is one WriteTransaction.
+#include "results/results_db.h"
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+
+#include "ctitan/build_info.h"
+#include "results/run_dir.h"
+#include "results/schema.h"
+#include "results/sqlite_stmt.h"
+
+namespace ctitan {
+
+using results_detail::Statement;
+using results_detail::WriteTransaction;
+
+namespace {
+
+constexpr std::array<const char*, 8> kStatuses = {"pending", "running",    "ok",       "failed",
+                                                  "timeout", "oom",        "infeasible", "cancelled"};
+
+// A status outside the documented set is a bug in the caller, not bad input.
+void check_status(const std::string& status) {
+  if (std::find(kStatuses.begin(), kStatuses.end(), status) == kStatuses.end())
+    throw std::invalid_argument("run status '" + status +
+                                "' is not one of pending, running, ok, failed, timeout, oom, infeasible, cancelled");
+}
+
+// sweep_id 0 ("no sweep") is NULL in the table, so the foreign key holds.
+std::optional<int64_t> sweep_ref(int64_t sweep_id) {
+  return sweep_id == 0 ? std::nullopt : std::optional<int64_t>(sweep_id);
+}
+
+constexpr const char* kRunColumns =
+    "id, sweep_id, point_key, label, config_toml, config_hash, world_size, repeat, status, exit_code, error, "
+    "run_dir, host, started_at, ended_at FROM runs ";
+
+RunRow read_run(const Statement& q) {
+  RunRow r;
+  r.id = q.int64(0);
+  r.sweep_id = q.is_null(1) ? 0 : q.int64(1);
+  r.point_key = q.text(2);
+  r.label = q.text(3);
+  r.config_toml = q.text(4);
+  r.config_hash = q.text(5);
+  r.world_size = q.int64(6);
+  r.repeat = q.int64(7);
+  r.status = q.text(8);
+  r.exit_code = q.opt_int64(9);
+  r.error = q.text(10);
+  r.run_dir = q.text(11);
+  r.host = q.text(12);
+  r.started_at = q.text(13);
+  r.ended_at = q.text(14);
+  return r;
+}
+
+std::vector<RunRow> read_runs(Statement& q) {
+  std::vector<RunRow> out;
+  while (q.step()) out.push_back(read_run(q));
+  return out;
+}
+
+SweepRow read_sweep(const Statement& q) {
+  return {q.int64(0), q.text(1), q.text(2), q.text(3), q.text(4), q.text(5)};
+}
+
+// One statement as one write transaction; returns the rows it changed.
+template <class... T>
+int64_t write_one(sqlite3* db, const std::string& path, const char* sql, const T&... values) {
+  WriteTransaction tx(db, path);
+  Statement q(db, path, sql);
+  q.bind_all(values...).run();
+  const int64_t changed = sqlite3_changes(db);
+  tx.commit();
+  return changed;
+}
+
+}  // namespace
+
+ResultsDb::ResultsDb(const std::string& path) : path_(path), db_(results_detail::open_and_migrate(path)) {}
+
+ResultsDb::~ResultsDb() { sqlite3_close(db_); }
+
+int ResultsDb::schema_version() const { return results_detail::read_schema_version(db_, path_); }
+
+int64_t ResultsDb::upsert_sweep(const std::string& name, const std::string& spec_toml) {
+  WriteTransaction tx(db_, path_);
+  Statement ins(db_, path_,
+                "INSERT INTO sweeps(name, spec_toml, ctitan_version, git_sha) VALUES (?1, ?2, ?3, ?4) "
+                "ON CONFLICT(name) DO NOTHING");
+  ins.bind_all(name, spec_toml, CTITAN_VERSION, CTITAN_GIT_SHA).run();
+  Statement id(db_, path_, "SELECT id FROM sweeps WHERE name = ?1");
+  id.bind_all(name);
+  id.step();
+  const int64_t out = id.int64(0);
+  tx.commit();
+  return out;
+}
+
+std::optional<SweepRow> ResultsDb::sweep(const std::string& name) const {
+  Statement q(db_, path_, "SELECT id, name, spec_toml, created_at, ctitan_version, git_sha FROM sweeps WHERE name = ?1");
+  q.bind_all(name);
+  if (!q.step()) return std::nullopt;
+  return read_sweep(q);
+}
+
+std::vector<SweepRow> ResultsDb::sweeps() const {
+  Statement q(db_, path_, "SELECT id, name, spec_toml, created_at, ctitan_version, git_sha FROM sweeps ORDER BY id");
+  std::vector<SweepRow> out;
+  while (q.step()) out.push_back(read_sweep(q));
+  return out;
+}
+
+int64_t ResultsDb::insert_run(const RunRow& r) {
+  check_status(r.status);
+  write_one(db_, path_,
+            "INSERT INTO runs(sweep_id, point_key, label, config_toml, config_hash, world_size, repeat, status, "
+            "exit_code, error, run_dir, host, started_at, ended_at) "
+            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            sweep_ref(r.sweep_id), r.point_key, r.label, r.config_toml, r.config_hash, r.world_size, r.repeat,
+            r.status, r.exit_code, r.error, r.run_dir, r.host, r.started_at, r.ended_at);
+  return sqlite3_last_insert_rowid(db_);  // this connection's insert, even if another process wrote since
+}
+
+void ResultsDb::update_run(const RunRow& r) {
+  check_status(r.status);
+  const int64_t changed =
+      write_one(db_, path_,
+                "UPDATE runs SET status = ?2, exit_code = ?3, error = ?4, started_at = ?5, ended_at = ?6, "
+                "run_dir = ?7, host = ?8 WHERE id = ?1",
+                r.id, r.status, r.exit_code, r.error, r.started_at, r.ended_at, r.run_dir, r.host);
+  if (changed == 0) throw std::invalid_argument("update_run: run " + std::to_string(r.id) + " is not in " + path_);
+}
+
+std::optional<RunRow> ResultsDb::run(int64_t id) const {
+  Statement q(db_, path_, (std::string("SELECT ") + kRunColumns + "WHERE id = ?1").c_str());
+  q.bind_all(id);
+  if (!q.step()) return std::nullopt;
+  return read_run(q);
+}
+
+std::vector<RunRow> ResultsDb::runs(int64_t sweep_id) const {
+  if (sweep_id < 0) {
+    Statement q(db_, path_, (std::string("SELECT ") + kRunColumns + "ORDER BY id").c_str());
+    return read_runs(q);
+  }
+  Statement q(db_, path_, (std::string("SELECT ") + kRunColumns + "WHERE sweep_id IS ?1 ORDER BY id").c_str());
+  q.bind_all(sweep_ref(sweep_id));
+  return read_runs(q);
+}
+
+std::vector<RunRow> ResultsDb::runs_of_point(const std::string& point_key, const std::string& status) const {
+  Statement q(db_, path_,
+              (std::string("SELECT ") + kRunColumns + "WHERE point_key = ?1 AND (?2 = '' OR status = ?2) ORDER BY id DESC")
+                  .c_str());
+  q.bind_all(point_key, status);
+  return read_runs(q);
+}
+
+void ResultsDb::put_summary(const SummaryRow& s) {
+  WriteTransaction tx(db_, path_);
+  results_detail::write_summary(db_, path_, s);
+  tx.commit();
+}
+
+std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
+  Statement q(db_, path_,
+              "SELECT run_id, tps_median, tps_p10, tps_p90, tflops, mfu, mem_peak_bytes, loss_final, compute_s, "
+              "comm_s, exposed_comm_s, idle_s FROM summaries WHERE run_id = ?1");
+  q.bind_all(run_id);
+  if (!q.step()) return std::nullopt;
+  SummaryRow s;
+  s.run_id = q.int64(0);
+  s.tps_median = q.opt_real(1);
+  s.tps_p10 = q.opt_real(2);
+  s.tps_p90 = q.opt_real(3);
+  s.tflops = q.opt_real(4);
+  s.mfu = q.opt_real(5);
+  s.mem_peak_bytes = q.opt_int64(6);
+  s.loss_final = q.opt_real(7);
+  s.compute_s = q.opt_real(8);
+  s.comm_s = q.opt_real(9);
+  s.exposed_comm_s = q.opt_real(10);
+  s.idle_s = q.opt_real(11);
+  return s;
+}
+
+std::vector<nlohmann::json> ResultsDb::steps(int64_t run_id) const {
+  static constexpr std::array<const char*, 10> kCols = {"rank",   "step", "loss",        "grad_norm",   "tps",
+                                                        "tflops", "mfu",  "step_time_s", "data_time_s", "mem_peak_bytes"};
+  Statement q(db_, path_,
+              "SELECT rank, step, loss, grad_norm, tps, tflops, mfu, step_time_s, data_time_s, mem_peak_bytes "
+              "FROM steps WHERE run_id = ?1 ORDER BY rank, step");
+  q.bind_all(run_id);
+  std::vector<nlohmann::json> out;
+  while (q.step()) {
+    nlohmann::json row = {{"run_id", run_id}};
+    for (int c = 0; c < static_cast<int>(kCols.size()); ++c) {
+      const bool integer = c < 2 || c == 9;
+      if (q.is_null(c)) {
+        row[kCols[c]] = nullptr;
+      } else if (integer) {
+        row[kCols[c]] = q.int64(c);
+      } else {
+        row[kCols[c]] = q.real(c);
+      }
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> ResultsDb::env(int64_t run_id) const {
+  Statement q(db_, path_, "SELECT key, value FROM env WHERE run_id = ?1 ORDER BY key");
+  q.bind_all(run_id);
+  std::vector<std::pair<std::string, std::string>> out;
+  while (q.step()) out.emplace_back(q.text(0), q.text(1));
+  return out;
+}
+
+std::vector<ArtifactRow> ResultsDb::artifacts(int64_t run_id) const {
+  Statement q(db_, path_, "SELECT kind, path FROM artifacts WHERE run_id = ?1 ORDER BY path");
+  q.bind_all(run_id);
+  std::vector<ArtifactRow> out;
+  while (q.step()) out.push_back({q.text(0), q.text(1)});
+  return out;
+}
+
+void ResultsDb::put_hardware(const std::string& host_fingerprint, const std::string& dtype, double peak_flops) {
+  write_one(db_, path_,
+            "INSERT INTO hardware(host_fingerprint, dtype, peak_flops) VALUES (?1, ?2, ?3) "
+            "ON CONFLICT(host_fingerprint, dtype) DO UPDATE SET peak_flops = excluded.peak_flops, "
+            "measured_at = strftime('%Y-%m-%dT%H:%M:%SZ', 'now')",
+            host_fingerprint, dtype, peak_flops);
+}
+
+std::optional<double> ResultsDb::hardware_peak(const std::string& host_fingerprint, const std::string& dtype) const {
+  Statement q(db_, path_, "SELECT peak_flops FROM hardware WHERE host_fingerprint = ?1 AND dtype = ?2");
+  q.bind_all(host_fingerprint, dtype);
+  if (!q.step()) return std::nullopt;
+  return q.real(0);
+}
+
+}  // namespace ctitan

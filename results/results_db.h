@@ -1,0 +1,132 @@
+// The results database: every sweep, run, step and summary ctitan measures,
+// in one SQLite file (the C API; no hand-written file format).
+//
+// Schema (docs/results.md documents it for users of the sqlite3 shell):
+//   schema_version(version)
+//   sweeps(id, name, spec_toml, created_at, ctitan_version, git_sha)
+//   runs(id, sweep_id, point_key, label, config_toml, config_hash, world_size,
+//        repeat, status, exit_code, error, run_dir, host, started_at, ended_at)
+//   steps(run_id, rank, step, loss, grad_norm, tps, tflops, mfu, step_time_s,
+//         data_time_s, mem_peak_bytes)
+//   summaries(run_id, tps_median, tps_p10, tps_p90, tflops, mfu,
+//             mem_peak_bytes, loss_final, compute_s, comm_s, exposed_comm_s, idle_s)
+//   env(run_id, key, value)
+//   hardware(host_fingerprint, dtype, peak_flops, measured_at)
+//   artifacts(run_id, kind, path)
+// status ∈ pending, running, ok, failed, timeout, oom, infeasible, cancelled.
+//
+// Every write is one transaction; the file is in WAL mode so readers (a
+// report, the sqlite3 shell) never block a running sweep. Opening an older
+// file migrates it forward inside a transaction; a file that is not a
+// ctitan database (or is newer than this ctitan) is an InputError naming
+// it, and nothing in it is changed. Prepared statements only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+struct sqlite3;
+
+namespace ctitan {
+
+struct SweepRow {
+  int64_t id = 0;
+  std::string name, spec_toml, created_at, ctitan_version, git_sha;
+};
+
+struct RunRow {
+  int64_t id = 0;
+  int64_t sweep_id = 0;          // 0: not part of a sweep
+  std::string point_key;         // stable hash of (resolved config, world size, ctitan version)
+  std::string label;             // the recipe's varying keys, e.g. "compile.enable=true float8=tensorwise"
+  std::string config_toml, config_hash;
+  int64_t world_size = 1, repeat = 0;
+  std::string status = "pending";
+  std::optional<int64_t> exit_code;
+  std::string error;             // one line: cause, or the last lines of stderr
+  std::string run_dir, host, started_at, ended_at;
+};
+
+struct SummaryRow {
+  int64_t run_id = 0;
+  std::optional<double> tps_median, tps_p10, tps_p90, tflops, mfu, loss_final;
+  std::optional<double> compute_s, comm_s, exposed_comm_s, idle_s;
+  std::optional<int64_t> mem_peak_bytes;
+};
+
+struct IngestReport {
+  int64_t steps = 0;            // step rows stored
+  int64_t artifacts = 0;        // artifact rows stored
+  bool partial = false;         // summary.json or metrics.jsonl missing/truncated
+  std::vector<std::string> notes;  // what was missing, one line each
+  std::string summary_status;   // summary.json's "status" ("ok", "interrupted"); empty without one
+};
+
+// A file or folder a run left behind. kind ∈ config, metrics, summary, env,
+// trace, comm_trace, memory_snapshot, checkpoint, log; path is absolute.
+struct ArtifactRow {
+  std::string kind, path;
+};
+
+// One connection to one file. Not thread-safe: give each thread (and each
+// process) its own ResultsDb; SQLite's file locks and the busy timeout
+// serialise their writes. SQLite failures other than bad input (disk full,
+// still locked after the busy timeout) throw std::runtime_error naming the file.
+class ResultsDb {
+ public:
+  static constexpr int kSchemaVersion = 1;
+  // How long a statement waits for another process's write to finish.
+  static constexpr int kBusyTimeoutMs = 10000;
+  // Opens (creating if absent) and migrates. InputError for a file that is
+  // not a ctitan results database or was written by a newer schema.
+  explicit ResultsDb(const std::string& path);
+  ~ResultsDb();
+  ResultsDb(const ResultsDb&) = delete;
+  ResultsDb& operator=(const ResultsDb&) = delete;
+
+  const std::string& path() const { return path_; }
+  int schema_version() const;
+
+  // Sweeps: the same name returns the existing id (a rerun resumes it) and
+  // keeps the first spec_toml.
+  int64_t upsert_sweep(const std::string& name, const std::string& spec_toml);
+  std::optional<SweepRow> sweep(const std::string& name) const;
+  std::vector<SweepRow> sweeps() const;
+
+  // Runs.
+  int64_t insert_run(const RunRow& r);       // returns the new id
+  void update_run(const RunRow& r);          // by id: status, exit code, error, times, run_dir, host
+  std::optional<RunRow> run(int64_t id) const;
+  std::vector<RunRow> runs(int64_t sweep_id = -1) const;  // -1: all; 0: runs of no sweep
+  // Runs of a point (any sweep) with this status, newest first.
+  std::vector<RunRow> runs_of_point(const std::string& point_key, const std::string& status = "") const;
+
+  // Reads a run directory (metrics.jsonl, summary.json, env.json, traces)
+  // into steps / summaries / env / artifacts for `run_id`, replacing what
+  // was stored for it before — one transaction. A partial directory (a
+  // crashed run) stores what it has and says so in the report. InputError
+  // when run_id is not in the database. The run row itself is not changed.
+  IngestReport ingest_run_dir(int64_t run_id, const std::string& run_dir);
+
+  // Replaces the summary of run_id (e.g. trace analysis filling compute_s).
+  void put_summary(const SummaryRow& s);
+  std::optional<SummaryRow> summary(int64_t run_id) const;
+  std::vector<nlohmann::json> steps(int64_t run_id) const;  // one object per row
+  std::vector<std::pair<std::string, std::string>> env(int64_t run_id) const;  // sorted by key
+  std::vector<ArtifactRow> artifacts(int64_t run_id) const;                  // sorted by path
+
+  // Measured peak FLOPs per host fingerprint and dtype.
+  void put_hardware(const std::string& host_fingerprint, const std::string& dtype, double peak_flops);
+  std::optional<double> hardware_peak(const std::string& host_fingerprint, const std::string& dtype) const;
+
+ private:
+  std::string path_;
+  sqlite3* db_ = nullptr;
+};
+
+}  // namespace ctitan

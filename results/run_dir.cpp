@@ -1,0 +1,238 @@
+// Run directory → rows. The trainer's file formats are in trainer/metrics.cpp
+// (metrics.jsonl lines, summary.json) and profiling/env_info.cpp (env.json);
+// only rank 0 writes them, so every step row has rank 0.
+//
+// A crashed run leaves what it had: a metrics.jsonl whose last line was cut
+// mid-write, no summary.json. Those are stored as far as they go and the
+// report says partial, with one note per missing piece.
+#include "results/run_dir.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "results/sqlite_stmt.h"
+#include "trainer/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace ctitan::results_detail {
+namespace {
+
+std::optional<double> number(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+std::optional<int64_t> integer(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->is_number_float() ? static_cast<int64_t>(it->get<double>()) : it->get<int64_t>();
+}
+
+void read_metrics(const fs::path& file, RunDirContents& c) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    c.report.partial = true;
+    c.report.notes.push_back("metrics.jsonl is missing: no step rows");
+    return;
+  }
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    const bool last = in.peek() == std::char_traits<char>::eof();
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !integer(j, "step")) {
+      c.report.partial = true;
+      c.report.notes.push_back("metrics.jsonl line " + std::to_string(line_no) +
+                               (last ? " is cut short (the run stopped mid-write): skipped"
+                                     : " is not a JSON object with a step: skipped"));
+      continue;
+    }
+    c.steps.push_back(std::move(j));
+  }
+}
+
+void read_summary(const fs::path& file, RunDirContents& c) {
+  std::ifstream in(file);
+  if (!in) {
+    c.report.partial = true;
+    c.report.notes.push_back("summary.json is missing: the run did not finish");
+    return;
+  }
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    c.report.partial = true;
+    c.report.notes.push_back("summary.json is not a JSON object: no summary row");
+    return;
+  }
+  SummaryRow s;
+  s.tps_median = number(j, "tps_median");
+  s.tps_p10 = number(j, "tps_p10");
+  s.tps_p90 = number(j, "tps_p90");
+  s.tflops = number(j, "tflops");
+  s.mfu = number(j, "mfu");
+  s.mem_peak_bytes = integer(j, "mem_peak_bytes");
+  s.loss_final = number(j, "loss_final");
+  s.compute_s = number(j, "compute_s");
+  s.comm_s = number(j, "comm_s");
+  s.exposed_comm_s = number(j, "exposed_comm_s");
+  s.idle_s = number(j, "idle_s");
+  c.summary = s;
+  if (auto it = j.find("status"); it != j.end() && it->is_string()) c.report.summary_status = it->get<std::string>();
+}
+
+void read_env(const fs::path& file, RunDirContents& c) {
+  std::ifstream in(file);
+  if (!in) {
+    c.report.notes.push_back("env.json is missing: no env rows");
+    return;
+  }
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    c.report.notes.push_back("env.json is not a JSON object: no env rows");
+    return;
+  }
+  flatten_json(j, "", c.env);
+}
+
+bool is_checkpoint_step(const fs::path& dir) {
+  return dir.filename().string().rfind("step-", 0) == 0 && fs::exists(dir / "metadata.json");
+}
+
+// The artifact kind of a file in the run directory, or "" to leave it out.
+std::string artifact_kind(const fs::path& rel) {
+  const std::string name = rel.filename().string();
+  const std::string parent = rel.parent_path().filename().string();
+  const std::string ext = rel.extension().string();
+  if (rel == "config.toml") return "config";
+  if (rel == "metrics.jsonl") return "metrics";
+  if (rel == "summary.json") return "summary";
+  if (rel == "env.json") return "env";
+  if (parent == "comm_traces" && ext == ".json") return "comm_trace";
+  if (parent == "memory_snapshot" || name.find("snapshot") != std::string::npos) return "memory_snapshot";
+  if (name.find("trace") != std::string::npos && (ext == ".json" || name.ends_with(".json.gz"))) return "trace";
+  if (ext == ".log" || ext == ".out" || ext == ".err") return "log";
+  return "";
+}
+
+void find_artifacts(const fs::path& root, RunDirContents& c) {
+  std::error_code ec;
+  fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const fs::path p = it->path();
+    if (it->is_directory()) {
+      // A checkpoint is one artifact (its folder); its shards are not listed,
+      // and a half-written .step-N.tmp is not a checkpoint.
+      const std::string name = p.filename().string();
+      if (is_checkpoint_step(p)) c.artifacts.push_back({"checkpoint", p.string()});
+      if (is_checkpoint_step(p) || name.rfind(".step-", 0) == 0) it.disable_recursion_pending();
+      continue;
+    }
+    const std::string kind = artifact_kind(p.lexically_relative(root));
+    if (!kind.empty()) c.artifacts.push_back({kind, p.string()});
+  }
+  std::sort(c.artifacts.begin(), c.artifacts.end(),
+            [](const ArtifactRow& a, const ArtifactRow& b) { return a.path < b.path; });
+}
+
+}  // namespace
+
+void flatten_json(const nlohmann::json& j, const std::string& prefix,
+                  std::vector<std::pair<std::string, std::optional<std::string>>>& out) {
+  if (j.is_object() && !(j.empty() && !prefix.empty())) {
+    for (auto it = j.begin(); it != j.end(); ++it)
+      flatten_json(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+  } else if (j.is_null()) {
+    out.emplace_back(prefix, std::nullopt);
+  } else {
+    out.emplace_back(prefix, j.is_string() ? j.get<std::string>() : j.dump());
+  }
+}
+
+RunDirContents read_run_dir(const std::string& run_dir) {
+  RunDirContents c;
+  const fs::path root = fs::absolute(run_dir).lexically_normal();
+  if (!fs::is_directory(root)) {
+    c.report.partial = true;
+    c.report.notes.push_back("run directory " + root.string() + " does not exist: nothing to ingest");
+    return c;
+  }
+  read_metrics(root / "metrics.jsonl", c);
+  read_summary(root / "summary.json", c);
+  read_env(root / "env.json", c);
+  find_artifacts(root, c);
+  return c;
+}
+
+void write_summary(sqlite3* db, const std::string& path, const SummaryRow& s) {
+  Statement q(db, path,
+              "INSERT OR REPLACE INTO summaries(run_id, tps_median, tps_p10, tps_p90, tflops, mfu, mem_peak_bytes, "
+              "loss_final, compute_s, comm_s, exposed_comm_s, idle_s) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
+  q.bind_all(s.run_id, s.tps_median, s.tps_p10, s.tps_p90, s.tflops, s.mfu, s.mem_peak_bytes, s.loss_final,
+             s.compute_s, s.comm_s, s.exposed_comm_s, s.idle_s);
+  q.run();
+}
+
+}  // namespace ctitan::results_detail
+
+namespace ctitan {
+
+using results_detail::Statement;
+
+IngestReport ResultsDb::ingest_run_dir(int64_t run_id, const std::string& run_dir) {
+  results_detail::RunDirContents c = results_detail::read_run_dir(run_dir);
+  results_detail::WriteTransaction tx(db_, path_);
+  {
+    Statement exists(db_, path_, "SELECT 1 FROM runs WHERE id = ?1");
+    exists.bind_all(run_id);
+    if (!exists.step()) throw InputError("run " + std::to_string(run_id) + " is not in " + path_ +
+                                         "; insert the run before ingesting its directory");
+  }
+  for (const char* sql : {"DELETE FROM steps WHERE run_id = ?1", "DELETE FROM summaries WHERE run_id = ?1",
+                          "DELETE FROM env WHERE run_id = ?1", "DELETE FROM artifacts WHERE run_id = ?1"}) {
+    Statement del(db_, path_, sql);
+    del.bind_all(run_id).run();
+  }
+
+  // A resumed run appends to metrics.jsonl, repeating steps after its
+  // checkpoint: the later line (the run that went on) replaces the earlier.
+  Statement step(db_, path_,
+                 "INSERT OR REPLACE INTO steps(run_id, rank, step, loss, grad_norm, tps, tflops, mfu, step_time_s, "
+                 "data_time_s, mem_peak_bytes) VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+  for (const nlohmann::json& j : c.steps) {
+    step.bind_all(run_id, *results_detail::integer(j, "step"), results_detail::number(j, "loss"),
+                  results_detail::number(j, "grad_norm"), results_detail::number(j, "tps"),
+                  results_detail::number(j, "tflops"), results_detail::number(j, "mfu"),
+                  results_detail::number(j, "step_time_s"), results_detail::number(j, "data_time_s"),
+                  results_detail::integer(j, "mem_peak_bytes"));
+    step.run();
+    step.reset();
+  }
+  if (c.summary) {
+    c.summary->run_id = run_id;
+    results_detail::write_summary(db_, path_, *c.summary);
+  }
+  Statement env(db_, path_, "INSERT OR REPLACE INTO env(run_id, key, value) VALUES (?1, ?2, ?3)");
+  for (const auto& [key, value] : c.env) {
+    env.bind_all(run_id, key, value).run();
+    env.reset();
+  }
+  Statement art(db_, path_, "INSERT OR REPLACE INTO artifacts(run_id, kind, path) VALUES (?1, ?2, ?3)");
+  for (const ArtifactRow& a : c.artifacts) {
+    art.bind_all(run_id, a.kind, a.path).run();
+    art.reset();
+  }
+  Statement count(db_, path_, "SELECT count(*) FROM steps WHERE run_id = ?1");
+  count.bind_all(run_id).step();
+  c.report.steps = count.int64(0);
+  c.report.artifacts = static_cast<int64_t>(c.artifacts.size());
+  tx.commit();
+  return c.report;
+}
+
+}  // namespace ctitan

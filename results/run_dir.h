@@ -1,0 +1,38 @@
+// Reading a run directory (what `ctitan train` writes: metrics.jsonl,
+// summary.json, env.json, traces, checkpoints) into rows, and writing those
+// rows. Reading happens before the write transaction, so the database lock
+// is held only while rows are written.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "results/results_db.h"
+
+namespace ctitan::results_detail {
+
+struct RunDirContents {
+  std::vector<nlohmann::json> steps;  // metrics.jsonl lines that parsed, in file order
+  std::optional<SummaryRow> summary;
+  std::vector<std::pair<std::string, std::optional<std::string>>> env;  // dotted keys
+  std::vector<ArtifactRow> artifacts;
+  IngestReport report;  // partial, notes, summary_status (counts are set when written)
+};
+
+RunDirContents read_run_dir(const std::string& run_dir);
+
+// Nested objects become dotted keys ({"a": {"b": 1}} → "a.b" = "1"); strings
+// are stored as they are, other values as their JSON text, null as NULL.
+void flatten_json(const nlohmann::json& j, const std::string& prefix,
+                  std::vector<std::pair<std::string, std::optional<std::string>>>& out);
+
+// INSERT OR REPLACE of one summaries row (inside the caller's transaction).
+void write_summary(sqlite3* db, const std::string& path, const SummaryRow& s);
+
+}  // namespace ctitan::results_detail

@@ -1,0 +1,201 @@
+// Opening a results database: recognise the file, then migrate it forward.
+//
+// Nothing is written to a file before it is recognised as an empty database
+// or a ctitan one this build can read: the checks below only read, so a
+// wrong --db (a TOML file, someone else's SQLite file, a database from a
+// newer ctitan) is left byte-identical.
+//
+// Migrations: kMigrations[i] takes the schema from version i-1 to version i
+// (an empty file is "version -1"). Version 0 is DESIGN.md's starting shape;
+// version 1 adds runs.label. All steps a file needs run in one transaction
+// together with the new schema_version, so a crash mid-way leaves the old
+// version intact. A new column or table is a new step appended here;
+// existing steps never change, because files out there were made by them.
+#include "results/schema.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "results/results_db.h"
+#include "results/sqlite_stmt.h"
+#include "trainer/errors.h"
+
+namespace ctitan::results_detail {
+namespace {
+
+struct Migration {
+  int to_version;
+  const char* sql;
+};
+
+constexpr Migration kMigrations[] = {
+    {0, R"sql(
+CREATE TABLE schema_version(version INTEGER NOT NULL);
+CREATE TABLE sweeps(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  spec_toml TEXT NOT NULL DEFAULT '',
+  created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+  ctitan_version TEXT NOT NULL DEFAULT '',
+  git_sha TEXT NOT NULL DEFAULT '');
+CREATE TABLE runs(
+  id INTEGER PRIMARY KEY,
+  sweep_id INTEGER REFERENCES sweeps(id) ON DELETE CASCADE,
+  point_key TEXT NOT NULL DEFAULT '',
+  config_toml TEXT NOT NULL DEFAULT '',
+  config_hash TEXT NOT NULL DEFAULT '',
+  world_size INTEGER NOT NULL DEFAULT 1,
+  repeat INTEGER NOT NULL DEFAULT 0,
+  status TEXT NOT NULL DEFAULT 'pending',
+  exit_code INTEGER,
+  error TEXT NOT NULL DEFAULT '',
+  run_dir TEXT NOT NULL DEFAULT '',
+  host TEXT NOT NULL DEFAULT '',
+  started_at TEXT NOT NULL DEFAULT '',
+  ended_at TEXT NOT NULL DEFAULT '');
+CREATE INDEX runs_by_sweep ON runs(sweep_id);
+CREATE INDEX runs_by_point ON runs(point_key, status);
+CREATE TABLE steps(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  rank INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  loss REAL, grad_norm REAL, tps REAL, tflops REAL, mfu REAL,
+  step_time_s REAL, data_time_s REAL, mem_peak_bytes INTEGER,
+  PRIMARY KEY(run_id, rank, step));
+CREATE TABLE summaries(
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+  tps_median REAL, tps_p10 REAL, tps_p90 REAL, tflops REAL, mfu REAL,
+  mem_peak_bytes INTEGER, loss_final REAL,
+  compute_s REAL, comm_s REAL, exposed_comm_s REAL, idle_s REAL);
+CREATE TABLE env(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  key TEXT NOT NULL,
+  value TEXT,
+  PRIMARY KEY(run_id, key));
+CREATE TABLE hardware(
+  host_fingerprint TEXT NOT NULL,
+  dtype TEXT NOT NULL,
+  peak_flops REAL NOT NULL,
+  measured_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+  PRIMARY KEY(host_fingerprint, dtype));
+CREATE TABLE artifacts(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  kind TEXT NOT NULL,
+  path TEXT NOT NULL,
+  PRIMARY KEY(run_id, path));
+)sql"},
+    {1, "ALTER TABLE runs ADD COLUMN label TEXT NOT NULL DEFAULT '';"},
+};
+static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
+
+constexpr int kEmpty = -1;  // a file with no tables at all
+
+// Reads what the file is, writing nothing. Returns its schema version, or
+// kEmpty; throws InputError for anything ctitan must not touch.
+int recognise(sqlite3* db, const std::string& path) {
+  const std::string what_to_do = "pass a results database written by ctitan, or a new file name";
+  std::vector<std::string> tables;
+  try {
+    Statement q(db, path, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
+    while (q.step()) tables.push_back(q.text(0));
+  } catch (const std::runtime_error&) {
+    const int code = sqlite3_errcode(db);
+    if (code == SQLITE_NOTADB)
+      throw InputError(path + " is not an SQLite database (so not a ctitan results database); " + what_to_do);
+    if (code == SQLITE_CORRUPT)
+      throw InputError(path + " is a damaged SQLite database (" + sqlite3_errmsg(db) +
+                       "); restore it from a copy or pass a new file name");
+    throw;
+  }
+  if (tables.empty()) return kEmpty;
+  if (std::find(tables.begin(), tables.end(), "schema_version") == tables.end()) {
+    std::string names;
+    for (size_t i = 0; i < tables.size() && i < 4; ++i) names += (i ? ", " : "") + tables[i];
+    if (tables.size() > 4) names += ", ...";
+    throw InputError(path + " is an SQLite database but not a ctitan results database (tables: " + names + "); " +
+                     what_to_do);
+  }
+  Statement v(db, path, "SELECT max(version) FROM schema_version");
+  if (!v.step() || v.is_null(0))
+    throw InputError(path + " has an empty schema_version table, so its layout is unknown; " + what_to_do);
+  const int64_t version = v.int64(0);
+  if (version > ResultsDb::kSchemaVersion)
+    throw InputError(path + " was written by a newer ctitan (results schema v" + std::to_string(version) +
+                     ", this ctitan reads up to v" + std::to_string(ResultsDb::kSchemaVersion) +
+                     "); open it with that ctitan or pass a new file name");
+  return static_cast<int>(version);
+}
+
+// WAL lets readers (a report, the sqlite3 shell) run beside a writing sweep.
+// Setting it writes the header, so it comes only after recognise(). Two
+// processes opening a new file at once both try the switch; SQLite answers
+// the loser SQLITE_BUSY at once (its busy handler cannot help a lock
+// upgrade), so retry until the other one has done it.
+void use_wal(sqlite3* db, const std::string& path) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ResultsDb::kBusyTimeoutMs);
+  for (;;) {
+    int rc = SQLITE_OK;
+    // `mode` is finalised before the switch: an open statement would make it fail.
+    try {
+      Statement mode(db, path, "PRAGMA journal_mode");
+      if (mode.step() && mode.text(0) == "wal") return;
+    } catch (const std::runtime_error&) {
+      rc = sqlite3_errcode(db);
+      if (rc != SQLITE_BUSY && rc != SQLITE_LOCKED) throw;
+    }
+    if (rc == SQLITE_OK) rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return;
+    if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || Clock::now() > deadline)
+      throw_sqlite(db, path, "switching to WAL mode");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
+
+sqlite3* open_and_migrate(const std::string& path) {
+  if (std::filesystem::is_directory(path))
+    throw InputError(path + " is a directory; pass a results database file (e.g. results.db)");
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+    const std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    throw InputError("cannot open results database " + path + ": " + msg + "; check the path and its permissions");
+  }
+  try {
+    sqlite3_busy_timeout(db, ResultsDb::kBusyTimeoutMs);
+    exec(db, path, "PRAGMA foreign_keys=ON");
+    const int found = recognise(db, path);
+    use_wal(db, path);
+    if (found < ResultsDb::kSchemaVersion) {
+      WriteTransaction tx(db, path);
+      // Again under the write lock: another process may have migrated meanwhile.
+      const int from = recognise(db, path);
+      for (const Migration& m : kMigrations)
+        if (m.to_version > from) exec(db, path, m.sql);
+      if (from < ResultsDb::kSchemaVersion) {
+        exec(db, path, "DELETE FROM schema_version");
+        Statement set(db, path, "INSERT INTO schema_version(version) VALUES (?1)");
+        set.bind_all(ResultsDb::kSchemaVersion).run();
+      }
+      tx.commit();
+    }
+  } catch (...) {
+    sqlite3_close(db);
+    throw;
+  }
+  return db;
+}
+
+int read_schema_version(sqlite3* db, const std::string& path) {
+  Statement v(db, path, "SELECT max(version) FROM schema_version");
+  return v.step() ? static_cast<int>(v.int64(0)) : kEmpty;
+}
+
+}  // namespace ctitan::results_detail

@@ -1,0 +1,209 @@
+// `ctitan report` on a real sweep (tiny model, stacked rows at world sizes 1
+// and 2), and the HTML report rendered by headless Chromium.
+//
+// Is the screenshot "not blank"? The PNG is decoded here (zlib is loaded
+// with dlopen, so the test needs no extra link dependency; the PNG filters
+// are undone by hand) and its pixels counted: a page of tables and charts
+// has hundreds of distinct colours (anti-aliased text, the palette) and a
+// few percent non-white pixels; a blank page has one colour. Comparing
+// file sizes would be weaker: a blank 1200x2000 screenshot is already
+// ~11 KB and a page with one heading only ~13 KB. The same check is run on
+// a blank page to show it discriminates.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unordered_set>
+
+#include "tests/integration/process.h"
+
+namespace fs = std::filesystem;
+using ctitan::testing::expect_one_line_exit2;
+using ctitan::testing::fresh_dir;
+using ctitan::testing::run_ctitan;
+using ctitan::testing::source_dir;
+
+namespace {
+
+struct PixelCensus {
+  int width = 0, height = 0;
+  size_t distinct_colors = 0;
+  double non_white_fraction = 0;
+};
+
+uint32_t be32(const unsigned char* p) {
+  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3];
+}
+
+// Minimal PNG reader for Chromium's screenshots: 8-bit RGB or RGBA, not
+// interlaced. Fails the test (and returns an empty census) otherwise.
+PixelCensus census(const fs::path& png) {
+  PixelCensus c;
+  std::ifstream in(png, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  if (bytes.size() < 33 || bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) {
+    ADD_FAILURE() << png << " is not a PNG";
+    return c;
+  }
+  std::string idat;
+  int depth = 0, color_type = 0, interlace = 0;
+  for (size_t at = 8; at + 12 <= bytes.size();) {
+    const uint32_t len = be32(b + at);
+    const std::string type = bytes.substr(at + 4, 4);
+    const unsigned char* data = b + at + 8;
+    if (type == "IHDR") {
+      c.width = static_cast<int>(be32(data));
+      c.height = static_cast<int>(be32(data + 4));
+      depth = data[8], color_type = data[9], interlace = data[12];
+    } else if (type == "IDAT") {
+      idat.append(reinterpret_cast<const char*>(data), len);
+    }
+    at += 12 + len;
+  }
+  if (depth != 8 || (color_type != 2 && color_type != 6) || interlace != 0) {
+    ADD_FAILURE() << "unexpected PNG format: depth " << depth << ", colour type " << color_type;
+    return c;
+  }
+  using Uncompress = int (*)(unsigned char*, unsigned long*, const unsigned char*, unsigned long);
+  void* zlib = dlopen("libz.so.1", RTLD_NOW);
+  if (!zlib) {
+    ADD_FAILURE() << "libz.so.1 not found: " << dlerror();
+    return c;
+  }
+  const auto uncompress = reinterpret_cast<Uncompress>(dlsym(zlib, "uncompress"));
+  const size_t bpp = color_type == 6 ? 4 : 3, stride = bpp * static_cast<size_t>(c.width);
+  std::vector<unsigned char> raw((stride + 1) * static_cast<size_t>(c.height));
+  unsigned long raw_len = raw.size();
+  const int rc = uncompress(raw.data(), &raw_len, reinterpret_cast<const unsigned char*>(idat.data()), idat.size());
+  dlclose(zlib);
+  if (rc != 0 || raw_len != raw.size()) {
+    ADD_FAILURE() << "inflate failed (" << rc << ")";
+    return c;
+  }
+  // Undo the per-row filters (PNG spec, section 9): None, Sub, Up, Average, Paeth.
+  std::vector<unsigned char> prev(stride, 0), row(stride);
+  std::unordered_set<uint32_t> colors;
+  size_t non_white = 0;
+  for (int y = 0; y < c.height; ++y) {
+    const unsigned char* src = raw.data() + static_cast<size_t>(y) * (stride + 1);
+    const int filter = src[0];
+    for (size_t i = 0; i < stride; ++i) {
+      const int a = i >= bpp ? row[i - bpp] : 0, up = prev[i], ul = i >= bpp ? prev[i - bpp] : 0;
+      int pred = 0;
+      if (filter == 1) pred = a;
+      if (filter == 2) pred = up;
+      if (filter == 3) pred = (a + up) / 2;
+      if (filter == 4) {
+        const int p = a + up - ul, pa = std::abs(p - a), pb = std::abs(p - up), pc = std::abs(p - ul);
+        pred = pa <= pb && pa <= pc ? a : pb <= pc ? up : ul;
+      }
+      row[i] = static_cast<unsigned char>(src[1 + i] + pred);
+    }
+    for (size_t x = 0; x < stride; x += bpp) {
+      const uint32_t rgb = (uint32_t(row[x]) << 16) | (uint32_t(row[x + 1]) << 8) | row[x + 2];
+      colors.insert(rgb);
+      non_white += rgb != 0xFFFFFF;
+    }
+    std::swap(prev, row);
+  }
+  c.distinct_colors = colors.size();
+  c.non_white_fraction = static_cast<double>(non_white) / (static_cast<double>(c.width) * c.height);
+  return c;
+}
+
+std::string chromium() {
+  for (const char* name : {"chromium", "chromium-browser", "google-chrome"}) {
+    const std::string probe = std::string("command -v ") + name + " >/dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) return name;
+  }
+  return "";
+}
+
+// Headless screenshot of `page` at 1200x2000; true when the PNG was written.
+bool screenshot(const std::string& browser, const fs::path& page, const fs::path& png, const fs::path& profile) {
+  const std::string cmd =
+      "timeout 120 " + browser +
+      " --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir=" + profile.string() +
+      " --screenshot=" + png.string() + " --window-size=1200,2000 file://" + fs::absolute(page).string() + " >" +
+      (png.string() + ".log") + " 2>&1";
+  return std::system(cmd.c_str()) == 0 && fs::exists(png);
+}
+
+// A stacked sweep over the tiny model: FSDP, +compile, +Float8 at 1 and 2 ranks.
+fs::path stacked_sweep(const fs::path& dir) {
+  const fs::path spec = dir / "stacked.toml";
+  std::ofstream(spec) << "[sweep]\nname = \"stacked\"\nbase = \""
+                      << (fs::absolute(source_dir()) / "recipes/llama3_debugmodel_markov.toml").string() << "\"\n"
+                      << "world_sizes = [1, 2]\nrepeats = 1\ntimeout_s = 120\nwarmup_steps = 2\nmeasure_steps = 6\n"
+                      << "[overrides]\nmodel.flavor = \"tiny\"\ntraining.seq_len = 32\ntraining.local_batch_size = 4\n"
+                      << "metrics.log_freq = 1\nmetrics.peak_tflops = 1\n"
+                      << "[[stack]]\nname = \"FSDP\"\nparallelism.data_parallel_shard_degree = -1\n"
+                      << "[[stack]]\nname = \"+compile\"\ncompile.enable = true\n"
+                      << "[[stack]]\nname = \"+Float8\"\nmodel.converters = [\"quantize.linear.float8\"]\n";
+  const fs::path db = dir / "r.db";
+  setenv("OMP_NUM_THREADS", "1", 1);  // two ranks on two cores: no oversubscribed spinning threads
+  const auto r = run_ctitan({"sweep", spec.string(), "--db", db.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  return db;
+}
+
+TEST(Report, RealSweepToMarkdownCsvJsonAndHtmlThatChromiumRenders) {
+  const fs::path dir = fresh_dir("report");
+  const fs::path db = stacked_sweep(dir);
+
+  const auto md = run_ctitan({"report", "--db", db.string(), "--sweep", "stacked"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_NE(md.out.find("| # | stack | ws |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("Stacked optimizations \u2014 world size 2"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| 3 | +Float8 |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("Scaling"), std::string::npos);
+  EXPECT_NE(md.out.find("| 1: FSDP | 1 |"), std::string::npos);
+
+  for (const char* ext : {"csv", "json"}) {
+    const fs::path out = dir / (std::string("report.") + ext);
+    const auto r = run_ctitan({"report", "--db", db.string(), "--out", out.string()});  // format from the extension
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("6 points"), std::string::npos) << r.out;
+  }
+  const nlohmann::json j = ctitan::testing::read_json(dir / "report.json");
+  ASSERT_EQ(j["sections"][0]["points"].size(), 6u);
+  for (const auto& p : j["sections"][0]["points"]) {
+    EXPECT_EQ(p["status"], "ok") << p.dump();
+    EXPECT_GT(p["tps"]["median"].get<double>(), 0);
+  }
+
+  const fs::path html = dir / "report.html";
+  ASSERT_EQ(run_ctitan({"report", "--db", db.string(), "--format", "html", "--out", html.string()}).exit_code, 0);
+
+  const std::string browser = chromium();
+  if (browser.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/bootstrap.sh installs Debian's chromium)";
+  const fs::path blank = dir / "blank.html";
+  std::ofstream(blank) << "<!DOCTYPE html><html><body></body></html>";
+  ASSERT_TRUE(screenshot(browser, html, dir / "report.png", dir / "profile"));
+  ASSERT_TRUE(screenshot(browser, blank, dir / "blank.png", dir / "profile"));
+
+  const PixelCensus page = census(dir / "report.png");
+  EXPECT_EQ(page.width, 1200);
+  EXPECT_EQ(page.height, 2000);
+  EXPECT_GT(page.distinct_colors, 64u);
+  EXPECT_GT(page.non_white_fraction, 0.02);
+  const PixelCensus empty = census(dir / "blank.png");
+  EXPECT_LE(empty.distinct_colors, 2u);
+  EXPECT_LT(empty.non_white_fraction, 0.001);
+}
+
+TEST(Report, BadInputIsOneLineAndExitTwo) {
+  const fs::path dir = fresh_dir("report_bad");
+  expect_one_line_exit2(run_ctitan({"report", "--db", (dir / "missing.db").string()}), "does not exist");
+  EXPECT_FALSE(fs::exists(dir / "missing.db"));
+  expect_one_line_exit2(run_ctitan({"report"}), "needs --db");
+  expect_one_line_exit2(run_ctitan({"report", "--db", (dir / "x.db").string(), "--format", "pdf"}), "pdf");
+  expect_one_line_exit2(run_ctitan({"report", "--bogus"}), "unknown report argument '--bogus'");
+  std::ofstream(dir / "notes.txt") << "not a database";
+  expect_one_line_exit2(run_ctitan({"report", "--db", (dir / "notes.txt").string()}), "notes.txt");
+}
+
+}  // namespace

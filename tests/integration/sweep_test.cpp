@@ -1,0 +1,308 @@
+// `ctitan sweep` end to end with the real binary: runs into a database and
+// resumes, interleaved repeats, infeasible points recorded with reasons,
+// results shared between sweeps, a killed or interrupted sweep continued, a
+// run made to hang timed out, two sweeps on one database, and bad input →
+// one line, exit 2, database untouched. Runs use the `tiny` flavor and a
+// few steps, so each takes about a second.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "results/results_db.h"
+#include "tests/integration/process.h"
+
+namespace fs = std::filesystem;
+using ctitan::ResultsDb;
+using ctitan::RunRow;
+using ctitan::testing::expect_one_line_exit2;
+using ctitan::testing::fresh_dir;
+using ctitan::testing::run_ctitan;
+using ctitan::testing::source_dir;
+
+namespace {
+
+// A spec over the tiny model: `grid` and `sweep_extra` fill in the rest.
+fs::path write_spec(const fs::path& dir, const std::string& name, const std::string& grid,
+                    const std::string& sweep_extra = "world_sizes = [1]\n", int steps = 2) {
+  const fs::path p = dir / (name + ".toml");
+  std::ofstream(p) << "[sweep]\nname = \"" << name << "\"\nbase = \""
+                   << (fs::absolute(source_dir()) / "recipes/llama3_debugmodel_markov.toml").string() << "\"\n"
+                   << (sweep_extra.find("timeout_s") == std::string::npos ? "timeout_s = 120\n" : "")
+                   << "warmup_steps = 1\nmeasure_steps = " << steps - 1 << "\n"
+                   << sweep_extra << "[overrides]\nmodel.flavor = \"tiny\"\ntraining.seq_len = 32\n"
+                   << "training.local_batch_size = 2\nmetrics.log_freq = 1\nmetrics.peak_tflops = 1\n"
+                   << grid;
+  return p;
+}
+
+std::vector<RunRow> runs(const fs::path& db) {
+  ResultsDb r(db.string());
+  return r.runs();
+}
+
+std::map<std::string, int> status_counts(const std::vector<RunRow>& rows) {
+  std::map<std::string, int> m;
+  for (const auto& r : rows) ++m[r.status];
+  return m;
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// "run <key>" lines of the plain (non-terminal) log, in order.
+std::vector<std::string> started_keys(const std::string& out) {
+  std::vector<std::string> keys;
+  const std::regex re(R"(\] run  ([0-9a-f]{16}) )");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) keys.push_back((*it)[1]);
+  return keys;
+}
+
+bool integrity_ok(const fs::path& db) {
+  sqlite3* h = nullptr;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return false;
+  sqlite3_stmt* st = nullptr;
+  bool ok = sqlite3_prepare_v2(h, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW &&
+            std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) == "ok";
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  return ok;
+}
+
+const std::string kComputeGrid = "[grid]\ncompile.enable = [false, true]\n";
+
+TEST(Sweep, RunsEveryPointRecordsInfeasibleOnesAndASecondRunRunsNothing) {
+  auto dir = fresh_dir("sweep_basic");
+  // World size 1 and 2 x replicate 1 and 2: replicate 2 cannot fit one rank.
+  auto spec = write_spec(dir, "basic", "[grid]\nparallelism.data_parallel_replicate_degree = [1, 2]\n",
+                         "world_sizes = [1, 2]\n");
+  const fs::path db = dir / "r.db";
+  auto dry = run_ctitan({"sweep", spec.string(), "--db", db.string(), "--dry-run"});
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("4 points at world sizes 1, 2: 3 to run x 1 repeat, 1 infeasible"), std::string::npos)
+      << dry.out;
+  EXPECT_NE(dry.out.find("why: parallelism degrees dp_replicate 2"), std::string::npos) << dry.out;
+  EXPECT_FALSE(fs::exists(db)) << "--dry-run must not create the database";
+
+  auto first = run_ctitan({"sweep", spec.string(), "--db", db.string()});
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  auto rows = runs(db);
+  EXPECT_EQ(status_counts(rows), (std::map<std::string, int>{{"ok", 3}, {"infeasible", 1}}));
+  ResultsDb r(db.string());
+  for (const RunRow& row : rows) {
+    if (row.status == "infeasible") {
+      EXPECT_NE(row.error.find("do not divide the world size 1"), std::string::npos) << row.error;
+      continue;
+    }
+    EXPECT_EQ(fs::path(row.run_dir).filename().string(), row.point_key + "-r0");
+    EXPECT_EQ(fs::path(row.run_dir).parent_path(), fs::absolute(dir / "r.db.runs" / "basic"));
+    for (const char* f : {"summary.json", "metrics.jsonl", "point.toml", "stdout.log", "stderr.log"})
+      EXPECT_TRUE(fs::exists(fs::path(row.run_dir) / f)) << f;
+    auto s = r.summary(row.id);
+    ASSERT_TRUE(s && s->tps_median) << "run " << row.id << " was not ingested";
+    EXPECT_GT(*s->tps_median, 0);
+    EXPECT_EQ(row.exit_code, 0);
+  }
+  EXPECT_EQ(r.sweeps().size(), 1u);
+
+  auto second = run_ctitan({"sweep", spec.string(), "--db", db.string()});
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  EXPECT_NE(second.out.find("ran 0 of 3 runs"), std::string::npos) << second.out;
+  EXPECT_EQ(runs(db).size(), rows.size());
+}
+
+// The shipped debug sweep plans as docs/sweeps.md says (it runs in about two
+// minutes on two cores: too long for this suite, run by hand).
+TEST(Sweep, ShippedDebugSweepPlans) {
+  auto r = run_ctitan({"sweep", (fs::path(source_dir()) / "recipes/sweeps/debug.toml").string(), "--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("64 points at world sizes 1, 2: 48 to run x 1 repeat, 16 infeasible"), std::string::npos)
+      << r.out;
+  size_t why = 0;
+  for (size_t at = r.out.find("why: parallelism degrees dp_replicate 2"); at != std::string::npos;
+       at = r.out.find("why: parallelism degrees dp_replicate 2", at + 1))
+    ++why;
+  EXPECT_EQ(why, 16u);
+}
+
+TEST(Sweep, RepeatsAreInterleaved) {
+  auto dir = fresh_dir("sweep_repeats");
+  auto spec = write_spec(dir, "rep", kComputeGrid, "world_sizes = [1]\nrepeats = 2\n");
+  auto r = run_ctitan({"sweep", spec.string(), "--db", (dir / "r.db").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto keys = started_keys(r.out);
+  ASSERT_EQ(keys.size(), 4u) << r.out;
+  EXPECT_NE(keys[0], keys[1]);  // A B A B, not A A B B
+  EXPECT_EQ(keys[0], keys[2]);
+  EXPECT_EQ(keys[1], keys[3]);
+  std::set<std::pair<std::string, int64_t>> seen;
+  for (const auto& row : runs(dir / "r.db")) seen.insert({row.point_key, row.repeat});
+  EXPECT_EQ(seen.size(), 4u);
+}
+
+TEST(Sweep, TwoSweepsSharingAPointShareItsResult) {
+  auto dir = fresh_dir("sweep_share");
+  const fs::path db = dir / "r.db";
+  auto a = run_ctitan({"sweep", write_spec(dir, "a", kComputeGrid).string(), "--db", db.string()});
+  ASSERT_EQ(a.exit_code, 0) << a.out << a.err;
+  // Sweep b has compile.enable=true in common with a (same resolved config), and one new point.
+  auto b = run_ctitan({"sweep", write_spec(dir, "b", "[grid]\ncompile.enable = [true]\ntraining.local_batch_size = [2, 1]\n").string(),
+                       "--db", db.string()});
+  ASSERT_EQ(b.exit_code, 0) << b.out << b.err;
+  EXPECT_NE(b.out.find("ran 1 of 2 runs"), std::string::npos) << b.out;
+  int shared = 0;
+  for (const auto& row : runs(db))
+    if (row.error.rfind("shared:", 0) == 0) {
+      ++shared;
+      EXPECT_EQ(row.status, "ok");
+    }
+  EXPECT_EQ(shared, 1);
+}
+
+// SIGKILL the sweep while its second run is under way: the run dies with it
+// (PR_SET_PDEATHSIG), its row stays "running"; the rerun marks it cancelled,
+// runs it again and finishes the rest.
+TEST(Sweep, ResumesAfterTheSweepIsKilledMidRun) {
+  auto dir = fresh_dir("sweep_kill");
+  const fs::path db = dir / "r.db";
+  auto spec = write_spec(dir, "kill", "[grid]\ntraining.local_batch_size = [1, 2, 4]\n", "world_sizes = [2]\n", 6);
+  int runs_started = 0;
+  auto killed = run_ctitan({"sweep", spec.string(), "--db", db.string()}, [&](const std::string& line, pid_t pid) {
+    if (line.find("] run  ") != std::string::npos && ++runs_started == 2) {
+      usleep(300000);  // the line is printed once the run's row is in; the run takes over a second
+      kill(pid, SIGKILL);
+    }
+  });
+  EXPECT_EQ(killed.exit_code, 128 + SIGKILL);
+  auto rows = runs(db);
+  EXPECT_EQ(status_counts(rows), (std::map<std::string, int>{{"ok", 1}, {"running", 1}}));
+
+  auto again = run_ctitan({"sweep", spec.string(), "--db", db.string()});
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_NE(again.out.find("ran 2 of 3 runs"), std::string::npos) << again.out;
+  rows = runs(db);
+  EXPECT_EQ(status_counts(rows), (std::map<std::string, int>{{"ok", 3}, {"cancelled", 1}}));
+  EXPECT_TRUE(integrity_ok(db));
+}
+
+// Ctrl-C: the current run is stopped and marked cancelled, exit 130; the
+// rerun continues with it.
+TEST(Sweep, InterruptMarksTheRunCancelledAndTheRerunContinues) {
+  auto dir = fresh_dir("sweep_sigint");
+  const fs::path db = dir / "r.db";
+  auto spec = write_spec(dir, "int", "[grid]\ntraining.local_batch_size = [1, 2]\n", "world_sizes = [1]\n", 200000);
+  auto stopped = run_ctitan({"sweep", spec.string(), "--db", db.string()}, [&](const std::string& line, pid_t pid) {
+    if (line.find("] run  ") != std::string::npos) {
+      usleep(1500000);  // into the training loop
+      kill(pid, SIGINT);
+    }
+  });
+  EXPECT_EQ(stopped.exit_code, 130) << stopped.out << stopped.err;
+  EXPECT_NE(stopped.out.find("run the same command again to continue"), std::string::npos) << stopped.out;
+  auto rows = runs(db);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].status, "cancelled");
+  EXPECT_TRUE(integrity_ok(db));
+  // The trainer finished its step and said so before exiting.
+  EXPECT_EQ(ctitan::testing::read_json(fs::path(rows[0].run_dir) / "summary.json")["status"], "interrupted");
+  // The rerun starts with the cancelled point (stopped again at once here:
+  // the point is an endless run).
+  std::string first_key;
+  auto again = run_ctitan({"sweep", spec.string(), "--db", db.string()}, [&](const std::string& line, pid_t pid) {
+    if (line.find("] run  ") != std::string::npos && first_key.empty()) {
+      first_key = started_keys(line + "\n").at(0);
+      kill(pid, SIGINT);
+    }
+  });
+  EXPECT_EQ(again.exit_code, 130) << again.out << again.err;
+  EXPECT_EQ(first_key, rows[0].point_key);
+  EXPECT_EQ(status_counts(runs(db)), (std::map<std::string, int>{{"cancelled", 2}}));
+}
+
+// A run made to hang (an endless run, timeout_s = 2) is stopped and recorded
+// as timeout; it is not retried without --retry-failed.
+TEST(Sweep, TimeoutIsClassifiedAndRetriedOnlyWhenAsked) {
+  auto dir = fresh_dir("sweep_timeout");
+  const fs::path db = dir / "r.db";
+  auto spec = write_spec(dir, "hang", "[grid]\ntraining.local_batch_size = [2]\n",
+                         "world_sizes = [2]\ntimeout_s = 2\n", 1000000);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_ctitan({"sweep", spec.string(), "--db", db.string()});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_LT(took, 20);
+  auto rows = runs(db);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].status, "timeout");
+  EXPECT_NE(rows[0].error.find("timed out after"), std::string::npos) << rows[0].error;
+  EXPECT_NE(rows[0].error.find("ctitan launch: received SIGTERM"), std::string::npos)
+      << "the last lines of stderr: " << rows[0].error;
+
+  auto skip = run_ctitan({"sweep", spec.string(), "--db", db.string()});
+  EXPECT_EQ(skip.exit_code, 3);
+  EXPECT_NE(skip.out.find("ran 0 of 1 runs"), std::string::npos) << skip.out;
+  auto retry = run_ctitan({"sweep", spec.string(), "--db", db.string(), "--retry-failed"});
+  EXPECT_EQ(retry.exit_code, 3);
+  EXPECT_NE(retry.out.find("ran 1 of 1 runs"), std::string::npos) << retry.out;
+  EXPECT_EQ(status_counts(runs(db)), (std::map<std::string, int>{{"timeout", 2}}));
+}
+
+// Two sweeps on one database at once: no corruption, and every (point,
+// repeat) is run exactly once between them.
+TEST(Sweep, TwoProcessesOnOneDatabase) {
+  auto dir = fresh_dir("sweep_concurrent");
+  const fs::path db = dir / "r.db";
+  auto spec = write_spec(dir, "conc", "[grid]\ntraining.local_batch_size = [1, 2, 4]\ncompile.enable = [false, true]\n");
+  ctitan::testing::ProcessResult a, b;
+  std::thread other([&] { b = run_ctitan({"sweep", spec.string(), "--db", db.string()}); });
+  a = run_ctitan({"sweep", spec.string(), "--db", db.string()});
+  other.join();
+  EXPECT_EQ(a.exit_code, 0) << a.out << a.err;
+  EXPECT_EQ(b.exit_code, 0) << b.out << b.err;
+  EXPECT_EQ(started_keys(a.out).size() + started_keys(b.out).size(), 6u) << a.out << b.out;
+  auto rows = runs(db);
+  EXPECT_EQ(status_counts(rows), (std::map<std::string, int>{{"ok", 6}}));
+  EXPECT_TRUE(integrity_ok(db));
+  EXPECT_EQ(ResultsDb(db.string()).sweeps().size(), 1u);
+}
+
+// Bad input: one line, exit 2, and the database byte-identical.
+TEST(Sweep, BadInputIsOneLineAndLeavesTheDatabaseAlone) {
+  auto dir = fresh_dir("sweep_bad");
+  const fs::path db = dir / "r.db";
+  auto good = write_spec(dir, "good", kComputeGrid);
+  ASSERT_EQ(run_ctitan({"sweep", good.string(), "--db", db.string()}).exit_code, 0);
+  const std::string before = read_bytes(db);
+  const std::vector<std::pair<fs::path, std::string>> cases = {
+      {write_spec(dir, "unknown_key", "[grid]\ncompile.enabel = [false, true]\n"),
+       "grid key 'compile.enabel' is not a config key; did you mean 'compile.enable'?"},
+      {write_spec(dir, "empty_grid", "[grid]\n"), "[grid] is empty"},
+      {write_spec(dir, "world_zero", kComputeGrid, "world_sizes = [0]\n"), "world_sizes entries must be an integer in 1..64, got 0"},
+      {dir / "missing.toml", "cannot open"},
+  };
+  for (const auto& [spec, expect] : cases) {
+    SCOPED_TRACE(spec.string());
+    expect_one_line_exit2(run_ctitan({"sweep", spec.string(), "--db", db.string()}), expect);
+    EXPECT_EQ(read_bytes(db), before);
+  }
+  const fs::path not_db = dir / "notes.txt";
+  std::ofstream(not_db) << "these are my notes, not a database\n";
+  const std::string notes = read_bytes(not_db);
+  expect_one_line_exit2(run_ctitan({"sweep", good.string(), "--db", not_db.string()}), "not");
+  EXPECT_EQ(read_bytes(not_db), notes);
+  EXPECT_FALSE(fs::exists(dir / "notes.txt.runs"));
+  expect_one_line_exit2(run_ctitan({"sweep", good.string()}), "needs --db");
+  expect_one_line_exit2(run_ctitan({"sweep", good.string(), "--db", db.string(), "--frobnicate"}), "unknown sweep argument");
+}
+
+}  // namespace

@@ -1,0 +1,336 @@
+// Reports from a real SQLite results database filled with synthetic run
+// directories (metrics.jsonl / summary.json / env.json as the trainer
+// writes them, ingested through ResultsDb): which rows count, the numbers
+// of every table (steady-state tps, speedups, stacked and scaling tables),
+// and the four renderers.
+#include "reports/report.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "reports/gate.h"
+#include "reports/points.h"
+#include "reports/svg.h"
+#include "results/results_db.h"
+#include "trainer/errors.h"
+
+namespace fs = std::filesystem;
+using namespace ctitan;
+
+namespace {
+
+constexpr int kWarmup = 2;
+
+struct FakeRun {
+  std::string label;
+  int64_t world_size = 1;
+  int64_t repeat = 0;
+  double tps = 1000;  // steady-state steps are tps · (0.98, 0.99, 1.00, 1.01, 1.02)
+  double mem = 4e8;
+  double loss_final = 3.0;
+  std::string status = "ok";
+  std::string sha = "0123456789ab";
+  std::optional<double> comm_s;
+  std::string error;
+
+  explicit FakeRun(std::string l, int64_t ws = 1, int64_t rep = 0, double t = 1000)
+      : label(std::move(l)), world_size(ws), repeat(rep), tps(t) {}
+  FakeRun& failed(const std::string& st, const std::string& err = "") {
+    status = st;
+    error = err;
+    return *this;
+  }
+  FakeRun& at_sha(const std::string& s) {
+    sha = s;
+    return *this;
+  }
+};
+
+class ReportDb : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("ctitan_report_" + std::to_string(getpid()) + "_" +
+                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    db_ = std::make_unique<ResultsDb>((dir_ / "results.db").string());
+  }
+  void TearDown() override {
+    db_.reset();
+    fs::remove_all(dir_);
+  }
+
+  // A run directory as `ctitan train` leaves it, inserted and ingested.
+  int64_t add(int64_t sweep_id, const FakeRun& f, const std::string& shared_dir = "") {
+    const fs::path run_dir = shared_dir.empty() ? dir_ / ("run" + std::to_string(++count_)) : fs::path(shared_dir);
+    if (shared_dir.empty() && f.status == "ok") {
+      fs::create_directories(run_dir);
+      std::ofstream metrics(run_dir / "metrics.jsonl");
+      const double factors[] = {0.98, 0.99, 1.00, 1.01, 1.02};
+      for (int step = 1; step <= kWarmup + 5; ++step) {
+        // Warmup steps are slow (compilation, allocator growth): they must not count.
+        const double tps = step <= kWarmup ? f.tps / 10 : f.tps * factors[step - kWarmup - 1];
+        nlohmann::json j = {{"step", step},           {"loss", 5.0 - 0.25 * step}, {"tps", tps},
+                            {"tflops", tps * 1e-6},   {"mfu", tps * 1e-3},         {"step_time_s", 2048 / tps},
+                            {"mem_peak_bytes", f.mem}};
+        metrics << j.dump() << "\n";
+      }
+      nlohmann::json summary = {{"status", "ok"},          {"tps_median", f.tps},
+                                {"mem_peak_bytes", f.mem}, {"loss_final", f.loss_final},
+                                {"tflops", f.tps * 1e-6},  {"mfu", f.tps * 1e-3}};
+      if (f.comm_s)
+        summary.update({{"compute_s", 0.5}, {"comm_s", *f.comm_s}, {"exposed_comm_s", 0.01}, {"idle_s", 0.0}});
+      std::ofstream(run_dir / "summary.json") << summary.dump();
+      std::ofstream(run_dir / "env.json")
+          << nlohmann::json{{"git_sha", f.sha}, {"cpu_model", "Test CPU"}, {"libtorch_version", "2.9.0"}}.dump();
+    }
+    RunRow r;
+    r.sweep_id = sweep_id;
+    r.point_key = "key-" + f.label + "-ws" + std::to_string(f.world_size);
+    r.label = f.label;
+    r.config_toml = "[metrics]\nwarmup_steps = " + std::to_string(kWarmup) + "\n";
+    r.world_size = f.world_size;
+    r.repeat = f.repeat;
+    r.status = f.status;
+    r.error = f.error;
+    r.run_dir = run_dir.string();
+    r.id = db_->insert_run(r);
+    if (f.status == "ok") db_->ingest_run_dir(r.id, r.run_dir);
+    return r.id;
+  }
+
+  // The stacked sweep: three [[stack]] rows at world sizes 1 and 2, two
+  // repeats each, and a point that ran out of memory.
+  int64_t stacked_sweep() {
+    const int64_t s = db_->upsert_sweep("stacked", "");
+    const std::string common = "model.flavor=tiny training.local_batch_size=2 ";
+    const struct {
+      const char* stack;
+      double tps1, tps2, mem;
+    } rows[] = {{"stack=1:FSDP", 1000, 900, 4e8},
+                {"stack=2:+compile", 1500, 1350, 3.8e8},
+                {"stack=3:+Float8", 1800, 1530, 3e8}};
+    for (int repeat = 0; repeat < 2; ++repeat)
+      for (const auto& row : rows)
+        for (int64_t ws : {1, 2}) {
+          FakeRun f(common + row.stack, ws, repeat, ws == 1 ? row.tps1 : row.tps2);
+          f.mem = row.mem;
+          if (ws == 2) f.comm_s = 0.1;
+          add(s, f);
+        }
+    add(s, FakeRun("model.flavor=tiny training.local_batch_size=64")
+               .failed("oom", "out of memory: tried to allocate 8 GiB\nmore stderr"));
+    return s;
+  }
+
+  const PointStats& find(const SectionReport& sec, const std::string& stack, int64_t ws) {
+    for (const PointStats& p : sec.points)
+      if (p.label.find(stack) != std::string::npos && p.world_size == ws) return p;
+    throw std::runtime_error("no point " + stack);
+  }
+
+  fs::path dir_;
+  std::unique_ptr<ResultsDb> db_;
+  int count_ = 0;
+};
+
+TEST_F(ReportDb, PointsTableNumbersFromSteadyStateSteps) {
+  stacked_sweep();
+  const Report r = build_report(*db_, {"stacked", ""});
+  ASSERT_EQ(r.sections.size(), 1u);
+  const SectionReport& sec = r.sections[0];
+  ASSERT_EQ(sec.points.size(), 7u);
+  const PointStats& fsdp = find(sec, "stack=1:FSDP", 1);
+  EXPECT_EQ(fsdp.repeats, 2u);
+  EXPECT_EQ(fsdp.ok_runs, 2u);
+  EXPECT_EQ(fsdp.tps.n, 10u);  // 5 steady-state steps x 2 repeats; the 2 warmup steps of each are left out
+  EXPECT_NEAR(fsdp.tps.median, 1000, 1e-9);
+  EXPECT_NEAR(fsdp.tps.min, 980, 1e-9);
+  EXPECT_NEAR(fsdp.tps.p10, 980, 1e-9);
+  EXPECT_NEAR(fsdp.tps.p90, 1020, 1e-9);
+  EXPECT_NEAR(*fsdp.mfu, 1.0, 1e-12);
+  EXPECT_NEAR(*fsdp.mem_peak_bytes, 4e8, 1);
+  EXPECT_NEAR(*fsdp.loss_final, 3.0, 1e-12);
+  EXPECT_EQ(fsdp.loss_curve.size(), 7u);  // every logged step, warmup included
+  // Labels lose the settings every point shares (model.flavor=tiny), keep the rest.
+  EXPECT_EQ(fsdp.display_label, "training.local_batch_size=2 stack=1:FSDP");
+  EXPECT_EQ(fsdp.short_label, "local_batch_size=2 FSDP");
+  EXPECT_EQ(sec.varying_keys, std::vector<std::string>{"training.local_batch_size"});
+  EXPECT_EQ(fsdp.settings, std::vector<std::string>{"2"});
+  EXPECT_EQ(fsdp.stack_index, 1);
+  EXPECT_EQ(fsdp.stack_name, "FSDP");
+  // Speedups against the first point at each world size.
+  EXPECT_TRUE(fsdp.baseline);
+  EXPECT_NEAR(*find(sec, "stack=3:+Float8", 1).speedup, 1.8, 1e-9);
+  EXPECT_NEAR(*find(sec, "stack=3:+Float8", 2).speedup, 1.7, 1e-9);
+  // The oom point: status and its error's first line.
+  const PointStats& oom = find(sec, "local_batch_size=64", 1);
+  EXPECT_EQ(oom.status, "oom");
+  EXPECT_EQ(oom.tps.n, 0u);
+  EXPECT_EQ(oom.error, "out of memory: tried to allocate 8 GiB");
+  EXPECT_TRUE(sec.has_comm);
+  EXPECT_FALSE(sec.environment.empty());
+}
+
+TEST_F(ReportDb, StackedAndScalingTables) {
+  stacked_sweep();
+  const SectionReport sec = build_report(*db_, {"stacked", ""}).sections[0];
+  ASSERT_EQ(sec.stacks.size(), 2u);  // world sizes 1 and 2
+  const StackTable* ws1 = nullptr;
+  for (const StackTable& t : sec.stacks)
+    if (t.world_size == 1 && t.group.find("local_batch_size=2") != std::string::npos) ws1 = &t;
+  ASSERT_NE(ws1, nullptr);
+  ASSERT_EQ(ws1->rows.size(), 3u);
+  EXPECT_EQ(sec.points[ws1->rows[0]].stack_name, "FSDP");
+  EXPECT_EQ(sec.points[ws1->rows[2]].stack_name, "+Float8");
+
+  const std::string md = render_markdown({"db", "now", "test", {sec}});
+  // Incremental 1.50x then 1.20x, cumulative 1.80x; memory −5.0 % then −21.1 %, cumulative −25.0 %.
+  EXPECT_NE(md.find("| 2 | +compile | 1,500 (1,470\u20131,530) | 1.50\u00d7 | 1.50\u00d7 | 362.4 MiB | \u22125.0% | "
+                    "\u22125.0% |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 3 | +Float8 | 1,800 (1,764\u20131,836) | 1.20\u00d7 | 1.80\u00d7 | 286.1 MiB | \u221221.1% | "
+                    "\u221225.0% |"),
+            std::string::npos)
+      << md;
+  // Scaling: per-device throughput at 2 ranks over 1 rank.
+  ASSERT_EQ(sec.scaling.size(), 3u);
+  EXPECT_NE(md.find("| local_batch_size=2 FSDP | 2 | 900 (882\u2013918) | 90.0% |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| local_batch_size=2 +Float8 | 2 | 1,530 (1,499\u20131,561) | 85.0% |"), std::string::npos);
+}
+
+TEST_F(ReportDb, BaselineLabelSetsTheSpeedupReference) {
+  stacked_sweep();
+  const SectionReport sec = build_report(*db_, {"stacked", "stack=2:+compile"}).sections[0];
+  EXPECT_TRUE(find(sec, "stack=2:+compile", 1).baseline);
+  EXPECT_NEAR(*find(sec, "stack=1:FSDP", 1).speedup, 1000.0 / 1500, 1e-9);
+  EXPECT_NEAR(*find(sec, "stack=3:+Float8", 2).speedup, 1530.0 / 1350, 1e-9);
+  EXPECT_THROW(build_report(*db_, {"stacked", "compile.enable=maybe"}), InputError);
+}
+
+TEST_F(ReportDb, RenderersAgreeOnThePoints) {
+  stacked_sweep();
+  const Report r = build_report(*db_, {});
+  const std::string md = render_markdown(r);
+  // One column per setting that varies (short names), the stack row, then the numbers.
+  EXPECT_NE(md.find("| # | local_batch_size | stack | ws | tps/device (p10\u2013p90) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1 | 2 | 1: FSDP | 1 | 1,000 (980\u20131,020) | 10 | 0.0010 | 1.00% | 381.5 MiB | 3.0000 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("1.00\u00d7 (baseline)"), std::string::npos);
+  EXPECT_NE(md.find("comm/step"), std::string::npos);
+  EXPECT_NE(md.find("1 point not ok"), std::string::npos);
+  EXPECT_NE(md.find("out of memory: tried to allocate 8 GiB"), std::string::npos);
+
+  const std::string csv = render_csv(r);
+  std::istringstream lines(csv);
+  std::string header, line;
+  std::getline(lines, header);
+  EXPECT_EQ(header.rfind("sweep,label,recipe,world_size,", 0), 0u);
+  int rows = 0;
+  while (std::getline(lines, line)) ++rows;
+  EXPECT_EQ(rows, 7);
+  EXPECT_NE(csv.find(",oom,"), std::string::npos);
+
+  const nlohmann::json j = render_json(r);
+  EXPECT_EQ(j["format"], "ctitan-report-v1");
+  EXPECT_EQ(j["sections"][0]["points"].size(), 7u);
+  EXPECT_EQ(j["sections"][0]["stacks"].size(), 2u);
+  EXPECT_DOUBLE_EQ(j["sections"][0]["points"][0]["tps"]["median"].get<double>(), 1000);
+
+  const std::string html = render_html(r);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  // Self-contained: the only URL is the SVG namespace name, which is never fetched.
+  std::string rest = html;
+  for (size_t at; (at = rest.find("http://www.w3.org/2000/svg")) != std::string::npos;) rest.erase(at, 26);
+  EXPECT_EQ(rest.find("http"), std::string::npos);
+  EXPECT_EQ(rest.find("src="), std::string::npos);
+  size_t charts = 0;
+  for (size_t at = 0; (at = html.find("<svg", at)) != std::string::npos; ++at) ++charts;
+  EXPECT_EQ(charts, 4u);  // throughput, loss curves, memory, scaling
+  EXPECT_NE(html.find("p10\u2013p90 error bars"), std::string::npos);
+}
+
+TEST_F(ReportDb, NewestRowPerRepeatAndSharedRunsOnce) {
+  const int64_t a = db_->upsert_sweep("a", "");
+  add(a, FakeRun("x=1").failed("failed", "boom"));
+  const int64_t ok = add(a, FakeRun("x=1", 1, 0, 1200));  // the retry of repeat 0
+  const std::vector<PointData> pts = load_points(*db_, parse_selection("sweep:a"));
+  ASSERT_EQ(pts.size(), 1u);
+  EXPECT_EQ(pts[0].runs.size(), 1u);
+  EXPECT_EQ(pts[0].status(), "ok");
+
+  // Sweep b reuses sweep a's run: a row of its own pointing at the same directory.
+  const int64_t b = db_->upsert_sweep("b", "");
+  const auto shared = db_->run(ok)->run_dir;
+  const int64_t copy = add(b, FakeRun("x=1", 1, 0, 1200).failed("failed"), shared);
+  RunRow row = *db_->run(copy);
+  row.status = "ok";
+  db_->update_run(row);
+  db_->ingest_run_dir(copy, shared);
+  EXPECT_EQ(load_points(*db_, parse_selection("sweep:b"))[0].runs.size(), 1u);
+  const std::vector<PointData> all = load_points(*db_, parse_selection("all"));
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].runs.size(), 1u);  // one measurement, counted once
+}
+
+TEST_F(ReportDb, SelectionsBySweepShaAndLabel) {
+  const int64_t a = db_->upsert_sweep("main", "");
+  const int64_t b = db_->upsert_sweep("pr", "");
+  add(a, FakeRun("compile.enable=false", 1, 0, 1000).at_sha("aaaaaaaaaaaa"));
+  add(a, FakeRun("compile.enable=true", 1, 0, 1500).at_sha("aaaaaaaaaaaa"));
+  add(b, FakeRun("compile.enable=false", 1, 0, 990).at_sha("bbbbbbbbbbbb"));
+  add(0, FakeRun("adhoc", 1, 0, 10));
+  EXPECT_EQ(load_points(*db_, parse_selection("main")).size(), 2u);
+  EXPECT_EQ(load_points(*db_, parse_selection("sha:bbbbbb")).size(), 1u);
+  EXPECT_EQ(load_points(*db_, parse_selection("sha:aaaaaaaaaaaa0000")).size(), 2u);  // a longer sha matches too
+  // One label in two sweeps: one point (the same key) with both runs.
+  const auto by_label = load_points(*db_, parse_selection("label:compile.enable=false"));
+  ASSERT_EQ(by_label.size(), 1u);
+  EXPECT_EQ(by_label[0].runs.size(), 2u);
+  const auto outside = load_points(*db_, {Selection::Kind::outside_sweeps, ""});
+  ASSERT_EQ(outside.size(), 1u);
+  EXPECT_EQ(outside[0].label, "adhoc");
+  EXPECT_THROW(load_points(*db_, parse_selection("sweep:nope")), InputError);
+  EXPECT_THROW(parse_selection("sha:"), InputError);
+
+  // Every sweep is a section; runs outside sweeps get their own.
+  const Report r = build_report(*db_, {});
+  ASSERT_EQ(r.sections.size(), 3u);
+  EXPECT_EQ(r.sections[2].title, "runs outside any sweep");
+
+  // The gate over two shas in one database.
+  const GateResult g = run_gate(gate_side(load_points(*db_, parse_selection("sha:aaaa")), "main"),
+                                gate_side(load_points(*db_, parse_selection("sha:bbbb")), "pr"), {});
+  EXPECT_EQ(g.exit_code, kGateExitNeedsAction);  // compile.enable=true was not run by the candidate
+  bool saw_pass = false;
+  for (const PointCheck& p : g.points)
+    saw_pass = saw_pass || (p.label == "compile.enable=false" && p.verdict == Verdict::pass);
+  EXPECT_TRUE(saw_pass);
+}
+
+TEST_F(ReportDb, EmptyDatabaseOrUnknownSweepIsBadInput) {
+  EXPECT_THROW(build_report(*db_, {}), InputError);
+  EXPECT_THROW(build_report(*db_, {"nope", ""}), InputError);
+}
+
+TEST(Svg, NiceTicksAndChartsWithoutData) {
+  EXPECT_EQ(svg::nice_ticks(0, 1234), (std::vector<double>{0, 500, 1000, 1500}));
+  const std::vector<double> fine = svg::nice_ticks(2.1, 2.9);  // step 0.2 from 2.0 to 3.0
+  ASSERT_EQ(fine.size(), 6u);
+  EXPECT_NEAR(fine.front(), 2.0, 1e-12);
+  EXPECT_NEAR(fine.back(), 3.0, 1e-12);
+  EXPECT_NE(svg::bar_chart("t", "x", {}).find("no data"), std::string::npos);
+  EXPECT_NE(svg::line_chart("t", {}, {}).find("no data"), std::string::npos);
+  const std::string bars = svg::bar_chart("tps <&>", "tokens/s", {{"a<b", 10, 8.0, 12.0, "10", false}});
+  EXPECT_NE(bars.find("tps &lt;&amp;&gt;"), std::string::npos);
+  EXPECT_NE(bars.find("a&lt;b"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,407 @@
+// Sweep specs: parsing and its one-line errors, expansion (grid, exclude,
+// include, stack, world sizes), the pruning rules with their reasons, the
+// point key, outcome classification and the child supervisor.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include "ctitan/build_info.h"
+#include "harness/sweep.h"
+#include "harness/sweep_spec.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/config/config_registry.h"
+#include "trainer/errors.h"
+
+namespace ctitan {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError";
+  return "";
+}
+
+std::string base_recipe() {
+  const char* src = std::getenv("CTITAN_SOURCE_DIR");
+  return fs::absolute(fs::path(src ? src : ".") / "recipes" / "llama3_debugmodel_markov.toml").string();
+}
+
+// A spec text with the [sweep] table pointing at the debugmodel recipe.
+std::string spec(const std::string& body, const std::string& sweep_extra = "world_sizes = [1, 2]\n") {
+  return "[sweep]\nname = \"t\"\nbase = \"" + base_recipe() + "\"\n" + sweep_extra + body;
+}
+
+std::vector<SweepPoint> plan(const std::string& text, int64_t budget = int64_t{1} << 40) {
+  return plan_sweep(parse_sweep_spec(text, "t.toml"), DeviceBudget{budget, "test"});
+}
+
+std::vector<std::string> labels(const std::vector<SweepPoint>& pts) {
+  std::vector<std::string> out;
+  for (const auto& p : pts) out.push_back(std::to_string(p.world_size) + " " + p.label);
+  return out;
+}
+
+TEST(SweepSpec, GridCrossesAxesInFileOrderWithWorldSizesOutermost) {
+  // The second axis is alphabetically first: file order must still win.
+  auto pts = plan(spec("[grid]\ntraining.local_batch_size = [1, 2]\ncompile.enable = [false, true]\n"));
+  ASSERT_EQ(pts.size(), 8u);
+  EXPECT_EQ(labels(pts), (std::vector<std::string>{
+                             "1 training.local_batch_size=1 compile.enable=false",
+                             "1 training.local_batch_size=1 compile.enable=true",
+                             "1 training.local_batch_size=2 compile.enable=false",
+                             "1 training.local_batch_size=2 compile.enable=true",
+                             "2 training.local_batch_size=1 compile.enable=false",
+                             "2 training.local_batch_size=1 compile.enable=true",
+                             "2 training.local_batch_size=2 compile.enable=false",
+                             "2 training.local_batch_size=2 compile.enable=true",
+                         }));
+  EXPECT_EQ(pts[3].config.training.local_batch_size, 2);
+  EXPECT_TRUE(pts[3].config.compile.enable);
+  for (const auto& p : pts) EXPECT_TRUE(p.infeasible.empty()) << p.label << ": " << p.infeasible;
+}
+
+TEST(SweepSpec, OverridesAndWarmupMeasureStepsApplyToEveryPoint) {
+  auto pts = plan(spec("[overrides]\ntraining.seq_len = 64\n[grid]\ncompile.enable = [false, true]\n",
+                       "world_sizes = [1]\nwarmup_steps = 3\nmeasure_steps = 5\n"));
+  ASSERT_EQ(pts.size(), 2u);
+  for (const auto& p : pts) {
+    EXPECT_EQ(p.config.training.seq_len, 64);
+    EXPECT_EQ(p.config.training.steps, 8);
+    EXPECT_EQ(p.config.metrics.warmup_steps, 3);
+    EXPECT_EQ(p.config.training.dataset, "markov");  // from the base recipe
+  }
+}
+
+TEST(SweepSpec, ListValuedAxesTakeArraysOrCommaStrings) {
+  auto pts = plan(spec("[grid]\nmodel.converters = [[], [\"quantize.linear.float8\"], \"float8\"]\n",
+                       "world_sizes = [1]\n"));
+  ASSERT_EQ(pts.size(), 3u);
+  EXPECT_TRUE(pts[0].config.model.converters.empty());
+  EXPECT_EQ(pts[1].config.model.converters, std::vector<std::string>{"quantize.linear.float8"});
+  EXPECT_EQ(pts[0].label, "model.converters=[]");
+}
+
+TEST(SweepSpec, ExcludeDropsMatchingPointsIncludeAddsPoints) {
+  auto pts = plan(spec("[grid]\ncompile.enable = [false, true]\nactivation_checkpoint.mode = [\"none\", \"full\"]\n"
+                       "[[exclude]]\ncompile.enable = true\nactivation_checkpoint.mode = \"full\"\n"
+                       "[[exclude]]\nworld_size = 2\ncompile.enable = false\n"
+                       "[[include]]\nworld_size = 2\ncompile.enable = false\ntraining.local_batch_size = 3\n"));
+  EXPECT_EQ(labels(pts), (std::vector<std::string>{
+                             "1 compile.enable=false activation_checkpoint.mode=none",
+                             "1 compile.enable=false activation_checkpoint.mode=full",
+                             "1 compile.enable=true activation_checkpoint.mode=none",
+                             "2 compile.enable=true activation_checkpoint.mode=none",
+                             "2 compile.enable=false training.local_batch_size=3",  // include beats exclude
+                         }));
+}
+
+TEST(SweepSpec, StackRowsAreCumulativeOnEveryGridPoint) {
+  auto pts = plan(spec("[grid]\ntraining.local_batch_size = [1, 2]\n"
+                       "[[stack]]\nname = \"FSDP\"\nparallelism.data_parallel_shard_degree = -1\n"
+                       "[[stack]]\nname = \"+compile\"\ncompile.enable = true\n"
+                       "[[stack]]\nname = \"+Float8\"\nmodel.converters = [\"quantize.linear.float8\"]\n",
+                       "world_sizes = [2]\n"));
+  ASSERT_EQ(pts.size(), 6u);
+  EXPECT_EQ(pts[0].label, "training.local_batch_size=1 stack=1:FSDP");
+  EXPECT_EQ(pts[2].label, "training.local_batch_size=1 stack=3:+Float8");
+  EXPECT_EQ(pts[1].stack_index, 2);
+  EXPECT_FALSE(pts[0].config.compile.enable);
+  EXPECT_TRUE(pts[1].config.compile.enable);
+  EXPECT_TRUE(pts[2].config.compile.enable);  // row 2 stays on under row 3
+  EXPECT_EQ(pts[2].config.model.converters.size(), 1u);
+  EXPECT_TRUE(pts[1].config.model.converters.empty());
+}
+
+TEST(SweepSpec, DuplicatePointsAreKeptOnce) {
+  auto pts = plan(spec("[grid]\ncompile.enable = [false, true]\n[[include]]\ncompile.enable = true\n",
+                       "world_sizes = [1]\n"));
+  EXPECT_EQ(pts.size(), 2u);
+}
+
+// --- pruning ----------------------------------------------------------------
+
+std::string reason(const std::string& overrides, int world_size, int64_t budget = int64_t{1} << 40) {
+  auto pts = plan(spec("[overrides]\n" + overrides, "world_sizes = [" + std::to_string(world_size) + "]\n"), budget);
+  EXPECT_EQ(pts.size(), 1u);
+  return pts.empty() ? "" : pts[0].infeasible;
+}
+
+TEST(SweepPruning, DegreesMustMultiplyToTheWorldSize) {
+  EXPECT_NE(reason("parallelism.data_parallel_replicate_degree = 2\n", 1).find("do not divide the world size 1"),
+            std::string::npos);
+  EXPECT_NE(reason("parallelism.data_parallel_replicate_degree = 2\nparallelism.data_parallel_shard_degree = 2\n", 2)
+                .find("do not match the world size 2"),
+            std::string::npos);
+  EXPECT_EQ(reason("parallelism.data_parallel_replicate_degree = 2\nparallelism.data_parallel_shard_degree = 2\n", 4),
+            "");  // HSDP 2 x 2
+}
+
+TEST(SweepPruning, TensorPipelineContextParallelNeedDivisibilityAndAreNotInThisBuild) {
+  // debugmodel: 16 heads, 16 KV heads, 6 layers.
+  const std::string tp3 = reason("parallelism.tensor_parallel_degree = 3\n", 3);
+  EXPECT_NE(tp3.find("n_heads 16 is not divisible by tp 3"), std::string::npos) << tp3;
+  EXPECT_NE(tp3.find("n_kv_heads 16 is not divisible by tp 3"), std::string::npos) << tp3;
+  EXPECT_NE(tp3.find("not implemented in this build"), std::string::npos) << tp3;
+  const std::string tp2 = reason("parallelism.tensor_parallel_degree = 2\n", 2);
+  EXPECT_EQ(tp2.find("divisible"), std::string::npos) << tp2;
+  EXPECT_NE(tp2.find("not implemented in this build"), std::string::npos) << tp2;
+  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 4\n", 4).find("n_layers 6 is not divisible by pp 4"),
+            std::string::npos);
+  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\ntraining.local_batch_size = 3\n"
+                   "parallelism.pipeline_parallel_microbatch_size = 2\n",
+                   2)
+                .find("local_batch_size 3 is not divisible by the pipeline microbatch size 2"),
+            std::string::npos);
+  EXPECT_NE(reason("parallelism.context_parallel_degree = 2\ntraining.seq_len = 126\n", 2)
+                .find("seq_len 126 is not divisible by 2 x cp 2"),
+            std::string::npos);
+}
+
+TEST(SweepPruning, GlobalBatchMustDivideByLocalBatchTimesDataParallel) {
+  const std::string r = reason("training.local_batch_size = 2\ntraining.global_batch_size = 6\n", 2);
+  EXPECT_NE(r.find("global_batch_size 6 is not a multiple of local_batch_size x dp = 2 x 2"), std::string::npos) << r;
+  EXPECT_EQ(reason("training.local_batch_size = 2\ntraining.global_batch_size = 8\n", 2), "");
+}
+
+TEST(SweepPruning, Float8AllGatherNeedsTensorwiseUnderFsdp) {
+  const std::string f8 = "model.converters = [\"quantize.linear.float8\"]\n"
+                         "quantize.linear.float8.enable_fsdp_float8_all_gather = true\n"
+                         "quantize.linear.float8.recipe_name = \"rowwise\"\n";
+  EXPECT_NE(reason(f8, 2).find("needs recipe_name \"tensorwise\""), std::string::npos);
+  EXPECT_EQ(reason(f8, 1), "");  // no sharding, no all-gather
+}
+
+TEST(SweepPruning, PredictedMemoryOverTheBudget) {
+  // 8B: 8.03e9 params x 16 B = 120 GiB of weights, gradients and Adam state.
+  const std::string r = reason("model.flavor = \"8B\"\n", 1, int64_t{24} << 30);
+  EXPECT_NE(r.find("predicted memory"), std::string::npos) << r;
+  EXPECT_NE(r.find("> 24.0 GiB (test)"), std::string::npos) << r;
+  EXPECT_EQ(reason("", 1, int64_t{24} << 30), "");
+  JobConfig cfg = load_toml_file(base_recipe());
+  cfg.model.flavor = "8B";
+  EXPECT_GT(predicted_rank_bytes(cfg, 1), int64_t{120} << 30);
+  cfg.parallelism.data_parallel_shard_degree = -1;
+  EXPECT_LT(predicted_rank_bytes(cfg, 8), predicted_rank_bytes(cfg, 1) / 4);  // FSDP shards the state
+  cfg.activation_checkpoint.mode = "full";
+  JobConfig none = cfg;
+  none.activation_checkpoint.mode = "none";
+  EXPECT_LT(predicted_rank_bytes(cfg, 8), predicted_rank_bytes(none, 8));
+}
+
+TEST(SweepPruning, ACombinationTheTrainerRejectsIsInfeasibleNotAnError) {
+  // local 3 fits global -1 but not global 8; global 8 fits local 2.
+  auto pts = plan(spec("[grid]\ntraining.local_batch_size = [2, 3]\ntraining.global_batch_size = [-1, 8]\n",
+                       "world_sizes = [1]\n"));
+  ASSERT_EQ(pts.size(), 4u);
+  EXPECT_EQ(pts[1].infeasible, "");
+  EXPECT_NE(pts[3].infeasible.find("the trainer rejects it"), std::string::npos) << pts[3].infeasible;
+}
+
+// --- point key -----------------------------------------------------------------
+
+TEST(PointKey, SameConfigSameKeyAcrossPathsLabelsAndDumpFolders) {
+  JobConfig a = load_toml_file(base_recipe());
+  JobConfig b = a;
+  b.job.dump_folder = "/elsewhere";
+  b.job.config_file = "other.toml";
+  b.job.description = "another label";
+  b.comm.train_timeout_seconds = 999;
+  EXPECT_EQ(point_key(a, 2, "0.1.0"), point_key(b, 2, "0.1.0"));
+  EXPECT_EQ(point_key(a, 2, "0.1.0").size(), 16u);
+  // Setting a key to its default is the same config as leaving it out.
+  JobConfig c = a;
+  c.compile.enable = false;
+  EXPECT_EQ(point_key(a, 1, "0.1.0"), point_key(c, 1, "0.1.0"));
+  // Golden: the key must not drift between builds (same version, same config).
+  EXPECT_EQ(point_key(JobConfig{}, 1, "0.1.0"), point_key(JobConfig{}, 1, "0.1.0"));
+  EXPECT_EQ(canonical_config(JobConfig{}), "");
+}
+
+TEST(PointKey, WorldSizeAndVersionAreInTheKey) {
+  JobConfig a;
+  EXPECT_NE(point_key(a, 1, "0.1.0"), point_key(a, 2, "0.1.0"));
+  EXPECT_NE(point_key(a, 1, "0.1.0"), point_key(a, 1, "0.2.0"));
+  EXPECT_EQ(config_hash(a), config_hash(a));
+}
+
+// Every key that can change the measurement changes the key.
+TEST(PointKey, EveryOtherKeyChangesTheKey) {
+  const JobConfig base;
+  const auto& outside = keys_outside_the_key();
+  std::set<std::string> keys{point_key(base, 1, CTITAN_VERSION)};
+  int changed = 0;
+  for (const config::FieldSpec& f : config::registry()) {
+    if (std::find(outside.begin(), outside.end(), f.key) != outside.end()) continue;
+    JobConfig cfg = base;
+    config::Value v = f.get(cfg);
+    if (auto* b = std::get_if<bool>(&v)) v = !*b;
+    else if (auto* i = std::get_if<int64_t>(&v)) v = *i + 7;
+    else if (auto* d = std::get_if<double>(&v)) v = *d * 2 + 1;
+    else if (auto* s = std::get_if<std::string>(&v)) v = *s + "x";
+    else if (auto* l = std::get_if<std::vector<std::string>>(&v)) l->push_back("x"), v = *l;
+    else v = std::optional<double>(0.25);
+    f.set(cfg, v);
+    EXPECT_TRUE(keys.insert(point_key(cfg, 1, CTITAN_VERSION)).second) << f.key << " did not change the key";
+    ++changed;
+  }
+  EXPECT_GT(changed, 100);
+}
+
+TEST(PointKey, PlannedPointsOfOneSpecAreStableAcrossPlans) {
+  const std::string text = spec("[grid]\ncompile.enable = [false, true]\n");
+  auto a = plan(text), b = plan(text);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].key, b[i].key);
+  std::set<std::string> unique;
+  for (const auto& p : a) unique.insert(p.key);
+  EXPECT_EQ(unique.size(), a.size());
+}
+
+// --- bad specs: one line, naming the file and line -------------------------------
+
+struct BadSpec {
+  std::string name, text, expect;
+};
+void PrintTo(const BadSpec& c, std::ostream* os) { *os << c.name; }
+
+class BadSpecs : public ::testing::TestWithParam<BadSpec> {};
+
+TEST_P(BadSpecs, OneLineNamingTheProblem) {
+  const std::string msg = error_of([&] { plan(GetParam().text); });
+  EXPECT_NE(msg.find(GetParam().expect), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SweepSpec, BadSpecs,
+    ::testing::Values(
+        BadSpec{"UnknownAxisKey", spec("[grid]\ntraining.stepz = [1, 2]\n"),
+                "t.toml:6: grid key 'training.stepz' is not a config key; did you mean 'training.steps'?"},
+        BadSpec{"EmptyGrid", spec("[grid]\n"), "[grid] is empty"},
+        BadSpec{"EmptyAxis", spec("[grid]\ncompile.enable = []\n"), "grid axis 'compile.enable' has no values"},
+        BadSpec{"ScalarAxis", spec("[grid]\ncompile.enable = true\n"), "needs an array of values"},
+        BadSpec{"WorldSizeZero", spec("", "world_sizes = [0, 1]\n"), "world_sizes entries must be an integer in 1..64, got 0"},
+        BadSpec{"NoWorldSizes", spec("", "world_sizes = []\n"), "world_sizes is empty"},
+        BadSpec{"WrongType", spec("[grid]\ncompile.enable = [1, 2]\n"), "'compile.enable' expects a boolean"},
+        BadSpec{"ValueRejectedEverywhere", spec("[grid]\nactivation_checkpoint.mode = [\"none\", \"fulll\"]\n"),
+                "activation_checkpoint.mode = fulll is rejected in every point"},
+        BadSpec{"UnknownFlavor", spec("[grid]\nmodel.flavor = [\"debugmodel\", \"huge\"]\n"),
+                "unknown model.flavor 'huge'"},
+        BadSpec{"UnknownTable", spec("[grdi]\n"), "unknown table '[grdi]'"},
+        BadSpec{"UnknownSweepKey", spec("", "repeat = 2\n"), "unknown [sweep] key 'repeat'"},
+        BadSpec{"MissingBase", "[sweep]\nname = \"t\"\n", "[sweep] base is missing"},
+        BadSpec{"BaseNotAFile", "[sweep]\nbase = \"nope.toml\"\n", "is not a file"},
+        BadSpec{"SweepOwnedKey", spec("[grid]\njob.dump_folder = [\"a\"]\n"), "is set by the sweep itself"},
+        BadSpec{"InvalidToml", spec("[grid\n"), "invalid TOML"},
+        BadSpec{"MeasureWithoutWarmup", spec("", "measure_steps = 4\n"), "measure_steps needs warmup_steps"},
+        BadSpec{"StackRowWithoutName", spec("[[stack]]\ncompile.enable = true\n"), "needs name"},
+        BadSpec{"BadInclude", spec("[[include]]\nactivation_checkpoint.mode = \"sometimes\"\n"),
+                "[[include]] row"},
+        BadSpec{"ZeroRepeats", spec("", "repeats = 0\n"), "repeats must be an integer in 1..1000, got 0"}),
+    [](const auto& info) { return info.param.name; });
+
+// --- classification -------------------------------------------------------------
+
+ChildExit exited(int code, const std::string& tail = "") {
+  ChildExit e;
+  e.exit_code = code;
+  e.stderr_tail = tail;
+  e.seconds = 2;
+  return e;
+}
+
+TEST(SweepClassify, Rules) {
+  EXPECT_EQ(classify(exited(0), 60).status, "ok");
+  ChildExit t = exited(143);
+  t.timed_out = true;
+  EXPECT_EQ(classify(t, 60).status, "timeout");
+  EXPECT_NE(classify(t, 60).error.find("timed out"), std::string::npos);
+  ChildExit c = exited(143);
+  c.cancelled = true;
+  EXPECT_EQ(classify(c, 60).status, "cancelled");
+  EXPECT_EQ(classify(exited(1, "ctitan: internal error: DefaultCPUAllocator: can't allocate memory"), 60).status, "oom");
+  ChildExit k = exited(137);
+  k.term_signal = 9;
+  EXPECT_EQ(classify(k, 60).status, "oom");
+  EXPECT_EQ(classify(exited(137, "ctitan launch: rank 1 (pid 5) was killed by signal 9 (SIGKILL)"), 60).status, "oom");
+  const Outcome bad = classify(exited(2, "[rank0]: ctitan: unknown model.flavor 'x'\nctitan launch: rank 0 exited"), 60);
+  EXPECT_EQ(bad.status, "infeasible");
+  EXPECT_EQ(bad.error.substr(0, bad.error.find('\n')), "the trainer rejects it: unknown model.flavor 'x'");
+  EXPECT_EQ(classify(exited(130), 60).status, "cancelled");
+  const Outcome f = classify(exited(1, "line a\nctitan: internal error: boom"), 60);
+  EXPECT_EQ(f.status, "failed");
+  EXPECT_EQ(f.exit_code, 1);
+  EXPECT_NE(f.error.find("exited with code 1\nline a\nctitan: internal error: boom"), std::string::npos) << f.error;
+  ChildExit seg = exited(139);
+  seg.term_signal = SIGSEGV;
+  EXPECT_NE(classify(seg, 60).error.find("killed by signal 11 (SEGV)"), std::string::npos);
+}
+
+// --- the supervisor -----------------------------------------------------------------
+
+class Supervise : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("ctitan_supervise_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+  }
+  ChildExit run(const std::string& script, double timeout_s, int grace_s = 1) {
+    return supervise({"/bin/sh", "-c", script}, (dir_ / "out").string(), (dir_ / "err").string(), timeout_s,
+                     std::chrono::seconds(grace_s));
+  }
+  fs::path dir_;
+};
+
+TEST_F(Supervise, ExitCodeAndStderrTail) {
+  const ChildExit e = run("echo hello; for i in $(seq 1 30); do echo line$i >&2; done; exit 3", 30);
+  EXPECT_EQ(e.exit_code, 3);
+  EXPECT_FALSE(e.timed_out);
+  EXPECT_EQ(e.stderr_tail.substr(0, 7), "line11\n");  // the last 20 lines
+  EXPECT_EQ(e.stderr_tail.substr(e.stderr_tail.size() - 6), "line30");
+  std::ifstream out(dir_ / "out");
+  std::string line;
+  std::getline(out, line);
+  EXPECT_EQ(line, "hello");
+}
+
+// The deadline stops the whole process group, including a child that
+// ignores SIGTERM (SIGKILL after the grace period) and a grandchild.
+TEST_F(Supervise, TimeoutKillsTheWholeGroup) {
+  const fs::path pidfile = dir_ / "grandchild.pid";
+  const auto t0 = std::chrono::steady_clock::now();
+  const ChildExit e = run("sleep 300 & echo $! > " + pidfile.string() + "; trap '' TERM; while :; do sleep 0.05; done", 0.5);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(e.timed_out);
+  EXPECT_EQ(e.term_signal, SIGKILL);
+  EXPECT_LT(took, 5.0);
+  EXPECT_GE(took, 1.4);  // 0.5 s deadline + 1 s grace
+  std::ifstream in(pidfile);
+  pid_t grandchild = 0;
+  in >> grandchild;
+  ASSERT_GT(grandchild, 0);
+  usleep(100000);
+  EXPECT_NE(kill(grandchild, 0), 0) << "the grandchild outlived the run";
+  EXPECT_EQ(classify(e, 0.5).status, "timeout");
+}
+
+TEST_F(Supervise, GracefulStopWithinTheGracePeriod) {
+  const ChildExit e = run("trap 'exit 130' TERM; while :; do sleep 0.05; done", 0.3, 10);
+  EXPECT_TRUE(e.timed_out);
+  EXPECT_EQ(e.exit_code, 130);
+  EXPECT_LT(e.seconds, 5.0);
+}
+
+}  // namespace
+}  // namespace ctitan
