@@ -39,8 +39,6 @@ double quantile(std::vector<double> v, double q) {
   return v[lo] + (pos - lo) * (v[hi] - v[lo]);
 }
 
-namespace {
-
 std::string with_commas(int64_t n) {
   std::string s = std::to_string(n), out;
   int count = 0;
@@ -51,6 +49,8 @@ std::string with_commas(int64_t n) {
   }
   return {out.rbegin(), out.rend()};
 }
+
+namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
@@ -82,9 +82,10 @@ void MetricsLogger::log_interval() {
   const double tflops = opts_.flops_per_token * tps / 1e12;
   const double mfu = opts_.peak_flops > 0 ? 100.0 * opts_.flops_per_token * tps / opts_.peak_flops : std::nan("");
   const double hfu = opts_.peak_flops > 0 ? 100.0 * hardware_flops() * tps / opts_.peak_flops : std::nan("");
-  const MemoryStats mem = cpu_memory_stats();
+  const MemoryStats mem = opts_.monitor.memory();
   const double mem_gib = mem.peak_bytes / kGiB;
-  const double mem_pct = 100.0 * mem.peak_bytes / system_memory_bytes();
+  const int64_t capacity = opts_.monitor.capacity_bytes();
+  const double mem_pct = capacity > 0 ? 100.0 * mem.peak_bytes / capacity : 0.0;
 
   const bool c = opts_.color;
   auto col = [c](const char* code) { return c ? code : ""; };
@@ -118,7 +119,7 @@ void MetricsLogger::log_interval() {
   jsonl_.flush();
   interval_.clear();
   run_peak_bytes_ = std::max(run_peak_bytes_, mem.peak_bytes);
-  reset_peak_cpu_memory();
+  opts_.monitor.reset_peak();
 }
 
 nlohmann::json MetricsLogger::summary(const std::string& status) const {
@@ -149,7 +150,7 @@ nlohmann::json MetricsLogger::summary(const std::string& status) const {
     s["loss_final"] = all_.back().loss;
     s["final_step"] = all_.back().step;
   }
-  s["mem_peak_bytes"] = std::max(run_peak_bytes_, cpu_memory_stats().peak_bytes);
+  s["mem_peak_bytes"] = std::max(run_peak_bytes_, opts_.monitor.memory().peak_bytes);
   s["rss_peak_bytes"] = process_peak_rss_bytes();
   s["flops_per_token"] = opts_.flops_per_token;
   s["hardware_flops_per_token"] = hardware_flops();

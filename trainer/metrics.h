@@ -10,6 +10,8 @@
 // summary.json's steady-state statistics.
 #pragma once
 
+#include "profiling/device_monitor.h"
+
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -48,6 +50,7 @@ struct MetricsOptions {
   double peak_flops = 0;        // 0: MFU and HFU not reported
   int64_t warmup_steps = 5;     // excluded from the summary statistics
   bool write_files = true;      // metrics.jsonl (rank 0 only in a multi-rank run)
+  DeviceMonitor monitor;        // where memory is read (CPU by default)
 };
 
 class MetricsLogger {
@@ -74,6 +77,9 @@ class MetricsLogger {
   int64_t run_peak_bytes_ = 0;  // max over logged intervals
   nlohmann::json pending_ = nlohmann::json::object();
 };
+
+// 1234567 -> "1,234,567".
+std::string with_commas(int64_t n);
 
 // Quantile by linear interpolation (numpy's default); q in [0,1].
 double quantile(std::vector<double> v, double q);

@@ -81,6 +81,7 @@ void check_training(const Checker& k, const TrainingSection& t) {
   k.one_of("training.mixed_precision_param", t.mixed_precision_param, {"bfloat16", "float32"});
   k.one_of("training.mixed_precision_reduce", t.mixed_precision_reduce, {"float32", "bfloat16"});
   k.one_of("training.dataset", t.dataset, {"synthetic", "markov", "text", "bin"});
+  k.one_of("training.device", t.device, {"auto", "cpu", "cuda", "meta"});
   if ((t.dataset == "text" || t.dataset == "bin") && t.dataset_path.empty()) {
     k.bad("training.dataset",
           "training.dataset_path is required when training.dataset is \"" + t.dataset + "\"");
@@ -147,6 +148,7 @@ void check_observability(const Checker& k, const JobConfig& c) {
   k.non_negative("profiling.profiler_warmup", c.profiling.profiler_warmup);
   k.positive("comm.init_timeout_seconds", c.comm.init_timeout_seconds);
   k.positive("comm.train_timeout_seconds", c.comm.train_timeout_seconds);
+  k.one_of("comm.mode", c.comm.mode, {"default", "fake_backend"});
 }
 
 // TorchTitan keys ctitan accepts but does not implement: only the default

@@ -88,6 +88,8 @@ struct TrainingSection {
   int64_t gc_freq = 50;
   std::string dtype = "float32";            // full-bf16 training: default only
   bool gc_debug = false;                    // Python GC knob: accepted, no effect
+  // ctitan: auto (CUDA when LibTorch sees a GPU, else CPU) | cpu | cuda | meta (dry run)
+  std::string device = "auto";
 };
 
 struct ParallelismSection {
@@ -173,7 +175,7 @@ struct CommSection {
   int64_t trace_buf_size = 20000;
   std::string save_traces_folder = "comm_traces";  // flight recorder: inert
   std::string save_traces_file_prefix = "rank_";
-  std::string mode = "default";             // fake_backend/local_tensor: default only
+  std::string mode = "default";             // default | fake_backend (dry run, NGPU ranks)
 };
 
 struct DebugSection {

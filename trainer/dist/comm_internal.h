@@ -45,5 +45,8 @@ void check_all_to_all(const Communicator& c, int global_rank, const at::Tensor& 
 
 // A group of size 1: collectives are local copies, complete on return.
 std::shared_ptr<Communicator> make_local_communicator(std::string name, int global_rank);
+// comm.mode = "fake_backend": `size` ranks in name only; collectives check
+// their arguments and complete without moving data (size 1: the local one).
+std::shared_ptr<Communicator> make_fake_communicator(std::string name, int rank, int size, int global_rank);
 
 }  // namespace ctitan::dist_internal

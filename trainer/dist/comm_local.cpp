@@ -161,10 +161,61 @@ class LocalCommunicator final : public Communicator {
   int global_rank_;
 };
 
+// comm.mode = "fake_backend": a group of `size` ranks of which this process
+// is one, with no other process behind it. Every collective checks its
+// arguments against the group's size and completes at once without touching
+// data — the dry run's tensors live on the meta device and have none.
+class FakeCommunicator final : public Communicator {
+ public:
+  FakeCommunicator(std::string name, int rank, int size, int global_rank)
+      : name_(std::move(name)), rank_(rank), size_(size), global_rank_(global_rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  void set_timeout(std::chrono::milliseconds) override {}
+
+  WorkPtr all_reduce(at::Tensor, ReduceOp) override { return done(); }
+  WorkPtr all_gather(at::Tensor out, const at::Tensor& in) override {
+    check_all_gather(*this, global_rank_, out, in);
+    return done();
+  }
+  WorkPtr reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp) override {
+    check_reduce_scatter(*this, global_rank_, out, in);
+    return done();
+  }
+  WorkPtr broadcast(at::Tensor, int root) override {
+    ArgChecks(*this, global_rank_, "broadcast").peer(root, "root", /*may_be_self=*/true);
+    return done();
+  }
+  WorkPtr all_to_all(at::Tensor out, const at::Tensor& in) override {
+    check_all_to_all(*this, global_rank_, out, in);
+    return done();
+  }
+  WorkPtr send(at::Tensor, int dst, int) override {
+    ArgChecks(*this, global_rank_, "send").peer(dst, "destination");
+    return done();
+  }
+  WorkPtr recv(at::Tensor, int src, int) override {
+    ArgChecks(*this, global_rank_, "recv").peer(src, "source");
+    return done();
+  }
+  void barrier() override {}
+
+ private:
+  static WorkPtr done() { return std::make_shared<DoneWork>(); }
+  std::string name_;
+  int rank_, size_, global_rank_;
+};
+
 }  // namespace
 
 std::shared_ptr<Communicator> make_local_communicator(std::string name, int global_rank) {
   return std::make_shared<LocalCommunicator>(std::move(name), global_rank);
+}
+
+std::shared_ptr<Communicator> make_fake_communicator(std::string name, int rank, int size, int global_rank) {
+  if (size == 1) return make_local_communicator(std::move(name), global_rank);
+  return std::make_shared<FakeCommunicator>(std::move(name), rank, size, global_rank);
 }
 
 }  // namespace ctitan::dist_internal

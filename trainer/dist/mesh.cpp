@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include "trainer/dist/comm_internal.h"
 #include "trainer/errors.h"
@@ -187,16 +188,64 @@ MeshShape resolve_mesh_shape(const ParallelismSection& p, int64_t world_size) {
   return s;
 }
 
-std::shared_ptr<DeviceMesh> DeviceMesh::single() {
-  auto mesh = std::make_shared<DeviceMesh>();
-  for (const char* dim : {"world", "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp"}) {
-    mesh->groups_[dim] = Communicator::create(nullptr, 0, 1, dim, 0, {});
+namespace {
+
+// TorchTitan's flattened groups over mesh dimensions (indices into kDims):
+// "dp" = dp_replicate x dp_shard (the ranks that see different data),
+// "fsdp" = dp_shard x cp (parameters shard over it), "loss" = "batch" =
+// dp_replicate x dp_shard x cp (the loss and gradients average over it).
+struct Flattened {
+  const char* name;
+  std::initializer_list<int> dims;
+};
+constexpr std::array<Flattened, 4> kFlattened = {{{"dp", {1, 2}}, {"fsdp", {2, 3}}, {"loss", {1, 2, 3}},
+                                                  {"batch", {1, 2, 3}}}};
+
+const Flattened* flattened(const std::string& dim) {
+  for (const auto& f : kFlattened)
+    if (dim == f.name) return &f;
+  return nullptr;
+}
+
+// This rank's index in a flattened group and the group's size: the
+// coordinates of `dims`, row-major in mesh order.
+std::pair<int64_t, int64_t> flat_coord(const MeshShape& s, const std::array<int64_t, 5>& coords,
+                                       std::initializer_list<int> dims) {
+  const auto sizes = sizes_of(s);
+  int64_t index = 0, size = 1;
+  for (int i : dims) {
+    index = index * sizes[i] + coords[i];
+    size *= sizes[i];
   }
-  return mesh;
+  return {index, size};
+}
+
+}  // namespace
+
+std::shared_ptr<DeviceMesh> DeviceMesh::single() {
+  return build(MeshShape{}, 0, [](const std::string& dim, int64_t, int64_t, int64_t) {
+    return Communicator::create(nullptr, 0, 1, dim, 0, {});
+  });
 }
 
 std::shared_ptr<DeviceMesh> DeviceMesh::create(const MeshShape& shape, int rank,
                                                c10::intrusive_ptr<c10d::Store> store, CommOptions options) {
+  // The store prefix "<dim>/<index>" keeps groups apart.
+  return build(shape, rank, [&](const std::string& dim, int64_t index, int64_t group_rank, int64_t size) {
+    c10::intrusive_ptr<c10d::Store> prefixed;
+    if (size > 1) prefixed = c10::make_intrusive<c10d::PrefixStore>(dim + "/" + std::to_string(index), store);
+    return Communicator::create(prefixed, static_cast<int>(group_rank), static_cast<int>(size), dim, rank,
+                                options);
+  });
+}
+
+std::shared_ptr<DeviceMesh> DeviceMesh::fake(const MeshShape& shape, int rank) {
+  return build(shape, rank, [rank](const std::string& dim, int64_t, int64_t group_rank, int64_t size) {
+    return dist_internal::make_fake_communicator(dim, static_cast<int>(group_rank), static_cast<int>(size), rank);
+  });
+}
+
+std::shared_ptr<DeviceMesh> DeviceMesh::build(const MeshShape& shape, int rank, const JoinGroup& join) {
   if (rank < 0 || rank >= shape.world()) {
     throw CommError("rank " + std::to_string(rank) + " is outside the mesh " + shape.describe() + " of " +
                     std::to_string(shape.world()) + " ranks");
@@ -208,20 +257,29 @@ std::shared_ptr<DeviceMesh> DeviceMesh::create(const MeshShape& shape, int rank,
   const auto sizes = sizes_of(shape);
   // Every rank creates the groups in this same order, so each group's
   // members are all joining it at the same time and no two groups wait on
-  // each other. The store prefix "<dim>/<index>" keeps groups apart.
-  auto join = [&](const std::string& dim, int64_t index, int64_t group_rank, int64_t size) {
-    c10::intrusive_ptr<c10d::Store> prefixed;
-    if (size > 1) prefixed = c10::make_intrusive<c10d::PrefixStore>(dim + "/" + std::to_string(index), store);
-    mesh->groups_[dim] = Communicator::create(prefixed, static_cast<int>(group_rank), static_cast<int>(size), dim,
-                                              rank, options);
+  // each other.
+  mesh->groups_["world"] = join("world", 0, rank, shape.world());
+  for (int i = 0; i < 5; ++i) mesh->groups_[kDims[i]] = join(kDims[i], group_index(shape, coords, {i}), coords[i], sizes[i]);
+  // A flattened group has the members of its dimensions of size > 1: with
+  // one such dimension it is that dimension's group, and with the same ones
+  // as an earlier flattened group it is that group — no process group twice.
+  auto wide_dims = [&](const Flattened& f) {
+    std::vector<int> w;
+    for (int i : f.dims)
+      if (sizes[i] > 1) w.push_back(i);
+    return w;
   };
-  join("world", 0, rank, shape.world());
-  for (int i = 0; i < 5; ++i) join(kDims[i], group_index(shape, coords, {i}), coords[i], sizes[i]);
-  if (shape.dp_replicate > 1 && shape.dp_shard > 1) {
-    join("dp", group_index(shape, coords, {1, 2}), coords[1] * shape.dp_shard + coords[2],
-         shape.dp_replicate * shape.dp_shard);
-  } else {
-    mesh->groups_["dp"] = mesh->groups_[shape.dp_replicate > 1 ? "dp_replicate" : "dp_shard"];
+  for (const auto& f : kFlattened) {
+    const std::vector<int> wide = wide_dims(f);
+    std::string same = wide.size() == 1 ? kDims[wide[0]] : wide.empty() ? kDims[*f.dims.begin()] : "";
+    for (const Flattened* g = kFlattened.data(); same.empty() && g != &f; ++g)
+      if (wide_dims(*g) == wide) same = g->name;
+    if (!same.empty()) {
+      mesh->groups_[f.name] = mesh->groups_[same];
+      continue;
+    }
+    const auto [index, size] = flat_coord(shape, coords, f.dims);
+    mesh->groups_[f.name] = join(f.name, group_index(shape, coords, f.dims), index, size);
   }
   return mesh;
 }
@@ -230,7 +288,7 @@ Communicator& DeviceMesh::group(const std::string& dim) {
   auto it = groups_.find(dim);
   if (it == groups_.end()) {
     throw std::invalid_argument("device mesh has no dimension '" + dim +
-                                "'; use world, pp, dp_replicate, dp_shard, cp, tp or dp");
+                                "'; use world, pp, dp_replicate, dp_shard, cp, tp, dp, fsdp, loss or batch");
   }
   return *it->second;
 }
@@ -238,7 +296,7 @@ Communicator& DeviceMesh::group(const std::string& dim) {
 int DeviceMesh::coord(const std::string& dim) const {
   if (dim == "world") return rank_;
   const auto c = coords_of(shape_, rank_);
-  if (dim == "dp") return static_cast<int>(c[1] * shape_.dp_shard + c[2]);
+  if (const Flattened* f = flattened(dim)) return static_cast<int>(flat_coord(shape_, c, f->dims).first);
   const int i = dim_index(dim);
   if (i < 0) throw std::invalid_argument("device mesh has no dimension '" + dim + "'");
   return static_cast<int>(c[i]);
@@ -246,7 +304,7 @@ int DeviceMesh::coord(const std::string& dim) const {
 
 int DeviceMesh::size(const std::string& dim) const {
   if (dim == "world") return static_cast<int>(shape_.world());
-  if (dim == "dp") return static_cast<int>(shape_.dp_replicate * shape_.dp_shard);
+  if (const Flattened* f = flattened(dim)) return static_cast<int>(flat_coord(shape_, {}, f->dims).second);
   const int i = dim_index(dim);
   if (i < 0) throw std::invalid_argument("device mesh has no dimension '" + dim + "'");
   return static_cast<int>(sizes_of(shape_)[i]);

@@ -7,12 +7,16 @@
 // The mesh follows TorchTitan's dimension order, outermost first:
 //   pp, dp_replicate, dp_shard, cp, tp
 // so rank = ((((pp * R + dr) * S + ds) * C + cp) * T + tp). Each dimension
-// has a sub-group of the ranks that share every other coordinate, and "dp"
-// is dp_replicate x dp_shard flattened (the ranks that see different data).
+// has a sub-group of the ranks that share every other coordinate, and
+// TorchTitan's flattened groups: "dp" = dp_replicate x dp_shard (the ranks
+// that see different data), "fsdp" = dp_shard x cp (parameters shard over
+// it), "loss" = "batch" = dp_replicate x dp_shard x cp (the loss and the
+// gradient reduction span it).
 #pragma once
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -55,13 +59,24 @@ class DeviceMesh {
 
   const MeshShape& shape() const { return shape_; }
   int rank() const { return rank_; }
+  // comm.mode = "fake_backend": rank `rank` of `shape` with no other process
+  // behind it; collectives complete at once and move no data (dry runs on
+  // the meta device).
+  static std::shared_ptr<DeviceMesh> fake(const MeshShape& shape, int rank);
+
   // Group of a dimension: "world", "pp", "dp_replicate", "dp_shard", "cp",
-  // "tp" or "dp". A dimension of size 1 yields a group of size 1.
+  // "tp", or a flattened one: "dp", "fsdp", "loss", "batch". A dimension of
+  // size 1 yields a group of size 1.
   Communicator& group(const std::string& dim);
   int coord(const std::string& dim) const;  // this rank's index in that group
   int size(const std::string& dim) const;
 
  private:
+  // Makes group `dim` number `index` (of its kind), in which this process
+  // has rank `group_rank` of `size`.
+  using JoinGroup = std::function<std::shared_ptr<Communicator>(const std::string& dim, int64_t index,
+                                                                 int64_t group_rank, int64_t size)>;
+  static std::shared_ptr<DeviceMesh> build(const MeshShape& shape, int rank, const JoinGroup& join);
   MeshShape shape_;
   int rank_ = 0;
   std::map<std::string, std::shared_ptr<Communicator>> groups_;

@@ -54,8 +54,8 @@ void trunc_normal_(at::Tensor t, double std, double a, double b, at::Generator& 
 
 }  // namespace
 
-Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len)
-    : args_(args), compute_dtype_(compute_dtype) {
+Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device)
+    : args_(args), compute_dtype_(compute_dtype), device_(device) {
   const int64_t d = args.dim, hd = args.head_dim(), f = args.ffn_hidden_dim();
   int64_t offset = 0;
   auto add = [&](const std::string& name, std::vector<int64_t> shape) {
@@ -83,9 +83,10 @@ Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_
 
   // Master weights are fp32, or fp64 when computing in fp64 (gradient checks).
   const auto master_dtype = compute_dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
-  master_ = torch::zeros({offset}, master_dtype);
-  master_grad_ = torch::zeros({offset}, master_dtype);
-  compute_ = compute_dtype_ == master_dtype ? master_ : torch::zeros({offset}, compute_dtype_);
+  const auto on_device = torch::TensorOptions().device(device_);
+  master_ = torch::zeros({offset}, on_device.dtype(master_dtype));
+  master_grad_ = torch::zeros({offset}, on_device.dtype(master_dtype));
+  compute_ = compute_dtype_ == master_dtype ? master_ : torch::zeros({offset}, on_device.dtype(compute_dtype_));
   auto add_unit = [&](std::string name, size_t first, size_t last) {  // slots [first, last)
     Unit u{std::move(name), slots_[first].offset, 0, {}};
     for (size_t i = first; i < last; ++i) {
@@ -100,11 +101,12 @@ Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_
   master_grad_fresh_.assign(units_.size(), true);
   // ATen's CPU flash-attention kernel is ~2x slower in bf16 than in fp32 at
   // small head dims (16: 32 ms vs 18 ms fwd+bwd per debugmodel layer, casts
-  // included) and faster from 64 up, so small heads attend in fp32. Only
-  // precision rises; the math is unchanged. On CUDA the compute dtype is kept.
+  // included) and faster from 64 up, so small heads attend in fp32 on the
+  // CPU. Only precision rises; the math is unchanged. Other devices keep the
+  // compute dtype.
   attention_dtype_ = compute_dtype_;
-  if (compute_dtype_ == torch::kBFloat16 && args_.head_dim() < 32) attention_dtype_ = torch::kFloat;
-  freqs_cis_ = precompute_freqs_cis(hd, max_seq_len, args.rope_theta, args.rope_scaling);
+  if (device_.is_cpu() && compute_dtype_ == torch::kBFloat16 && args_.head_dim() < 32) attention_dtype_ = torch::kFloat;
+  freqs_cis_ = precompute_freqs_cis(hd, max_seq_len, args.rope_theta, args.rope_scaling).to(device_);
   build_compute_views();
 }
 
@@ -247,7 +249,7 @@ void Llama3::accumulate_grads(size_t unit) {
 
 void Llama3::use_unit_buffers() {
   TORCH_CHECK(!has_unit_buffers(), "use_unit_buffers called twice");
-  for (const auto& u : units_) unit_buffers_.push_back(torch::zeros({u.numel}, compute_dtype_));
+  for (const auto& u : units_) unit_buffers_.push_back(torch::zeros({u.numel}, master_.options().dtype(compute_dtype_)));
   master_ = master_grad_ = compute_ = at::Tensor();
   build_compute_views();
 }
@@ -397,8 +399,8 @@ at::Tensor Llama3::forward_loss(const at::Tensor& tokens, const at::Tensor& labe
 }
 
 void Llama3::set_compile(bool fused_model, bool fused_loss) {
-  fused_model_ = fused_model;
-  fused_loss_ = fused_loss;
+  fused_model_ = fused_model && device_.is_cpu();
+  fused_loss_ = fused_loss && device_.is_cpu();
 }
 
 void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns) {
@@ -449,6 +451,7 @@ std::string Llama3::techniques() const {
   std::string compile = fused_model_ && fused_loss_ ? "model+loss" : fused_model_ ? "model" : fused_loss_ ? "loss" : "off";
   if (fused_model_ || fused_loss_)
     compile += fused_kernels_available() ? " (fused AVX-512 kernels)" : " (no AVX-512: eager fallback)";
+  if (!device_.is_cpu()) compile += " (ATen ops on " + device_.str() + ")";
   return "compile: " + compile + ", float8: " + (float8_ ? float8_backend(tok_embeddings_.device(), float8_emulate_) : "off");
 }
 

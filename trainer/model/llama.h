@@ -42,7 +42,9 @@ struct ParamSlot {
 
 class Llama3 {
  public:
-  Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len);
+  // Every buffer lives on `device` (meta: shapes only, nothing allocated).
+  Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len,
+         c10::Device device = c10::Device(c10::kCPU));
 
   // TorchTitan's init_weights, drawn from a generator seeded with `seed`.
   void init_weights(uint64_t seed);
@@ -56,8 +58,11 @@ class Llama3 {
   void set_activation_checkpointing(const ActivationCheckpointPolicy& p) { ac_policy_ = p; }
   const ActivationCheckpointPolicy& activation_checkpointing() const { return ac_policy_; }
 
-  // compile.enable: fused kernels for the block ops ("model") and the loss ("loss").
+  // compile.enable: ctitan's fused CPU kernels for the block ops ("model")
+  // and the loss ("loss"). They are CPU kernels: on another device the ATen
+  // ops run (techniques() says which).
   void set_compile(bool fused_model, bool fused_loss);
+  bool fused_model() const { return fused_model_; }
   // model.converters = ["quantize.linear.float8"]: linears whose FQN contains
   // no filter_fqns entry run float8_linear. The fused wq|wk|wv and w1|w3
   // GEMMs are one unit each: float8 only if none of their modules is
@@ -122,6 +127,7 @@ class Llama3 {
 
   const LlamaArgs& args() const { return args_; }
   at::ScalarType compute_dtype() const { return compute_dtype_; }
+  c10::Device device() const { return device_; }
   const std::vector<ParamSlot>& slots() const { return slots_; }
   at::Tensor& flat_params() { return master_; }
   at::Tensor& flat_grads() { return master_grad_; }
@@ -150,6 +156,7 @@ class Llama3 {
 
   LlamaArgs args_;
   at::ScalarType compute_dtype_;
+  c10::Device device_;
   at::ScalarType attention_dtype_;     // q/k/v dtype for SDPA (see constructor)
   std::vector<ParamSlot> slots_;
   at::Tensor master_, master_grad_;    // fp32 [N]

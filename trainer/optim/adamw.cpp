@@ -8,7 +8,7 @@ AdamW::AdamW(at::Tensor flat_params, at::Tensor flat_grads, AdamWOptions opts)
     : params_(std::move(flat_params)), grads_(std::move(flat_grads)), opts_(std::move(opts)) {
   exp_avg_ = torch::zeros_like(params_);
   exp_avg_sq_ = torch::zeros_like(params_);
-  step_ = torch::zeros({}, torch::kFloat);
+  step_ = torch::zeros({}, params_.options().dtype(torch::kFloat));
 }
 
 int64_t AdamW::steps_taken() const { return static_cast<int64_t>(step_.item<float>()); }

@@ -35,6 +35,7 @@ void set_storage_bytes(const at::Tensor& t, size_t nbytes) {
 // the version counter that autograd checks on the parameters' saved views
 // (FSDP2 writes its all-gather output the same way).
 at::Tensor unversioned_alias(const at::Tensor& t) {
+  if (t.is_meta()) return at::empty(t.sizes(), t.options());  // no memory to alias
   return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options());
 }
 
@@ -83,8 +84,9 @@ void DataParallel::build_shards() {
     total += us.numel;
   }
   // Copy this rank's rows out of the (identically initialised) full master.
-  master_shard_ = torch::zeros({total}, torch::kFloat);
-  grad_shard_ = torch::zeros({total}, torch::kFloat);
+  const auto fp32 = torch::TensorOptions().device(model_.device()).dtype(torch::kFloat);
+  master_shard_ = torch::zeros({total}, fp32);
+  grad_shard_ = torch::zeros({total}, fp32);
   const at::Tensor& full = model_.flat_params();
   for (size_t u = 0; u < units_.size(); ++u) {
     const auto& unit = model_.units()[u];
@@ -129,7 +131,7 @@ void DataParallel::compute_float8_scales(const std::vector<size_t>& gemms) {
   torch::NoGradGuard no_grad;
   // amax over this rank's rows of each GEMM's weight (its compute-dtype
   // values, as the unsharded GEMM would see them; padding rows are zero).
-  at::Tensor amax = torch::zeros({static_cast<int64_t>(gemms.size())}, torch::kFloat);
+  at::Tensor amax = torch::zeros({static_cast<int64_t>(gemms.size())}, grad_shard_.options());
   for (size_t i = 0; i < gemms.size(); ++i) {
     const Float8Gemm& g = gemms_[gemms[i]];
     const UnitShard& us = units_[g.unit];
@@ -150,7 +152,7 @@ void DataParallel::compute_float8_scales(const std::vector<size_t>& gemms) {
 void DataParallel::unshard_float8(size_t u) {
   UnitShard& us = units_[u];
   if (!opts_.float8_precompute_scales) compute_float8_scales(us.gemms);
-  at::Tensor codes = torch::empty({us.code_numel}, torch::kUInt8);
+  at::Tensor codes = torch::empty({us.code_numel}, grad_shard_.options().dtype(torch::kUInt8));
   at::Tensor hp = torch::empty({us.hp_numel}, compute_shard_.options());
   for (const auto& p : us.params) {
     at::Tensor shard = compute_shard_.narrow(0, us.offset + p.shard_offset, p.chunk * p.rest);
@@ -162,7 +164,7 @@ void DataParallel::unshard_float8(size_t u) {
     }
   }
   us.gathered = torch::empty({shard_ * us.hp_numel}, hp.options());
-  us.codes_gathered = torch::empty({shard_ * us.code_numel}, torch::kUInt8);
+  us.codes_gathered = torch::empty({shard_ * us.code_numel}, codes.options());
   Communicator& g = mesh_.group("dp_shard");
   us.codes_gather = g.all_gather(us.codes_gathered, codes);
   us.gather = g.all_gather(us.gathered, hp);
@@ -174,7 +176,7 @@ void DataParallel::unpack_float8(size_t u) {
   us.codes_gather.reset();
   // The float8 values of w·scale in the unit's layout (bf16 holds every e4m3
   // value exactly): the GEMMs' float8 weights.
-  us.float8_data = torch::empty({model_.units()[u].numel}, torch::kBFloat16);
+  us.float8_data = torch::empty({model_.units()[u].numel}, grad_shard_.options().dtype(torch::kBFloat16));
   at::Tensor src = us.codes_gathered.view({shard_, us.code_numel});
   for (const auto& p : us.params) {
     if (p.gemm < 0) continue;
@@ -202,6 +204,7 @@ void DataParallel::unpack_float8(size_t u) {
 
 std::string DataParallel::describe() const {
   std::string s;
+  if (replicate_ == 1 && shard_ == 1) return "no data parallelism";
   if (replicate_ > 1 && shard_ > 1) {
     s = "HSDP " + std::to_string(replicate_) + " x " + std::to_string(shard_);
   } else if (shard_ > 1) {
@@ -220,6 +223,33 @@ std::string DataParallel::describe() const {
     s += ")";
   }
   return s;
+}
+
+std::vector<std::string> DataParallel::layout() const {
+  auto shape = [](const std::vector<int64_t>& s) {
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + "]";
+  };
+  std::string replicated;
+  if (replicate_ > 1) replicated = "Replicate() over dp_replicate " + std::to_string(replicate_);
+  std::vector<std::string> lines;
+  const auto& slots = model_.slots();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const auto& unit = model_.units()[u];
+    for (size_t i = 0; i < unit.slots.size(); ++i) {
+      const ParamSlot& s = slots[unit.slots[i]];
+      std::vector<int64_t> local = s.shape;
+      std::string placement = replicated;
+      if (sharded()) {
+        local[0] = units_[u].params[i].chunk;  // padded rows per rank
+        placement = "Shard(0) over dp_shard " + std::to_string(shard_) + (replicated.empty() ? "" : ", " + replicated);
+      }
+      lines.push_back(s.name + "  global " + shape(s.shape) + "  local " + shape(local) + "  " +
+                      (placement.empty() ? "Replicate()" : placement));
+    }
+  }
+  return lines;
 }
 
 at::Tensor& DataParallel::params() { return sharded() ? master_shard_ : model_.flat_params(); }
@@ -321,9 +351,9 @@ void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
     return;
   }
   UnitShard& us = units_[u];
-  at::Tensor full = torch::empty({unit.numel}, torch::kFloat);
+  at::Tensor full = torch::empty({unit.numel}, grad_shard_.options());
   model_.take_unit_grad(u, full);
-  at::Tensor packed = torch::zeros({shard_, us.numel}, torch::kFloat);
+  at::Tensor packed = torch::zeros({shard_, us.numel}, grad_shard_.options());
   for (const auto& p : us.params) {
     at::Tensor s = full.narrow(0, p.unit_offset, p.rows * p.rest).view({p.rows, p.rest});
     at::Tensor d = packed.narrow(1, p.shard_offset, p.chunk * p.rest).view({shard_, p.chunk, p.rest});
@@ -337,7 +367,7 @@ void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
   // unit-sized fp32 input, so an unbounded queue would keep a whole fp32
   // gradient copy alive until the end of backward.
   while (pending_.size() >= 2) finish_oldest_reduction();
-  at::Tensor out = torch::empty({us.numel}, torch::kFloat);
+  at::Tensor out = torch::empty({us.numel}, grad_shard_.options());
   WorkPtr w = mesh_.group("dp_shard").reduce_scatter(out, packed.view({-1}), ReduceOp::kAvg);
   at::Tensor dst = grad_shard_.narrow(0, us.offset, us.numel);
   pending_.emplace_back(w, [dst, out, packed, first_micro]() mutable {
@@ -349,66 +379,35 @@ void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
   });
 }
 
-double DataParallel::forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale,
-                                      bool first_micro, bool last_micro) {
-  const int64_t L = model_.args().n_layers;
-  const size_t head = static_cast<size_t>(L) + 1;
-  if (first_micro) model_.zero_grad();
-  // Forward, unit by unit: unit 0 embeds, units 1..L are blocks, the last is norm + output + loss.
-  std::vector<at::Tensor> inputs(head + 1), outputs(head + 1);
-  const auto& units = model_.units();
-  if (sharded()) unshard(0);
-  for (size_t u = 0; u < head; ++u) {
-    if (sharded()) {
-      unshard(u + 1);  // prefetch: in flight while this unit computes
-      wait_unshard(u);
-    }
-    {
-      TraceRange range(trace_cat::kCompute, "forward", units[u].name);
-      MemoryCategoryScope mem(MemoryCategory::kActivations);
-      if (u == 0) {
-        outputs[0] = model_.embed(tokens);
-      } else {
-        inputs[u] = outputs[u - 1].detach().requires_grad_(true);
-        outputs[u] = model_.block(static_cast<int64_t>(u) - 1, inputs[u]);
-      }
-    }
-    if (sharded() && reshards_after_forward(u)) reshard(u);
-  }
-  if (sharded()) wait_unshard(head);
-  at::Tensor loss;
-  double local_loss = 0;
-  {
-    TraceRange range(trace_cat::kCompute, "forward", units[head].name);
-    MemoryCategoryScope mem(MemoryCategory::kActivations);
-    inputs[head] = outputs[head - 1].detach().requires_grad_(true);
-    loss = model_.head_loss(inputs[head], labels);
-    local_loss = loss.item<double>();
-  }
+void DataParallel::before_forward(size_t u) {
+  if (!sharded()) return;
+  if (u == 0) unshard(0);
+  if (u + 1 < units_.size()) unshard(u + 1);  // prefetch: in flight while this unit computes
+  wait_unshard(u);
+}
 
-  // Backward in reverse unit order; each unit's gradients leave as soon as
-  // they exist, while the next unit's backward computes.
-  for (size_t u = head + 1; u-- > 0;) {
-    if (sharded() && u > 0) unshard(u - 1);  // prefetch the next unit's parameters
-    if (sharded()) wait_unshard(u);
-    {
-      TraceRange range(trace_cat::kCompute, "backward", units[u].name);
-      MemoryCategoryScope mem(MemoryCategory::kActivations);
-      if (u == head) {
-        (scale == 1.0 ? loss : loss * scale).backward();
-      } else {
-        torch::autograd::backward({outputs[u]}, {inputs[u + 1].grad()});
-        inputs[u + 1] = at::Tensor();
-        outputs[u] = at::Tensor();
-      }
-    }
-    reduce_unit(u, first_micro, last_micro);
-    reshard(u);
-  }
+void DataParallel::after_forward(size_t u) {
+  // The last unit's backward follows its forward at once: never freed here.
+  if (sharded() && u + 1 < units_.size() && reshards_after_forward(u)) reshard(u);
+}
+
+void DataParallel::before_backward(size_t u) {
+  if (!sharded()) return;
+  if (u > 0) unshard(u - 1);  // prefetch the next unit's parameters
+  wait_unshard(u);
+}
+
+void DataParallel::after_backward(size_t u, bool first_micro, bool last_micro) {
+  // Each unit's gradients leave as soon as they exist, while the next
+  // unit's backward computes.
+  reduce_unit(u, first_micro, last_micro);
+  reshard(u);
+}
+
+void DataParallel::after_all_backward(bool last_micro) {
   while (!pending_.empty()) finish_oldest_reduction();
   if (sharded() && replicate_ > 1 && last_micro)
     wait(mesh_.group("dp_replicate").all_reduce(grad_shard_, ReduceOp::kAvg));
-  return local_loss;
 }
 
 void DataParallel::finish_oldest_reduction() {
@@ -434,8 +433,7 @@ double DataParallel::clip_grad_norm(double max_norm) {
 
 double DataParallel::dp_mean(double local) {
   at::Tensor t = torch::full({1}, local, torch::kDouble);
-  const char* dim = replicate_ > 1 && shard_ > 1 ? "dp" : shard_ > 1 ? "dp_shard" : "dp_replicate";
-  wait(mesh_.group(dim).all_reduce(t, ReduceOp::kAvg));
+  wait(mesh_.group("loss").all_reduce(t, ReduceOp::kAvg));
   return t.item<double>();
 }
 

@@ -15,11 +15,11 @@
 //   HSDP  both > 1: shard within dp_shard, then all-reduce the gradient
 //         shards over dp_replicate.
 //
-// Units are Llama3::units() (tok_embeddings, each block, norm+output) and
-// the driver runs backward unit by unit: every unit's forward starts from a
-// detached input, and backward walks the units in reverse, handing each the
-// gradient of its output. That gives exact control of when to gather, free
-// and reduce, and the gradients equal those of one autograd pass.
+// DataParallel is a set of unit hooks (unit_hooks.h): the unit runner
+// (TrainModel) runs the units — Llama3::units(): tok_embeddings, each
+// block, norm+output — and backward unit by unit, and calls these hooks at
+// each unit's boundaries to gather, free and reduce. With one rank it holds
+// the optimizer's view of the model and hooks nothing.
 //
 // Every rank sees a different slice of the global batch (the data loader's
 // dp_rank/dp_world); the loss is the mean over each rank's tokens and the
@@ -40,6 +40,7 @@
 #include "trainer/dist/mesh.h"
 #include "trainer/model/llama.h"
 #include "trainer/optim/adamw.h"
+#include "trainer/parallel/unit_hooks.h"
 
 namespace ctitan {
 
@@ -63,7 +64,7 @@ struct CommTimes {      // since the last take_comm_times(), seconds
   double exposed_comm_s = 0;  // the training thread blocked waiting for one
 };
 
-class DataParallel {
+class DataParallel final : public UnitHooks {
  public:
   DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions opts);
 
@@ -75,11 +76,18 @@ class DataParallel {
   at::Tensor& params();
   at::Tensor& grads();
 
-  // One micro-batch: forward, backward (loss scaled by `scale`), gradient
-  // reduction on the last micro-batch of the step (DDP, HSDP's replicate
-  // all-reduce) or on each (FSDP's reduce-scatter). Returns the local loss.
-  double forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
-                          bool last_micro);
+  // Runs over more than one rank: the unit runner must call the hooks.
+  bool needs_hooks() const { return replicate_ * shard_ > 1; }
+  // The hooks: gather before a unit's forward and backward (prefetching the
+  // next unit), free after (per fsdp_reshard_after_forward), reduce each
+  // unit's gradients after its backward — on the last micro-batch of the
+  // step (DDP, HSDP's replicate all-reduce) or on each (FSDP's
+  // reduce-scatter).
+  void before_forward(size_t unit) override;
+  void after_forward(size_t unit) override;
+  void before_backward(size_t unit) override;
+  void after_backward(size_t unit, bool first_micro, bool last_micro) override;
+  void after_all_backward(bool last_micro) override;
   // Global L2 norm of the gradients (over the shards), clipped to max_norm.
   double clip_grad_norm(double max_norm);
   // Mean over the data-parallel ranks (the loss TorchTitan logs).
@@ -92,6 +100,8 @@ class DataParallel {
   // only the ranks that own a piece return it (DDP: rank 0; HSDP: the first
   // replica); to load, every rank gets all it needs.
   TensorPieces checkpoint_pieces(AdamW& opt, bool for_save);
+  // Each parameter: FQN, global and local shape, placement.
+  std::vector<std::string> layout() const;
   // Bytes of parameters + gradients + optimizer state this rank keeps
   // between steps (AdamW: 2 x params) — 1/N of the model's under FSDP.
   int64_t state_bytes() const;

@@ -1,0 +1,89 @@
+// The dry run through the real binary: `NGPU=N ctitan train ... --comm.mode
+// fake_backend` builds rank 0's model of any flavor on the meta device and
+// prints its layout and per-rank memory; the device and comm.mode inputs
+// that cannot work are one line and exit 2.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <cstdlib>
+#include <regex>
+
+#include "tests/integration/process.h"
+
+namespace {
+
+using ctitan::testing::run_ctitan;
+
+// NGPU for the child processes of one test.
+class ScopedNgpu {
+ public:
+  explicit ScopedNgpu(const char* value) {
+    if (value) {
+      setenv("NGPU", value, 1);
+    } else {
+      unsetenv("NGPU");
+    }
+  }
+  ~ScopedNgpu() { unsetenv("NGPU"); }
+};
+
+// The "= X GiB" total of parameters + gradients + AdamW state per rank.
+double state_gib(const std::string& out) {
+  std::smatch m;
+  const std::regex re("AdamW state [0-9.]+ GiB = ([0-9.]+) GiB");
+  return std::regex_search(out, m, re) ? std::stod(m[1]) : -1.0;
+}
+
+TEST(DryRun, Llama8BOnFsdp64MatchesTheParameterCount) {
+  ScopedNgpu ngpu("64");
+  const auto r = run_ctitan({"train", "--model.flavor", "8B", "--comm.mode", "fake_backend"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("8,030,261,248 parameters"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FSDP 64"), std::string::npos) << r.out;
+  // fp32 master + gradient + two AdamW moments = 16 B per parameter, / 64.
+  const double expected = 8030261248.0 * 16 / 64 / (1024.0 * 1024 * 1024);
+  EXPECT_NEAR(state_gib(r.out), expected, 0.05 * expected) << r.out;
+  EXPECT_NE(r.out.find("layers.0.attention.wq.weight  global [4096, 4096]  local [64, 4096]  Shard(0) over dp_shard 64"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(DryRun, HsdpLayoutReplicatesAndShards) {
+  ScopedNgpu ngpu("8");
+  const auto r = run_ctitan({"train", "--comm.mode", "fake_backend", "--parallelism.data_parallel_replicate_degree",
+                             "2", "--activation_checkpoint.mode", "full"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("HSDP 2 x 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Shard(0) over dp_shard 4, Replicate() over dp_replicate 2"), std::string::npos) << r.out;
+}
+
+TEST(DryRun, MetaDeviceWithoutFakeBackendIsOneProcess) {
+  const auto r = run_ctitan({"train", "--training.device", "meta"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("dry run of rank 0 of 1"), std::string::npos) << r.out;
+}
+
+TEST(DryRunBadInput, FakeBackendWithoutNgpu) {
+  ScopedNgpu ngpu(nullptr);
+  ctitan::testing::expect_one_line_exit2(run_ctitan({"train", "--comm.mode", "fake_backend"}), "NGPU");
+}
+
+TEST(DryRunBadInput, NgpuNotANumber) {
+  ScopedNgpu ngpu("lots");
+  ctitan::testing::expect_one_line_exit2(run_ctitan({"train", "--comm.mode", "fake_backend"}), "NGPU='lots'");
+}
+
+TEST(DryRunBadInput, UnknownDevice) {
+  ctitan::testing::expect_one_line_exit2(run_ctitan({"train", "--training.device", "tpu"}), "training.device");
+}
+
+TEST(DryRunBadInput, UnknownCommMode) {
+  ctitan::testing::expect_one_line_exit2(run_ctitan({"train", "--comm.mode", "local_tensor"}), "comm.mode");
+}
+
+TEST(DryRunBadInput, CudaWithoutGpu) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a GPU";
+  ctitan::testing::expect_one_line_exit2(run_ctitan({"train", "--training.device", "cuda"}), "no GPU");
+}
+
+}  // namespace

@@ -1,0 +1,92 @@
+#include "trainer/dry_run.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "trainer/metrics.h"
+
+namespace ctitan {
+namespace {
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+// Prints the embedding, the first block and the head in full; the other
+// blocks have the first one's shapes.
+void print_layout(const std::vector<std::string>& lines, int64_t n_layers) {
+  const int64_t per_layer = n_layers > 0 ? static_cast<int64_t>(lines.size() - 3) / n_layers : 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const bool later_block = static_cast<int64_t>(i) > per_layer && i + 2 < lines.size();
+    if (later_block) {
+      if (static_cast<int64_t>(i) == per_layer + 1)
+        std::cout << "  layers.1 .. layers." << n_layers - 1 << ": as layers.0" << std::endl;
+      continue;
+    }
+    std::cout << "  " << lines[i] << std::endl;
+  }
+}
+
+}  // namespace
+
+int64_t activation_bytes_estimate(const LlamaArgs& a, int64_t batch, int64_t seq_len, int64_t dtype_bytes,
+                                  const ActivationCheckpointPolicy& ac) {
+  const int64_t D = a.dim, F = a.ffn_hidden_dim(), Dh = a.head_dim(), H = a.n_heads, K = a.n_kv_heads;
+  // Per token of one block: two norm inputs and outputs (4D), q/k/v out of
+  // the QKV GEMM and after RoPE (2(H+2K)Dh), the attention output and its
+  // projection input (2·H·Dh), gate/up and the SwiGLU product (3F).
+  const int64_t block = batch * seq_len * (4 * D + 2 * (H + 2 * K) * Dh + 2 * H * Dh + 3 * F) * dtype_bytes;
+  const int64_t block_input = batch * seq_len * D * dtype_bytes;
+  int64_t kept = 0, checkpointed = 0;
+  for (int64_t l = 0; l < a.n_layers; ++l) (ac.checkpoints_layer(l) ? checkpointed : kept) += 1;
+  const int64_t logits = batch * seq_len * a.vocab_size * dtype_bytes;
+  return kept * block + checkpointed * block_input + (checkpointed > 0 ? block : 0) + logits;
+}
+
+int dry_run(const JobConfig& cfg, const Runtime& rt, TrainModel& tm, AdamW& optimizer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Llama3& m = tm.model();
+  const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
+  const auto ids = torch::TensorOptions().device(rt.device).dtype(torch::kLong);
+  // Shapes only: every op runs its meta kernel, so a wrong shape or a
+  // tensor on another device fails here as it would in a real step. Some
+  // ATen ops have their meta kernels in Python only (torch._meta_registrations,
+  // e.g. index_select under the embedding): LibTorch cannot run those on
+  // meta, and the check says where it stopped.
+  std::string shape_check = "one forward and backward on the meta device checked every shape";
+  try {
+    tm.forward_backward(torch::zeros({B, S}, ids), torch::zeros({B, S}, ids), 1.0, true, true);
+  } catch (const c10::NotImplementedError& e) {
+    std::string why = e.what_without_backtrace();
+    why = why.substr(0, why.find(": "));
+    shape_check = "the forward on the meta device stopped at " + why +
+                  ", which has no C++ meta kernel in LibTorch (its meta kernel is registered from Python); "
+                  "the layout and memory above come from the placement plan";
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const ParamCounts counts = count_params(m.args());
+  std::cout << "ctitan: dry run of rank 0 of " << rt.env.world_size << " ("
+            << (rt.fake ? "comm.mode fake_backend" : "training.device meta") << ", nothing allocated): llama3 "
+            << cfg.model.flavor << ", " << with_commas(counts.total) << " parameters, mesh " << rt.shape.describe()
+            << ", " << tm.describe() << ", " << m.techniques() << std::endl;
+  std::cout << "ctitan: layout (FQN, global shape, this rank's shape, placement):" << std::endl;
+  print_layout(tm.layout(), m.args().n_layers);
+
+  const int64_t local = tm.params().numel();
+  const int64_t dtype_bytes = c10::elementSize(m.compute_dtype());
+  const int64_t acts = activation_bytes_estimate(m.args(), B, S, dtype_bytes, m.activation_checkpointing());
+  const int64_t state = local * 4 + tm.grads().numel() * 4 + (optimizer.exp_avg().numel() + optimizer.exp_avg_sq().numel()) * 4;
+  std::cout << "ctitan: memory per rank: parameters " << gib(local * 4) << " (fp32 master, "
+            << with_commas(local) << " elements), gradients " << gib(tm.grads().numel() * 4) << ", AdamW state "
+            << gib((optimizer.exp_avg().numel() + optimizer.exp_avg_sq().numel()) * 4) << " = " << gib(state)
+            << "; activations ~" << gib(acts) << " (estimate, batch " << B << " x seq " << S << ", "
+            << m.activation_checkpointing().describe() << ")" << std::endl;
+  std::cout << "ctitan: " << shape_check << " (" << secs << " s)" << std::endl;
+  return 0;
+}
+
+}  // namespace ctitan

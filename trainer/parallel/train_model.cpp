@@ -1,0 +1,170 @@
+#include "trainer/parallel/train_model.h"
+
+#include <algorithm>
+
+#include "profiling/memory.h"
+#include "profiling/trace.h"
+#include "trainer/errors.h"
+
+namespace ctitan {
+
+TrainModel::TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataParallelOptions dp_options)
+    : model_(std::move(model)) {
+  dp_ = std::make_unique<DataParallel>(*model_, mesh, std::move(dp_options));
+  if (dp_->needs_hooks()) hooks_ = dp_.get();
+}
+
+at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale,
+                                        bool first_micro, bool last_micro) {
+  if (first_micro) model_->zero_grad();
+  return hooks_ ? run_units(tokens, labels, scale, first_micro, last_micro) : run_whole(tokens, labels, scale);
+}
+
+// No hooks: one autograd pass over the whole model. While the tracer
+// records, each unit's forward gets a range, and hooks on the units' outputs
+// time where each unit's backward begins and ends (autograd runs CPU
+// backward on this thread).
+at::Tensor TrainModel::run_whole(const at::Tensor& tokens, const at::Tensor& labels, double scale) {
+  MemoryCategoryScope mem(MemoryCategory::kActivations);
+  Llama3& m = *model_;
+  const auto& units = m.units();
+  const bool traced = Tracer::recording();
+  at::Tensor loss;
+  std::vector<at::Tensor> outputs;  // units 0..L (embedding, blocks) while traced
+  if (!traced) {
+    loss = m.forward_loss(tokens, labels);
+  } else {
+    at::Tensor h;
+    {
+      TraceRange r(trace_cat::kCompute, "forward", units[0].name);
+      h = m.embed(tokens);
+    }
+    outputs.push_back(h);
+    for (int64_t l = 0; l < m.args().n_layers; ++l) {
+      TraceRange r(trace_cat::kCompute, "forward", units[l + 1].name);
+      h = m.block(l, h);
+      outputs.push_back(h);
+    }
+    TraceRange r(trace_cat::kCompute, "forward", units.back().name);
+    loss = m.head_loss(h, labels);
+  }
+  std::vector<int64_t> grad_ready(outputs.size(), 0);  // when each output's gradient was complete
+  for (size_t i = 0; i < outputs.size(); ++i)
+    outputs[i].register_hook([&grad_ready, i](const at::Tensor&) { grad_ready[i] = trace_now_ns(); });
+  const int64_t b0 = trace_now_ns();
+  (scale == 1.0 ? loss : loss * scale).backward();
+  const int64_t b1 = trace_now_ns();
+  if (traced) {
+    Tracer& t = Tracer::get();
+    const size_t L = outputs.size() - 1;
+    t.complete("backward " + units.back().name, trace_cat::kCompute, b0, grad_ready[L]);
+    for (size_t u = L; u >= 1; --u)
+      t.complete("backward " + units[u].name, trace_cat::kCompute, grad_ready[u], grad_ready[u - 1]);
+    t.complete("backward " + units[0].name, trace_cat::kCompute, grad_ready[0], b1);
+  }
+  {
+    TraceRange r(trace_cat::kCompute, "accumulate_grads");
+    m.accumulate_grads();
+  }
+  return loss.detach();
+}
+
+// With hooks: every unit's forward starts from a detached input, and
+// backward walks the units in reverse, handing each the gradient of its
+// output — exact control of when the hooks gather, free and reduce, with
+// the gradients of one autograd pass.
+at::Tensor TrainModel::run_units(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
+                                 bool last_micro) {
+  Llama3& m = *model_;
+  const auto& units = m.units();
+  const size_t head = units.size() - 1;  // unit 0 embeds, 1..L are blocks, the last is norm + output + loss
+  std::vector<at::Tensor> inputs(head + 1), outputs(head + 1);
+  at::Tensor loss;
+  for (size_t u = 0; u <= head; ++u) {
+    hooks_->before_forward(u);
+    {
+      TraceRange range(trace_cat::kCompute, "forward", units[u].name);
+      MemoryCategoryScope mem(MemoryCategory::kActivations);
+      if (u > 0) inputs[u] = outputs[u - 1].detach().requires_grad_(true);
+      if (u == 0) {
+        outputs[0] = m.embed(tokens);
+      } else if (u < head) {
+        outputs[u] = m.block(static_cast<int64_t>(u) - 1, inputs[u]);
+      } else {
+        loss = m.head_loss(inputs[u], labels);
+      }
+    }
+    hooks_->after_forward(u);
+  }
+  for (size_t u = head + 1; u-- > 0;) {
+    hooks_->before_backward(u);
+    {
+      TraceRange range(trace_cat::kCompute, "backward", units[u].name);
+      MemoryCategoryScope mem(MemoryCategory::kActivations);
+      if (u == head) {
+        (scale == 1.0 ? loss : loss * scale).backward();
+      } else {
+        torch::autograd::backward({outputs[u]}, {inputs[u + 1].grad()});
+        inputs[u + 1] = at::Tensor();
+        outputs[u] = at::Tensor();
+      }
+    }
+    hooks_->after_backward(u, first_micro, last_micro);
+  }
+  hooks_->after_all_backward(last_micro);
+  return loss.detach();
+}
+
+at::ScalarType compute_dtype(const JobConfig& cfg) {
+  return cfg.training.mixed_precision_param == "float32" ? torch::kFloat : torch::kBFloat16;
+}
+
+namespace {
+
+bool has(const std::vector<std::string>& list, const char* item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+// model.converters: whether float8 is on (InputError for an unknown entry).
+bool float8_converter(const JobConfig& cfg) {
+  bool float8 = false;
+  for (const auto& c : cfg.model.converters) {
+    if (c != "quantize.linear.float8" && c != "float8")
+      throw InputError("model.converters entry '" + c + "' is unknown; ctitan has \"quantize.linear.float8\"");
+    float8 = true;
+  }
+  return float8;
+}
+
+// TorchTitan's apply_ac, apply_compile and float8 converter, on one model part.
+void apply_techniques(Llama3& m, const JobConfig& cfg, bool float8) {
+  m.set_activation_checkpointing(
+      ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option));
+  for (const auto& c : cfg.compile.components)
+    if (c != "model" && c != "loss")
+      throw InputError("compile.components entry '" + c + "' is unknown; use \"model\" and/or \"loss\"");
+  if (cfg.compile.enable) m.set_compile(has(cfg.compile.components, "model"), has(cfg.compile.components, "loss"));
+  if (float8)
+    m.set_float8(parse_float8_recipe(cfg.float8.recipe_name), cfg.float8.emulate, cfg.float8.filter_fqns);
+}
+
+}  // namespace
+
+std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runtime& rt, const JobConfig& cfg) {
+  const bool float8 = float8_converter(cfg);
+  // Memory by category: the model's buffers (master, gradient, compute copy)
+  // are parameters until train() tags the gradient buffer.
+  MemoryCategoryScope param_memory(MemoryCategory::kParameters);
+  auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device);
+  apply_techniques(*model, cfg, float8);
+  model->init_weights(static_cast<uint64_t>(cfg.debug.seed));
+  DataParallelOptions dpo;
+  dpo.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;
+  // As in TorchTitan, the float8 all-gather applies only when FSDP shards.
+  dpo.float8_all_gather = float8 && rt.shape.dp_shard > 1 && cfg.float8.enable_fsdp_float8_all_gather;
+  dpo.float8_precompute_scales = dpo.float8_all_gather && cfg.float8.precompute_float8_dynamic_scale_for_fsdp;
+  dpo.recorder = rt.recorder;
+  return std::make_unique<TrainModel>(std::move(model), *rt.mesh, std::move(dpo));
+}
+
+}  // namespace ctitan

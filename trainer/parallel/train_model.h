@@ -1,0 +1,83 @@
+// What train() drives, whatever the layout: the model part(s) of this rank,
+// the optimizer's flat buffers, the parallelisms' unit hooks, and the unit
+// runner that owns the order of forward and backward.
+//
+// parallelize_llama() is TorchTitan's recipe of passes, in its order:
+//   1. build the model on the runtime's device (meta: shapes only);
+//   2. techniques applied to the model part — activation checkpointing,
+//      compile (fused kernels), Float8 — as TorchTitan's apply_ac,
+//      apply_compile and the float8 converter;
+//   3. init_weights (per parameter, from the seed);
+//   4. data parallelism (DDP / FSDP / HSDP) as unit hooks.
+// Tensor, pipeline and context parallelism are rejected by init_runtime
+// until their passes exist.
+//
+// Not thread-safe; one TrainModel per rank.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/config/job_config.h"
+#include "trainer/model/llama.h"
+#include "trainer/optim/adamw.h"
+#include "trainer/parallel/data_parallel.h"
+#include "trainer/runtime.h"
+
+namespace ctitan {
+
+class TrainModel {
+ public:
+  TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataParallelOptions dp_options);
+
+  Llama3& model() { return *model_; }
+  const Llama3& model() const { return *model_; }
+
+  // One micro-batch: forward, backward of loss * scale, and the hooks'
+  // gradient reduction. Returns the micro-batch's mean loss over this
+  // rank's tokens, detached, unscaled — a device scalar: nothing waits for
+  // the device here (read it with mean_loss on log steps).
+  at::Tensor forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
+                              bool last_micro);
+  // The true global L2 norm of the gradients (every shard counted once),
+  // gradients clipped to max_norm.
+  double clip_grad_norm(double max_norm) { return dp_->clip_grad_norm(max_norm); }
+  // After the optimizer: the compute copy of the new weights.
+  void begin_step() { dp_->begin_step(); }
+  // The loss TorchTitan logs: `local` averaged over the data-parallel ranks.
+  double mean_loss(const at::Tensor& local) { return dp_->dp_mean(local.item<double>()); }
+
+  // The optimizer's view: this rank's fp32 master parameters and gradients.
+  at::Tensor& params() { return dp_->params(); }
+  at::Tensor& grads() { return dp_->grads(); }
+  TensorPieces checkpoint_pieces(AdamW& opt, bool for_save) { return dp_->checkpoint_pieces(opt, for_save); }
+  int64_t state_bytes() const { return dp_->state_bytes(); }  // params + grads + AdamW state on this rank
+  std::string describe() const { return dp_->describe(); }
+  CommTimes take_comm_times() { return dp_->take_comm_times(); }
+  // Whether this rank holds whole weights (the float8 SQNR probe needs them).
+  bool whole_weights() const { return !dp_->sharded(); }
+
+  // The layout, one line per parameter: FQN, global shape, local shape,
+  // placement ("Shard(0) over dp_shard 64", "Replicate").
+  std::vector<std::string> layout() const { return dp_->layout(); }
+
+ private:
+  at::Tensor run_whole(const at::Tensor& tokens, const at::Tensor& labels, double scale);
+  at::Tensor run_units(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
+                       bool last_micro);
+
+  std::unique_ptr<Llama3> model_;
+  std::unique_ptr<DataParallel> dp_;
+  UnitHooks* hooks_ = nullptr;  // null: one autograd pass, no unit boundaries needed
+};
+
+std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runtime& rt, const JobConfig& cfg);
+
+// training.mixed_precision_param as a dtype.
+at::ScalarType compute_dtype(const JobConfig& cfg);
+
+}  // namespace ctitan

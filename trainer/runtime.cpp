@@ -1,0 +1,96 @@
+#include "trainer/runtime.h"
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/cuda.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "trainer/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace ctitan {
+namespace {
+
+// comm.mode = "fake_backend": NGPU, as TorchTitan's dry run reads it.
+int fake_world_size() {
+  const char* ngpu = std::getenv("NGPU");
+  if (ngpu == nullptr || *ngpu == '\0')
+    throw InputError("comm.mode = \"fake_backend\" needs the number of ranks to plan for in NGPU, e.g. "
+                     "NGPU=64 ctitan train ... --comm.mode fake_backend");
+  char* end = nullptr;
+  const long n = std::strtol(ngpu, &end, 10);
+  if (*end != '\0' || n < 1 || n > (1 << 20))
+    throw InputError("NGPU='" + std::string(ngpu) + "' is not a rank count between 1 and 1048576");
+  return static_cast<int>(n);
+}
+
+std::shared_ptr<FlightRecorder> make_recorder(const JobConfig& cfg, int rank) {
+  const auto file = fs::path(cfg.job.dump_folder) / cfg.comm.save_traces_folder /
+                    (cfg.comm.save_traces_file_prefix + std::to_string(rank) + ".json");
+  return std::make_shared<FlightRecorder>(rank, static_cast<size_t>(cfg.comm.trace_buf_size), file.string());
+}
+
+}  // namespace
+
+c10::Device resolve_device(const std::string& name, int local_rank, int local_world_size) {
+  if (name == "cpu") return c10::Device(c10::kCPU);
+  if (name == "meta") return c10::Device(c10::kMeta);
+  if (name != "auto" && name != "cuda")
+    throw InputError("training.device '" + name + "' is unknown; use auto, cpu, cuda or meta");
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (gpus == 0) {
+    if (name == "auto") return c10::Device(c10::kCPU);
+    throw InputError("training.device = cuda but LibTorch sees no GPU on this machine; use cpu (or auto)");
+  }
+  if (local_world_size > gpus)
+    throw InputError("this node runs " + std::to_string(local_world_size) + " ranks but has " +
+                     std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") +
+                     "; launch at most one rank per GPU (--nproc " + std::to_string(gpus) + ")");
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+Runtime init_runtime(const JobConfig& cfg) {
+  Runtime rt;
+  const std::string& mode = cfg.comm.mode;
+  if (mode != "default" && mode != "fake_backend")
+    throw InputError("comm.mode '" + mode + "' is not supported; use default, or fake_backend for a dry run");
+  rt.env = DistEnv::from_environment();
+  rt.fake = mode == "fake_backend";
+  if (rt.fake) {
+    if (rt.env.launched && rt.env.world_size > 1)
+      throw InputError("comm.mode = \"fake_backend\" plans NGPU ranks from one process; run it without a launcher");
+    rt.env.world_size = fake_world_size();
+    rt.env.local_world_size = 1;
+  }
+  rt.shape = resolve_mesh_shape(cfg.parallelism, rt.env.world_size);
+  if (rt.shape.tp > 1 || rt.shape.pp > 1 || rt.shape.cp > 1)
+    throw InputError("tensor, pipeline and context parallelism are not in this ctitan build yet (mesh " +
+                     rt.shape.describe() + "); use data parallelism: data_parallel_replicate_degree and "
+                     "data_parallel_shard_degree");
+  rt.device = rt.fake ? c10::Device(c10::kMeta)
+                      : resolve_device(cfg.training.device, rt.env.local_rank, rt.env.local_world_size);
+  if (rt.device.is_meta() && !rt.fake && rt.env.world_size > 1)
+    throw InputError("training.device = meta is a dry run of one process; for " +
+                     std::to_string(rt.env.world_size) +
+                     " ranks run one process with comm.mode = \"fake_backend\" and NGPU=" +
+                     std::to_string(rt.env.world_size));
+  rt.monitor = DeviceMonitor(rt.device);
+  if (rt.fake) {
+    rt.mesh = DeviceMesh::fake(rt.shape, 0);
+  } else if (rt.env.world_size > 1) {
+    CommOptions copts;
+    copts.timeout = std::chrono::seconds(cfg.comm.train_timeout_seconds);
+    copts.init_timeout = std::chrono::seconds(cfg.comm.init_timeout_seconds);
+    copts.recorder = rt.recorder = make_recorder(cfg, rt.env.rank);
+    auto store = rendezvous(rt.env, std::chrono::seconds(cfg.comm.init_timeout_seconds));
+    rt.mesh = DeviceMesh::create(rt.shape, rt.env.rank, store, copts);
+  } else {
+    rt.mesh = DeviceMesh::single();
+  }
+  return rt;
+}
+
+}  // namespace ctitan
