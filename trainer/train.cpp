@@ -6,6 +6,7 @@
 #include "trainer/train.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -267,6 +268,10 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
   const int64_t B = cfg_.training.local_batch_size, S = cfg_.training.seq_len;
   const PeakFlops peak = rt_.monitor.peak_flops(m.compute_dtype(), cfg_.metrics.peak_tflops);
   if (!peak.warning.empty() && rt_.rank0()) std::cerr << "ctitan: warning: " << peak.warning << std::endl;
+  if (rt_.rank0() && rt_.device.is_cpu() && m.compute_dtype() == at::kBFloat16 && at::get_cpu_capability() != "AVX512")
+    std::cerr << "ctitan: warning: ATen runs this CPU at " << at::get_cpu_capability()
+              << ", where bf16 GEMMs take a slow reference path; --training.mixed_precision_param float32 trains faster here"
+              << std::endl;
   std::cout << "ctitan: llama3 " << cfg_.model.flavor << ", " << count_params(args).total << " params, "
             << c10::toString(m.compute_dtype()) << " on " << rt_.monitor.name() << ", activation checkpointing "
             << m.activation_checkpointing().describe() << ", " << m.techniques() << ", batch " << B << " x seq " << S

@@ -132,7 +132,7 @@ bool screenshot(const std::string& browser, const fs::path& page, const fs::path
   return std::system(cmd.c_str()) == 0 && fs::exists(png);
 }
 
-// A stacked sweep over the tiny model: FSDP, +compile, +Float8 at 1 and 2 ranks.
+// A stacked sweep over the tiny model: FSDP, +AC (full activation checkpointing), +Float8 at 1 and 2 ranks.
 fs::path stacked_sweep(const fs::path& dir) {
   const fs::path spec = dir / "stacked.toml";
   std::ofstream(spec) << "[sweep]\nname = \"stacked\"\nbase = \""
@@ -141,7 +141,7 @@ fs::path stacked_sweep(const fs::path& dir) {
                       << "[overrides]\nmodel.flavor = \"tiny\"\ntraining.seq_len = 32\ntraining.local_batch_size = 4\n"
                       << "metrics.log_freq = 1\nmetrics.peak_tflops = 1\n"
                       << "[[stack]]\nname = \"FSDP\"\nparallelism.data_parallel_shard_degree = -1\n"
-                      << "[[stack]]\nname = \"+compile\"\ncompile.enable = true\n"
+                      << "[[stack]]\nname = \"+AC\"\nactivation_checkpoint.mode = \"full\"\n"
                       << "[[stack]]\nname = \"+Float8\"\nmodel.converters = [\"quantize.linear.float8\"]\n";
   const fs::path db = dir / "r.db";
   setenv("OMP_NUM_THREADS", "1", 1);  // two ranks on two cores: no oversubscribed spinning threads

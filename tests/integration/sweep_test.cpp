@@ -18,6 +18,7 @@
 
 #include "results/results_db.h"
 #include "tests/integration/process.h"
+#include "trainer/kernels/fused_ops.h"  // fused_kernels_available
 
 namespace fs = std::filesystem;
 using ctitan::ResultsDb;
@@ -79,7 +80,9 @@ bool integrity_ok(const fs::path& db) {
   return ok;
 }
 
-const std::string kComputeGrid = "[grid]\ncompile.enable = [false, true]\n";
+// Two points whose runs differ in compute, on every CPU (compile.enable
+// points are pruned where the fused kernels cannot run, see sweep_plan.cpp).
+const std::string kComputeGrid = "[grid]\nactivation_checkpoint.mode = [\"none\", \"full\"]\n";
 
 TEST(Sweep, RunsEveryPointRecordsInfeasibleOnesAndASecondRunRunsNothing) {
   auto dir = fresh_dir("sweep_basic");
@@ -126,8 +129,18 @@ TEST(Sweep, RunsEveryPointRecordsInfeasibleOnesAndASecondRunRunsNothing) {
 TEST(Sweep, ShippedDebugSweepPlans) {
   auto r = run_ctitan({"sweep", (fs::path(source_dir()) / "recipes/sweeps/debug.toml").string(), "--dry-run"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("64 points at world sizes 1, 2: 48 to run x 1 repeat, 16 infeasible"), std::string::npos)
-      << r.out;
+  // 16 points ask for replicate 2 on one rank; where the fused kernels cannot
+  // run (no AVX-512), the 32 compile.enable=true points are pruned as well
+  // (8 of them already counted among the 16).
+  const bool fused = ctitan::fused_kernels_available();
+  const std::string plan = fused ? "64 points at world sizes 1, 2: 48 to run x 1 repeat, 16 infeasible"
+                                 : "64 points at world sizes 1, 2: 24 to run x 1 repeat, 40 infeasible";
+  EXPECT_NE(r.out.find(plan), std::string::npos) << r.out;
+  size_t why_compile = 0;
+  for (size_t at = r.out.find("compile.enable: ctitan's fused kernels need AVX-512"); at != std::string::npos;
+       at = r.out.find("compile.enable: ctitan's fused kernels need AVX-512", at + 1))
+    ++why_compile;
+  EXPECT_EQ(why_compile, fused ? 0u : 32u);
   size_t why = 0;
   for (size_t at = r.out.find("why: parallelism degrees dp_replicate 2"); at != std::string::npos;
        at = r.out.find("why: parallelism degrees dp_replicate 2", at + 1))
@@ -155,8 +168,10 @@ TEST(Sweep, TwoSweepsSharingAPointShareItsResult) {
   const fs::path db = dir / "r.db";
   auto a = run_ctitan({"sweep", write_spec(dir, "a", kComputeGrid).string(), "--db", db.string()});
   ASSERT_EQ(a.exit_code, 0) << a.out << a.err;
-  // Sweep b has compile.enable=true in common with a (same resolved config), and one new point.
-  auto b = run_ctitan({"sweep", write_spec(dir, "b", "[grid]\ncompile.enable = [true]\ntraining.local_batch_size = [2, 1]\n").string(),
+  // Sweep b has activation_checkpoint.mode=full in common with a (same resolved config), and one new point.
+  auto b = run_ctitan({"sweep",
+                       write_spec(dir, "b", "[grid]\nactivation_checkpoint.mode = [\"full\"]\ntraining.local_batch_size = [2, 1]\n")
+                           .string(),
                        "--db", db.string()});
   ASSERT_EQ(b.exit_code, 0) << b.out << b.err;
   EXPECT_NE(b.out.find("ran 1 of 2 runs"), std::string::npos) << b.out;
@@ -262,7 +277,7 @@ TEST(Sweep, TimeoutIsClassifiedAndRetriedOnlyWhenAsked) {
 TEST(Sweep, TwoProcessesOnOneDatabase) {
   auto dir = fresh_dir("sweep_concurrent");
   const fs::path db = dir / "r.db";
-  auto spec = write_spec(dir, "conc", "[grid]\ntraining.local_batch_size = [1, 2, 4]\ncompile.enable = [false, true]\n");
+  auto spec = write_spec(dir, "conc", "[grid]\ntraining.local_batch_size = [1, 2, 4]\nactivation_checkpoint.mode = [\"none\", \"full\"]\n");
   ctitan::testing::ProcessResult a, b;
   std::thread other([&] { b = run_ctitan({"sweep", spec.string(), "--db", db.string()}); });
   a = run_ctitan({"sweep", spec.string(), "--db", db.string()});
