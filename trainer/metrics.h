@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics_defaults.h"
+
 namespace ctitan {
 
 struct LlamaArgs;
@@ -46,7 +48,7 @@ struct MetricsOptions {
   double flops_per_token = 0;
   double hardware_flops_per_token = 0;  // 0: equal to flops_per_token (no recomputation)
   double peak_flops = 0;        // 0: MFU and HFU not reported
-  int64_t warmup_steps = 5;     // excluded from the summary statistics
+  int64_t warmup_steps = kDefaultMetricsWarmupSteps;  // excluded from the summary statistics
   bool write_files = true;      // metrics.jsonl (rank 0 only in a multi-rank run)
 };
 
@@ -74,8 +76,5 @@ class MetricsLogger {
   int64_t run_peak_bytes_ = 0;  // max over logged intervals
   nlohmann::json pending_ = nlohmann::json::object();
 };
-
-// Quantile by linear interpolation (numpy's default); q in [0,1].
-double quantile(std::vector<double> v, double q);
 
 }  // namespace ctitan

@@ -14,7 +14,9 @@
 #include <iostream>
 #include <optional>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "common/errors.h"
 #include "profiling/env_info.h"
 #include "profiling/memory.h"
 #include "profiling/peak_flops.h"
@@ -25,8 +27,6 @@
 #include "trainer/data/dataset.h"
 #include "trainer/dist/flight_recorder.h"
 #include "trainer/dist/mesh.h"
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include "trainer/errors.h"
 #include "trainer/metrics.h"
 #include "trainer/model/llama.h"
 #include "trainer/optim/adamw.h"

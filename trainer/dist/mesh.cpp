@@ -11,8 +11,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "common/errors.h"
 #include "trainer/dist/comm_internal.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {
