@@ -47,14 +47,21 @@ macro(ctitan_add_pch)
     <unordered_map> <memory> <functional>)
 endmacro()
 
-# ctitan_library(NAME SRCS a.cpp b.cpp DEPS lib...)
+# ctitan_library(NAME SRCS a.cpp b.cpp DEPS lib... [NO_TORCH])
+# NO_TORCH: a library that never includes LibTorch (common/, results/,
+# reports/) gets neither ctitan_torch nor the torch PCH, so its objects
+# compile without LibTorch's headers and it links without libtorch; a
+# dependent that needs LibTorch brings it itself.
 function(ctitan_library name)
-  cmake_parse_arguments(A "" "" "SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(A "NO_TORCH" "" "SRCS;DEPS" ${ARGN})
   add_library(${name} STATIC ${A_SRCS})
   target_include_directories(${name} PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/generated)
-  target_link_libraries(${name} PUBLIC ctitan_torch ${A_DEPS})
+  target_link_libraries(${name} PUBLIC ${A_DEPS})
   target_compile_options(${name} PRIVATE ${CTITAN_WARNINGS})
-  target_precompile_headers(${name} REUSE_FROM ctitan_pch)
+  if(NOT A_NO_TORCH)
+    target_link_libraries(${name} PUBLIC ctitan_torch)
+    target_precompile_headers(${name} REUSE_FROM ctitan_pch)
+  endif()
 endfunction()
 
 # ctitan_test(NAME SRCS ... DEPS ... LABEL unit|integration)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "common/errors.h"
 #include "ctitan/build_info.h"
 #include "harness/db_command.h"
 #include "harness/gate_command.h"
@@ -11,7 +12,6 @@
 #include "harness/sweep_command.h"
 #include "harness/trace_command.h"
 #include "trainer/config/config_loader.h"
-#include "trainer/errors.h"
 #include "trainer/train.h"
 
 namespace ctitan {

@@ -8,8 +8,8 @@
 #include <iostream>
 #include <map>
 
+#include "common/errors.h"
 #include "results/results_db.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

@@ -4,10 +4,10 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/errors.h"
 #include "harness/report_command.h"
 #include "reports/gate.h"
 #include "results/results_db.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

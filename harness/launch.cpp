@@ -19,8 +19,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/errors.h"
 #include "trainer/config/config_loader.h"  // HelpRequested
-#include "trainer/errors.h"
 
 extern char** environ;
 

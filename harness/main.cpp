@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.h"
 #include "harness/commands.h"
 #include "trainer/dist/comm.h"
-#include "trainer/errors.h"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -4,9 +4,9 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/errors.h"
 #include "reports/report.h"
 #include "results/results_db.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 

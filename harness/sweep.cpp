@@ -21,10 +21,10 @@
 #include <map>
 #include <thread>
 
+#include "common/errors.h"
 #include "harness/launch.h"  // train_command: this binary's `ctitan train` argv
 #include "results/results_db.h"
 #include "trainer/config/config_loader.h"
-#include "trainer/errors.h"
 
 namespace fs = std::filesystem;
 

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/errors.h"
 #include "harness/sweep.h"
 #include "harness/sweep_spec.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

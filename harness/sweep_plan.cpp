@@ -9,12 +9,12 @@
 #include <map>
 #include <set>
 
+#include "common/errors.h"
 #include "ctitan/build_info.h"
 #include "harness/sweep_spec.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
 #include "trainer/dist/mesh.h"
-#include "trainer/errors.h"
 #include "trainer/kernels/fused_ops.h"  // fused_kernels_available
 #include "trainer/model/llama_args.h"
 

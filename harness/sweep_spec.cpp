@@ -9,8 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/errors.h"
 #include "trainer/config/config_registry.h"
-#include "trainer/errors.h"
 
 namespace fs = std::filesystem;
 

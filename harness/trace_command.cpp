@@ -8,10 +8,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "common/errors.h"
 #include "profiling/trace.h"
 #include "profiling/trace_analysis.h"
 #include "profiling/trace_merge.h"
-#include "trainer/errors.h"
 
 namespace fs = std::filesystem;
 

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/errors.h"
 #include "reports/format.h"
 #include "reports/stats.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

@@ -6,10 +6,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/errors.h"
 #include "reports/format.h"
 #include "reports/gate.h"
 #include "reports/stats.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

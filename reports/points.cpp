@@ -8,8 +8,8 @@
 #include <set>
 #include <tuple>
 
-#include "trainer/config/job_config.h"
-#include "trainer/errors.h"
+#include "common/errors.h"
+#include "common/metrics_defaults.h"
 
 namespace ctitan {
 namespace {
@@ -110,7 +110,7 @@ Selection parse_selection(const std::string& text) {
 }
 
 int64_t warmup_steps_of(const std::string& config_toml) {
-  const int64_t fallback = JobConfig{}.metrics.warmup_steps;
+  const int64_t fallback = kDefaultMetricsWarmupSteps;
   try {
     const toml::table t = toml::parse(config_toml);
     return t["metrics"]["warmup_steps"].value_or(fallback);

@@ -7,8 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/errors.h"
 #include "ctitan/build_info.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

@@ -4,8 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include "trainer/metrics.h"  // ctitan::quantile: the trainer's summary.json uses the same definition
-
 namespace ctitan::stats {
 namespace {
 
@@ -90,8 +88,6 @@ double resampled_median(const std::vector<double>& v, SplitMix64& rng, std::vect
 }
 
 }  // namespace
-
-double quantile(std::vector<double> v, double q) { return ctitan::quantile(std::move(v), q); }
 
 double median(const std::vector<double>& v) { return quantile(v, 0.5); }
 

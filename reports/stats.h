@@ -18,10 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "common/quantile.h"
+
 namespace ctitan::stats {
 
-// Linear-interpolation quantile (numpy's default), q in [0, 1].
-double quantile(std::vector<double> v, double q);
+// common/quantile.h's definition, the one summary.json's tps_p10/p90 use,
+// so a report's percentiles match the run directory's.
+using ::ctitan::quantile;
 double median(const std::vector<double>& v);
 
 // The spread a report prints: median with p10–p90 and the quartiles.

@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/errors.h"
 #include "results/sqlite_stmt.h"
-#include "trainer/errors.h"
 
 namespace fs = std::filesystem;
 

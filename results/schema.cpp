@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/errors.h"
 #include "results/results_db.h"
 #include "results/sqlite_stmt.h"
-#include "trainer/errors.h"
 
 namespace ctitan::results_detail {
 namespace {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/quantile.h"
 #include "profiling/memory.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama_args.h"
@@ -30,14 +31,6 @@ double hardware_flops_per_token(const LlamaArgs& a, int64_t seq_len, const Activ
   return flops_per_token(a, seq_len) + static_cast<double>(recomputed) * recompute_per_block;
 }
 
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const double pos = q * (v.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (pos - lo) * (v[hi] - v[lo]);
-}
 
 std::string with_commas(int64_t n) {
   std::string s = std::to_string(n), out;

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics_defaults.h"
+
 namespace ctitan {
 
 struct LlamaArgs;
@@ -48,7 +50,7 @@ struct MetricsOptions {
   double flops_per_token = 0;
   double hardware_flops_per_token = 0;  // 0: equal to flops_per_token (no recomputation)
   double peak_flops = 0;        // 0: MFU and HFU not reported
-  int64_t warmup_steps = 5;     // excluded from the summary statistics
+  int64_t warmup_steps = kDefaultMetricsWarmupSteps;  // excluded from the summary statistics
   bool write_files = true;      // metrics.jsonl (rank 0 only in a multi-rank run)
   DeviceMonitor monitor;        // where memory is read (CPU by default)
 };
@@ -80,8 +82,5 @@ class MetricsLogger {
 
 // 1234567 -> "1,234,567".
 std::string with_commas(int64_t n);
-
-// Quantile by linear interpolation (numpy's default); q in [0,1].
-double quantile(std::vector<double> v, double q);
 
 }  // namespace ctitan

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "trainer/errors.h"
+#include "common/errors.h"
 
 namespace fs = std::filesystem;
 

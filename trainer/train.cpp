@@ -20,7 +20,9 @@
 #include <fstream>
 #include <iostream>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "common/errors.h"
 #include "profiling/env_info.h"
 #include "profiling/memory.h"
 #include "profiling/profiler_session.h"
@@ -29,7 +31,6 @@
 #include "trainer/config/config_loader.h"
 #include "trainer/data/dataset.h"
 #include "trainer/dry_run.h"
-#include "trainer/errors.h"
 #include "trainer/metrics.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"

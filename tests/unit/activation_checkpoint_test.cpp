@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "common/errors.h"
 #include "profiling/memory.h"
-#include "trainer/errors.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama.h"
 

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/errors.h"
 #include "trainer/checkpoint/checkpoint.h"
-#include "trainer/errors.h"
 
 namespace fs = std::filesystem;
 

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/errors.h"
 #include "trainer/checkpoint/checkpoint.h"
-#include "trainer/errors.h"
 
 namespace fs = std::filesystem;
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.h"
 #include "trainer/config/config_loader.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

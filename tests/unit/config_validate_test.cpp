@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/errors.h"
 #include "trainer/config/config_loader.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/tokenizer.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

@@ -18,10 +18,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/errors.h"
 #include "trainer/dist/comm.h"
 #include "trainer/dist/flight_recorder.h"
 #include "trainer/dist/mesh.h"
-#include "trainer/errors.h"
 
 namespace fs = std::filesystem;
 

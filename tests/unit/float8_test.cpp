@@ -8,7 +8,7 @@
 #include <cstring>
 #include <limits>
 
-#include "trainer/errors.h"
+#include "common/errors.h"
 #include "trainer/float8/float8_linear.h"
 #include "trainer/float8/fp8_codec.h"
 

@@ -21,8 +21,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/errors.h"
 #include "reports/stats.h"
-#include "trainer/errors.h"
 
 using namespace ctitan;
 

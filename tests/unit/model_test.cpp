@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "trainer/errors.h"
+#include "common/errors.h"
 #include "trainer/model/cross_entropy.h"
 #include "trainer/model/llama.h"
 #include "trainer/model/llama_args.h"

@@ -12,11 +12,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/errors.h"
 #include "reports/gate.h"
 #include "reports/points.h"
 #include "reports/svg.h"
 #include "results/results_db.h"
-#include "trainer/errors.h"
 
 namespace fs = std::filesystem;
 using namespace ctitan;

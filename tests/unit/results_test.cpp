@@ -14,8 +14,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/errors.h"
 #include "results/results_db.h"
-#include "trainer/errors.h"
 
 namespace fs = std::filesystem;
 using ctitan::IngestReport;

@@ -11,13 +11,13 @@
 #include <functional>
 #include <set>
 
+#include "common/errors.h"
 #include "ctitan/build_info.h"
 #include "trainer/kernels/fused_ops.h"
 #include "harness/sweep.h"
 #include "harness/sweep_spec.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/errors.h"
+#include "common/errors.h"
 
 namespace ctitan {
 namespace {

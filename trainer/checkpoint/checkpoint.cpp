@@ -10,7 +10,7 @@
 #include <fstream>
 #include <map>
 
-#include "trainer/errors.h"
+#include "common/errors.h"
 
 namespace fs = std::filesystem;
 

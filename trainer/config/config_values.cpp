@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/errors.h"
 #include "trainer/config/config_registry.h"
-#include "trainer/errors.h"
 
 namespace ctitan::config {
 namespace {

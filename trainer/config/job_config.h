@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics_defaults.h"
+
 namespace ctitan {
 
 struct JobSection {
@@ -43,7 +45,7 @@ struct MetricsSection {
   // ctitan: peak TFLOPs per device for MFU; 0 = measure (CPU) / table (GPU).
   double peak_tflops = 0.0;
   // ctitan: steps excluded from summary.json's steady-state statistics.
-  int64_t warmup_steps = 5;
+  int64_t warmup_steps = kDefaultMetricsWarmupSteps;
 };
 
 struct ModelSection {

@@ -18,8 +18,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/errors.h"
 #include "trainer/data/loaders.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace data_detail {

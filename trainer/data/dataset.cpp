@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "common/errors.h"
 #include "trainer/data/loaders.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace data_detail {

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/errors.h"
 #include "trainer/data/loaders.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace data_detail {

@@ -12,10 +12,10 @@
 // chunk, so the state stays small.
 #include <fstream>
 
+#include "common/errors.h"
 #include "trainer/data/loaders.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/data/unicode_class.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace data_detail {

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/errors.h"
 #include "trainer/data/tokenizer.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

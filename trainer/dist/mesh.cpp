@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/errors.h"
 #include "trainer/dist/comm_internal.h"
-#include "trainer/errors.h"
 
 namespace ctitan {
 namespace {

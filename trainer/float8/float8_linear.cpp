@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "trainer/errors.h"
+#include "common/errors.h"
 #include "trainer/float8/simd.h"
 
 #if __has_include(<ATen/cuda/CUDAContext.h>)

@@ -2,7 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "trainer/errors.h"
+#include "common/errors.h"
 
 namespace ctitan {
 namespace {

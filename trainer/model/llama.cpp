@@ -3,7 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "trainer/errors.h"
+#include "common/errors.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/cross_entropy.h"

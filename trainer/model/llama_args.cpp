@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "trainer/errors.h"
+#include "common/errors.h"
 
 namespace ctitan {
 

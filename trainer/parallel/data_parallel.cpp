@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/errors.h"
 #include "profiling/memory.h"
 #include "profiling/trace.h"
-#include "trainer/errors.h"
 #include "trainer/float8/fp8_codec.h"
 #include "trainer/optim/adamw.h"
 

@@ -4,7 +4,7 @@
 
 #include "profiling/memory.h"
 #include "profiling/trace.h"
-#include "trainer/errors.h"
+#include "common/errors.h"
 
 namespace ctitan {
 
