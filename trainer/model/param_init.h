@@ -9,13 +9,14 @@
 // exactly the values the single-process model holds at those coordinates.
 //
 // How: Philox4x32-10 (ATen's at::Philox4_32) keyed with a 64-bit hash of
-// (seed, FQN), counter = global element index, gives 53 uniform bits per
-// element; the inverse CDF (erfinv, as torch.nn.init.trunc_normal_ does)
-// turns them into a normal or truncated normal in double precision, which is
-// then rounded once to the output dtype.
+// (seed, FQN), counter = global element index / 2 (one 128-bit block per
+// element pair), gives 53 uniform bits per element; the inverse normal CDF
+// (torch.nn.init.trunc_normal_'s transform, via Cephes' ndtri) turns them
+// into a normal or truncated normal in double precision, which is then
+// rounded once to the output dtype.
 //
 // Thread safety: the functions are pure apart from writing `out`; they
-// parallelise internally with at::parallel_for.
+// split a box over at::get_num_threads() threads.
 #pragma once
 
 #include <ATen/ATen.h>
