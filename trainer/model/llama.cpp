@@ -7,6 +7,7 @@
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/cross_entropy.h"
+#include "trainer/model/param_init.h"
 
 namespace ctitan {
 
@@ -39,20 +40,6 @@ at::Tensor precompute_freqs_cis(int64_t head_dim, int64_t seq_len, double theta,
   at::Tensor angles = torch::outer(t, f);
   return torch::polar(torch::ones_like(angles), angles);
 }
-
-namespace {
-
-// torch.nn.init.trunc_normal_: inverse-CDF sampling of a truncated normal.
-void trunc_normal_(at::Tensor t, double std, double a, double b, at::Generator& gen) {
-  auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
-  const double l = cdf(a / std), u = cdf(b / std);
-  t.uniform_(2 * l - 1, 2 * u - 1, gen);
-  t.erfinv_();
-  t.mul_(std * std::sqrt(2.0));
-  t.clamp_(a, b);
-}
-
-}  // namespace
 
 Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device)
     : args_(args), compute_dtype_(compute_dtype), device_(device) {
@@ -173,32 +160,8 @@ void Llama3::build_compute_views() {
 
 void Llama3::init_weights(uint64_t seed) {
   torch::NoGradGuard no_grad;
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  const double base_std = 0.02;
-  const double final_std = std::pow(static_cast<double>(args_.dim), -0.5);
-  for (const auto& s : slots_) {
-    at::Tensor p = param(s.name);
-    const std::string& n = s.name;
-    auto ends_with = [&](const char* suffix) {
-      const std::string sfx(suffix);
-      return n.size() >= sfx.size() && n.compare(n.size() - sfx.size(), sfx.size(), sfx) == 0;
-    };
-    if (n == "tok_embeddings.weight") {
-      p.normal_(0.0, 1.0, gen);
-    } else if (n == "output.weight") {
-      trunc_normal_(p, final_std, -3 * final_std, 3 * final_std, gen);
-    } else if (ends_with("norm.weight")) {
-      p.fill_(1.0);
-    } else if (ends_with("wq.weight") || ends_with("wk.weight") || ends_with("wv.weight") ||
-               ends_with("w1.weight")) {
-      trunc_normal_(p, base_std, -2.0, 2.0, gen);
-    } else {  // wo, w2, w3: depth-scaled
-      const int64_t layer = std::stoll(n.substr(7, n.find('.', 7) - 7));
-      const double std = args_.depth_init ? base_std / std::sqrt(2.0 * (layer + 1))
-                                          : base_std / std::sqrt(2.0 * args_.n_layers);
-      trunc_normal_(p, std, -2.0, 2.0, gen);
-    }
-  }
+  for (const auto& s : slots_)
+    init_param_box(param(s.name), s.name, s.shape, std::vector<int64_t>(s.shape.size(), 0), args_, seed);
   begin_step();
 }
 

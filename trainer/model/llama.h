@@ -46,7 +46,9 @@ class Llama3 {
   Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len,
          c10::Device device = c10::Device(c10::kCPU));
 
-  // TorchTitan's init_weights, drawn from a generator seeded with `seed`.
+  // TorchTitan's init_weights. Every value is a function of (seed, FQN,
+  // element index) only (param_init.h), so a shard or a pipeline stage that
+  // initialises its own part gets the same values.
   void init_weights(uint64_t seed);
 
   // tokens/labels: int64 [B,S]. Returns the mean cross-entropy (fp32 scalar).
