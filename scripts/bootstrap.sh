@@ -12,7 +12,7 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 # --- Debian packages ---------------------------------------------------------
 debs=(build-essential cmake ninja-build ccache pkg-config git
       python3 python3-venv
-      nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsqlite3-dev
+      nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsqlite3-dev zlib1g-dev
       googletest libgtest-dev libbenchmark-dev libgloo-dev chromium)
 missing=()
 for p in "${debs[@]}"; do

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <map>
 
+#include <zlib.h>
+
 #include "common/errors.h"
 
 namespace fs = std::filesystem;
@@ -17,25 +19,65 @@ namespace fs = std::filesystem;
 namespace ctitan {
 
 uint32_t crc32(const void* data, size_t n, uint32_t crc) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  const auto* p = static_cast<const uint8_t*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
+  const auto* p = static_cast<const Bytef*>(data);
+  while (n > 0) {  // zlib takes uInt lengths
+    const auto chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    crc = static_cast<uint32_t>(::crc32(crc, p, chunk));
+    p += chunk;
+    n -= chunk;
+  }
+  return crc;
+}
+
+std::vector<int64_t> row_box(const std::vector<int64_t>& global_shape, int64_t row) {
+  std::vector<int64_t> o(global_shape.size(), 0);
+  if (!o.empty()) o[0] = row;
+  return o;
 }
 
 namespace {
 
-const char* kFormat = "ctitan-checkpoint-v2";  // pieces with row ranges
+const char* kFormat = "ctitan-checkpoint-v3";    // pieces are boxes ("offsets")
+const char* kFormatV2 = "ctitan-checkpoint-v2";  // pieces are dim-0 row ranges ("row_offset")
 const char* kFormatV1 = "ctitan-checkpoint-v1";  // whole tensors, rank0.bin only
+
+// The box [lo, hi) of a piece in every dimension of its global shape; a
+// scalar is a 0-d box of one element.
+struct Box {
+  std::vector<int64_t> lo, hi;
+  int64_t volume() const {
+    int64_t v = 1;
+    for (size_t d = 0; d < lo.size(); ++d) v *= std::max<int64_t>(0, hi[d] - lo[d]);
+    return v;
+  }
+  Box intersect(const Box& o) const {
+    Box r = *this;
+    for (size_t d = 0; d < lo.size(); ++d) {
+      r.lo[d] = std::max(lo[d], o.lo[d]);
+      r.hi[d] = std::min(hi[d], o.hi[d]);
+    }
+    return r;
+  }
+  std::string describe() const {
+    std::string s = "[";
+    for (size_t d = 0; d < lo.size(); ++d)
+      s += (d ? ", " : "") + std::to_string(lo[d]) + ":" + std::to_string(hi[d]);
+    return s + "]";
+  }
+};
+
+Box make_box(std::vector<int64_t> offsets, const std::vector<int64_t>& sizes) {
+  if (offsets.empty()) offsets.assign(sizes.size(), 0);
+  Box b{offsets, offsets};
+  for (size_t d = 0; d < sizes.size(); ++d) b.hi[d] += sizes[d];
+  return b;
+}
+
+// `t` narrowed to the part of box `of` that `sub` covers.
+at::Tensor narrow_to(at::Tensor t, const Box& of, const Box& sub) {
+  for (size_t d = 0; d < of.lo.size(); ++d) t = t.narrow(static_cast<int64_t>(d), sub.lo[d] - of.lo[d], sub.hi[d] - sub.lo[d]);
+  return t;
+}
 
 void fsync_path(const fs::path& p) {
   int fd = ::open(p.c_str(), O_RDONLY);
@@ -83,7 +125,7 @@ std::vector<int64_t> Checkpointer::saved_steps() const {
 
 TensorPieces whole_tensors(const NamedTensors& tensors) {
   TensorPieces pieces;
-  for (const auto& [name, t] : tensors) pieces.push_back({name, t, t.sizes().vec(), 0});
+  for (const auto& [name, t] : tensors) pieces.push_back({name, t, t.sizes().vec(), {}});
   return pieces;
 }
 
@@ -110,13 +152,13 @@ void Checkpointer::save_sharded(int64_t step, const TensorPieces& pieces, const 
     int64_t offset = 0;
     for (const auto& p : pieces) {
       if (model_only && p.name.rfind("model.", 0) != 0) continue;
-      at::Tensor c = p.tensor.contiguous();
+      const at::Tensor c = p.tensor.contiguous().cpu();  // no copy for a contiguous CPU tensor
       const auto nbytes = static_cast<int64_t>(c.nbytes());
       out.write(static_cast<const char*>(c.data_ptr()), nbytes);
       index.push_back({{"name", p.name},
                        {"dtype", c10::toString(c.scalar_type())},
                        {"global_shape", p.global_shape},
-                       {"row_offset", p.row_offset},
+                       {"offsets", p.offsets.empty() ? std::vector<int64_t>(p.global_shape.size(), 0) : p.offsets},
                        {"shape", c.sizes().vec()},
                        {"file", bin},
                        {"offset", offset},
@@ -218,7 +260,7 @@ std::optional<LoadedCheckpoint> Checkpointer::load_impl(const TensorPieces& piec
                      "); delete this folder or set checkpoint.load_step to another step");
   }
   const std::string format = meta.value("format", "");
-  if (format != kFormat && format != kFormatV1)
+  if (format != kFormat && format != kFormatV2 && format != kFormatV1)
     throw InputError(where + ": unknown format '" + format + "', expected " + kFormat);
 
   LoadedCheckpoint loaded;
@@ -232,11 +274,13 @@ std::optional<LoadedCheckpoint> Checkpointer::load_impl(const TensorPieces& piec
     loaded.rank_state = nlohmann::json::parse(in).value("rank_state", nlohmann::json::object());
   }
 
-  // Saved pieces by tensor name; v1 files hold whole tensors.
+  // Saved pieces by tensor name, as boxes: v1 files hold whole tensors, v2
+  // files dim-0 row ranges.
   std::map<std::string, std::vector<nlohmann::json>> index;
   for (auto t : meta.at("tensors")) {
     if (!t.contains("global_shape")) t["global_shape"] = t.at("shape");
-    if (!t.contains("row_offset")) t["row_offset"] = 0;
+    if (!t.contains("offsets"))
+      t["offsets"] = row_box(t.at("global_shape").get<std::vector<int64_t>>(), t.value("row_offset", int64_t{0}));
     index[t.at("name").get<std::string>()].push_back(t);
   }
   std::map<std::string, int64_t> file_sizes;
@@ -281,30 +325,35 @@ std::optional<LoadedCheckpoint> Checkpointer::load_impl(const TensorPieces& piec
                        first.at("dtype").get<std::string>() + " but the model expects " +
                        nlohmann::json(want.global_shape).dump() + " " + c10::toString(t.scalar_type()) +
                        "; check model.flavor and training.mixed_precision_param");
-    // Rows this rank needs, assembled from every saved piece that overlaps them.
-    const bool scalar = want.global_shape.empty();
-    const int64_t lo = want.row_offset, hi = lo + (scalar ? 1 : t.size(0));
-    const int64_t row_bytes = scalar ? t.element_size() : static_cast<int64_t>(t.nbytes()) / std::max<int64_t>(1, t.size(0));
-    int64_t covered = 0;
+    // The box this rank needs, assembled from every saved box that overlaps it.
+    const Box want_box = make_box(want.offsets, t.sizes().vec());
+    if (want_box.lo.size() != want.global_shape.size())
+      throw std::logic_error("checkpoint load: '" + name + "' has " + std::to_string(want_box.lo.size()) +
+                             " offsets for a " + std::to_string(want.global_shape.size()) + "-d tensor");
     torch::NoGradGuard no_grad;
-    TORCH_CHECK(t.is_contiguous(), "checkpoint load: piece of ", name, " must be contiguous");
+    int64_t covered = 0;
     for (const auto& e : it->second) {
       const auto shape = e.at("shape").get<std::vector<int64_t>>();
-      const int64_t plo = e.at("row_offset").get<int64_t>(), phi = plo + (shape.empty() ? 1 : shape[0]);
-      const int64_t a = std::max(lo, plo), b = std::min(hi, phi);
-      if (a >= b) continue;
-      if (e.at("nbytes").get<int64_t>() != (phi - plo) * row_bytes)
+      const Box saved = make_box(e.at("offsets").get<std::vector<int64_t>>(), shape);
+      if (saved.lo.size() != want_box.lo.size())
+        throw InputError(where + ": piece of '" + name + "' in " + e.at("file").get<std::string>() +
+                         " has offsets of the wrong rank; delete this folder");
+      const Box overlap = want_box.intersect(saved);
+      if (overlap.volume() == 0) continue;
+      if (e.at("nbytes").get<int64_t>() != saved.volume() * t.element_size())
         throw InputError(where + ": piece of '" + name + "' in " + e.at("file").get<std::string>() +
                          " has the wrong size; delete this folder");
-      const auto buf = read_piece(e, name);
-      std::memcpy(static_cast<char*>(t.data_ptr()) + (a - lo) * row_bytes, buf.data() + (a - plo) * row_bytes,
-                  (b - a) * row_bytes);
-      covered += b - a;
+      auto buf = read_piece(e, name);
+      const at::Tensor src = at::from_blob(buf.data(), shape, at::TensorOptions().dtype(t.scalar_type()));
+      narrow_to(t, want_box, overlap).copy_(narrow_to(src, saved, overlap));
+      covered += overlap.volume();
     }
-    if (covered != hi - lo)
-      throw InputError(where + ": rows " + std::to_string(lo) + ".." + std::to_string(hi) + " of '" + name +
-                       "' are not in any saved shard (a rank's file is missing from metadata.json); "
-                       "delete this folder");
+    if (covered != want_box.volume())
+      throw InputError(where + ": box " + want_box.describe() + " of '" + name + "' is " +
+                       (covered < want_box.volume() ? "not covered by the saved pieces (a rank's file is missing from "
+                                                      "metadata.json)"
+                                                    : "covered twice (overlapping saved pieces)") +
+                       "; delete this folder");
   }
   return loaded;
 }

@@ -5,12 +5,16 @@
 //                                          /rank<R>.bin     rank R's tensor bytes
 //                                          /rank<R>.json    rank R's own state (data loader)
 //
-// A tensor is saved as pieces: row ranges [row_offset, row_offset + rows) of
-// its dim 0, each written by the rank that holds them (FSDP: every rank its
-// rows of every parameter and of its AdamW state; DDP and single-process
-// runs: rank 0 whole tensors). Loading asks for pieces of the new layout and
-// assembles each from whichever saved pieces overlap it, so FSDP 4 loads
-// into FSDP 2, DDP or one process and back.
+// A tensor is saved as pieces: boxes of its global shape (an offset and an
+// extent in every dimension), each written by the rank that holds it (FSDP:
+// every rank its rows of every parameter and of its AdamW state; a tensor-
+// parallel shard: a column or row block, and FSDP rows inside it; DDP and
+// single-process runs: rank 0 whole tensors). Loading asks for the boxes of
+// the new layout and assembles each from whichever saved boxes overlap it in
+// every dimension, so any layout loads into any other.
+//
+// Formats: v3 (boxes, "offsets"); v2 (dim-0 row ranges, "row_offset") and
+// v1 (whole tensors) still load.
 //
 // A checkpoint is first written to a hidden temporary folder, fsync'ed, then
 // renamed to step-<N>: a crash leaves either the old set or the new one,
@@ -37,10 +41,12 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 struct TensorPiece {
   std::string name;                   // TorchTitan FQN, "model." / "optimizer." prefixed
-  at::Tensor tensor;                  // rows [row_offset, row_offset + tensor.size(0)) of the whole
+  at::Tensor tensor;                  // the box [offsets, offsets + tensor.sizes()) of the whole, any device
   std::vector<int64_t> global_shape;  // shape of the whole tensor
-  int64_t row_offset = 0;
+  std::vector<int64_t> offsets;       // the box's corner, one per dimension; empty: all zero
 };
+// The offsets of a box that starts at `row` of dim 0 (FSDP's shards).
+std::vector<int64_t> row_box(const std::vector<int64_t>& global_shape, int64_t row);
 using TensorPieces = std::vector<TensorPiece>;
 TensorPieces whole_tensors(const NamedTensors& tensors);
 

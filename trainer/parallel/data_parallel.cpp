@@ -464,9 +464,9 @@ TensorPieces DataParallel::checkpoint_pieces(AdamW& opt, bool for_save) {
   if (!sharded()) {
     for (const auto& s : model_.slots()) {
       auto view = [&](at::Tensor& flat) { return flat.narrow(0, s.offset, s.numel).view(s.shape); };
-      pieces.push_back({"model." + s.name, view(model_.flat_params()), s.shape, 0});
-      pieces.push_back({"optimizer.exp_avg." + s.name, view(opt.exp_avg()), s.shape, 0});
-      pieces.push_back({"optimizer.exp_avg_sq." + s.name, view(opt.exp_avg_sq()), s.shape, 0});
+      pieces.push_back({"model." + s.name, view(model_.flat_params()), s.shape, {}});
+      pieces.push_back({"optimizer.exp_avg." + s.name, view(opt.exp_avg()), s.shape, {}});
+      pieces.push_back({"optimizer.exp_avg_sq." + s.name, view(opt.exp_avg_sq()), s.shape, {}});
     }
   } else {
     const int64_t r = mesh_.coord("dp_shard");
@@ -480,13 +480,13 @@ TensorPieces DataParallel::checkpoint_pieces(AdamW& opt, bool for_save) {
         auto rows = [&](at::Tensor& flat) {
           return flat.narrow(0, units_[u].offset + p.shard_offset, valid * p.rest).view(shape);
         };
-        pieces.push_back({"model." + p.name, rows(master_shard_), slot_shape, r * p.chunk});
-        pieces.push_back({"optimizer.exp_avg." + p.name, rows(opt.exp_avg()), slot_shape, r * p.chunk});
-        pieces.push_back({"optimizer.exp_avg_sq." + p.name, rows(opt.exp_avg_sq()), slot_shape, r * p.chunk});
+        pieces.push_back({"model." + p.name, rows(master_shard_), slot_shape, row_box(slot_shape, r * p.chunk)});
+        pieces.push_back({"optimizer.exp_avg." + p.name, rows(opt.exp_avg()), slot_shape, row_box(slot_shape, r * p.chunk)});
+        pieces.push_back({"optimizer.exp_avg_sq." + p.name, rows(opt.exp_avg_sq()), slot_shape, row_box(slot_shape, r * p.chunk)});
       }
     }
   }
-  if (!for_save || first_shard) pieces.push_back({"optimizer.step", opt.step_tensor(), opt.step_tensor().sizes().vec(), 0});
+  if (!for_save || first_shard) pieces.push_back({"optimizer.step", opt.step_tensor(), opt.step_tensor().sizes().vec(), {}});
   return pieces;
 }
 
