@@ -1,0 +1,170 @@
+// DDP, FSDP and HSDP as thread ranks in one process — Gloo over an
+// in-process HashStore, as the communicator tests — through the trainer's
+// own core: parallelize_llama → AdamW → the train step (forward_backward,
+// clip_grad_norm, optimizer, begin_step). Each layout trains the tiny model
+// in fp32 on the same global batches as one process, which is the golden run:
+// every step's loss agrees within 1e-5 relative and every final parameter
+// within 1e-5 of its tensor's scale (as tests/integration/parallel_test.cpp).
+//
+// The `--nproc` process tests (tests/integration/parallel_test.cpp) stay for
+// what needs real processes: kills, timeouts, checkpoint resume.
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include <mutex>
+#include <thread>
+
+#include "trainer/parallel/train_model.h"
+#include "trainer/runtime.h"
+
+namespace ctitan {
+namespace {
+
+constexpr int64_t kGlobalBatch = 4, kSeq = 16, kSteps = 4;
+
+struct Layout {
+  const char* name;
+  int64_t replicate, shard;
+  int world() const { return static_cast<int>(replicate * shard); }
+};
+void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
+
+JobConfig tiny_config(const Layout& l) {
+  JobConfig cfg;
+  cfg.model.flavor = "tiny";
+  cfg.training.seq_len = kSeq;
+  cfg.training.local_batch_size = kGlobalBatch / l.world();
+  cfg.training.mixed_precision_param = "float32";
+  cfg.training.max_norm = 0.5;  // low enough that clipping acts: the global norm must be right
+  cfg.optimizer.lr = 1e-2;
+  cfg.parallelism.data_parallel_replicate_degree = l.replicate;
+  cfg.parallelism.data_parallel_shard_degree = l.shard;
+  return cfg;
+}
+
+// The batches every layout sees: one [kGlobalBatch, kSeq + 1] batch of
+// random tokens, every step — memorised, so the loss falls step by step.
+std::vector<at::Tensor> global_batches(int64_t vocab) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
+  return std::vector<at::Tensor>(kSteps, at::randint(vocab, {kGlobalBatch, kSeq + 1}, gen, at::kLong));
+}
+
+struct RankResult {
+  std::vector<double> losses;  // the data-parallel mean, as train() logs it
+};
+
+// Trains rank `rank` of layout `l`; its boxes of the final parameters are
+// copied into `whole` (shared by the ranks, under `mu`).
+RankResult train_rank(const Layout& l, int rank, c10::intrusive_ptr<c10d::Store> store, NamedTensors& whole,
+                      std::mutex& mu) {
+  const JobConfig cfg = tiny_config(l);
+  Runtime rt;
+  rt.env.rank = rt.env.local_rank = rank;
+  rt.env.world_size = rt.env.local_world_size = l.world();
+  rt.shape = resolve_mesh_shape(cfg.parallelism, l.world());
+  rt.mesh = l.world() == 1 ? DeviceMesh::single() : DeviceMesh::create(rt.shape, rank, store, CommOptions{});
+  const LlamaArgs args = llama3_flavor(cfg.model.flavor);
+  auto tm = parallelize_llama(args, rt, cfg);
+  const auto& o = cfg.optimizer;
+  AdamW opt(tm->params(), tm->grads(), {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.implementation});
+
+  const int64_t B = cfg.training.local_batch_size, part = rt.mesh->coord("batch");
+  EXPECT_EQ(rt.mesh->size("batch"), l.world());
+  RankResult res;
+  for (const at::Tensor& batch : global_batches(args.vocab_size)) {
+    const at::Tensor mine = batch.narrow(0, part * B, B);
+    const at::Tensor inputs = mine.narrow(1, 0, kSeq).contiguous(), labels = mine.narrow(1, 1, kSeq).contiguous();
+    const at::Tensor loss = tm->forward_backward(inputs, labels, 1.0, true, true);
+    tm->clip_grad_norm(cfg.training.max_norm);
+    opt.step(cfg.optimizer.lr);
+    tm->begin_step();
+    res.losses.push_back(tm->mean_loss(loss));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  for (const TensorPiece& p : tm->checkpoint_pieces(opt, false)) {
+    if (p.name.rfind("model.", 0) != 0) continue;
+    auto it = std::find_if(whole.begin(), whole.end(), [&](const auto& nt) { return nt.first == p.name; });
+    if (it == whole.end()) it = whole.insert(whole.end(), {p.name, torch::full(p.global_shape, NAN)});
+    at::Tensor box = it->second;
+    for (int64_t d = 0; d < box.dim(); ++d)
+      box = box.narrow(d, p.offsets.empty() ? 0 : p.offsets[d], p.tensor.size(d));
+    box.copy_(p.tensor);
+  }
+  return res;
+}
+
+struct LayoutRun {
+  std::vector<std::vector<double>> losses;  // per rank
+  NamedTensors params;                      // assembled from every rank's boxes
+};
+
+LayoutRun run_layout(const Layout& l) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  LayoutRun run;
+  run.losses.resize(l.world());
+  std::mutex mu;
+  std::vector<std::string> errors(l.world());
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < l.world(); ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        run.losses[r] = train_rank(l, r, store, run.params, mu).losses;
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < l.world(); ++r) EXPECT_EQ(errors[r], "") << l.name << " rank " << r;
+  return run;
+}
+
+// max |a - b| relative to the tensor's scale, max(1, max |b|): elementwise
+// ratios are meaningless for weights that pass near zero.
+double max_rel_diff(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
+  return (a64 - b64).abs().max().item<double>() / std::max(1.0, b64.abs().max().item<double>());
+}
+
+class ThreadRanks : public ::testing::TestWithParam<Layout> {
+ protected:
+  static void SetUpTestSuite() {
+    at::set_num_threads(1);  // up to 4 ranks on 2 cores
+    golden_ = new LayoutRun(run_layout({"single", 1, 1}));
+  }
+  static void TearDownTestSuite() {
+    delete golden_;
+    golden_ = nullptr;
+  }
+  static LayoutRun* golden_;
+};
+LayoutRun* ThreadRanks::golden_ = nullptr;
+
+TEST_P(ThreadRanks, LossesAndParametersMatchOneProcess) {
+  const Layout& l = GetParam();
+  const LayoutRun run = run_layout(l);
+  ASSERT_EQ(golden_->losses.size(), 1u);
+  const auto& want = golden_->losses[0];
+  ASSERT_EQ(want.size(), static_cast<size_t>(kSteps));
+  EXPECT_GT(want.front() - want.back(), 0.05) << "the golden run must learn, or equal losses prove little";
+  for (int r = 0; r < l.world(); ++r) {
+    ASSERT_EQ(run.losses[r].size(), want.size()) << "rank " << r;
+    for (size_t s = 0; s < want.size(); ++s)
+      EXPECT_NEAR(run.losses[r][s], want[s], 1e-5 * std::abs(want[s])) << l.name << " rank " << r << " step " << s + 1;
+  }
+  ASSERT_EQ(run.params.size(), golden_->params.size());
+  for (const auto& [name, w] : golden_->params) {
+    auto it = std::find_if(run.params.begin(), run.params.end(), [&](const auto& nt) { return nt.first == name; });
+    ASSERT_NE(it, run.params.end()) << name;
+    ASSERT_FALSE(it->second.isnan().any().item<bool>()) << l.name << ": no rank holds part of " << name;
+    EXPECT_LT(max_rel_diff(it->second, w), 1e-5) << l.name << " " << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DataParallel, ThreadRanks,
+                         ::testing::Values(Layout{"fsdp2", 1, 2}, Layout{"fsdp4", 1, 4}, Layout{"ddp2", 2, 1},
+                                           Layout{"hsdp2x2", 2, 2}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace ctitan
