@@ -70,6 +70,24 @@ void check_run_options(const JobConfig& cfg) {
                      std::to_string(cfg.profiling.profiler_active) + "; raise profile_freq or lower the other two");
 }
 
+// checkpoint.create_seed_checkpoint, as TorchTitan: the step-0 checkpoint
+// (weights only under last_save_model_only, its default), then exit. Any
+// layout may write it — every rank saves its own boxes — and ctitan needs
+// none to start a parallel run: each shard initialises itself.
+int write_seed_checkpoint(const JobConfig& cfg, const Runtime& rt, TrainModel& tm, AdamW& opt) {
+  if (!cfg.checkpoint.enable)
+    throw InputError("checkpoint.create_seed_checkpoint needs checkpoint.enable = true (the seed checkpoint is written "
+                     "to job.dump_folder/checkpoint.folder); add --checkpoint.enable");
+  Checkpointer ckpt(cfg.checkpoint, cfg.job.dump_folder);
+  SaveGroup group{rt.env.rank, rt.env.world_size, [&rt] { rt.mesh->group("world").barrier(); }};
+  ckpt.save_sharded(0, tm.checkpoint_pieces(opt, true), {{"step", 0}}, nlohmann::json::object(),
+                    cfg.checkpoint.last_save_model_only, group);
+  if (rt.rank0())
+    std::cout << "ctitan: seed checkpoint written to " << (fs::path(ckpt.folder()) / "step-0").string()
+              << (cfg.checkpoint.last_save_model_only ? " (weights only)" : "") << "; not training" << std::endl;
+  return 0;
+}
+
 // Micro-batches per step: global batch / (local batch × the batch group).
 int64_t accumulation_steps(const JobConfig& cfg, const Runtime& rt) {
   const int64_t B = cfg.training.local_batch_size, dp = rt.mesh->size("batch");
@@ -111,7 +129,7 @@ int64_t resume(Checkpointer& ckpt, const TensorPieces& pieces, DataLoader& loade
     std::cout << "ctitan: resumed from " << loaded->path << " (step " << loaded->step
               << (loaded->model_only ? ", weights only" : "") << ", saved by " << loaded->world_size
               << (loaded->world_size == 1 ? " rank" : " ranks") << ")" << std::endl;
-  if (loaded->model_only) return 0;
+  if (loaded->model_only || loaded->step == 0) return 0;  // weights only, or a seed checkpoint
   // Each rank resumes its own stream; after a change of layout only
   // counter-based streams (synthetic, markov: a global position) carry over.
   const nlohmann::json& shared = loaded->train_state.at("data_loader");
@@ -170,6 +188,8 @@ class TrainLoop {
     double grad_norm = 0, lr = 0, data_s = 0;
     std::string oom;  // what ran out of memory, if anything did
   };
+  void print_header(const PeakFlops& peak, int64_t resident_bytes);
+  void start_metrics(const PeakFlops& peak);
   StepResult step(int64_t step);
   bool stop_requested();
   void log_float8_sqnr(int64_t step, bool last, std::string& line);
@@ -263,27 +283,33 @@ void TrainLoop::save_checkpoint(int64_t step) {
   ckpt_.save_sharded(step, save_pieces_, state, {{"data_loader", loader_.state()}}, model_only, group);
 }
 
-int TrainLoop::run(int64_t step, int64_t resident_bytes) {
+// The start-up lines: what trains, where, and (several ranks) this rank's
+// share of the state.
+void TrainLoop::print_header(const PeakFlops& peak, int64_t resident_bytes) {
   const Llama3& m = tm_.model();
-  const LlamaArgs& args = m.args();
-  const int64_t B = cfg_.training.local_batch_size, S = cfg_.training.seq_len;
-  const PeakFlops peak = rt_.monitor.peak_flops(m.compute_dtype(), cfg_.metrics.peak_tflops);
   if (!peak.warning.empty() && rt_.rank0()) std::cerr << "ctitan: warning: " << peak.warning << std::endl;
   if (rt_.rank0() && rt_.device.is_cpu() && m.compute_dtype() == at::kBFloat16 && at::get_cpu_capability() != "AVX512")
     std::cerr << "ctitan: warning: ATen runs this CPU at " << at::get_cpu_capability()
               << ", where bf16 GEMMs take a slow reference path; --training.mixed_precision_param float32 trains faster here"
               << std::endl;
-  std::cout << "ctitan: llama3 " << cfg_.model.flavor << ", " << count_params(args).total << " params, "
+  std::cout << "ctitan: llama3 " << cfg_.model.flavor << ", " << count_params(m.args()).total << " params, "
             << c10::toString(m.compute_dtype()) << " on " << rt_.monitor.name() << ", activation checkpointing "
-            << m.activation_checkpointing().describe() << ", " << m.techniques() << ", batch " << B << " x seq " << S
-            << " (x" << accum_ << " accumulation), " << at::get_num_threads() << " threads, data: "
-            << loader_.describe() << ", peak " << peak.flops / 1e12 << " TFLOPs (" << peak.source << ")" << std::endl;
+            << m.activation_checkpointing().describe() << ", " << m.techniques() << ", batch "
+            << cfg_.training.local_batch_size << " x seq " << cfg_.training.seq_len << " (x" << accum_
+            << " accumulation), " << at::get_num_threads() << " threads, data: " << loader_.describe() << ", peak "
+            << peak.flops / 1e12 << " TFLOPs (" << peak.source << ")" << std::endl;
   if (rt_.env.world_size > 1)
     std::cout << "ctitan: rank " << rt_.env.rank << "/" << rt_.env.world_size << ", " << tm_.describe() << ", mesh "
               << rt_.shape.describe() << ", parameters + gradients + optimizer state "
               << tm_.state_bytes() / (1024.0 * 1024.0) << " MiB on this rank (measured: "
               << resident_bytes / (1024.0 * 1024.0) << " MiB of live tensors)" << std::endl;
+}
 
+// The metrics logger (TorchTitan's formulas) and the profiler session.
+void TrainLoop::start_metrics(const PeakFlops& peak) {
+  const Llama3& m = tm_.model();
+  const LlamaArgs& args = m.args();
+  const int64_t S = cfg_.training.seq_len;
   MetricsOptions mo;
   mo.dump_folder = cfg_.job.dump_folder;
   mo.log_freq = cfg_.metrics.log_freq;
@@ -305,6 +331,13 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     std::cout << "ctitan: profiling: " << popts.active << " of every " << popts.freq << " steps traced into "
               << popts.trace_folder << "/iteration_N/rank<R>_trace.json; " << profiler_->gpu_status()
               << (profiler_->gpu_status() == "cupti" ? "" : "; tracing the CPU only") << std::endl;
+}
+
+int TrainLoop::run(int64_t step, int64_t resident_bytes) {
+  const int64_t B = cfg_.training.local_batch_size, S = cfg_.training.seq_len;
+  const PeakFlops peak = rt_.monitor.peak_flops(tm_.model().compute_dtype(), cfg_.metrics.peak_tflops);
+  print_header(peak, resident_bytes);
+  start_metrics(peak);
   rt_.monitor.reset_peak();
   reset_memory_category_peaks();
 
@@ -428,6 +461,7 @@ int train(const JobConfig& cfg) {
   tag_tensor_memory(optimizer.exp_avg_sq(), MemoryCategory::kOptimizerState);
   tag_tensor_memory(tm->grads(), MemoryCategory::kGradients);
   if (rt.dry_run()) return dry_run(cfg, rt, *tm, optimizer);
+  if (cfg.checkpoint.create_seed_checkpoint) return write_seed_checkpoint(cfg, rt, *tm, optimizer);
 
   auto loader = build_data_loader(cfg, args, rt);
   Checkpointer checkpointer(cfg.checkpoint, cfg.job.dump_folder);

@@ -3,6 +3,7 @@
 // bad input → one line and exit code 2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,43 @@ TEST(TrainRun, ResumeAfterInterruptIsBitExact) {
     ASSERT_TRUE(resumed.count(step)) << "step " << step;
     EXPECT_EQ(row["loss"].get<double>(), resumed[step]) << "step " << step;
   }
+}
+
+// checkpoint.create_seed_checkpoint writes step 0 and exits; a run that
+// starts from it trains exactly as one that initialises itself (ctitan's
+// init depends only on seed and FQN), in another layout too.
+TEST(TrainRun, SeedCheckpointHoldsExactlyTheInitialWeights) {
+  auto seed = fresh_dir("seed_ckpt"), fresh = fresh_dir("seed_none");
+  auto args = tiny_run(seed, 3);
+  for (std::string a : {"--checkpoint.enable", "--checkpoint.create_seed_checkpoint", "--training.mixed_precision_param",
+                        "float32"})
+    args.push_back(a);
+  auto r = run_ctitan(args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("seed checkpoint written to"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(seed / "checkpoint" / "step-0" / "metadata.json"));
+  EXPECT_FALSE(fs::exists(seed / "metrics.jsonl")) << "a seed checkpoint run does not train";
+
+  args.erase(std::find(args.begin(), args.end(), "--checkpoint.create_seed_checkpoint"));
+  args.insert(args.end(), {"--nproc", "2", "--parallelism.data_parallel_shard_degree", "2",
+                           "--training.local_batch_size", "2"});
+  auto from_seed = run_ctitan(args);
+  ASSERT_EQ(from_seed.exit_code, 0) << from_seed.out << from_seed.err;
+  EXPECT_NE(from_seed.out.find("resumed from"), std::string::npos) << from_seed.out;
+
+  auto plain = tiny_run(fresh, 3);
+  for (std::string a : {"--training.mixed_precision_param", "float32"}) plain.push_back(a);
+  ASSERT_EQ(run_ctitan(plain).exit_code, 0);
+  const auto a = read_jsonl(fresh / "metrics.jsonl"), b = read_jsonl(seed / "metrics.jsonl");
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(b[i]["loss"].get<double>(), a[i]["loss"].get<double>(), 1e-5 * a[i]["loss"].get<double>())
+        << "step " << i + 1;
+
+  const auto no_ckpt = run_ctitan({"train", "--model.flavor", "tiny", "--checkpoint.create_seed_checkpoint",
+                                   "--job.dump_folder", fresh_dir("seed_bad").string()});
+  ctitan::testing::expect_one_line_exit2(no_ckpt, "checkpoint.create_seed_checkpoint needs checkpoint.enable = true");
 }
 
 // Activation checkpointing through the whole trainer: same losses bit for

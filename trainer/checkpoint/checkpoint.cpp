@@ -222,34 +222,123 @@ std::optional<LoadedCheckpoint> Checkpointer::load_sharded(const TensorPieces& p
   }
 }
 
-std::optional<LoadedCheckpoint> Checkpointer::load_impl(const TensorPieces& pieces, int rank) const {
-  auto steps = saved_steps();
-  fs::path dir;
+namespace {
+
+// The saved pieces of one step folder, by tensor name, as boxes (v1 files
+// hold whole tensors, v2 files dim-0 row ranges); fills the boxes a layout
+// asks for from whichever saved boxes overlap them.
+class SavedPieces {
+ public:
+  SavedPieces(fs::path dir, const nlohmann::json& meta) : dir_(std::move(dir)), where_("checkpoint " + dir_.string()) {
+    for (auto t : meta.at("tensors")) {
+      if (!t.contains("global_shape")) t["global_shape"] = t.at("shape");
+      if (!t.contains("offsets"))
+        t["offsets"] = row_box(t.at("global_shape").get<std::vector<int64_t>>(), t.value("row_offset", int64_t{0}));
+      index_[t.at("name").get<std::string>()].push_back(t);
+    }
+  }
+
+  void fill(const TensorPiece& want) {
+    const std::string& name = want.name;
+    auto it = index_.find(name);
+    if (it == index_.end())
+      throw InputError(where_ + ": tensor '" + name + "' is missing (saved by a different model?); check model.flavor");
+    const at::Tensor& t = want.tensor;
+    const auto& first = it->second.front();
+    if (first.at("global_shape").get<std::vector<int64_t>>() != want.global_shape ||
+        first.at("dtype").get<std::string>() != c10::toString(t.scalar_type()))
+      throw InputError(where_ + ": tensor '" + name + "' has shape/dtype " + first.at("global_shape").dump() + " " +
+                       first.at("dtype").get<std::string>() + " but the model expects " +
+                       nlohmann::json(want.global_shape).dump() + " " + c10::toString(t.scalar_type()) +
+                       "; check model.flavor and training.mixed_precision_param");
+    const Box want_box = make_box(want.offsets, t.sizes().vec());
+    if (want_box.lo.size() != want.global_shape.size())
+      throw std::logic_error("checkpoint load: '" + name + "' has " + std::to_string(want_box.lo.size()) +
+                             " offsets for a " + std::to_string(want.global_shape.size()) + "-d tensor");
+    torch::NoGradGuard no_grad;
+    int64_t covered = 0;
+    for (const auto& e : it->second) {
+      const auto shape = e.at("shape").get<std::vector<int64_t>>();
+      const Box saved = make_box(e.at("offsets").get<std::vector<int64_t>>(), shape);
+      const std::string in_file = "piece of '" + name + "' in " + e.at("file").get<std::string>();
+      if (saved.lo.size() != want_box.lo.size())
+        throw InputError(where_ + ": " + in_file + " has offsets of the wrong rank; delete this folder");
+      const Box overlap = want_box.intersect(saved);
+      if (overlap.volume() == 0) continue;
+      if (e.at("nbytes").get<int64_t>() != saved.volume() * t.element_size())
+        throw InputError(where_ + ": " + in_file + " has the wrong size; delete this folder");
+      auto buf = read(e, name);
+      const at::Tensor src = at::from_blob(buf.data(), shape, at::TensorOptions().dtype(t.scalar_type()));
+      narrow_to(t, want_box, overlap).copy_(narrow_to(src, saved, overlap));
+      covered += overlap.volume();
+    }
+    if (covered != want_box.volume())
+      throw InputError(where_ + ": box " + want_box.describe() + " of '" + name + "' is " +
+                       (covered < want_box.volume() ? "not covered by the saved pieces (a rank's file is missing from "
+                                                      "metadata.json)"
+                                                    : "covered twice (overlapping saved pieces)") +
+                       "; delete this folder");
+  }
+
+ private:
+  // One piece's bytes, checked against the file's size and the CRC-32.
+  std::vector<char> read(const nlohmann::json& e, const std::string& name) {
+    const std::string file = e.at("file").get<std::string>();
+    const fs::path path = dir_ / file;
+    if (!file_sizes_.count(file)) {
+      std::error_code ec;
+      const auto size = fs::file_size(path, ec);
+      if (ec) throw InputError(where_ + ": " + file + " is missing (a rank's shard); restore it or delete this folder");
+      file_sizes_[file] = static_cast<int64_t>(size);
+    }
+    const int64_t offset = e.at("offset").get<int64_t>(), nbytes = e.at("nbytes").get<int64_t>();
+    if (offset < 0 || nbytes < 0 || offset + nbytes > file_sizes_[file])
+      throw InputError(where_ + ": " + file + " is truncated at tensor '" + name + "'; restore it or delete this folder");
+    std::vector<char> buf(nbytes);
+    std::ifstream data(path, std::ios::binary);
+    data.seekg(offset);
+    data.read(buf.data(), nbytes);
+    if (!data || crc32(buf.data(), buf.size()) != e.at("crc32").get<uint32_t>())
+      throw InputError(where_ + ": checksum mismatch in " + file + " at tensor '" + name +
+                       "' (file corrupt); delete this folder or set checkpoint.load_step to another step");
+    return buf;
+  }
+
+  fs::path dir_;
+  std::string where_;
+  std::map<std::string, std::vector<nlohmann::json>> index_;
+  std::map<std::string, int64_t> file_sizes_;
+};
+
+}  // namespace
+
+fs::path Checkpointer::step_dir_to_load() const {
   if (cfg_.load_step >= 0) {
-    dir = fs::path(folder_) / ("step-" + std::to_string(cfg_.load_step));
+    const fs::path dir = fs::path(folder_) / ("step-" + std::to_string(cfg_.load_step));
     if (!fs::exists(dir / "metadata.json"))
       throw InputError("checkpoint.load_step=" + std::to_string(cfg_.load_step) + ": no checkpoint at " +
                        dir.string() + "; existing steps are listed under " + folder_);
-  } else if (!steps.empty()) {
-    // Newest full checkpoint; a weights-only export (last_save_model_only)
-    // is used only when nothing else exists.
-    dir = fs::path(folder_) / ("step-" + std::to_string(steps.back()));
-    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-      const fs::path cand = fs::path(folder_) / ("step-" + std::to_string(*it));
-      try {
-        std::ifstream in(cand / "metadata.json");
-        if (!nlohmann::json::parse(in).value("model_only", false)) {
-          dir = cand;
-          break;
-        }
-      } catch (const nlohmann::json::exception&) {
-        dir = cand;  // reported properly below
-        break;
-      }
-    }
-  } else {
-    return std::nullopt;
+    return dir;
   }
+  const auto steps = saved_steps();
+  if (steps.empty()) return {};
+  // Newest full checkpoint; a weights-only export (last_save_model_only)
+  // is used only when nothing else exists.
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const fs::path cand = fs::path(folder_) / ("step-" + std::to_string(*it));
+    try {
+      std::ifstream in(cand / "metadata.json");
+      if (!nlohmann::json::parse(in).value("model_only", false)) return cand;
+    } catch (const nlohmann::json::exception&) {
+      return cand;  // reported properly by load_impl
+    }
+  }
+  return fs::path(folder_) / ("step-" + std::to_string(steps.back()));
+}
+
+std::optional<LoadedCheckpoint> Checkpointer::load_impl(const TensorPieces& pieces, int rank) const {
+  const fs::path dir = step_dir_to_load();
+  if (dir.empty()) return std::nullopt;
   const std::string where = "checkpoint " + dir.string();
   nlohmann::json meta;
   try {
@@ -274,86 +363,12 @@ std::optional<LoadedCheckpoint> Checkpointer::load_impl(const TensorPieces& piec
     loaded.rank_state = nlohmann::json::parse(in).value("rank_state", nlohmann::json::object());
   }
 
-  // Saved pieces by tensor name, as boxes: v1 files hold whole tensors, v2
-  // files dim-0 row ranges.
-  std::map<std::string, std::vector<nlohmann::json>> index;
-  for (auto t : meta.at("tensors")) {
-    if (!t.contains("global_shape")) t["global_shape"] = t.at("shape");
-    if (!t.contains("offsets"))
-      t["offsets"] = row_box(t.at("global_shape").get<std::vector<int64_t>>(), t.value("row_offset", int64_t{0}));
-    index[t.at("name").get<std::string>()].push_back(t);
-  }
-  std::map<std::string, int64_t> file_sizes;
-  auto read_piece = [&](const nlohmann::json& e, const std::string& name) {
-    const std::string file = e.at("file").get<std::string>();
-    const fs::path path = dir / file;
-    if (!file_sizes.count(file)) {
-      std::error_code ec;
-      const auto size = fs::file_size(path, ec);
-      if (ec)
-        throw InputError(where + ": " + file + " is missing (a rank's shard); restore it or delete this folder");
-      file_sizes[file] = static_cast<int64_t>(size);
-    }
-    const int64_t offset = e.at("offset").get<int64_t>(), nbytes = e.at("nbytes").get<int64_t>();
-    if (offset < 0 || nbytes < 0 || offset + nbytes > file_sizes[file])
-      throw InputError(where + ": " + file + " is truncated at tensor '" + name +
-                       "'; restore it or delete this folder");
-    std::vector<char> buf(nbytes);
-    std::ifstream data(path, std::ios::binary);
-    data.seekg(offset);
-    data.read(buf.data(), nbytes);
-    if (!data || crc32(buf.data(), buf.size()) != e.at("crc32").get<uint32_t>())
-      throw InputError(where + ": checksum mismatch in " + file + " at tensor '" + name +
-                       "' (file corrupt); delete this folder or set checkpoint.load_step to another step");
-    return buf;
-  };
-
+  SavedPieces saved(dir, meta);
   for (const auto& want : pieces) {
-    const std::string& name = want.name;
-    if (loaded.model_only && name.rfind("model.", 0) != 0) continue;
+    if (loaded.model_only && want.name.rfind("model.", 0) != 0) continue;
     bool excluded = false;
-    for (const auto& ex : cfg_.exclude_from_loading) excluded = excluded || name.rfind(ex, 0) == 0;
-    if (excluded) continue;
-    auto it = index.find(name);
-    if (it == index.end())
-      throw InputError(where + ": tensor '" + name + "' is missing (saved by a different model?); check model.flavor");
-    const at::Tensor& t = want.tensor;
-    const auto& first = it->second.front();
-    if (first.at("global_shape").get<std::vector<int64_t>>() != want.global_shape ||
-        first.at("dtype").get<std::string>() != c10::toString(t.scalar_type()))
-      throw InputError(where + ": tensor '" + name + "' has shape/dtype " + first.at("global_shape").dump() + " " +
-                       first.at("dtype").get<std::string>() + " but the model expects " +
-                       nlohmann::json(want.global_shape).dump() + " " + c10::toString(t.scalar_type()) +
-                       "; check model.flavor and training.mixed_precision_param");
-    // The box this rank needs, assembled from every saved box that overlaps it.
-    const Box want_box = make_box(want.offsets, t.sizes().vec());
-    if (want_box.lo.size() != want.global_shape.size())
-      throw std::logic_error("checkpoint load: '" + name + "' has " + std::to_string(want_box.lo.size()) +
-                             " offsets for a " + std::to_string(want.global_shape.size()) + "-d tensor");
-    torch::NoGradGuard no_grad;
-    int64_t covered = 0;
-    for (const auto& e : it->second) {
-      const auto shape = e.at("shape").get<std::vector<int64_t>>();
-      const Box saved = make_box(e.at("offsets").get<std::vector<int64_t>>(), shape);
-      if (saved.lo.size() != want_box.lo.size())
-        throw InputError(where + ": piece of '" + name + "' in " + e.at("file").get<std::string>() +
-                         " has offsets of the wrong rank; delete this folder");
-      const Box overlap = want_box.intersect(saved);
-      if (overlap.volume() == 0) continue;
-      if (e.at("nbytes").get<int64_t>() != saved.volume() * t.element_size())
-        throw InputError(where + ": piece of '" + name + "' in " + e.at("file").get<std::string>() +
-                         " has the wrong size; delete this folder");
-      auto buf = read_piece(e, name);
-      const at::Tensor src = at::from_blob(buf.data(), shape, at::TensorOptions().dtype(t.scalar_type()));
-      narrow_to(t, want_box, overlap).copy_(narrow_to(src, saved, overlap));
-      covered += overlap.volume();
-    }
-    if (covered != want_box.volume())
-      throw InputError(where + ": box " + want_box.describe() + " of '" + name + "' is " +
-                       (covered < want_box.volume() ? "not covered by the saved pieces (a rank's file is missing from "
-                                                      "metadata.json)"
-                                                    : "covered twice (overlapping saved pieces)") +
-                       "; delete this folder");
+    for (const auto& ex : cfg_.exclude_from_loading) excluded = excluded || want.name.rfind(ex, 0) == 0;
+    if (!excluded) saved.fill(want);
   }
   return loaded;
 }

@@ -27,6 +27,7 @@
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -91,6 +92,8 @@ class Checkpointer {
 
  private:
   std::optional<LoadedCheckpoint> load_impl(const TensorPieces& pieces, int rank) const;
+  // checkpoint.load_step's folder, or the newest full one; empty: none.
+  std::filesystem::path step_dir_to_load() const;
   CheckpointSection cfg_;
   std::string folder_;
 };
