@@ -53,9 +53,10 @@ int dry_run(const JobConfig& cfg, const Runtime& rt, TrainModel& tm, AdamW& opti
   const auto ids = torch::TensorOptions().device(rt.device).dtype(torch::kLong);
   // Shapes only: every op runs its meta kernel, so a wrong shape or a
   // tensor on another device fails here as it would in a real step. Some
-  // ATen ops have their meta kernels in Python only (torch._meta_registrations,
-  // e.g. index_select under the embedding): LibTorch cannot run those on
-  // meta, and the check says where it stopped.
+  // ATen ops have their meta kernels in Python only (torch._meta_registrations);
+  // the model routes the embedding, attention and loss through ops LibTorch
+  // runs on meta. Should an op without one be reached, the check says where
+  // it stopped.
   std::string shape_check = "one forward and backward on the meta device checked every shape";
   try {
     tm.forward_backward(torch::zeros({B, S}, ids), torch::zeros({B, S}, ids), 1.0, true, true);

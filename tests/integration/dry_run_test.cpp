@@ -40,6 +40,7 @@ TEST(DryRun, Llama8BOnFsdp64MatchesTheParameterCount) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("8,030,261,248 parameters"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("FSDP 64"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("one forward and backward on the meta device checked every shape"), std::string::npos) << r.out;
   // fp32 master + gradient + two AdamW moments = 16 B per parameter, / 64.
   const double expected = 8030261248.0 * 16 / 64 / (1024.0 * 1024 * 1024);
   EXPECT_NEAR(state_gib(r.out), expected, 0.05 * expected) << r.out;

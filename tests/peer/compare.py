@@ -10,6 +10,11 @@ and the ratio to eager PyTorch.
   .venv/bin/python tests/peer/compare.py --flavor debugmodel --repeats 3
   .venv/bin/python tests/peer/compare.py --flavor 125M --steps 12 --warmup 4 --repeats 2 --no-compile
 (--no-compile skips both compile columns: ctitan's fused kernels and torch.compile)
+
+Two ctitan builds against each other (a restructure must not cost speed):
+  .venv/bin/python tests/peer/compare.py --baseline /tmp/old/build/ctitan --no-peer --no-compile
+adds a "ctitan baseline" runner, interleaved with the others; --no-peer drops
+the PyTorch runners and the ratio column is then against the baseline.
 """
 from __future__ import annotations
 
@@ -57,28 +62,38 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     ap.add_argument("--ctitan", type=Path, default=ROOT / "build" / "ctitan")
+    ap.add_argument("--baseline", type=Path, help="another ctitan binary, run interleaved as 'ctitan baseline'")
+    ap.add_argument("--no-peer", action="store_true", help="skip the PyTorch runners (eager and torch.compile)")
     a = ap.parse_args()
 
-    runners = {"ctitan": lambda: run_ctitan(a.ctitan, a), "pytorch eager": lambda: run_peer("eager", a)}
+    runners = {"ctitan": lambda: run_ctitan(a.ctitan, a)}
+    if a.baseline:
+        runners["ctitan baseline"] = lambda: run_ctitan(a.baseline, a)
+    if not a.no_peer:
+        runners["pytorch eager"] = lambda: run_peer("eager", a)
     if not a.no_compile:
         runners["ctitan compile"] = lambda: run_ctitan(a.ctitan, a, ["--compile.enable"])
-        runners["torch.compile"] = lambda: run_peer("compile", a)
+        if a.baseline:
+            runners["baseline compile"] = lambda: run_ctitan(a.baseline, a, ["--compile.enable"])
+        if not a.no_peer:
+            runners["torch.compile"] = lambda: run_peer("compile", a)
+    reference = "pytorch eager" if "pytorch eager" in runners else "ctitan baseline" if a.baseline else "ctitan"
     results: dict[str, list[dict]] = {k: [] for k in runners}
     for rep in range(a.repeats):
         for name, fn in runners.items():
             r = fn()
             results[name].append(r)
-            print(f"[compare] repeat {rep + 1}/{a.repeats} {name:14s} tps {r['tps']:10.1f}", file=sys.stderr)
+            print(f"[compare] repeat {rep + 1}/{a.repeats} {name:16s} tps {r['tps']:10.1f}", file=sys.stderr)
 
-    eager = statistics.median(r["tps"] for r in results["pytorch eager"])
+    ref = statistics.median(r["tps"] for r in results[reference])
     print(f"\n{a.flavor} {a.dtype} seq {a.seq_len} x batch {a.batch}, {a.steps} steps "
           f"({a.warmup} warm-up excluded), {a.repeats} interleaved repeats, {os.cpu_count()} cores\n")
-    print("| runner | tokens/s (median) | min–max | vs eager |")
+    print(f"| runner | tokens/s (median) | min–max | vs {reference} |")
     print("|---|---:|---:|---:|")
     for name, rs in results.items():
         tps = [r["tps"] for r in rs]
         med = statistics.median(tps)
-        print(f"| {name} | {med:,.0f} | {min(tps):,.0f}–{max(tps):,.0f} | {med / eager:.2f}× |")
+        print(f"| {name} | {med:,.0f} | {min(tps):,.0f}–{max(tps):,.0f} | {med / ref:.3f}× |")
     return 0
 
 

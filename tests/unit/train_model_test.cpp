@@ -64,6 +64,15 @@ TEST_P(MetaLayouts, EveryTensorStaysOnTheMetaDevice) {
     expect_all_meta(*tm, opt, l.name);
     tm->begin_step();  // the compute copy (FSDP: of the shard)
     expect_all_meta(*tm, opt, std::string(l.name) + " after begin_step");
+    // One forward and backward on meta, as the dry run does: every op has
+    // a C++ meta kernel (else NotImplementedError), every shape fits, and
+    // the loss and the gradients stay on meta.
+    const auto ids = torch::TensorOptions().device(c10::kMeta).dtype(torch::kLong);
+    const at::Tensor tokens = torch::zeros({cfg.training.local_batch_size, cfg.training.seq_len}, ids);
+    const at::Tensor loss = tm->forward_backward(tokens, tokens, 1.0, true, true);
+    EXPECT_TRUE(loss.is_meta()) << l.name;
+    EXPECT_EQ(loss.dim(), 0) << l.name;
+    expect_all_meta(*tm, opt, std::string(l.name) + " after forward_backward");
   }
 }
 

@@ -269,6 +269,21 @@ std::vector<std::pair<std::string, double>> Llama3::float8_sqnr(const at::Tensor
   return out;
 }
 
+namespace {
+
+// Attention's shapes on the meta device (the dry run): SDPA's CPU kernels
+// and its math path's masking have their meta kernels in Python only, so
+// this is softmax(q kᵀ) v over views and structured ops that LibTorch runs
+// on meta; the causal mask changes no shape. q [B,H,S,Dh], k/v [B,G,S,Dh].
+at::Tensor meta_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t B = q.size(0), H = q.size(1), G = k.size(1), S = k.size(2), Dh = k.size(3);
+  auto heads = [&](const at::Tensor& t) { return t.unsqueeze(2).expand({B, G, H / G, S, Dh}).reshape({B, H, S, Dh}); };
+  const at::Tensor o = at::matmul(at::softmax(at::matmul(q, heads(k).transpose(-2, -1)), -1), heads(v));
+  return o.transpose(1, 2).contiguous().transpose(1, 2);  // laid out [B,S,H,Dh], as SDPA returns it
+}
+
+}  // namespace
+
 at::Tensor Llama3::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
   return fused_model_ ? fused_rms_norm(x, w, args_.norm_eps) : at::rms_norm(x, {args_.dim}, w, args_.norm_eps);
 }
@@ -296,7 +311,8 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
     k = apply_rope(qkv[1].view({B, S, K, Dh}), attention_dtype_);
   }
   at::Tensor v = qkv[2].view({B, S, K, Dh}).to(attention_dtype_);
-  at::Tensor o = fused_model_ ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+  at::Tensor o = q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+                 : fused_model_ ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                  : cache && K == H ? cached_causal_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                                    : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                         /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
@@ -321,7 +337,11 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
 at::Tensor Llama3::embed(const at::Tensor& tokens) {
   const int64_t S = tokens.size(1);
   TORCH_CHECK(S <= freqs_cis_.size(0), "sequence length ", S, " exceeds the model's max ", freqs_cis_.size(0));
-  return at::embedding(tok_embeddings_, tokens);  // [B,S,D]
+  // On meta (the dry run) through aten::index: LibTorch has C++ meta
+  // kernels for index and its backward's index_put, while embedding's
+  // index_select has its meta kernel in Python only. Same shapes.
+  if (tokens.is_meta()) return tok_embeddings_.index({tokens});  // [B,S,D]
+  return at::embedding(tok_embeddings_, tokens);                  // [B,S,D]
 }
 
 at::Tensor Llama3::block(int64_t l, const at::Tensor& h) {
@@ -352,6 +372,9 @@ at::Tensor Llama3::head_loss(const at::Tensor& h, const at::Tensor& labels) {
   // The fused loss writes d(loss)/d(logits) into the logits' storage during
   // forward (the logits are dead after the loss), so no second [B*S,V] buffer.
   if (fused_loss_) return fused_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1), /*grad_into_logits=*/true);
+  // On meta (the dry run): log_softmax + nll_loss have C++ meta kernels,
+  // the chunked loss's logsumexp does not. Same scalar.
+  if (logits.is_meta()) return at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten(0, 1));
   return chunked_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1));
 }
 
