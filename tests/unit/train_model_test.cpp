@@ -76,6 +76,27 @@ TEST_P(MetaLayouts, EveryTensorStaysOnTheMetaDevice) {
   }
 }
 
+MeshShape shape(int64_t replicate, int64_t shard);
+
+// Float8 with FSDP's float8 all-gather on meta: the codec that packs the
+// shards (ctitan's CPU loops on the CPU) runs as ATen ops on other devices,
+// and the scales stay on the device (no host read).
+TEST(MetaLayouts, Float8AllGatherRunsOnMeta) {
+  JobConfig cfg = debug_config();
+  cfg.model.converters = {"quantize.linear.float8"};
+  cfg.float8.enable_fsdp_float8_all_gather = true;
+  MeshShape s;
+  s.dp_shard = 4;
+  const Runtime rt = meta_runtime(s, 1);
+  auto tm = parallelize_llama(llama3_flavor(cfg.model.flavor), rt, cfg);
+  AdamW opt(tm->params(), tm->grads(), AdamWOptions{});
+  tm->begin_step();
+  const auto ids = torch::TensorOptions().device(c10::kMeta).dtype(torch::kLong);
+  const at::Tensor tokens = torch::zeros({cfg.training.local_batch_size, cfg.training.seq_len}, ids);
+  EXPECT_TRUE(tm->forward_backward(tokens, tokens, 1.0, true, true).is_meta());
+  expect_all_meta(*tm, opt, "fsdp4 float8 all-gather");
+}
+
 MeshShape shape(int64_t replicate, int64_t shard) {
   MeshShape s;
   s.dp_replicate = replicate;

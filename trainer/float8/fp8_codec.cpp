@@ -136,15 +136,20 @@ CTITAN_FP8_CLONES uint32_t row_absmax_bf16(const uint16_t* x, int64_t n) { retur
 CTITAN_FP8_CLONES void col_absmax_f32(const float* x, uint32_t* m, int64_t n) { col_absmax_loop(x, m, n); }
 CTITAN_FP8_CLONES void col_absmax_bf16(const uint16_t* x, uint32_t* m, int64_t n) { col_absmax_loop(x, m, n); }
 
-void check_cpu(const at::Tensor& t, const char* what) {
-  TORCH_CHECK(t.device().is_cpu(), what, ": ctitan's fp8 codec runs on CPU tensors, got ", t.device());
+// ctitan's codec loops run on CPU tensors; on any other device (CUDA, and
+// meta in the dry run) the same math runs as ATen ops: float8 casts round to
+// nearest even like the loops, saturation is a clamp.
+at::Tensor aten_encode(const at::Tensor& x, Fp8Format f, bool saturate) {
+  const at::Tensor xf = x.to(at::kFloat);
+  const float m = fp8_max(f);
+  return (saturate ? xf.clamp(-m, m) : xf).to(fp8_torch_dtype(f)).view(at::kByte);
 }
 
 }  // namespace
 
 at::Tensor fp8_encode(const at::Tensor& x, Fp8Format f, bool saturate) {
-  check_cpu(x, "fp8_encode");
   TORCH_CHECK(at::isFloatingType(x.scalar_type()), "fp8_encode: floating input expected, got ", x.scalar_type());
+  if (!x.device().is_cpu()) return aten_encode(x, f, saturate);
   const at::Tensor xf = x.to(at::kFloat).contiguous();  // exact for fp32/bf16/fp16
   at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kByte));
   const float* src = xf.const_data_ptr<float>();
@@ -157,9 +162,9 @@ at::Tensor fp8_encode(const at::Tensor& x, Fp8Format f, bool saturate) {
 }
 
 at::Tensor fp8_decode(const at::Tensor& codes, Fp8Format f, at::ScalarType dtype) {
-  check_cpu(codes, "fp8_decode");
   TORCH_CHECK(codes.scalar_type() == at::kByte || codes.scalar_type() == fp8_torch_dtype(f),
               "fp8_decode: uint8 codes expected, got ", codes.scalar_type());
+  if (!codes.device().is_cpu()) return codes.view(fp8_torch_dtype(f)).to(dtype);
   const at::Tensor c = codes.contiguous();
   at::Tensor out = at::empty(c.sizes(), c.options().dtype(at::kFloat));
   const uint8_t* src = static_cast<const uint8_t*>(c.const_data_ptr());
@@ -173,9 +178,10 @@ at::Tensor fp8_decode(const at::Tensor& codes, Fp8Format f, at::ScalarType dtype
 
 at::Tensor fp8_quantize_scaled(const at::Tensor& x, const at::Tensor& scale, Fp8Format f,
                                at::ScalarType dtype) {
-  check_cpu(x, "fp8_quantize_scaled");
   TORCH_CHECK(x.dim() == 2, "fp8_quantize_scaled: 2-D input expected, got ", x.sizes());
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "fp8_quantize_scaled: float or bf16 out, got ", dtype);
+  if (!x.device().is_cpu())
+    return aten_encode(x.to(at::kFloat) * scale.to(at::kFloat), f, true).view(fp8_torch_dtype(f)).to(dtype);
   const int64_t R = x.size(0), C = x.size(1);
   at::Tensor xin = x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16
                        ? x.contiguous() : x.to(at::kFloat).contiguous();
@@ -215,9 +221,11 @@ at::Tensor fp8_quantize_scaled(const at::Tensor& x, const at::Tensor& scale, Fp8
 }
 
 at::Tensor fp8_abs_max(const at::Tensor& x, int64_t dim) {
-  check_cpu(x, "fp8_abs_max");
   TORCH_CHECK(x.dim() == 2 && dim >= -1 && dim <= 1, "fp8_abs_max: 2-D input and dim -1, 0 or 1, got ", x.sizes(),
               " dim ", dim);
+  if (!x.device().is_cpu())
+    return dim == -1 ? at::linalg_vector_norm(x.to(at::kFloat), INFINITY)
+                     : at::linalg_vector_norm(x.to(at::kFloat), INFINITY, at::IntArrayRef{dim}, /*keepdim=*/true);
   const at::Tensor xin = x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16
                              ? x.contiguous() : x.to(at::kFloat).contiguous();
   const bool bf16 = xin.scalar_type() == at::kBFloat16;

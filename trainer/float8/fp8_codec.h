@@ -114,7 +114,10 @@ at::Tensor fp8_decode(const at::Tensor& codes, Fp8Format f, at::ScalarType dtype
 at::Tensor fp8_quantize_scaled(const at::Tensor& x, const at::Tensor& scale, Fp8Format f,
                                at::ScalarType dtype);
 
-// max|x| of a 2-D float32/bf16 CPU tensor as float32: dim -1 → shape [],
+// Every function runs ctitan's vectorised loops on CPU tensors and the same
+// math as ATen ops on other devices (CUDA; meta in the dry run).
+//
+// max|x| of a 2-D float32/bf16 tensor as float32: dim -1 → shape [],
 // dim 1 → [R, 1] (per row), dim 0 → [1, C] (per column). NaN propagates.
 // The amax of the dynamic scales: at::linalg_vector_norm(x, inf) took ~4 ms
 // of CPU on a [2048, 256] bf16 tensor here, this vectorised loop ~0.04 ms.

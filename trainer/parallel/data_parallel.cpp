@@ -135,13 +135,15 @@ void DataParallel::compute_float8_scales(const std::vector<size_t>& gemms) {
   for (size_t i = 0; i < gemms.size(); ++i) {
     const Float8Gemm& g = gemms_[gemms[i]];
     const UnitShard& us = units_[g.unit];
-    float m = 0;
+    // On the device: no host read per GEMM (and none possible on meta).
+    at::Tensor m;
     for (size_t pi : g.params) {
       const ShardedParam& p = us.params[pi];
       at::Tensor rows = compute_shard_.narrow(0, us.offset + p.shard_offset, p.chunk * p.rest).view({p.chunk, p.rest});
-      m = std::max(m, fp8_abs_max(rows, -1).item<float>());
+      const at::Tensor a = fp8_abs_max(rows, -1);
+      m = m.defined() ? at::maximum(m, a) : a;
     }
-    amax[i] = m;
+    if (m.defined()) amax.narrow(0, static_cast<int64_t>(i), 1).copy_(m.reshape({1}));
   }
   wait(mesh_.group("dp_shard").all_reduce(amax, ReduceOp::kMax));
   const Float8Cast cast{Float8Scaling::kTensorwise, Fp8Format::kE4M3FN};
