@@ -6,7 +6,6 @@
 #include "trainer/train.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/Version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +30,7 @@
 #include "trainer/config/config_loader.h"
 #include "trainer/data/dataset.h"
 #include "trainer/dry_run.h"
+#include "trainer/kernels/fused_ops.h"  // aten_cpu_is_avx512
 #include "trainer/metrics.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"
@@ -288,7 +288,7 @@ void TrainLoop::save_checkpoint(int64_t step) {
 void TrainLoop::print_header(const PeakFlops& peak, int64_t resident_bytes) {
   const Llama3& m = tm_.model();
   if (!peak.warning.empty() && rt_.rank0()) std::cerr << "ctitan: warning: " << peak.warning << std::endl;
-  if (rt_.rank0() && rt_.device.is_cpu() && m.compute_dtype() == at::kBFloat16 && at::get_cpu_capability() != "AVX512")
+  if (rt_.rank0() && rt_.device.is_cpu() && m.compute_dtype() == at::kBFloat16 && !aten_cpu_is_avx512())
     std::cerr << "ctitan: warning: ATen runs this CPU at " << at::get_cpu_capability()
               << ", where bf16 GEMMs take a slow reference path; --training.mixed_precision_param float32 trains faster here"
               << std::endl;

@@ -1,6 +1,5 @@
 #include "trainer/float8/float8_linear.h"
 
-#include <ATen/Version.h>  // at::get_cpu_capability
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 
 #include "common/errors.h"
 #include "trainer/float8/simd.h"
+#include "trainer/kernels/fused_ops.h"  // aten_cpu_is_avx512
 
 #if __has_include(<ATen/cuda/CUDAContext.h>)
 #include <ATen/cuda/CUDAContext.h>
@@ -189,8 +189,7 @@ at::Tensor float8_mm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarTyp
   // fast bf16 GEMM on this CPU (below AVX-512 it runs a reference loop, about
   // 70x slower than fp32 on an AVX2 EPYC), the same math runs as an fp32 GEMM:
   // float8 values and their products are exact in fp32.
-  static const bool bf16_gemm_fast = at::get_cpu_capability() == "AVX512";
-  at::Tensor acc = !a.data.device().is_cpu() || bf16_gemm_fast
+  at::Tensor acc = !a.data.device().is_cpu() || aten_cpu_is_avx512()
                        ? at::mm(a.data, b.data)
                        : at::mm(a.data.to(at::kFloat), b.data.to(at::kFloat)).to(at::kBFloat16);
   if (!acc.device().is_cpu() || (dtype != at::kFloat && dtype != at::kBFloat16))
