@@ -11,7 +11,7 @@ void BM_InitWeights(benchmark::State& state, const std::string& flavor) {
   ctitan::Llama3 model(ctitan::llama3_flavor(flavor), torch::kFloat, 256);
   for (auto _ : state) model.init_weights(0);
   state.counters["params/s"] =
-      benchmark::Counter(static_cast<double>(model.num_params()), benchmark::Counter::kIsIterationInvariantRate);
+      benchmark::Counter(static_cast<double>(model.store().num_params()), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 BENCHMARK_CAPTURE(BM_InitWeights, debugmodel, "debugmodel")->Unit(benchmark::kMillisecond)->UseRealTime();

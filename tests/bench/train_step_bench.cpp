@@ -13,17 +13,17 @@ void BM_TrainStep(benchmark::State& state, const std::string& flavor, at::Scalar
   const int64_t B = 8, S = 256;
   ctitan::Llama3 model(ctitan::llama3_flavor(flavor), dtype, S);
   model.init_weights(0);
-  ctitan::AdamW opt(model.flat_params(), model.flat_grads(), {});
+  ctitan::AdamW opt(model.store().flat_params(), model.store().flat_grads(), {});
   auto tokens = torch::randint(0, model.args().vocab_size, {B, S}, torch::kLong);
   auto labels = torch::randint(0, model.args().vocab_size, {B, S}, torch::kLong);
   const double fpt = ctitan::flops_per_token(model.args(), S);
   for (auto _ : state) {
     model.forward_loss(tokens, labels).backward();
-    model.accumulate_grads();
-    ctitan::clip_grad_norm_(model.flat_grads(), 1.0);
+    model.store().accumulate_grads();
+    ctitan::clip_grad_norm_(model.store().flat_grads(), 1.0);
     opt.step(8e-4);
-    model.zero_grad();
-    model.begin_step();
+    model.store().zero_grad();
+    model.store().begin_step();
   }
   state.counters["tokens/s"] = benchmark::Counter(B * S, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["TFLOPs"] = benchmark::Counter(fpt * B * S / 1e12, benchmark::Counter::kIsIterationInvariantRate);

@@ -20,10 +20,10 @@ at::Tensor grads_with(const std::string& mode, const std::string& option, at::Sc
   torch::manual_seed(4);
   auto tokens = torch::randint(0, args.vocab_size, {3, 16}, torch::kLong);
   auto labels = torch::randint(0, args.vocab_size, {3, 16}, torch::kLong);
-  model.zero_grad();
+  model.store().zero_grad();
   model.forward_loss(tokens, labels).backward();
-  model.accumulate_grads();
-  return model.flat_grads().clone();
+  model.store().accumulate_grads();
+  return model.store().flat_grads().clone();
 }
 
 TEST(ActivationCheckpoint, GradientsAreBitIdenticalInFp32) {
@@ -59,7 +59,7 @@ TEST(ActivationCheckpoint, FullCheckpointingLowersPeakMemory) {
     const int64_t before = cpu_memory_stats().current_bytes;
     reset_peak_cpu_memory();
     model.forward_loss(tokens, tokens).backward();
-    model.accumulate_grads();
+    model.store().accumulate_grads();
     return cpu_memory_stats().peak_bytes - before;
   };
   const int64_t plain = peak_of("none"), full = peak_of("full"), op = peak_of("op");

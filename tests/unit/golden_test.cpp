@@ -40,7 +40,7 @@ class GoldenTest : public ::testing::Test {
   static std::unique_ptr<Llama3> model() {
     auto m = std::make_unique<Llama3>(llama3_flavor("tiny"), torch::kFloat, 8);
     torch::NoGradGuard ng;
-    for (const auto& s : m->slots()) m->param(s.name).copy_(tensor(golden_->at("params").at(s.name)));
+    for (const auto& s : m->slots()) m->store().param(s.name).copy_(tensor(golden_->at("params").at(s.name)));
     return m;
   }
   static nlohmann::json* golden_;
@@ -62,7 +62,7 @@ TEST_F(GoldenTest, EveryGradientMatches) {
   m->forward_loss(tokens("tokens"), tokens("labels")).backward();
   for (const auto& s : m->slots()) {
     auto expected = torch::tensor(golden_->at("grads").at(s.name).get<std::vector<float>>()).view(s.shape);
-    const double err = (m->grad(s.name) - expected).abs().max().item<double>();
+    const double err = (m->store().grad(s.name) - expected).abs().max().item<double>();
     EXPECT_LT(err, 1e-6 + 1e-4 * expected.abs().max().item<double>()) << s.name;
   }
 }
@@ -71,15 +71,15 @@ TEST_F(GoldenTest, ClippedAdamWStepMatches) {
   auto m = model();
   m->forward_loss(tokens("tokens"), tokens("labels")).backward();
   const auto& o = golden_->at("optimizer");
-  const double norm = clip_grad_norm_(m->flat_grads(), o.at("max_norm").get<double>());
+  const double norm = clip_grad_norm_(m->store().flat_grads(), o.at("max_norm").get<double>());
   EXPECT_NEAR(norm, golden_->at("grad_norm").get<double>(), 1e-5);
-  AdamW opt(m->flat_params(), m->flat_grads(),
+  AdamW opt(m->store().flat_params(), m->store().flat_grads(),
             {o.at("lr").get<double>(), o.at("betas")[0].get<double>(), o.at("betas")[1].get<double>(),
              o.at("eps").get<double>(), o.at("weight_decay").get<double>(), "fused"});
   opt.step(o.at("lr").get<double>());
   for (const auto& s : m->slots()) {
     auto expected = torch::tensor(golden_->at("params_after_step").at(s.name).get<std::vector<float>>()).view(s.shape);
-    EXPECT_LT((m->param(s.name) - expected).abs().max().item<double>(), 1e-5) << s.name;
+    EXPECT_LT((m->store().param(s.name) - expected).abs().max().item<double>(), 1e-5) << s.name;
   }
 }
 

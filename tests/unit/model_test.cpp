@@ -49,11 +49,11 @@ TEST(ModelArgs, UnknownFlavorIsInputErrorListingFlavors) {
 
 TEST(Model, AllocatedParametersEqualTheCount) {
   Llama3 model(llama3_flavor("debugmodel"), torch::kFloat, 16);
-  EXPECT_EQ(model.num_params(), 6163712);
+  EXPECT_EQ(model.store().num_params(), 6163712);
   int64_t sum = 0;
   for (const auto& s : model.slots()) sum += s.numel;
   EXPECT_EQ(sum, 6163712);
-  EXPECT_EQ(model.param("layers.5.feed_forward.w2.weight").sizes(), (std::vector<int64_t>{256, 768}));
+  EXPECT_EQ(model.store().param("layers.5.feed_forward.w2.weight").sizes(), (std::vector<int64_t>{256, 768}));
 }
 
 TEST(Model, ForwardBackwardShapes) {
@@ -65,21 +65,21 @@ TEST(Model, ForwardBackwardShapes) {
   auto loss = model.forward_loss(tokens, tokens);
   EXPECT_EQ(loss.dim(), 0);
   loss.backward();
-  EXPECT_GT(model.flat_grads().abs().sum().item<double>(), 0.0);
+  EXPECT_GT(model.store().flat_grads().abs().sum().item<double>(), 0.0);
   for (const auto& s : model.slots())
-    EXPECT_GT(model.grad(s.name).abs().sum().item<double>(), 0.0) << s.name << " got no gradient";
+    EXPECT_GT(model.store().grad(s.name).abs().sum().item<double>(), 0.0) << s.name << " got no gradient";
 }
 
 TEST(Model, InitMatchesTorchTitanStatistics) {
   Llama3 model(llama3_flavor("debugmodel"), torch::kFloat, 8);
   model.init_weights(1);
-  EXPECT_NEAR(model.param("tok_embeddings.weight").std().item<double>(), 1.0, 0.01);
-  EXPECT_NEAR(model.param("layers.0.attention.wq.weight").std().item<double>(), 0.02, 0.001);
-  EXPECT_NEAR(model.param("layers.0.attention.wo.weight").std().item<double>(), 0.02 / std::sqrt(2.0), 0.001);
-  EXPECT_NEAR(model.param("layers.5.feed_forward.w3.weight").std().item<double>(), 0.02 / std::sqrt(12.0), 0.0005);
+  EXPECT_NEAR(model.store().param("tok_embeddings.weight").std().item<double>(), 1.0, 0.01);
+  EXPECT_NEAR(model.store().param("layers.0.attention.wq.weight").std().item<double>(), 0.02, 0.001);
+  EXPECT_NEAR(model.store().param("layers.0.attention.wo.weight").std().item<double>(), 0.02 / std::sqrt(2.0), 0.001);
+  EXPECT_NEAR(model.store().param("layers.5.feed_forward.w3.weight").std().item<double>(), 0.02 / std::sqrt(12.0), 0.0005);
   const double out_std = 1.0 / 16.0;  // dim^-0.5, truncated at ±3σ
-  EXPECT_LE(model.param("output.weight").abs().max().item<double>(), 3 * out_std + 1e-6);
-  EXPECT_EQ(model.param("norm.weight").min().item<double>(), 1.0);
+  EXPECT_LE(model.store().param("output.weight").abs().max().item<double>(), 3 * out_std + 1e-6);
+  EXPECT_EQ(model.store().param("norm.weight").min().item<double>(), 1.0);
 }
 
 TEST(Model, CausalityFutureTokensDoNotChangePastLogits) {
@@ -102,11 +102,11 @@ TEST(Model, FiniteDifferenceGradientsOfEveryParameter) {
   torch::manual_seed(0);
   auto tokens = torch::randint(0, 64, {2, 6}, torch::kLong);
   auto labels = torch::randint(0, 64, {2, 6}, torch::kLong);
-  model.zero_grad();
+  model.store().zero_grad();
   model.forward_loss(tokens, labels).backward();
   const double h = 1e-6;
   for (const auto& s : model.slots()) {
-    at::Tensor p = model.param(s.name).view(-1), g = model.grad(s.name).view(-1);
+    at::Tensor p = model.store().param(s.name).view(-1), g = model.store().grad(s.name).view(-1);
     for (int64_t k = 0; k < 3; ++k) {
       // Embedding rows are only touched for tokens in the batch.
       const int64_t idx = s.name == "tok_embeddings.weight" ? tokens[0][k].item<int64_t>() * 32 + k
@@ -185,18 +185,18 @@ TEST(Model, GradientAccumulationEqualsTheFullBatch) {
     model.init_weights(11);
     auto tokens = torch::randint(0, 64, {4, 16}, torch::kLong);
     auto labels = torch::randint(0, 64, {4, 16}, torch::kLong);
-    model.zero_grad();
+    model.store().zero_grad();
     model.forward_loss(tokens, labels).backward();
-    model.accumulate_grads();
-    auto full = model.flat_grads().clone();
-    model.zero_grad();
+    model.store().accumulate_grads();
+    auto full = model.store().flat_grads().clone();
+    model.store().zero_grad();
     for (int64_t half = 0; half < 2; ++half) {
       (model.forward_loss(tokens.narrow(0, 2 * half, 2), labels.narrow(0, 2 * half, 2)) / 2.0).backward();
-      model.accumulate_grads();
+      model.store().accumulate_grads();
     }
     const double scale = full.abs().max().item<double>();
     const double tol = dtype == torch::kFloat ? 1e-5 : 2e-2;
-    EXPECT_LT((model.flat_grads() - full).abs().max().item<double>(), tol * scale) << c10::toString(dtype);
+    EXPECT_LT((model.store().flat_grads() - full).abs().max().item<double>(), tol * scale) << c10::toString(dtype);
   }
 }
 

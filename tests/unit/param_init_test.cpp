@@ -147,11 +147,11 @@ TEST(ParamInit, InitWeightsFillsEverySlotAsOneBox) {
   Llama3 a(args, torch::kFloat, 8), b(args, torch::kFloat, 8);
   a.init_weights(3);
   b.init_weights(3);
-  EXPECT_TRUE(torch::equal(a.flat_params(), b.flat_params()));
+  EXPECT_TRUE(torch::equal(a.store().flat_params(), b.store().flat_params()));
   for (const auto& s : a.slots())
-    EXPECT_TRUE(torch::equal(a.param(s.name), full(s.name, s.shape, torch::kFloat, 3, args))) << s.name;
+    EXPECT_TRUE(torch::equal(a.store().param(s.name), full(s.name, s.shape, torch::kFloat, 3, args))) << s.name;
   b.init_weights(4);
-  EXPECT_FALSE(torch::equal(a.flat_params(), b.flat_params()));
+  EXPECT_FALSE(torch::equal(a.store().flat_params(), b.store().flat_params()));
 }
 
 TEST(ParamInit, MetaTensorsAndEmptyBoxesAreNoOps) {

@@ -41,197 +41,112 @@ at::Tensor precompute_freqs_cis(int64_t head_dim, int64_t seq_len, double theta,
   return torch::polar(torch::ones_like(angles), angles);
 }
 
-Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device)
-    : args_(args), compute_dtype_(compute_dtype), device_(device) {
+ModelPart ModelPart::resolved(const LlamaArgs& args) const {
+  ModelPart p = *this;
+  if (p.n_layers < 0) p.n_layers = args.n_layers - p.first_layer;
+  if (p.first_layer < 0 || p.n_layers < 0 || p.first_layer + p.n_layers > args.n_layers)
+    throw InputError("model part: layers " + std::to_string(first_layer) + " .. " +
+                     std::to_string(first_layer + p.n_layers - 1) + " do not fit a model of " +
+                     std::to_string(args.n_layers) + " layers");
+  if (!p.embedding && !p.head && p.n_layers == 0) throw InputError("model part: holds no embedding, layer or head");
+  return p;
+}
+
+std::vector<ParamSpec> llama3_param_specs(const LlamaArgs& args, const ModelPart& part_in) {
+  const ModelPart part = part_in.resolved(args);
   const int64_t d = args.dim, hd = args.head_dim(), f = args.ffn_hidden_dim();
-  int64_t offset = 0;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
-    int64_t n = 1;
-    for (auto s : shape) n *= s;
-    slots_.push_back({name, std::move(shape), offset, n});
-    offset += n;
-  };
-  add("tok_embeddings.weight", {args.vocab_size, d});
-  for (int64_t l = 0; l < args.n_layers; ++l) {
+  std::vector<ParamSpec> specs;
+  if (part.embedding) specs.push_back(whole_param("tok_embeddings.weight", {args.vocab_size, d}));
+  for (int64_t l = part.first_layer; l < part.first_layer + part.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     // wq,wk,wv adjacent → one [(H+2K)Dh, D] view; w1,w3 adjacent → one [2F, D] view.
-    add(p + "attention.wq.weight", {args.n_heads * hd, d});
-    add(p + "attention.wk.weight", {args.kv_dim(), d});
-    add(p + "attention.wv.weight", {args.kv_dim(), d});
-    add(p + "attention.wo.weight", {d, args.n_heads * hd});
-    add(p + "feed_forward.w1.weight", {f, d});
-    add(p + "feed_forward.w3.weight", {f, d});
-    add(p + "feed_forward.w2.weight", {d, f});
-    add(p + "attention_norm.weight", {d});
-    add(p + "ffn_norm.weight", {d});
+    specs.push_back(whole_param(p + "attention.wq.weight", {args.n_heads * hd, d}));
+    specs.push_back(whole_param(p + "attention.wk.weight", {args.kv_dim(), d}));
+    specs.push_back(whole_param(p + "attention.wv.weight", {args.kv_dim(), d}));
+    specs.push_back(whole_param(p + "attention.wo.weight", {d, args.n_heads * hd}));
+    specs.push_back(whole_param(p + "feed_forward.w1.weight", {f, d}));
+    specs.push_back(whole_param(p + "feed_forward.w3.weight", {f, d}));
+    specs.push_back(whole_param(p + "feed_forward.w2.weight", {d, f}));
+    specs.push_back(whole_param(p + "attention_norm.weight", {d}));
+    specs.push_back(whole_param(p + "ffn_norm.weight", {d}));
   }
-  add("norm.weight", {d});
-  add("output.weight", {args.vocab_size, d});
+  if (part.head) {
+    specs.push_back(whole_param("norm.weight", {d}));
+    specs.push_back(whole_param("output.weight", {args.vocab_size, d}));
+  }
+  return specs;
+}
 
-  // Master weights are fp32, or fp64 when computing in fp64 (gradient checks).
-  const auto master_dtype = compute_dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
-  const auto on_device = torch::TensorOptions().device(device_);
-  master_ = torch::zeros({offset}, on_device.dtype(master_dtype));
-  master_grad_ = torch::zeros({offset}, on_device.dtype(master_dtype));
-  compute_ = compute_dtype_ == master_dtype ? master_ : torch::zeros({offset}, on_device.dtype(compute_dtype_));
-  auto add_unit = [&](std::string name, size_t first, size_t last) {  // slots [first, last)
-    Unit u{std::move(name), slots_[first].offset, 0, {}};
-    for (size_t i = first; i < last; ++i) {
-      u.slots.push_back(i);
-      u.numel += slots_[i].numel;
-    }
-    units_.push_back(std::move(u));
-  };
-  add_unit("tok_embeddings", 0, 1);
-  for (int64_t l = 0; l < args.n_layers; ++l) add_unit("layers." + std::to_string(l), 1 + 9 * l, 10 + 9 * l);
-  add_unit("norm+output", slots_.size() - 2, slots_.size());
-  master_grad_fresh_.assign(units_.size(), true);
+namespace {
+
+// TorchTitan's fully_shard units over the part's specs: tok_embeddings, one
+// per block (9 parameters), norm + output.
+std::vector<ParamStore::UnitSpec> llama3_units(const ModelPart& part) {
+  std::vector<ParamStore::UnitSpec> units;
+  if (part.embedding) units.push_back({"tok_embeddings", 1});
+  for (int64_t l = part.first_layer; l < part.first_layer + part.n_layers; ++l)
+    units.push_back({"layers." + std::to_string(l), 9});
+  if (part.head) units.push_back({"norm+output", 2});
+  return units;
+}
+
+}  // namespace
+
+Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
+               ModelPart part, ParamStore::Storage storage)
+    : args_(args),
+      part_(part.resolved(args)),
+      store_(llama3_param_specs(args, part_), llama3_units(part_), compute_dtype, device, storage) {
   // ATen's CPU flash-attention kernel is ~2x slower in bf16 than in fp32 at
   // small head dims (16: 32 ms vs 18 ms fwd+bwd per debugmodel layer, casts
   // included) and faster from 64 up, so small heads attend in fp32 on the
   // CPU. Only precision rises; the math is unchanged. Other devices keep the
   // compute dtype.
-  attention_dtype_ = compute_dtype_;
-  if (device_.is_cpu() && compute_dtype_ == torch::kBFloat16 && args_.head_dim() < 32) attention_dtype_ = torch::kFloat;
-  freqs_cis_ = precompute_freqs_cis(hd, max_seq_len, args.rope_theta, args.rope_scaling).to(device_);
+  attention_dtype_ = compute_dtype;
+  if (device.is_cpu() && compute_dtype == torch::kBFloat16 && args_.head_dim() < 32) attention_dtype_ = torch::kFloat;
+  freqs_cis_ = precompute_freqs_cis(args.head_dim(), max_seq_len, args.rope_theta, args.rope_scaling).to(device);
   build_compute_views();
 }
 
-const ParamSlot& Llama3::slot(const std::string& name) const {
-  for (const auto& s : slots_)
-    if (s.name == name) return s;
-  throw std::out_of_range("no parameter named " + name);
-}
-
-at::Tensor Llama3::param(const std::string& name) const {
-  const auto& s = slot(name);
-  return master_.narrow(0, s.offset, s.numel).view(s.shape);
-}
-
-at::Tensor Llama3::grad(const std::string& name) const {
-  const auto& s = slot(name);
-  return master_grad_.narrow(0, s.offset, s.numel).view(s.shape);
-}
-
-at::Tensor Llama3::compute_leaf(const std::string& first_slot, std::vector<int64_t> shape) {
-  int64_t n = 1;
-  for (auto s : shape) n *= s;
-  const int64_t offset = slot(first_slot).offset;
-  size_t unit = 0;
-  while (offset >= units_[unit].offset + units_[unit].numel) ++unit;
-  at::Tensor leaf;
-  if (has_unit_buffers()) {
-    leaf = unit_buffers_[unit].narrow(0, offset - units_[unit].offset, n).view(shape).detach();
-    leaf.requires_grad_(true);
-  } else {
-    // A detached view: autograd treats it as a leaf whose storage is the flat buffer.
-    leaf = compute_.narrow(0, offset, n).view(shape).detach();
-    leaf.requires_grad_(true);
-    if (compute_.is_same(master_)) {
-      // fp32/fp64 compute: autograd accumulates straight into the flat
-      // gradient buffer (AccumulateGrad adds in place into a defined grad).
-      leaf.mutable_grad() = master_grad_.narrow(0, offset, n).view(shape);
-    }
-  }
-  leaves_.push_back({leaf, offset, unit});
-  return leaf;
-}
-
 void Llama3::build_compute_views() {
-  const int64_t d = args_.dim, f = args_.ffn_hidden_dim();
-  const int64_t qkv_rows = (args_.n_heads + 2 * args_.n_kv_heads) * args_.head_dim();
-  leaves_.clear();
-  tok_embeddings_ = compute_leaf("tok_embeddings.weight", {args_.vocab_size, d});
-  layers_.clear();
-  for (int64_t l = 0; l < args_.n_layers; ++l) {
+  ParamStore& st = store_;
+  if (part_.embedding) tok_embeddings_ = st.leaf("tok_embeddings.weight", st.slot("tok_embeddings.weight").shape);
+  for (int64_t l = part_.first_layer; l < part_.first_layer + part_.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
+    // Local shapes: the rows of wq, wk, wv (heads × Dh on this rank) and of
+    // w1, w3 (the FFN width on this rank) come from the specs.
+    const auto& wq = st.slot(p + "attention.wq.weight").shape;
+    const auto& wk = st.slot(p + "attention.wk.weight").shape;
+    const auto& wv = st.slot(p + "attention.wv.weight").shape;
+    const auto& w1 = st.slot(p + "feed_forward.w1.weight").shape;
+    const auto& w3 = st.slot(p + "feed_forward.w3.weight").shape;
+    if (qkv_rows_.empty()) qkv_rows_ = {wq[0], wk[0], wv[0]};
     LayerWeights w;
-    w.wqkv = compute_leaf(p + "attention.wq.weight", {qkv_rows, d});
-    w.wo = compute_leaf(p + "attention.wo.weight", {d, args_.n_heads * args_.head_dim()});
-    w.w13 = compute_leaf(p + "feed_forward.w1.weight", {2 * f, d});
-    w.w2 = compute_leaf(p + "feed_forward.w2.weight", {d, f});
-    w.attention_norm = compute_leaf(p + "attention_norm.weight", {d});
-    w.ffn_norm = compute_leaf(p + "ffn_norm.weight", {d});
+    w.wqkv = st.leaf(p + "attention.wq.weight", {wq[0] + wk[0] + wv[0], wq[1]});
+    w.wo = st.leaf(p + "attention.wo.weight", st.slot(p + "attention.wo.weight").shape);
+    w.w13 = st.leaf(p + "feed_forward.w1.weight", {w1[0] + w3[0], w1[1]});
+    w.w2 = st.leaf(p + "feed_forward.w2.weight", st.slot(p + "feed_forward.w2.weight").shape);
+    w.attention_norm = st.leaf(p + "attention_norm.weight", st.slot(p + "attention_norm.weight").shape);
+    w.ffn_norm = st.leaf(p + "ffn_norm.weight", st.slot(p + "ffn_norm.weight").shape);
     layers_.push_back(std::move(w));
   }
-  norm_ = compute_leaf("norm.weight", {d});
-  output_ = compute_leaf("output.weight", {args_.vocab_size, d});
+  if (part_.head) {
+    norm_ = st.leaf("norm.weight", st.slot("norm.weight").shape);
+    output_ = st.leaf("output.weight", st.slot("output.weight").shape);
+  }
+}
+
+const Llama3::LayerWeights& Llama3::layer_weights(int64_t layer) const {
+  TORCH_CHECK(layer >= part_.first_layer && layer < part_.first_layer + part_.n_layers, "layer ", layer,
+              " is not in this model part (layers ", part_.first_layer, " .. ", part_.first_layer + part_.n_layers - 1,
+              ")");
+  return layers_[layer - part_.first_layer];
 }
 
 void Llama3::init_weights(uint64_t seed) {
   torch::NoGradGuard no_grad;
-  for (const auto& s : slots_)
-    init_param_box(param(s.name), s.name, s.shape, std::vector<int64_t>(s.shape.size(), 0), args_, seed);
-  begin_step();
-}
-
-void Llama3::begin_step() {
-  if (compute_.is_same(master_)) return;
-  torch::NoGradGuard no_grad;
-  compute_.copy_(master_);
-}
-
-void Llama3::zero_grad() {
-  if (has_unit_buffers()) {
-    for (auto& leaf : leaves_) leaf.tensor.mutable_grad().reset();
-    return;
-  }
-  if (compute_.is_same(master_)) {
-    master_grad_.zero_();
-    return;
-  }
-  // bf16: the next accumulate_grads() overwrites instead of adding, which
-  // saves a pass over the fp32 buffer.
-  for (auto& leaf : leaves_) leaf.tensor.mutable_grad().reset();
-  master_grad_fresh_.assign(units_.size(), false);
-}
-
-void Llama3::accumulate_grads() {
-  for (size_t u = 0; u < units_.size(); ++u) accumulate_grads(u);
-}
-
-void Llama3::accumulate_grads(size_t unit) {
-  TORCH_CHECK(!has_unit_buffers(), "accumulate_grads: unit-buffer (FSDP) gradients go through take_unit_grad");
-  if (compute_.is_same(master_)) return;
-  torch::NoGradGuard no_grad;
-  for (auto& leaf : leaves_) {
-    if (leaf.unit != unit) continue;
-    at::Tensor dst = master_grad_.narrow(0, leaf.offset, leaf.tensor.numel()).view(leaf.tensor.sizes());
-    at::Tensor& g = leaf.tensor.mutable_grad();
-    if (!g.defined()) {
-      if (!master_grad_fresh_[unit]) dst.zero_();  // parameter unused by this batch
-    } else if (master_grad_fresh_[unit]) {
-      dst.add_(g);
-    } else {
-      dst.copy_(g);
-    }
-    g.reset();
-  }
-  master_grad_fresh_[unit] = true;
-}
-
-void Llama3::use_unit_buffers() {
-  TORCH_CHECK(!has_unit_buffers(), "use_unit_buffers called twice");
-  for (const auto& u : units_) unit_buffers_.push_back(torch::zeros({u.numel}, master_.options().dtype(compute_dtype_)));
-  master_ = master_grad_ = compute_ = at::Tensor();
-  build_compute_views();
-}
-
-void Llama3::take_unit_grad(size_t u, at::Tensor& out) {
-  TORCH_CHECK(out.numel() == units_[u].numel, "take_unit_grad: ", units_[u].name, " has ", units_[u].numel,
-              " elements, out has ", out.numel());
-  torch::NoGradGuard no_grad;
-  for (auto& leaf : leaves_) {
-    if (leaf.unit != u) continue;
-    at::Tensor dst = out.narrow(0, leaf.offset - units_[u].offset, leaf.tensor.numel()).view(leaf.tensor.sizes());
-    at::Tensor& g = leaf.tensor.mutable_grad();
-    if (g.defined()) {
-      dst.copy_(g);
-    } else {
-      dst.zero_();
-    }
-    g.reset();
-  }
+  for (const auto& s : store_.slots()) init_param_storage(store_.param(s.name), s, args_, seed);
+  store_.begin_step();
 }
 
 at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const {
@@ -285,15 +200,15 @@ at::Tensor meta_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
 }  // namespace
 
 at::Tensor Llama3::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
-  return fused_model_ ? fused_rms_norm(x, w, args_.norm_eps) : at::rms_norm(x, {args_.dim}, w, args_.norm_eps);
+  return fused_model_ ? fused_rms_norm(x, w, args_.norm_eps) : at::rms_norm(x, {w.size(0)}, w, args_.norm_eps);
 }
 
 at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache) const {
   // One TransformerBlock: h + attention(norm(h)), then + feed_forward(norm(h)).
-  const int64_t B = h.size(0), S = h.size(1);
-  const int64_t H = args_.n_heads, K = args_.n_kv_heads, Dh = args_.head_dim();
-  const int64_t F = args_.ffn_hidden_dim();
-  const Float8Units f8 = float8_ ? float8_units_[layer] : Float8Units{};
+  // Local shapes only: this rank's heads and FFN width come from the weights.
+  const int64_t B = h.size(0), S = h.size(1), Dh = args_.head_dim();
+  const int64_t H = qkv_rows_[0] / Dh, K = qkv_rows_[1] / Dh, F = w.w2.size(1);
+  const Float8Units f8 = float8_ ? float8_units_[layer - part_.first_layer] : Float8Units{};
   at::Tensor x = rms_norm(h, w.attention_norm);
   // split (not narrow): its backward is one concatenation, where three
   // narrows would each materialise a zero-filled full-size gradient.
@@ -301,16 +216,16 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
   // TorchTitan keeps every second mm) and the attention output.
   at::Tensor qkv_out = f8.qkv ? linear(x, w.wqkv, true, layer, "attention.wq|wk|wv")
                               : cached_linear(cache, true, x, w.wqkv);  // [B,S,(H+2K)Dh]
-  auto qkv = qkv_out.split_with_sizes({H * Dh, K * Dh, K * Dh}, 2);
+  auto qkv = qkv_out.split_with_sizes(qkv_rows_, 2);
   at::Tensor q, k;
   if (fused_model_) {
-    q = fused_rope(qkv[0].view({B, S, H, Dh}), freqs_cis_, attention_dtype_);
-    k = fused_rope(qkv[1].view({B, S, K, Dh}), freqs_cis_, attention_dtype_);
+    q = fused_rope(qkv[0].view({B, S, -1, Dh}), freqs_cis_, attention_dtype_);
+    k = fused_rope(qkv[1].view({B, S, -1, Dh}), freqs_cis_, attention_dtype_);
   } else {
-    q = apply_rope(qkv[0].view({B, S, H, Dh}), attention_dtype_);
-    k = apply_rope(qkv[1].view({B, S, K, Dh}), attention_dtype_);
+    q = apply_rope(qkv[0].view({B, S, -1, Dh}), attention_dtype_);
+    k = apply_rope(qkv[1].view({B, S, -1, Dh}), attention_dtype_);
   }
-  at::Tensor v = qkv[2].view({B, S, K, Dh}).to(attention_dtype_);
+  at::Tensor v = qkv[2].view({B, S, -1, Dh}).to(attention_dtype_);
   at::Tensor o = q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                  : fused_model_ ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                  : cache && K == H ? cached_causal_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
@@ -318,8 +233,8 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
                                                         /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                                         /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
   // One copy that both casts and lays out [B,S,H,Dh] for the output projection.
-  o = o.transpose(1, 2).to(compute_dtype_, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
-  h = h + linear(o.view({B, S, H * Dh}), w.wo, f8.wo, layer, "attention.wo");
+  o = o.transpose(1, 2).to(compute_dtype(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
+  h = h + linear(o.view({B, S, -1}), w.wo, f8.wo, layer, "attention.wo");
   x = rms_norm(h, w.ffn_norm);
   at::Tensor gate_up = f8.w13 ? linear(x, w.w13, true, layer, "feed_forward.w1|w3")
                               : cached_linear(cache, true, x, w.w13);  // [B,S,2F]
@@ -345,7 +260,7 @@ at::Tensor Llama3::embed(const at::Tensor& tokens) {
 }
 
 at::Tensor Llama3::block(int64_t l, const at::Tensor& h) {
-  const LayerWeights& w = layers_[l];
+  const LayerWeights& w = layer_weights(l);
   if (!ac_policy_.checkpoints_layer(l)) return block_forward(l, w, h);
   std::shared_ptr<OpCache> cache;
   if (ac_policy_.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp) cache = std::make_shared<OpCache>();
@@ -358,8 +273,10 @@ at::Tensor Llama3::block(int64_t l, const at::Tensor& h) {
 }
 
 at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
+  TORCH_CHECK(part_.embedding && part_.head, "hidden_states: needs the whole model, this part is layers ",
+              part_.first_layer, " .. ", part_.first_layer + part_.n_layers - 1);
   at::Tensor h = embed(tokens);
-  for (int64_t l = 0; l < args_.n_layers; ++l) h = block(l, h);
+  for (int64_t l = 0; l < part_.n_layers; ++l) h = block(part_.first_layer + l, h);
   return rms_norm(h, norm_);
 }
 
@@ -379,14 +296,23 @@ at::Tensor Llama3::head_loss(const at::Tensor& h, const at::Tensor& labels) {
 }
 
 at::Tensor Llama3::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
+  TORCH_CHECK(part_.embedding && part_.head, "forward_loss: needs the whole model, this part is layers ",
+              part_.first_layer, " .. ", part_.first_layer + part_.n_layers - 1);
   at::Tensor h = embed(tokens);
-  for (int64_t l = 0; l < args_.n_layers; ++l) h = block(l, h);
+  for (int64_t l = 0; l < part_.n_layers; ++l) h = block(part_.first_layer + l, h);
   return head_loss(h, labels);
 }
 
+at::Tensor Llama3::run_unit(size_t u, const at::Tensor& input, const at::Tensor& labels) {
+  const size_t first_block = part_.embedding ? 1 : 0;
+  if (part_.embedding && u == 0) return embed(input);
+  if (part_.head && u + 1 == units().size()) return head_loss(input, labels);
+  return block(part_.first_layer + static_cast<int64_t>(u - first_block), input);
+}
+
 void Llama3::set_compile(bool fused_model, bool fused_loss) {
-  fused_model_ = fused_model && device_.is_cpu();
-  fused_loss_ = fused_loss && device_.is_cpu();
+  fused_model_ = fused_model && device().is_cpu();
+  fused_loss_ = fused_loss && device().is_cpu();
 }
 
 void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns) {
@@ -400,17 +326,17 @@ void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std
       if (fqn.find(filter_fqns[i]) != std::string::npos) hit = used[i] = true;
     return hit;
   };
-  float8_units_.assign(args_.n_layers, {});
-  for (int64_t l = 0; l < args_.n_layers; ++l) {
+  float8_units_.assign(part_.n_layers, {});
+  for (int64_t l = part_.first_layer; l < part_.first_layer + part_.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     // Evaluate every module so each filter entry is marked as matched.
     const bool q = filtered(p + "attention.wq"), k = filtered(p + "attention.wk"), v = filtered(p + "attention.wv");
     const bool o = filtered(p + "attention.wo");
     const bool w1 = filtered(p + "feed_forward.w1"), w3 = filtered(p + "feed_forward.w3");
     const bool w2 = filtered(p + "feed_forward.w2");
-    float8_units_[l] = {!(q || k || v), !o, !(w1 || w3), !w2};
+    float8_units_[l - part_.first_layer] = {!(q || k || v), !o, !(w1 || w3), !w2};
   }
-  float8_output_ = !filtered("output");
+  float8_output_ = part_.head && !filtered("output");
   for (size_t i = 0; i < filter_fqns.size(); ++i)
     if (!used[i])
       throw InputError("quantize.linear.float8.filter_fqns entry '" + filter_fqns[i] +
@@ -420,16 +346,16 @@ void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std
 std::vector<Llama3::Float8Gemm> Llama3::float8_gemms() const {
   std::vector<Float8Gemm> out;
   if (!float8_) return out;
-  for (int64_t l = 0; l < args_.n_layers; ++l) {
+  for (int64_t l = part_.first_layer; l < part_.first_layer + part_.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    const size_t base = 1 + 9 * static_cast<size_t>(l);  // wq wk wv wo w1 w3 w2 (norms follow)
-    const Float8Units& f = float8_units_[l];
+    const size_t base = store_.index(p + "attention.wq.weight");  // wq wk wv wo w1 w3 w2 (norms follow)
+    const Float8Units& f = float8_units_[l - part_.first_layer];
     if (f.qkv) out.push_back({p + "attention.wq|wk|wv", {base, base + 1, base + 2}});
     if (f.wo) out.push_back({p + "attention.wo", {base + 3}});
     if (f.w13) out.push_back({p + "feed_forward.w1|w3", {base + 4, base + 5}});
     if (f.w2) out.push_back({p + "feed_forward.w2", {base + 6}});
   }
-  if (float8_output_) out.push_back({"output", {slots_.size() - 1}});
+  if (float8_output_) out.push_back({"output", {store_.index("output.weight")}});
   return out;
 }
 
@@ -437,8 +363,8 @@ std::string Llama3::techniques() const {
   std::string compile = fused_model_ && fused_loss_ ? "model+loss" : fused_model_ ? "model" : fused_loss_ ? "loss" : "off";
   if (fused_model_ || fused_loss_)
     compile += fused_kernels_available() ? " (fused AVX-512 kernels)" : " (no AVX-512: eager fallback)";
-  if (!device_.is_cpu()) compile += " (ATen ops on " + device_.str() + ")";
-  return "compile: " + compile + ", float8: " + (float8_ ? float8_backend(tok_embeddings_.device(), float8_emulate_) : "off");
+  if (!device().is_cpu()) compile += " (ATen ops on " + device().str() + ")";
+  return "compile: " + compile + ", float8: " + (float8_ ? float8_backend(device(), float8_emulate_) : "off");
 }
 
 }  // namespace ctitan

@@ -1,22 +1,21 @@
-// Llama 3 (TorchTitan's definition) over one flat parameter buffer.
+// Llama 3 (TorchTitan's definition) over one model part and its local
+// parameter shapes.
 //
 // Legend: B batch, S sequence, D model dim, H query heads, K kv heads,
 // Dh head dim, F ffn hidden dim, V vocab.
 //
-// Storage: every parameter is a view into one flat fp32 "master" buffer, and
-// every gradient a view into one flat fp32 gradient buffer, so the optimizer,
-// clipping and (later) data-parallel reductions act on a handful of large
-// tensors instead of one small tensor per parameter. The names are
-// TorchTitan's FQNs (layers.3.attention.wq.weight, ...).
+// A model part is the embedding or not, a range of TransformerBlocks with
+// their global indices (layers.7.* keeps its name in a later pipeline
+// stage), and the head (norm, output, loss) or not; the whole model is one
+// part. The forward works on the weights' local shapes: heads, KV heads and
+// the FFN width come from the weight tensors (view(B, S, -1, Dh)), never
+// from the global sizes, so a tensor-parallel shard runs the same code.
 //
-// Compute: with compute dtype bfloat16 the master buffer is cast once per
-// step into a flat bf16 buffer (begin_step), the forward/backward run on bf16
-// views of it, and accumulate_grads() casts the bf16 gradients into the fp32
-// gradient buffer — FSDP2's MixedPrecisionPolicy(param=bf16, reduce=fp32)
-// semantics. With float32 the compute views alias the master buffer; float64
-// (for gradient checks in tests) does the same with an fp64 master.
-// wq|wk|wv and w1|w3 are laid out next to each other, so each layer runs
-// one QKV matmul and one gate/up matmul over views of the same memory.
+// Parameters live in a ParamStore (param_store.h): flat fp32 master and
+// gradient buffers, or per-unit buffers for FSDP. The names are TorchTitan's
+// FQNs (layers.3.attention.wq.weight, ...); wq|wk|wv and w1|w3 are laid out
+// next to each other, so each layer runs one QKV matmul and one gate/up
+// matmul over views of the same memory.
 //
 // Not thread-safe. Forward/backward follow LibTorch's autograd rules.
 #pragma once
@@ -30,31 +29,47 @@
 #include "trainer/float8/float8_linear.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama_args.h"
+#include "trainer/model/param_store.h"
 
 namespace ctitan {
 
-struct ParamSlot {
-  std::string name;            // TorchTitan FQN
-  std::vector<int64_t> shape;
-  int64_t offset = 0;          // into the flat buffers, in elements
-  int64_t numel = 0;
+// Which part of the model one rank (pipeline stage) holds.
+struct ModelPart {
+  bool embedding = true;    // tok_embeddings
+  int64_t first_layer = 0;  // global index of the first TransformerBlock
+  int64_t n_layers = -1;    // -1: through the last layer
+  bool head = true;         // norm, output and the loss
+  // InputError when the range does not fit args.n_layers or the part is empty.
+  ModelPart resolved(const LlamaArgs& args) const;
 };
+
+// The part's parameters as whole tensors (FQN, global shape), in forward
+// order: the embedding, each block's wq wk wv wo w1 w3 w2 attention_norm
+// ffn_norm, then norm and output. (Tensor parallelism narrows them later.)
+std::vector<ParamSpec> llama3_param_specs(const LlamaArgs& args, const ModelPart& part);
 
 class Llama3 {
  public:
   // Every buffer lives on `device` (meta: shapes only, nothing allocated).
+  // `storage`: flat buffers, or unit buffers for FSDP (no master: the
+  // shards hold it; see ParamStore).
   Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len,
-         c10::Device device = c10::Device(c10::kCPU));
+         c10::Device device = c10::Device(c10::kCPU), ModelPart part = {},
+         ParamStore::Storage storage = ParamStore::Storage::kFlat);
 
-  // TorchTitan's init_weights. Every value is a function of (seed, FQN,
-  // element index) only (param_init.h), so a shard or a pipeline stage that
-  // initialises its own part gets the same values.
+  // TorchTitan's init_weights, flat storage. Every value is a function of
+  // (seed, FQN, global element index) only (param_init.h), so a shard or a
+  // pipeline stage that initialises its own box gets the same values.
   void init_weights(uint64_t seed);
 
-  // tokens/labels: int64 [B,S]. Returns the mean cross-entropy (fp32 scalar).
+  // The whole model (a part with embedding and head): tokens/labels int64
+  // [B,S]. Returns the mean cross-entropy (fp32 scalar).
   at::Tensor forward_loss(const at::Tensor& tokens, const at::Tensor& labels);
   // Logits [B,S,V] in the compute dtype.
   at::Tensor forward_logits(const at::Tensor& tokens);
+  // Unit u of units() on its input: the embedding on tokens, a block on the
+  // hidden state, the head on the hidden state and labels (→ the loss).
+  at::Tensor run_unit(size_t u, const at::Tensor& input, const at::Tensor& labels);
 
   // Which TransformerBlocks recompute their activations in backward.
   void set_activation_checkpointing(const ActivationCheckpointPolicy& p) { ac_policy_ = p; }
@@ -90,58 +105,31 @@ class Llama3 {
   // forward, run at log steps only. Empty without float8.
   std::vector<std::pair<std::string, double>> float8_sqnr(const at::Tensor& tokens);
 
-  // --- stages, for data-parallel wrappers that run backward unit by unit ----
+  // --- stages, for the unit runner that runs backward unit by unit ----
   at::Tensor embed(const at::Tensor& tokens);                 // [B,S,D]
-  at::Tensor block(int64_t layer, const at::Tensor& h);       // with the AC policy
+  at::Tensor block(int64_t layer, const at::Tensor& h);       // global layer index, with the AC policy
   at::Tensor head_loss(const at::Tensor& h, const at::Tensor& labels);  // norm, output, loss
 
-  // Parameter units, TorchTitan's fully_shard units: tok_embeddings, one per
-  // TransformerBlock, then norm + output. Each is a contiguous range of the
-  // flat buffers, in forward order.
-  struct Unit {
-    std::string name;
-    int64_t offset = 0, numel = 0;  // in the flat buffers
-    std::vector<size_t> slots;      // indices into slots()
-  };
-  const std::vector<Unit>& units() const { return units_; }
-
-  // FSDP: gives every unit its own compute buffer (unit_buffer(u), the
-  // unit's slice of the flat layout) and releases the full master, gradient
-  // and compute buffers — the wrapper keeps the shards and fills/frees the
-  // unit buffers around their use. Call after init_weights() and after the
-  // wrapper has copied its shards out of flat_params().
-  void use_unit_buffers();
-  bool has_unit_buffers() const { return !unit_buffers_.empty(); }
-  at::Tensor& unit_buffer(size_t u) { return unit_buffers_.at(u); }
-  // Unit-buffer mode: writes unit u's autograd gradients into `out` (fp32,
-  // the unit's numel, its flat layout; zeros for unused parameters) and
-  // releases them.
-  void take_unit_grad(size_t u, at::Tensor& out);
-
-  void begin_step();        // refresh the bf16 compute copy of the master weights
-  // Starts a new step's gradients. With bf16 compute the fp32 buffer is
-  // overwritten by the next accumulate_grads() (read it only after that).
-  void zero_grad();
-  // bf16 compute: adds (first call of a step: writes) the autograd gradients
-  // into the fp32 buffer and releases them. Call after every backward.
-  void accumulate_grads();
-  void accumulate_grads(size_t unit);  // the same for one unit's parameters
+  // Parameter units, TorchTitan's fully_shard units, in forward order:
+  // tok_embeddings, one per TransformerBlock, norm + output (as the part
+  // has them). Each is a contiguous range of the store's layout.
+  using Unit = ParamStore::Unit;
+  const std::vector<Unit>& units() const { return store_.units(); }
 
   const LlamaArgs& args() const { return args_; }
-  at::ScalarType compute_dtype() const { return compute_dtype_; }
-  c10::Device device() const { return device_; }
-  const std::vector<ParamSlot>& slots() const { return slots_; }
-  at::Tensor& flat_params() { return master_; }
-  at::Tensor& flat_grads() { return master_grad_; }
-  at::Tensor param(const std::string& name) const;  // view of the master
-  at::Tensor grad(const std::string& name) const;   // view of the fp32 grad
-  int64_t num_params() const { return master_.numel(); }
+  const ModelPart& part() const { return part_; }
+  at::ScalarType compute_dtype() const { return store_.compute_dtype(); }
+  c10::Device device() const { return store_.device(); }
+  ParamStore& store() { return store_; }
+  const ParamStore& store() const { return store_; }
+  const std::vector<ParamSlot>& slots() const { return store_.slots(); }
 
  private:
   struct LayerWeights {
     at::Tensor attention_norm, wqkv, wo, ffn_norm, w13, w2;
   };
-  // Which GEMMs of a layer (and the output projection) run in float8.
+  // Which GEMMs of a layer (and the output projection) run in float8
+  // (indexed like layers_).
   struct Float8Units {
     bool qkv = false, wo = false, w13 = false, w2 = false;
   };
@@ -152,29 +140,17 @@ class Llama3 {
   at::Tensor hidden_states(const at::Tensor& tokens);
   at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache = nullptr) const;
   at::Tensor apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const;  // [B,S,n,Dh]
-  const ParamSlot& slot(const std::string& name) const;
-  at::Tensor compute_leaf(const std::string& first_slot, std::vector<int64_t> shape);
   void build_compute_views();
+  const LayerWeights& layer_weights(int64_t layer) const;  // by global index
 
   LlamaArgs args_;
-  at::ScalarType compute_dtype_;
-  c10::Device device_;
+  ModelPart part_;
+  ParamStore store_;
   at::ScalarType attention_dtype_;     // q/k/v dtype for SDPA (see constructor)
-  std::vector<ParamSlot> slots_;
-  at::Tensor master_, master_grad_;    // fp32 [N]
-  at::Tensor compute_;                 // compute dtype [N] (aliases master for fp32/fp64)
-  std::vector<Unit> units_;
-  std::vector<at::Tensor> unit_buffers_;  // FSDP: per-unit compute buffers
-  std::vector<bool> master_grad_fresh_;   // per unit: master_grad_ holds this step's sum so far
-  struct Leaf {
-    at::Tensor tensor;
-    int64_t offset;  // into the flat buffers
-    size_t unit;
-  };
-  std::vector<Leaf> leaves_;
   at::Tensor freqs_cis_;               // complex64 [S_max, Dh/2]
-  at::Tensor tok_embeddings_, norm_, output_;
-  std::vector<LayerWeights> layers_;
+  at::Tensor tok_embeddings_, norm_, output_;  // undefined when the part has no embedding / head
+  std::vector<LayerWeights> layers_;   // the part's blocks, local index
+  std::vector<int64_t> qkv_rows_;      // local rows of wq, wk, wv: the QKV output's split
   ActivationCheckpointPolicy ac_policy_;
   bool fused_model_ = false, fused_loss_ = false;
   bool float8_ = false, float8_emulate_ = true, float8_output_ = false;

@@ -216,4 +216,13 @@ void init_param_box(at::Tensor out, const std::string& fqn, c10::IntArrayRef glo
   init_box(std::move(out), llama3_init_rule(fqn, args), param_init_key(seed, fqn), global_shape, box_offset);
 }
 
+void init_param_storage(at::Tensor storage, const ParamSpec& spec, const LlamaArgs& args, uint64_t seed) {
+  TORCH_CHECK(storage.sizes() == c10::IntArrayRef(spec.shape), "init_param_storage: ", spec.name, " storage is ",
+              storage.sizes(), ", its spec says ", shape_str(spec.shape));
+  at::Tensor box = storage;
+  for (size_t d = 0; d < spec.shape.size(); ++d) box = box.narrow(static_cast<int64_t>(d), 0, spec.box_shape[d]);
+  if (box.numel() < storage.numel()) storage.zero_();
+  if (box.numel() > 0) init_param_box(box, spec.name, spec.global_shape, spec.box_offset, args, seed);
+}
+
 }  // namespace ctitan

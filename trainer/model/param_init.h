@@ -25,6 +25,7 @@
 #include <string>
 
 #include "trainer/model/llama_args.h"
+#include "trainer/model/param_spec.h"
 
 namespace ctitan {
 
@@ -63,5 +64,10 @@ void init_box(at::Tensor out, const ParamInitRule& rule, uint64_t key, c10::IntA
 // init_box with llama3_init_rule(fqn, args) and param_init_key(seed, fqn).
 void init_param_box(at::Tensor out, const std::string& fqn, c10::IntArrayRef global_shape,
                     c10::IntArrayRef box_offset, const LlamaArgs& args, uint64_t seed);
+
+// Initialises a rank's storage of one parameter from its spec: the box is
+// filled by init_param_box, padding (FSDP's rows past the end) is zeroed.
+// `storage` has spec.shape.
+void init_param_storage(at::Tensor storage, const ParamSpec& spec, const LlamaArgs& args, uint64_t seed);
 
 }  // namespace ctitan

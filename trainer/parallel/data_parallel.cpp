@@ -9,27 +9,13 @@
 #include "profiling/memory.h"
 #include "profiling/trace.h"
 #include "trainer/float8/fp8_codec.h"
+#include "trainer/model/param_init.h"
 #include "trainer/optim/adamw.h"
 
 namespace ctitan {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Frees (nbytes 0) or re-allocates a tensor's storage in place, as FSDP2
-// does with untyped_storage().resize_(): every view of it — the model's
-// parameter leaves and the tensors autograd saved — stays valid and sees
-// the new memory once it is filled again.
-void set_storage_bytes(const at::Tensor& t, size_t nbytes) {
-  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-  if (s->nbytes() == nbytes) return;
-  if (nbytes == 0) {
-    s->set_data_ptr_noswap(at::DataPtr(nullptr, s->device()));
-  } else {
-    s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
-  }
-  s->set_nbytes(nbytes);
-}
 
 // The same memory under a tensor of its own, so writing to it does not bump
 // the version counter that autograd checks on the parameters' saved views
@@ -49,19 +35,29 @@ DataParallel::DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions 
       opts_.reshard_after_forward != "never")
     throw InputError("parallelism.fsdp_reshard_after_forward '" + opts_.reshard_after_forward +
                      "' is unknown; use default, always or never");
+  TORCH_CHECK(sharded() == model.store().unit_storage(), "DataParallel: FSDP needs the model built with unit "
+              "storage (and only FSDP does): dp_shard ", shard_);
   units_.resize(model.units().size());
   if (opts_.recorder) first_seq_ = opts_.recorder->next_seq();
   if (opts_.float8_all_gather && !model.float8_tensorwise())
     throw InputError("quantize.linear.float8.enable_fsdp_float8_all_gather needs recipe_name = \"tensorwise\" "
                      "(a per-row scale cannot be computed on a shard of rows before the gather)");
+  // The placement plan: FSDP's Shard(0) over dp_shard, then Replicate()
+  // over dp_replicate (HSDP, DDP).
+  const int64_t r = mesh_.coord("dp_shard");
+  for (const ParamSlot& s : model.slots())
+    specs_.push_back(replicate(shard_rows(s, "dp_shard", shard_, r), "dp_replicate", replicate_));
   if (sharded()) build_shards();
-  // DDP: every rank must start from the same weights; they do (same seed),
-  // and the broadcast below makes it a guarantee, as DDP's constructor does.
-  if (!sharded() && replicate_ > 1) wait(mesh_.group("dp_replicate").broadcast(model_.flat_params(), 0));
+  for (const ParamSlot& s : model.slots()) storage_.push_back({s.offset, s.numel});
+  if (sharded())
+    for (size_t u = 0; u < units_.size(); ++u)
+      for (size_t i = 0; i < units_[u].params.size(); ++i) {
+        const ShardedParam& p = units_[u].params[i];
+        storage_[model.units()[u].slots[i]] = {units_[u].offset + p.shard_offset, p.chunk * p.rest};
+      }
 }
 
 void DataParallel::build_shards() {
-  const int64_t n = shard_, r = mesh_.coord("dp_shard");
   int64_t total = 0;
   const auto& slots = model_.slots();
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -74,7 +70,7 @@ void DataParallel::build_shards() {
       p.name = s.name;
       p.rows = s.shape[0];
       p.rest = s.numel / p.rows;
-      p.chunk = (p.rows + n - 1) / n;
+      p.chunk = specs_[si].shape[0];
       p.unit_offset = s.offset - unit.offset;
       p.shard_offset = p.gather_offset = us.numel;
       us.numel += p.chunk * p.rest;
@@ -83,26 +79,26 @@ void DataParallel::build_shards() {
     us.hp_numel = us.numel;
     total += us.numel;
   }
-  // Copy this rank's rows out of the (identically initialised) full master.
+  // Only this rank's rows exist: the model has no full buffers (unit
+  // storage), the shards are initialised from their boxes (init_weights).
   const auto fp32 = torch::TensorOptions().device(model_.device()).dtype(torch::kFloat);
   master_shard_ = torch::zeros({total}, fp32);
   grad_shard_ = torch::zeros({total}, fp32);
-  const at::Tensor& full = model_.flat_params();
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const auto& unit = model_.units()[u];
-    for (const auto& p : units_[u].params) {
-      const int64_t valid = std::clamp(p.rows - r * p.chunk, int64_t{0}, p.chunk);
-      if (valid == 0) continue;
-      at::Tensor src = full.narrow(0, unit.offset + p.unit_offset, p.rows * p.rest).view({p.rows, p.rest});
-      master_shard_.narrow(0, units_[u].offset + p.shard_offset, p.chunk * p.rest)
-          .view({p.chunk, p.rest})
-          .narrow(0, 0, valid)
-          .copy_(src.narrow(0, r * p.chunk, valid));
-    }
-  }
-  model_.use_unit_buffers();  // releases the full buffers
-  for (size_t u = 0; u < units_.size(); ++u) set_storage_bytes(model_.unit_buffer(u), 0);
   if (opts_.float8_all_gather) plan_float8_gather();
+}
+
+void DataParallel::init_weights(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  if (!sharded()) {
+    model_.init_weights(seed);
+    // DDP: every rank starts from the same weights; they do (same seed),
+    // and the broadcast makes it a guarantee, as DDP's constructor does.
+    if (replicate_ > 1) wait(mesh_.group("dp_replicate").broadcast(model_.store().flat_params(), 0));
+    return;
+  }
+  for (size_t i = 0; i < specs_.size(); ++i)
+    init_param_storage(master_shard_.narrow(0, storage_[i].first, storage_[i].second).view(specs_[i].shape),
+                       specs_[i], model_.args(), seed);
   begin_step();
 }
 
@@ -190,7 +186,7 @@ void DataParallel::unpack_float8(size_t u) {
     }
   }
   us.codes_gathered = at::Tensor();
-  at::Tensor leaves = unversioned_alias(model_.unit_buffer(u));
+  at::Tensor leaves = unversioned_alias(model_.store().unit_buffer(u));
   for (size_t gi : us.gemms) {
     const Float8Gemm& g = gemms_[gi];
     const ShardedParam& first = us.params[g.params.front()];
@@ -228,37 +224,22 @@ std::string DataParallel::describe() const {
 }
 
 std::vector<std::string> DataParallel::layout() const {
-  auto shape = [](const std::vector<int64_t>& s) {
-    std::string out = "[";
-    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + "]";
-  };
-  std::string replicated;
-  if (replicate_ > 1) replicated = "Replicate() over dp_replicate " + std::to_string(replicate_);
   std::vector<std::string> lines;
-  const auto& slots = model_.slots();
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const auto& unit = model_.units()[u];
-    for (size_t i = 0; i < unit.slots.size(); ++i) {
-      const ParamSlot& s = slots[unit.slots[i]];
-      std::vector<int64_t> local = s.shape;
-      std::string placement = replicated;
-      if (sharded()) {
-        local[0] = units_[u].params[i].chunk;  // padded rows per rank
-        placement = "Shard(0) over dp_shard " + std::to_string(shard_) + (replicated.empty() ? "" : ", " + replicated);
-      }
-      lines.push_back(s.name + "  global " + shape(s.shape) + "  local " + shape(local) + "  " +
-                      (placement.empty() ? "Replicate()" : placement));
-    }
-  }
+  for (const ParamSpec& s : specs_) lines.push_back(s.describe());
   return lines;
 }
 
-at::Tensor& DataParallel::params() { return sharded() ? master_shard_ : model_.flat_params(); }
-at::Tensor& DataParallel::grads() { return sharded() ? grad_shard_ : model_.flat_grads(); }
+bool DataParallel::first_replica(const ParamSpec& s) const {
+  for (const Placement& p : s.placements)
+    if (p.replicated() && mesh_.coord(p.mesh_dim) != 0) return false;
+  return true;
+}
+
+at::Tensor& DataParallel::params() { return sharded() ? master_shard_ : model_.store().flat_params(); }
+at::Tensor& DataParallel::grads() { return sharded() ? grad_shard_ : model_.store().flat_grads(); }
 
 int64_t DataParallel::state_bytes() const {
-  const int64_t n = sharded() ? master_shard_.numel() : model_.num_params();
+  const int64_t n = sharded() ? master_shard_.numel() : model_.store().num_params();
   return n * 4 * 4;  // fp32 master, gradient, exp_avg, exp_avg_sq
 }
 
@@ -270,7 +251,7 @@ bool DataParallel::reshards_after_forward(size_t u) const {
 
 void DataParallel::begin_step() {
   if (!sharded()) {
-    model_.begin_step();
+    model_.store().begin_step();
     return;
   }
   torch::NoGradGuard no_grad;
@@ -313,9 +294,8 @@ void DataParallel::wait_unshard(size_t u) {
   us.gather.reset();
   torch::NoGradGuard no_grad;
   MemoryCategoryScope mem(MemoryCategory::kParameters);  // the unit's gathered parameters
-  at::Tensor& buf = model_.unit_buffer(u);
-  set_storage_bytes(buf, buf.numel() * buf.element_size());
-  at::Tensor dst = unversioned_alias(buf);
+  model_.store().fill_unit(u);
+  at::Tensor dst = unversioned_alias(model_.store().unit_buffer(u));
   at::Tensor src = us.gathered.view({shard_, us.hp_numel});
   for (const auto& p : us.params) {
     if (p.gemm >= 0) continue;  // float8 all-gather: unpack_float8
@@ -333,7 +313,7 @@ void DataParallel::wait_unshard(size_t u) {
 
 void DataParallel::reshard(size_t u) {
   if (!sharded() || !units_[u].resident) return;
-  set_storage_bytes(model_.unit_buffer(u), 0);
+  model_.store().release_unit(u);
   for (size_t gi : units_[u].gemms) model_.clear_float8_weight(gemms_[gi].name);
   units_[u].float8_data = at::Tensor();
   units_[u].resident = false;
@@ -345,16 +325,16 @@ void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
   MemoryCategoryScope mem(MemoryCategory::kCommunication);
   const auto& unit = model_.units()[u];
   if (!sharded()) {  // DDP: one bucket per unit, reduced once per step
-    model_.accumulate_grads(u);
+    model_.store().accumulate_grads(u);
     if (!last_micro || replicate_ == 1) return;
-    WorkPtr w = mesh_.group("dp_replicate").all_reduce(model_.flat_grads().narrow(0, unit.offset, unit.numel),
+    WorkPtr w = mesh_.group("dp_replicate").all_reduce(grads().narrow(0, unit.offset, unit.numel),
                                                        ReduceOp::kAvg);
     pending_.emplace_back(w, nullptr);
     return;
   }
   UnitShard& us = units_[u];
   at::Tensor full = torch::empty({unit.numel}, grad_shard_.options());
-  model_.take_unit_grad(u, full);
+  model_.store().take_unit_grad(u, full);
   at::Tensor packed = torch::zeros({shard_, us.numel}, grad_shard_.options());
   for (const auto& p : us.params) {
     at::Tensor s = full.narrow(0, p.unit_offset, p.rows * p.rest).view({p.rows, p.rest});
@@ -423,10 +403,29 @@ double DataParallel::clip_grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
   TraceRange range(trace_cat::kCompute, "clip_grad_norm");
   at::Tensor& g = grads();
-  if (!sharded()) return clip_grad_norm_(g, max_norm);  // DDP: every rank holds the reduced gradient
-  // Padding rows are zero, so the shards' squared norms add up to the full one.
-  at::Tensor sq = g.square().sum().to(torch::kDouble).view({1});
-  wait(mesh_.group("dp_shard").all_reduce(sq, ReduceOp::kSum));
+  bool sharded_anywhere = false;
+  for (const ParamSpec& s : specs_)
+    for (const Placement& p : s.placements) sharded_anywhere |= !p.replicated();
+  if (!sharded_anywhere) return clip_grad_norm_(g, max_norm);  // every rank holds every reduced gradient
+  // Every value counted once over the world: a rank adds the squares of the
+  // parameters it holds the first replica of (its boxes of the sharded
+  // ones; padding is zero), consecutive ones as one range.
+  at::Tensor sq = torch::zeros({1}, g.options().dtype(torch::kDouble));
+  int64_t begin = 0, end = 0;
+  auto flush = [&] {
+    if (end > begin) sq += g.narrow(0, begin, end - begin).square().sum().to(torch::kDouble);
+  };
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (!first_replica(specs_[i])) continue;
+    const auto [offset, numel] = storage_[i];
+    if (offset != end) {
+      flush();
+      begin = offset;
+    }
+    end = offset + numel;
+  }
+  flush();
+  wait(mesh_.group("world").all_reduce(sq, ReduceOp::kSum));
   const double norm = std::sqrt(sq.item<double>());
   const double coef = std::min(1.0, max_norm / (norm + 1e-6));
   if (coef < 1.0) g.mul_(coef);
@@ -459,36 +458,21 @@ CommTimes DataParallel::take_comm_times() {
 
 TensorPieces DataParallel::checkpoint_pieces(AdamW& opt, bool for_save) {
   TensorPieces pieces;
-  // Replicas hold the same values: only the first replica writes them.
-  const bool writer = mesh_.coord("dp_replicate") == 0 && (sharded() || mesh_.coord("dp_shard") == 0);
-  if (for_save && !writer) return pieces;
-  const bool first_shard = !sharded() || mesh_.coord("dp_shard") == 0;
-  if (!sharded()) {
-    for (const auto& s : model_.slots()) {
-      auto view = [&](at::Tensor& flat) { return flat.narrow(0, s.offset, s.numel).view(s.shape); };
-      pieces.push_back({"model." + s.name, view(model_.flat_params()), s.shape, {}});
-      pieces.push_back({"optimizer.exp_avg." + s.name, view(opt.exp_avg()), s.shape, {}});
-      pieces.push_back({"optimizer.exp_avg_sq." + s.name, view(opt.exp_avg_sq()), s.shape, {}});
-    }
-  } else {
-    const int64_t r = mesh_.coord("dp_shard");
-    for (size_t u = 0; u < units_.size(); ++u) {
-      for (const auto& p : units_[u].params) {
-        const int64_t valid = std::clamp(p.rows - r * p.chunk, int64_t{0}, p.chunk);
-        if (valid == 0) continue;
-        const auto& slot_shape = model_.slots()[model_.units()[u].slots[&p - units_[u].params.data()]].shape;
-        std::vector<int64_t> shape = slot_shape;
-        shape[0] = valid;
-        auto rows = [&](at::Tensor& flat) {
-          return flat.narrow(0, units_[u].offset + p.shard_offset, valid * p.rest).view(shape);
-        };
-        pieces.push_back({"model." + p.name, rows(master_shard_), slot_shape, row_box(slot_shape, r * p.chunk)});
-        pieces.push_back({"optimizer.exp_avg." + p.name, rows(opt.exp_avg()), slot_shape, row_box(slot_shape, r * p.chunk)});
-        pieces.push_back({"optimizer.exp_avg_sq." + p.name, rows(opt.exp_avg_sq()), slot_shape, row_box(slot_shape, r * p.chunk)});
-      }
-    }
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const ParamSpec& s = specs_[i];
+    // Replicas hold the same values: only the first one writes them.
+    if (s.box_numel() == 0 || (for_save && !first_replica(s))) continue;
+    auto box = [&](at::Tensor& flat) {
+      at::Tensor t = flat.narrow(0, storage_[i].first, storage_[i].second).view(s.shape);
+      for (size_t d = 0; d < s.shape.size(); ++d) t = t.narrow(static_cast<int64_t>(d), 0, s.box_shape[d]);
+      return t;
+    };
+    pieces.push_back({"model." + s.name, box(params()), s.global_shape, s.box_offset});
+    pieces.push_back({"optimizer.exp_avg." + s.name, box(opt.exp_avg()), s.global_shape, s.box_offset});
+    pieces.push_back({"optimizer.exp_avg_sq." + s.name, box(opt.exp_avg_sq()), s.global_shape, s.box_offset});
   }
-  if (!for_save || first_shard) pieces.push_back({"optimizer.step", opt.step_tensor(), opt.step_tensor().sizes().vec(), {}});
+  if (!for_save || mesh_.rank() == 0)
+    pieces.push_back({"optimizer.step", opt.step_tensor(), opt.step_tensor().sizes().vec(), {}});
   return pieces;
 }
 

@@ -66,7 +66,13 @@ struct CommTimes {      // since the last take_comm_times(), seconds
 
 class DataParallel final : public UnitHooks {
  public:
+  // The model must have unit storage exactly when dp_shard > 1 (the plan
+  // decides before the model allocates). FSDP allocates only this rank's
+  // shards; init_weights fills them.
   DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions opts);
+  // TorchTitan's init_weights after parallelize: every rank fills its own
+  // boxes from (seed, FQN, global index) — no full model is built anywhere.
+  void init_weights(uint64_t seed);
 
   bool sharded() const { return shard_ > 1; }
   std::string describe() const;  // "FSDP 4 (reshard after forward: yes)"
@@ -88,7 +94,9 @@ class DataParallel final : public UnitHooks {
   void before_backward(size_t unit) override;
   void after_backward(size_t unit, bool first_micro, bool last_micro) override;
   void after_all_backward(bool last_micro) override;
-  // Global L2 norm of the gradients (over the shards), clipped to max_norm.
+  // Global L2 norm of the gradients, clipped to max_norm: each value counted
+  // once over the world — sharded placements from every rank, replicated
+  // ones from the first replica (tp/pp-ready: it reads only placements).
   double clip_grad_norm(double max_norm);
   // Mean over the data-parallel ranks (the loss TorchTitan logs).
   double dp_mean(double local);
@@ -100,6 +108,8 @@ class DataParallel final : public UnitHooks {
   // only the ranks that own a piece return it (DDP: rank 0; HSDP: the first
   // replica); to load, every rank gets all it needs.
   TensorPieces checkpoint_pieces(AdamW& opt, bool for_save);
+  // This rank's placement plan: one spec per parameter, in slots() order.
+  const std::vector<ParamSpec>& specs() const { return specs_; }
   // Each parameter: FQN, global and local shape, placement.
   std::vector<std::string> layout() const;
   // Bytes of parameters + gradients + optimizer state this rank keeps
@@ -145,11 +155,17 @@ class DataParallel final : public UnitHooks {
   void unshard_float8(size_t u);
   void unpack_float8(size_t u);
   bool reshards_after_forward(size_t u) const;
+  // Whether this rank holds the first replica of every group `s` is
+  // replicated over (it writes the checkpoint piece, counts in the norm).
+  bool first_replica(const ParamSpec& s) const;
 
   Llama3& model_;
   DeviceMesh& mesh_;
   DataParallelOptions opts_;
   int64_t replicate_ = 1, shard_ = 1;
+  std::vector<ParamSpec> specs_;  // this rank's plan, per slot
+  // Per slot: where its storage sits in params()/grads() (offset, numel).
+  std::vector<std::pair<int64_t, int64_t>> storage_;
   std::vector<UnitShard> units_;
   std::vector<Float8Gemm> gemms_;
   at::Tensor master_shard_, grad_shard_, compute_shard_;

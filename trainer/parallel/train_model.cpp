@@ -16,7 +16,7 @@ TrainModel::TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataPara
 
 at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale,
                                         bool first_micro, bool last_micro) {
-  if (first_micro) model_->zero_grad();
+  if (first_micro) model_->store().zero_grad();
   return hooks_ ? run_units(tokens, labels, scale, first_micro, last_micro) : run_whole(tokens, labels, scale);
 }
 
@@ -34,19 +34,13 @@ at::Tensor TrainModel::run_whole(const at::Tensor& tokens, const at::Tensor& lab
   if (!traced) {
     loss = m.forward_loss(tokens, labels);
   } else {
-    at::Tensor h;
-    {
-      TraceRange r(trace_cat::kCompute, "forward", units[0].name);
-      h = m.embed(tokens);
+    at::Tensor h = tokens;
+    for (size_t u = 0; u < units.size(); ++u) {
+      TraceRange r(trace_cat::kCompute, "forward", units[u].name);
+      h = m.run_unit(u, h, labels);
+      if (u + 1 < units.size()) outputs.push_back(h);
     }
-    outputs.push_back(h);
-    for (int64_t l = 0; l < m.args().n_layers; ++l) {
-      TraceRange r(trace_cat::kCompute, "forward", units[l + 1].name);
-      h = m.block(l, h);
-      outputs.push_back(h);
-    }
-    TraceRange r(trace_cat::kCompute, "forward", units.back().name);
-    loss = m.head_loss(h, labels);
+    loss = h;
   }
   std::vector<int64_t> grad_ready(outputs.size(), 0);  // when each output's gradient was complete
   for (size_t i = 0; i < outputs.size(); ++i)
@@ -64,7 +58,7 @@ at::Tensor TrainModel::run_whole(const at::Tensor& tokens, const at::Tensor& lab
   }
   {
     TraceRange r(trace_cat::kCompute, "accumulate_grads");
-    m.accumulate_grads();
+    m.store().accumulate_grads();
   }
   return loss.detach();
 }
@@ -86,13 +80,7 @@ at::Tensor TrainModel::run_units(const at::Tensor& tokens, const at::Tensor& lab
       TraceRange range(trace_cat::kCompute, "forward", units[u].name);
       MemoryCategoryScope mem(MemoryCategory::kActivations);
       if (u > 0) inputs[u] = outputs[u - 1].detach().requires_grad_(true);
-      if (u == 0) {
-        outputs[0] = m.embed(tokens);
-      } else if (u < head) {
-        outputs[u] = m.block(static_cast<int64_t>(u) - 1, inputs[u]);
-      } else {
-        loss = m.head_loss(inputs[u], labels);
-      }
+      (u < head ? outputs[u] : loss) = m.run_unit(u, u == 0 ? tokens : inputs[u], labels);
     }
     hooks_->after_forward(u);
   }
@@ -155,16 +143,21 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
   // Memory by category: the model's buffers (master, gradient, compute copy)
   // are parameters until train() tags the gradient buffer.
   MemoryCategoryScope param_memory(MemoryCategory::kParameters);
-  auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device);
+  // The placement plan decides the storage before anything is allocated:
+  // under FSDP the model keeps unit buffers only and each rank allocates
+  // its own shards.
+  const auto storage = rt.shape.dp_shard > 1 ? ParamStore::Storage::kUnits : ParamStore::Storage::kFlat;
+  auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device, ModelPart{}, storage);
   apply_techniques(*model, cfg, float8);
-  model->init_weights(static_cast<uint64_t>(cfg.debug.seed));
   DataParallelOptions dpo;
   dpo.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;
   // As in TorchTitan, the float8 all-gather applies only when FSDP shards.
   dpo.float8_all_gather = float8 && rt.shape.dp_shard > 1 && cfg.float8.enable_fsdp_float8_all_gather;
   dpo.float8_precompute_scales = dpo.float8_all_gather && cfg.float8.precompute_float8_dynamic_scale_for_fsdp;
   dpo.recorder = rt.recorder;
-  return std::make_unique<TrainModel>(std::move(model), *rt.mesh, std::move(dpo));
+  auto tm = std::make_unique<TrainModel>(std::move(model), *rt.mesh, std::move(dpo));
+  tm->init_weights(static_cast<uint64_t>(cfg.debug.seed));
+  return tm;
 }
 
 }  // namespace ctitan

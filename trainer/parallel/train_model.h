@@ -3,12 +3,16 @@
 // runner that owns the order of forward and backward.
 //
 // parallelize_llama() is TorchTitan's recipe of passes, in its order:
-//   1. build the model on the runtime's device (meta: shapes only);
+//   1. build the model part on the runtime's device (meta: shapes only),
+//      its storage chosen by the placement plan (FSDP: unit buffers, no
+//      full master anywhere);
 //   2. techniques applied to the model part — activation checkpointing,
 //      compile (fused kernels), Float8 — as TorchTitan's apply_ac,
 //      apply_compile and the float8 converter;
-//   3. init_weights (per parameter, from the seed);
-//   4. data parallelism (DDP / FSDP / HSDP) as unit hooks.
+//   3. data parallelism (DDP / FSDP / HSDP) as unit hooks, allocating this
+//      rank's shards;
+//   4. init_weights: each rank fills its own boxes (per parameter, from the
+//      seed), as TorchTitan materialises after parallelize.
 // Tensor, pipeline and context parallelism are rejected by init_runtime
 // until their passes exist.
 //
@@ -46,6 +50,7 @@ class TrainModel {
   // The true global L2 norm of the gradients (every shard counted once),
   // gradients clipped to max_norm.
   double clip_grad_norm(double max_norm) { return dp_->clip_grad_norm(max_norm); }
+  void init_weights(uint64_t seed) { dp_->init_weights(seed); }
   // After the optimizer: the compute copy of the new weights.
   void begin_step() { dp_->begin_step(); }
   // The loss TorchTitan logs: `local` averaged over the data-parallel ranks.
@@ -64,6 +69,7 @@ class TrainModel {
   // The layout, one line per parameter: FQN, global shape, local shape,
   // placement ("Shard(0) over dp_shard 64", "Replicate").
   std::vector<std::string> layout() const { return dp_->layout(); }
+  const std::vector<ParamSpec>& specs() const { return dp_->specs(); }
 
  private:
   at::Tensor run_whole(const at::Tensor& tokens, const at::Tensor& labels, double scale);
