@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "common/errors.h"
+#include "common/build_identity.h"
 #include "ctitan/build_info.h"
 #include "harness/db_command.h"
 #include "harness/gate_command.h"
@@ -32,7 +33,8 @@ const char* kUsage =
     "            (`ctitan gate --help`)\n"
     "  trace     merge the ranks' profiler traces of a run, and break steps down into compute,\n"
     "            communication, exposed communication and idle (`ctitan trace --help`)\n"
-    "  version   print the version, git sha and LibTorch version\n";
+    "  version   print the version and the build's identity (git sha, uncommitted changes, LibTorch,\n"
+    "            build type); --json for machines\n";
 
 }  // namespace
 
@@ -44,8 +46,17 @@ int run_command(const std::vector<std::string>& args) {
   const std::string& cmd = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "version" || cmd == "--version") {
-    std::cout << "ctitan " << CTITAN_VERSION << " (" << CTITAN_GIT_SHA << ", " << CTITAN_BUILD_TYPE
-              << ", LibTorch " << CTITAN_TORCH_VERSION << ")\n";
+    if (rest.size() == 1 && rest[0] == "--json") {
+      nlohmann::json j = to_json(this_build());
+      j["ctitan_version"] = CTITAN_VERSION;
+      std::cout << j.dump() << "\n";
+      return 0;
+    }
+    if (!rest.empty()) {
+      std::cerr << "ctitan: version takes only --json, not '" << rest[0] << "'\n";
+      return kExitBadInput;
+    }
+    std::cout << "ctitan " << CTITAN_VERSION << ", " << this_build().describe() << "\n";
     return 0;
   }
   if (cmd == "db") return run_db_command(rest);

@@ -71,9 +71,9 @@ GateArgs parse_gate_args(const std::vector<std::string>& args) {
   }
   if (g.baseline.empty() == g.baseline_file.empty())
     throw InputError(
-        "gate needs exactly one of --baseline SEL (sweep:NAME, sha:GITSHA, label:LABEL) and "
+        "gate needs exactly one of --baseline SEL (sweep:NAME, sha:GITSHA, build:ID, label:LABEL) and "
         "--baseline-file FILE");
-  if (g.candidate.empty()) throw InputError("gate needs --candidate SEL (sweep:NAME, sha:GITSHA or label:LABEL)");
+  if (g.candidate.empty()) throw InputError("gate needs --candidate SEL (sweep:NAME, sha:GITSHA, build:ID or label:LABEL)");
   if (g.candidate_db.empty() || (!g.baseline.empty() && g.baseline_db.empty()))
     throw InputError("gate needs --db FILE (the results database), or --baseline-db and --candidate-db");
   return g;
@@ -102,8 +102,8 @@ std::string gate_usage() {
          "Compares a candidate with a baseline per point (recipe x world size) and metric (tps, step_time, mfu,\n"
          "mem, loss). A regression needs size (beyond the threshold) and significance (Mann-Whitney U at alpha,\n"
          "or a bootstrap CI where the U test cannot reach alpha); too few samples is inconclusive, not a pass.\n"
-         "SEL: sweep:NAME (or NAME), sha:GITSHA (runs built at that commit), label:LABEL (that recipe label;\n"
-         "     two labels pair points by world size)\n"
+         "SEL: sweep:NAME (or NAME), sha:GITSHA (runs built at that commit), build:ID (runs of that build:\n"
+         "     `ctitan version --json`), label:LABEL (that recipe label; two labels pair points by world size)\n"
          "  --db FILE                 results database of both sides (or --baseline-db / --candidate-db)\n"
          "  --baseline-file FILE      reference numbers kept in a repo, written by --write-baseline-file\n"
          "  --threshold [GLOB:]M=X%   per metric, optionally per point (fnmatch on 'LABEL ws=N'); repeatable,\n"

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "common/errors.h"
-#include "ctitan/build_info.h"
+#include "common/build_identity.h"
 #include "harness/sweep_spec.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
@@ -130,8 +130,8 @@ std::string canonical_config(const JobConfig& cfg) {
 
 std::string config_hash(const JobConfig& cfg) { return c10::sha1("ctitan-config-v1\n" + canonical_config(cfg)).str().substr(0, 16); }
 
-std::string point_key(const JobConfig& cfg, int world_size, const std::string& ctitan_version) {
-  return c10::sha1("ctitan-point-v1\nversion = " + ctitan_version + "\nworld_size = " + std::to_string(world_size) +
+std::string point_key(const JobConfig& cfg, int world_size, const std::string& build_id) {
+  return c10::sha1("ctitan-point-v2\nbuild = " + build_id + "\nworld_size = " + std::to_string(world_size) +
                    "\n" + canonical_config(cfg))
       .str()
       .substr(0, 16);
@@ -292,7 +292,7 @@ std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& bu
     pt.stack_index = stack_index;
     pt.config_toml = to_toml(pt.config);
     pt.config_hash = config_hash(pt.config);
-    pt.key = point_key(pt.config, ws, CTITAN_VERSION);
+    pt.key = point_key(pt.config, ws, this_build().id);  // the trainer this binary launches
     pt.infeasible = rejected.empty() ? infeasibility(pt.config, ws, budget) : "the trainer rejects it: " + rejected;
     if (seen.insert(pt.key).second) points.push_back(std::move(pt));
   };

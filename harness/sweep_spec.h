@@ -113,8 +113,10 @@ std::string canonical_config(const JobConfig& cfg);
 // Keys reset to their default before hashing.
 const std::vector<std::string>& keys_outside_the_key();
 
-// 16 hex digits of SHA-1("ctitan-point-v1", version, world size, canonical config).
-std::string point_key(const JobConfig& cfg, int world_size, const std::string& ctitan_version);
+// 16 hex digits of SHA-1("ctitan-point-v2", build id, world size, canonical
+// config): the same measurement by the same build (BuildIdentity::id), so a
+// run is reused — resumed, or shared with another sweep — only by that build.
+std::string point_key(const JobConfig& cfg, int world_size, const std::string& build_id);
 std::string config_hash(const JobConfig& cfg);
 
 // Why `cfg` cannot run on `world_size` ranks here ("" when it can). Rules,

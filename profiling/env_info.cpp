@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "common/build_identity.h"
 #include "ctitan/build_info.h"
 
 namespace ctitan {
@@ -32,7 +33,11 @@ std::string cpu_model() {
 nlohmann::json environment_fingerprint() {
   nlohmann::json env;
   env["ctitan_version"] = CTITAN_VERSION;
-  env["git_sha"] = CTITAN_GIT_SHA;
+  // The trainer's build: a sweep ties the run to it (reuse needs the same build_id).
+  const BuildIdentity& b = this_build();
+  env["git_sha"] = b.short_sha();
+  env["git_diff_hash"] = b.diff_hash;
+  env["build_id"] = b.id;
   env["build_type"] = CTITAN_BUILD_TYPE;
   env["compiler"] = CTITAN_CXX_COMPILER;
   env["libtorch_version"] = TORCH_VERSION;

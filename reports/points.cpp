@@ -61,13 +61,14 @@ RunData read_run(const ResultsDb& db, const RunRow& row) {
 }
 
 bool selected(const RunRow& r, const Selection& sel, int64_t sweep_id,
-              const std::function<std::string(const RunRow&)>& sha_of) {
+              const std::function<std::string(const RunRow&, const std::string&)>& env_of) {
   switch (sel.kind) {
     case Selection::Kind::all: return true;
     case Selection::Kind::sweep: return r.sweep_id == sweep_id;
     case Selection::Kind::outside_sweeps: return r.sweep_id == 0;
     case Selection::Kind::label: return r.label == sel.value;
-    case Selection::Kind::sha: return same_sha(sha_of(r), sel.value);
+    case Selection::Kind::sha: return same_sha(env_of(r, "git_sha"), sel.value);
+    case Selection::Kind::build: return same_sha(env_of(r, "build_id"), sel.value);
   }
   return false;
 }
@@ -79,6 +80,7 @@ std::string Selection::describe() const {
     case Kind::all: return "every run";
     case Kind::sweep: return "sweep " + value;
     case Kind::sha: return "git sha " + value;
+    case Kind::build: return "build " + value;
     case Kind::label: return "label '" + value + "'";
     case Kind::outside_sweeps: return "runs outside any sweep";
   }
@@ -97,6 +99,8 @@ Selection parse_selection(const std::string& text) {
     s.kind = Selection::Kind::sha;
   } else if (kind == "label") {
     s.kind = Selection::Kind::label;
+  } else if (kind == "build") {
+    s.kind = Selection::Kind::build;
   } else {
     // A bare sweep name may itself contain a colon.
     s.kind = Selection::Kind::sweep;
@@ -104,7 +108,7 @@ Selection parse_selection(const std::string& text) {
     return s;
   }
   if (value.empty() && s.kind != Selection::Kind::label)
-    throw InputError("selection '" + text + "' names nothing; use sweep:NAME, sha:GITSHA or label:LABEL");
+    throw InputError("selection '" + text + "' names nothing; use sweep:NAME, sha:GITSHA, build:BUILD_ID or label:LABEL");
   s.value = value;
   return s;
 }
@@ -159,21 +163,22 @@ std::vector<PointData> load_points(const ResultsDb& db, const Selection& sel) {
     }
     sweep_id = s->id;
   }
-  std::map<int64_t, std::string> sha_cache;
-  const auto sha_of = [&](const RunRow& r) -> std::string {
-    auto it = sha_cache.find(r.id);
-    if (it != sha_cache.end()) return it->second;
-    std::string sha;
-    for (const auto& [k, v] : db.env(r.id))
-      if (k == "git_sha") sha = v;
-    return sha_cache[r.id] = sha;
+  std::map<int64_t, std::map<std::string, std::string>> env_cache;
+  const auto env_of = [&](const RunRow& r, const std::string& key) -> std::string {
+    auto it = env_cache.find(r.id);
+    if (it == env_cache.end()) {
+      it = env_cache.emplace(r.id, std::map<std::string, std::string>{}).first;
+      for (const auto& [k, v] : db.env(r.id)) it->second[k] = v;
+    }
+    const auto v = it->second.find(key);
+    return v == it->second.end() ? "" : v->second;
   };
 
   // Newest row per (point, sweep, repeat); then one row per run directory.
   const std::vector<RunRow> rows = db.runs(sel.kind == Selection::Kind::sweep ? sweep_id : -1);
   std::map<std::tuple<std::string, int64_t, int64_t>, RunRow> newest;
   for (const RunRow& r : rows) {
-    if (!selected(r, sel, sweep_id, sha_of)) continue;
+    if (!selected(r, sel, sweep_id, env_of)) continue;
     auto& slot = newest[{r.point_key, r.sweep_id, r.repeat}];
     if (r.id >= slot.id) slot = r;
   }

@@ -26,10 +26,12 @@
 namespace ctitan {
 
 // Which runs: "sweep:NAME" (or a bare NAME), "sha:GITSHA" (prefix of the
-// git sha in the runs' env.json, either way round), "label:LABEL" (that
-// label in any sweep), "all", or the runs recorded outside any sweep.
+// git sha in the runs' env.json, either way round), "build:BUILD_ID" (the
+// same for the build id: one commit built clean and dirty are two builds),
+// "label:LABEL" (that label in any sweep), "all", or the runs recorded
+// outside any sweep.
 struct Selection {
-  enum class Kind { all, sweep, sha, label, outside_sweeps };
+  enum class Kind { all, sweep, sha, build, label, outside_sweeps };
   Kind kind = Kind::all;
   std::string value;
   std::string describe() const;  // "sweep debug", "git sha 1a2b3c", ...

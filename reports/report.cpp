@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/build_identity.h"
 #include "ctitan/build_info.h"
 
 namespace ctitan {
@@ -267,7 +268,7 @@ Report build_report(const ResultsDb& db, const ReportOptions& opts) {
   Report r;
   r.db_path = db.path();
   r.generated_at = utc_now();
-  r.ctitan_version = std::string(CTITAN_VERSION) + " (" + CTITAN_GIT_SHA + ")";
+  r.ctitan_version = std::string(CTITAN_VERSION) + " (" + this_build().describe() + ")";
   std::vector<std::pair<std::string, Selection>> sections;
   if (!opts.sweep.empty()) {
     sections.push_back({opts.sweep, {Selection::Kind::sweep, opts.sweep}});

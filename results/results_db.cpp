@@ -7,6 +7,7 @@
 #include <array>
 #include <stdexcept>
 
+#include "common/build_identity.h"
 #include "ctitan/build_info.h"
 #include "results/run_dir.h"
 #include "results/schema.h"
@@ -92,7 +93,7 @@ int64_t ResultsDb::upsert_sweep(const std::string& name, const std::string& spec
   Statement ins(db_, path_,
                 "INSERT INTO sweeps(name, spec_toml, ctitan_version, git_sha) VALUES (?1, ?2, ?3, ?4) "
                 "ON CONFLICT(name) DO NOTHING");
-  ins.bind_all(name, spec_toml, CTITAN_VERSION, CTITAN_GIT_SHA).run();
+  ins.bind_all(name, spec_toml, CTITAN_VERSION, this_build().short_sha()).run();
   Statement id(db_, path_, "SELECT id FROM sweeps WHERE name = ?1");
   id.bind_all(name);
   id.step();

@@ -43,6 +43,11 @@ TEST(TrainRun, WritesTheRunDirectory) {
   auto env = read_json(dir / "env.json");
   for (const char* k : {"libtorch_version", "git_sha", "cpu_model", "num_threads", "compiler", "hostname"})
     EXPECT_TRUE(env.contains(k)) << k;
+  // The run belongs to the build that made it: the identity `ctitan version` reports.
+  const auto build = nlohmann::json::parse(run_ctitan({"version", "--json"}).out);
+  EXPECT_EQ(env["build_id"], build["build_id"]);
+  EXPECT_EQ(env["git_diff_hash"], build["git_diff_hash"]);
+  EXPECT_EQ(env["git_sha"], build["git_sha"].get<std::string>().substr(0, 12));
   EXPECT_NE(r.out.find("step:  6"), std::string::npos) << r.out;
 }
 

@@ -12,7 +12,7 @@
 #include <set>
 
 #include "common/errors.h"
-#include "ctitan/build_info.h"
+#include "common/build_identity.h"
 #include "trainer/kernels/fused_ops.h"
 #include "harness/sweep.h"
 #include "harness/sweep_spec.h"
@@ -249,7 +249,7 @@ TEST(PointKey, WorldSizeAndVersionAreInTheKey) {
 TEST(PointKey, EveryOtherKeyChangesTheKey) {
   const JobConfig base;
   const auto& outside = keys_outside_the_key();
-  std::set<std::string> keys{point_key(base, 1, CTITAN_VERSION)};
+  std::set<std::string> keys{point_key(base, 1, this_build().id)};
   int changed = 0;
   for (const config::FieldSpec& f : config::registry()) {
     if (std::find(outside.begin(), outside.end(), f.key) != outside.end()) continue;
@@ -262,10 +262,23 @@ TEST(PointKey, EveryOtherKeyChangesTheKey) {
     else if (auto* l = std::get_if<std::vector<std::string>>(&v)) l->push_back("x"), v = *l;
     else v = std::optional<double>(0.25);
     f.set(cfg, v);
-    EXPECT_TRUE(keys.insert(point_key(cfg, 1, CTITAN_VERSION)).second) << f.key << " did not change the key";
+    EXPECT_TRUE(keys.insert(point_key(cfg, 1, this_build().id)).second) << f.key << " did not change the key";
     ++changed;
   }
   EXPECT_GT(changed, 100);
+}
+
+// Results belong to a build: another build (another commit, another
+// uncommitted change, LibTorch or build type — all in the id) gets other
+// keys, so it reuses none of this build's runs; the planner keys with the
+// identity of this binary, the trainer it launches.
+TEST(PointKey, AnotherBuildGetsAnotherKey) {
+  const JobConfig cfg;
+  EXPECT_NE(point_key(cfg, 1, "00acf3688d6c3933"), point_key(cfg, 1, "00acf3688d6c3934"));
+  EXPECT_EQ(point_key(cfg, 2, "00acf3688d6c3933"), point_key(cfg, 2, "00acf3688d6c3933"));
+  const auto points = plan(spec(""));
+  ASSERT_FALSE(points.empty());
+  EXPECT_EQ(points[0].key, point_key(points[0].config, points[0].world_size, this_build().id));
 }
 
 TEST(PointKey, PlannedPointsOfOneSpecAreStableAcrossPlans) {
