@@ -7,6 +7,7 @@
 #include "common/errors.h"
 #include "harness/report_command.h"
 #include "reports/gate.h"
+#include "reports/loss_parity.h"
 #include "results/results_db.h"
 
 namespace ctitan {
@@ -16,6 +17,7 @@ struct GateArgs {
   std::string db, baseline_db, candidate_db;
   std::string baseline, candidate, baseline_file, write_baseline_file;
   std::string md_out, json_out, format = "md";
+  bool losses = false;  // loss parity instead of performance
   GateOptions opts;
 };
 
@@ -57,6 +59,8 @@ GateArgs parse_gate_args(const std::vector<std::string>& args) {
       }
     } else if (a.flag("--allow-env-mismatch")) {
       g.opts.allow_env_mismatch = true;
+    } else if (a.flag("--losses")) {
+      g.losses = true;
     } else {
       a.unknown();
     }
@@ -74,18 +78,30 @@ GateArgs parse_gate_args(const std::vector<std::string>& args) {
         "gate needs exactly one of --baseline SEL (sweep:NAME, sha:GITSHA, build:ID, label:LABEL) and "
         "--baseline-file FILE");
   if (g.candidate.empty()) throw InputError("gate needs --candidate SEL (sweep:NAME, sha:GITSHA, build:ID or label:LABEL)");
+  if (g.losses && g.baseline.empty())
+    throw InputError("gate: --losses compares two sets of runs: give --baseline SEL (a baseline file holds no losses)");
   if (g.candidate_db.empty() || (!g.baseline.empty() && g.baseline_db.empty()))
     throw InputError("gate needs --db FILE (the results database), or --baseline-db and --candidate-db");
   return g;
 }
 
-GateSide side_from_db(const std::string& db_path, const std::string& selection) {
+// The points of `selection` in db_path; InputError when it selects nothing.
+std::vector<PointData> points_from_db(const std::string& db_path, const std::string& selection) {
   require_database(db_path);
   const ResultsDb db(db_path);
   const Selection sel = parse_selection(selection);
-  const std::vector<PointData> points = load_points(db, sel);
+  std::vector<PointData> points = load_points(db, sel);
   if (points.empty()) throw InputError("gate: " + sel.describe() + " has no runs in " + db_path);
-  return gate_side(points, sel.describe() + " in " + db_path + " (" + std::to_string(points.size()) + " points)");
+  return points;
+}
+
+std::string side_description(const std::string& db_path, const std::string& selection, size_t n_points) {
+  return parse_selection(selection).describe() + " in " + db_path + " (" + std::to_string(n_points) + " points)";
+}
+
+GateSide side_from_db(const std::string& db_path, const std::string& selection) {
+  const std::vector<PointData> points = points_from_db(db_path, selection);
+  return gate_side(points, side_description(db_path, selection, points.size()));
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -112,10 +128,13 @@ std::string gate_usage() {
          "  --min-samples N           values per side needed to call a change beyond the threshold (default 3)\n"
          "  --metrics a,b             only these metrics\n"
          "  --allow-env-mismatch      report different hardware / LibTorch without failing with 3\n"
+         "  --losses                  loss parity instead: are the losses bit-identical step by step (a\n"
+         "                            refactor's check, as TorchTitan's loss_compare.py --assert-equal)?\n"
+         "                            Exit 0 identical, 1 differ (naming the first step), 3 missing\n"
          "  --format md|json          stdout (default md: the PR comment)\n"
          "  --md FILE, --json FILE    also write the Markdown summary / the JSON verdict\n"
          "Exit codes: 0 pass, 1 regression, 3 needs action (inconclusive, missing data, different environment),\n"
-         "2 bad input.\n";
+         "4 improved (better than a threshold, significant: refresh the baseline), 2 bad input.\n";
 }
 
 int gate_command(const std::vector<std::string>& args) {
@@ -131,11 +150,21 @@ int gate_command(const std::vector<std::string>& args) {
     std::cout << "wrote " << g.write_baseline_file << ": " << side.description << "\n";
     return 0;
   }
+  g.opts.match_by_world_size = !g.baseline.empty() && parse_selection(g.baseline).kind == Selection::Kind::label &&
+                               parse_selection(g.candidate).kind == Selection::Kind::label;
+  if (g.losses) {
+    const auto base = points_from_db(g.baseline_db, g.baseline), cand = points_from_db(g.candidate_db, g.candidate);
+    const LossParityResult r =
+        compare_losses(base, cand, side_description(g.baseline_db, g.baseline, base.size()),
+                       side_description(g.candidate_db, g.candidate, cand.size()), g.opts.match_by_world_size);
+    const std::string md = loss_parity_markdown(r);
+    if (!g.md_out.empty()) write_file(g.md_out, md);
+    std::cout << md;
+    return r.exit_code;
+  }
   const GateSide base =
       g.baseline_file.empty() ? side_from_db(g.baseline_db, g.baseline) : read_baseline_file(g.baseline_file);
   const GateSide cand = side_from_db(g.candidate_db, g.candidate);
-  g.opts.match_by_world_size = !g.baseline.empty() && parse_selection(g.baseline).kind == Selection::Kind::label &&
-                               parse_selection(g.candidate).kind == Selection::Kind::label;
   const GateResult result = run_gate(base, cand, g.opts);
   const std::string md = gate_markdown(result);
   const std::string json = gate_json(result).dump(2) + "\n";

@@ -246,7 +246,9 @@ GateResult run_gate(const GateSide& base, const GateSide& cand, const GateOption
         if (!opts.metrics.empty() && std::find(opts.metrics.begin(), opts.metrics.end(), m.name) == opts.metrics.end())
           continue;
         pc.metrics.push_back(compare_metric(m, b, c, opts));
-        pc.verdict = std::max(pc.verdict, pc.metrics.back().verdict);
+        // A metric without values on either side (skipped) hides nothing,
+        // not even an improvement of another metric.
+        if (pc.metrics.back().verdict != Verdict::skipped) pc.verdict = std::max(pc.verdict, pc.metrics.back().verdict);
       }
     }
     if (pc.verdict == Verdict::skipped && !pc.metrics.empty()) pc.verdict = Verdict::pass;
@@ -289,8 +291,10 @@ GateResult run_gate(const GateSide& base, const GateSide& cand, const GateOption
     r.exit_code = kGateExitRegression;
   }
   if (!env_blocks && worst <= Verdict::skipped) {
-    r.verdict = "pass";
-    r.exit_code = kGateExitPass;
+    const bool improved = std::any_of(r.points.begin(), r.points.end(),
+                                      [](const PointCheck& p) { return p.verdict == Verdict::improved; });
+    r.verdict = improved ? "improved" : "pass";
+    r.exit_code = improved ? kGateExitImproved : kGateExitPass;
   }
   return r;
 }

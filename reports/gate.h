@@ -40,6 +40,9 @@ namespace ctitan {
 constexpr int kGateExitPass = 0;
 constexpr int kGateExitRegression = 1;
 constexpr int kGateExitNeedsAction = 3;
+// Nothing worse, and something better than its threshold with significance:
+// Megatron-LM's practice — the baseline is stale, refresh it.
+constexpr int kGateExitImproved = 4;
 
 struct GateMetric {
   std::string name;   // tps, step_time, mfu, mem, loss
@@ -137,7 +140,7 @@ struct GateResult {
   GateOptions options;
   std::vector<PointCheck> points;
   std::vector<EnvDifference> env;
-  std::string verdict;  // "pass", "regression", "needs action"
+  std::string verdict;  // "pass", "improved", "regression", "needs action"
   int exit_code = kGateExitPass;
 };
 

@@ -150,10 +150,12 @@ std::string gate_markdown(const GateResult& r) {
   size_t counts[6] = {0, 0, 0, 0, 0, 0};
   for (const PointCheck& p : r.points) ++counts[static_cast<int>(p.verdict)];
   const char* mark = r.exit_code == kGateExitPass         ? "\u2705"
+                     : r.exit_code == kGateExitImproved   ? "\u2b06\ufe0f"
                      : r.exit_code == kGateExitRegression ? "\u274c"
                                                           : "\u26a0\ufe0f";
   std::ostringstream out;
-  out << "### ctitan gate: " << mark << " " << r.verdict << "\n\n"
+  out << "### ctitan gate: " << mark << " " << r.verdict
+      << (r.exit_code == kGateExitImproved ? ": refresh the baseline" : "") << "\n\n"
       << "**Baseline** " << fmt::md_escape(r.baseline) << " \u00b7 **candidate** " << fmt::md_escape(r.candidate)
       << "<br>\n"
       << r.points.size() << " points: " << counts[static_cast<int>(Verdict::regression)] << " regression, "

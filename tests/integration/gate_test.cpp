@@ -113,6 +113,28 @@ TEST_F(GateE2E, BaselineFileKeptInARepo) {
             0);
 }
 
+// Loss parity through the real binary. The same spec run into a second
+// database gives independent runs of the same build: training on the CPU is
+// deterministic, so their losses are bit-identical. The candidate sweep's
+// batch 1 changes the recipe of the base point: its losses differ from
+// step 1, and the point the two sweeps share is identical.
+TEST_F(GateE2E, LossParityNamesTheFirstStepThatDiffers) {
+  const std::string other_db = (*dir_ / "again.db").string();
+  const auto again = run_ctitan({"sweep", spec(*dir_, "main", 8).string(), "--db", other_db});
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  const auto same = run_ctitan({"gate", "--losses", "--baseline-db", *db_, "--baseline", "sweep:main",
+                                "--candidate-db", other_db, "--candidate", "sweep:main"});
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("| `(base) ws=1` | identical | identical over 12 steps |"), std::string::npos) << same.out;
+
+  const auto changed = run_ctitan({"gate", "--losses", "--db", *db_, "--baseline", "sweep:main", "--candidate", "sweep:pr"});
+  EXPECT_EQ(changed.exit_code, 1) << changed.out << changed.err;
+  EXPECT_NE(changed.out.find("| `(base) ws=1` | differ | step 1: baseline "), std::string::npos) << changed.out;
+  EXPECT_NE(changed.out.find("| `training.local_batch_size=2 ws=1` | identical |"), std::string::npos) << changed.out;
+  expect_one_line_exit2(run_ctitan({"gate", "--losses", "--db", *db_, "--baseline-file", "x.json", "--candidate", "pr"}),
+                        "--losses compares two sets of runs");
+}
+
 TEST_F(GateE2E, ThresholdAndMetricFlagsChangeTheDecision) {
   // Only memory: batch 1 needs less, which is no regression. The two
   // points are still compared; nothing is missing, so the gate passes.

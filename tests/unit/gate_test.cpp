@@ -261,7 +261,26 @@ TEST(Gate, LabelsPairByWorldSize) {
                                 side({point("compile.enable=true", ideal_samples(10, 1500, 0.01))}), opts);
   ASSERT_EQ(r.points.size(), 1u);
   EXPECT_EQ(r.points[0].metrics[0].verdict, Verdict::improved);
-  EXPECT_EQ(r.exit_code, kGateExitPass);
+  EXPECT_EQ(r.exit_code, kGateExitImproved);  // two recipes: the candidate is the faster one
+}
+
+// Two-sided: significantly better than the threshold is its own verdict and
+// exit code (refresh the baseline), never a plain pass; within the
+// threshold, or better without significance, stays a pass; any regression
+// elsewhere outranks it.
+TEST(Gate, ImprovementBeyondTheThresholdAsksToRefreshTheBaseline) {
+  const auto base = ideal_samples(10, 1000, 0.01);
+  const GateResult faster = run_gate(side({point("a", base), point("b", base)}),
+                                     side({point("a", ideal_samples(10, 1200, 0.01)), point("b", base)}), {});
+  EXPECT_EQ(faster.verdict, "improved");
+  EXPECT_EQ(faster.exit_code, kGateExitImproved);
+  EXPECT_NE(gate_markdown(faster).find("improved: refresh the baseline"), std::string::npos) << gate_markdown(faster);
+  const GateResult slightly = run_gate(side({point("a", base)}), side({point("a", ideal_samples(10, 1030, 0.01))}), {});
+  EXPECT_EQ(slightly.exit_code, kGateExitPass);
+  const GateResult mixed = run_gate(side({point("a", base), point("b", base)}),
+                                    side({point("a", ideal_samples(10, 1200, 0.01)), point("b", ideal_samples(10, 800, 0.01))}),
+                                    {});
+  EXPECT_EQ(mixed.exit_code, kGateExitRegression);
 }
 
 TEST(Gate, BaselineFileRoundTrip) {
