@@ -40,7 +40,65 @@ std::string metric_names() {
 
 std::string samples_text(size_t nb, size_t nc) { return std::to_string(nb) + " vs " + std::to_string(nc); }
 
+// The verdict from size and significance: within the threshold passes
+// (better by more than it, significantly: improved); beyond it is a
+// regression only when significant and with enough samples, else
+// inconclusive — never a pass.
+void decide(MetricCheck& c, const GateMetric& m, double threshold, bool enough, bool significant,
+            const GateOptions& opts) {
+  const double worse = m.higher_is_better ? -c.change : c.change;  // > 0: the wrong way
+  const std::string size = fmt::signed_percent(c.change) + " vs threshold " + fmt::fixed(100 * threshold, 1) + "%";
+  if (!(worse > threshold)) {
+    if (-worse > threshold && enough && significant) {
+      c.verdict = Verdict::improved;
+      c.reason = "better by " + size;
+    } else {
+      c.verdict = Verdict::pass;
+      c.reason = "within threshold (" + size + ")";
+    }
+    return;
+  }
+  if (!enough) {
+    c.verdict = Verdict::inconclusive;
+    c.reason = "worse by " + size + ", but too few samples to tell (" + samples_text(c.n_base, c.n_cand) + ", need " +
+               std::to_string(opts.min_samples) + " each): add repeats";
+  } else if (significant) {
+    c.verdict = Verdict::regression;
+    c.reason = "worse by " + size + ", significant";
+  } else {
+    c.verdict = Verdict::inconclusive;
+    c.reason = "worse by " + size + ", but not significant at alpha " + fmt::fixed(opts.alpha, 2) +
+               " (noise too large for " + samples_text(c.n_base, c.n_cand) + " samples): add repeats";
+  }
+}
+
+// Paired runs: one value per run (its median), matched by repeat index.
+MetricCheck compare_paired(const GateMetric& m, const GatePoint& b, const GatePoint& c, const GateOptions& opts) {
+  auto by_repeat = [&](const GatePoint& p) {
+    std::map<int64_t, double> out;
+    const auto s = p.samples.find(m.name);
+    const auto r = p.repeats.find(m.name);
+    if (s == p.samples.end() || r == p.repeats.end()) return out;
+    for (size_t i = 0; i < s->second.size() && i < r->second.size(); ++i)
+      if (!s->second[i].empty()) out[r->second[i]] = stats::median(s->second[i]);
+    return out;
+  };
+  const auto bv = by_repeat(b), cv = by_repeat(c);
+  std::vector<double> base, cand;
+  for (const auto& [repeat, v] : bv)
+    if (const auto it = cv.find(repeat); it != cv.end()) base.push_back(v), cand.push_back(it->second);
+  MetricCheck chk = judge_paired_metric(m, base, cand, opts.threshold(m, c.name()), opts);
+  if (base.empty() && (!bv.empty() || !cv.empty())) {  // values, but no repeat on both sides
+    chk.verdict = Verdict::missing;
+    chk.n_base = bv.size();
+    chk.n_cand = cv.size();
+    chk.reason = "no complete pair (the runs of the two sides have no repeat in common)";
+  }
+  return chk;
+}
+
 MetricCheck compare_metric(const GateMetric& m, const GatePoint& b, const GatePoint& c, const GateOptions& opts) {
+  if (opts.paired) return compare_paired(m, b, c, opts);
   static const std::vector<std::vector<double>> kNone;
   const auto bi = b.samples.find(m.name), ci = c.samples.find(m.name);
   const auto& bruns = bi == b.samples.end() ? kNone : bi->second;
@@ -147,7 +205,6 @@ MetricCheck judge_metric(const GateMetric& m, const std::vector<double>& base, c
   } else {
     c.change = c.cand_median == 0 ? 0.0 : std::copysign(INFINITY, c.cand_median);
   }
-  const double worse = m.higher_is_better ? -c.change : c.change;  // > 0: the wrong way
 
   // Significance, when the sample sizes allow it: the U test where it can
   // reach alpha, else the bootstrap interval.
@@ -167,28 +224,52 @@ MetricCheck judge_metric(const GateMetric& m, const std::vector<double>& base, c
       significant = ci.lo > 0 || ci.hi < 0;
     }
   }
-  const std::string size = fmt::signed_percent(c.change) + " vs threshold " + fmt::fixed(100 * threshold, 1) + "%";
-  if (!(worse > threshold)) {
-    if (-worse > threshold && enough && significant) {
-      c.verdict = Verdict::improved;
-      c.reason = "better by " + size;
-    } else {
-      c.verdict = Verdict::pass;
-      c.reason = "within threshold (" + size + ")";
-    }
+  decide(c, m, threshold, enough, significant, opts);
+  return c;
+}
+
+MetricCheck judge_paired_metric(const GateMetric& m, const std::vector<double>& base, const std::vector<double>& cand,
+                                double threshold, const GateOptions& opts) {
+  MetricCheck c;
+  c.metric = m.name;
+  c.threshold = threshold;
+  c.unit = "pairs";
+  c.n_base = base.size();
+  c.n_cand = cand.size();
+  if (base.empty() && cand.empty()) {
+    c.verdict = Verdict::skipped;
+    c.reason = "not measured on either side";
     return c;
   }
-  if (!enough) {
-    c.verdict = Verdict::inconclusive;
-    c.reason = "worse by " + size + ", but too few samples to tell (" + samples_text(c.n_base, c.n_cand) + ", need " +
-               std::to_string(opts.min_samples) + " each): add repeats";
-  } else if (significant) {
-    c.verdict = Verdict::regression;
-    c.reason = "worse by " + size + ", significant";
-  } else {
-    c.verdict = Verdict::inconclusive;
-    c.reason = "worse by " + size + ", but not significant at alpha " + fmt::fixed(opts.alpha, 2) +
-               " (noise too large for " + samples_text(c.n_base, c.n_cand) + " samples): add repeats";
+  if (base.size() != cand.size() || base.empty()) {
+    c.verdict = Verdict::missing;
+    c.reason = "no complete pair (a run of one side failed or lacks the metric)";
+    return c;
+  }
+  c.base_median = stats::median(base);
+  c.cand_median = stats::median(cand);
+  std::vector<double> log_ratio;
+  for (size_t i = 0; i < base.size(); ++i)
+    if (base[i] > 0 && cand[i] > 0) log_ratio.push_back(std::log(cand[i] / base[i]));
+  if (log_ratio.size() != base.size()) {
+    c.verdict = Verdict::missing;
+    c.reason = "a pair has a non-positive value; no ratio";
+    return c;
+  }
+  // The change is the median paired ratio: each pair shares the machine's
+  // state of the moment, so drift cancels within it.
+  c.change = std::exp(stats::median(log_ratio)) - 1;
+  const stats::WilcoxonTest w = stats::wilcoxon_signed_rank(log_ratio);
+  c.test = "Wilcoxon";
+  c.p_value = w.p_value;
+  const bool enough = log_ratio.size() >= opts.min_samples;
+  const bool significant = w.n >= 1 && w.p_value <= opts.alpha;
+  decide(c, m, threshold, enough, significant, opts);
+  if (c.verdict == Verdict::inconclusive && stats::wilcoxon_min_p(log_ratio.size()) > opts.alpha) {
+    size_t need = log_ratio.size();
+    while (stats::wilcoxon_min_p(need) > opts.alpha) ++need;
+    c.reason += " (" + std::to_string(log_ratio.size()) + " pairs can never reach alpha " + fmt::fixed(opts.alpha, 2) +
+                ": at least " + std::to_string(need) + " needed)";
   }
   return c;
 }

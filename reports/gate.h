@@ -72,6 +72,10 @@ struct GateOptions {
   std::vector<std::string> metrics;       // empty: every metric
   bool match_by_world_size = false;       // two labels: pair points by world size alone
   bool allow_env_mismatch = false;        // report hardware differences without exit 3
+  // The sides were run as pairs (ctitan gate --run): run i of the baseline
+  // and run i of the candidate ran back to back. Each metric is then judged
+  // on the paired ratios (Wilcoxon signed-rank), the run as the unit.
+  bool paired = false;
   double threshold(const GateMetric& metric, const std::string& point_name) const;
 };
 
@@ -84,6 +88,9 @@ struct GatePoint {
   std::string error;
   // metric → one vector per ok run: its steady-state steps, or its one value.
   std::map<std::string, std::vector<std::vector<double>>> samples;
+  // metric → the repeat index of each run in samples (pairs match on it);
+  // empty for a baseline file.
+  std::map<std::string, std::vector<int64_t>> repeats;
   std::string name() const;  // "LABEL ws=N" ("(base)" for an empty label)
 };
 
@@ -119,6 +126,14 @@ struct MetricCheck {
 // The decision for one metric of one point (see the header comment).
 MetricCheck judge_metric(const GateMetric& m, const std::vector<double>& base, const std::vector<double>& cand,
                          double threshold, const GateOptions& opts);
+
+// The same decision for paired runs: base[i] and cand[i] ran back to back
+// (one value per run). The change is the median of the paired ratios
+// cand[i] / base[i], minus 1; significance is Wilcoxon's signed-rank test
+// on their logarithms (exact, so 6 pairs all one way give p = 0.031). Too
+// few pairs for the test ever to reach alpha says how many it needs.
+MetricCheck judge_paired_metric(const GateMetric& m, const std::vector<double>& base,
+                                const std::vector<double>& cand, double threshold, const GateOptions& opts);
 
 struct PointCheck {
   std::string name;  // the candidate's point name

@@ -17,9 +17,11 @@ namespace {
 constexpr const char* kBaselineFormat = "ctitan-gate-baseline-v1";
 
 // The samples of one ok run, metric by metric.
-void add_run_samples(const RunData& r, std::map<std::string, std::vector<std::vector<double>>>& out) {
+void add_run_samples(const RunData& r, GatePoint& g) {
   const auto put = [&](const char* metric, std::vector<double> v) {
-    if (!v.empty()) out[metric].push_back(std::move(v));
+    if (v.empty()) return;
+    g.samples[metric].push_back(std::move(v));
+    g.repeats[metric].push_back(r.run.repeat);
   };
   put("tps", r.tps);
   put("step_time", r.step_time_s);
@@ -97,7 +99,7 @@ GateSide gate_side(const std::vector<PointData>& points, const std::string& desc
     g.status = p.status();
     g.runs = p.runs.size();
     g.error = p.first_error();
-    for (const RunData* r : p.ok_runs()) add_run_samples(*r, g.samples);
+    for (const RunData* r : p.ok_runs()) add_run_samples(*r, g);
     for (const RunData& r : p.runs)
       for (const std::string& k : hardware_env_keys())
         if (auto it = r.env.find(k); it != r.env.end()) side.env[k].insert(it->second);

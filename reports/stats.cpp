@@ -187,4 +187,45 @@ Interval bootstrap_relative_median_change(const std::vector<double>& x, const st
   return {quantile(changes, alpha / 2), quantile(changes, 1 - alpha / 2)};
 }
 
+WilcoxonTest wilcoxon_signed_rank(const std::vector<double>& d) {
+  WilcoxonTest t;
+  std::vector<double> nz;
+  for (double x : d)
+    if (x != 0 && !std::isnan(x)) nz.push_back(x);
+  t.n = nz.size();
+  if (nz.empty()) return t;
+  // Ranks of |d| with ties averaged, doubled so that they are integers.
+  std::vector<size_t> order(nz.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return std::abs(nz[a]) < std::abs(nz[b]); });
+  std::vector<int64_t> rank2(nz.size());
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j + 1 < order.size() && std::abs(nz[order[j + 1]]) == std::abs(nz[order[i]])) ++j;
+    for (size_t k = i; k <= j; ++k) rank2[order[k]] = static_cast<int64_t>(i + j + 2);  // 2 × mean of ranks i+1..j+1
+    i = j + 1;
+  }
+  int64_t total = 0, observed = 0;
+  for (size_t i = 0; i < nz.size(); ++i) {
+    total += rank2[i];
+    if (nz[i] > 0) observed += rank2[i];
+  }
+  t.w_plus = static_cast<double>(observed) / 2;
+  // counts[s]: sign assignments whose positive doubled ranks sum to s.
+  std::vector<double> counts(static_cast<size_t>(total) + 1, 0.0);
+  counts[0] = 1;
+  for (int64_t r : rank2)
+    for (int64_t s = total; s >= r; --s) counts[static_cast<size_t>(s)] += counts[static_cast<size_t>(s - r)];
+  const double all = std::ldexp(1.0, static_cast<int>(nz.size()));
+  double le = 0, ge = 0;
+  for (int64_t s = 0; s <= total; ++s) {
+    if (s <= observed) le += counts[static_cast<size_t>(s)];
+    if (s >= observed) ge += counts[static_cast<size_t>(s)];
+  }
+  t.p_value = std::min(1.0, 2 * std::min(le, ge) / all);
+  return t;
+}
+
+double wilcoxon_min_p(size_t n) { return n == 0 ? 1.0 : std::min(1.0, 2.0 / std::ldexp(1.0, static_cast<int>(n))); }
+
 }  // namespace ctitan::stats

@@ -69,6 +69,22 @@ struct Interval {
 Interval bootstrap_relative_median_change(const std::vector<double>& x, const std::vector<double>& y, double alpha,
                                           int resamples = 4000, uint64_t seed = 0x6374697461ULL);
 
+// Wilcoxon's signed-rank test of paired differences d (candidate − baseline,
+// or log-ratios), two-sided, zero differences dropped (scipy's default
+// zero_method "wilcox"). Exact: the null distribution of W+ over all 2^n
+// sign assignments of the ranks (average ranks for ties, counted in half
+// ranks), so ties keep an exact p-value rather than scipy's normal switch.
+// The pairing is what makes it strong on a drifting machine: both runs of a
+// pair see the same drift.
+struct WilcoxonTest {
+  size_t n = 0;         // non-zero differences used
+  double w_plus = 0;    // sum of the ranks of the positive differences
+  double p_value = 1;   // two-sided; 1 when n == 0
+};
+WilcoxonTest wilcoxon_signed_rank(const std::vector<double>& d);
+// The smallest two-sided p-value with n pairs: 2 / 2^n (6 pairs: 0.031).
+double wilcoxon_min_p(size_t n);
+
 // Standard normal survival function 1 − Φ(z).
 double normal_sf(double z);
 

@@ -318,3 +318,34 @@ TEST(Gate, JsonVerdictCarriesEveryCheck) {
 }
 
 }  // namespace
+
+// Paired runs: a machine that drifts by ±20 % between pairs hides a 10 %
+// slowdown from the unpaired U test, but every pair shows it.
+TEST(GatePaired, PairsSeeThroughDriftThatHidesASlowdownFromTheUTest) {
+  const GateMetric& tps = *find_gate_metric("tps");
+  const std::vector<double> base = {1000, 1300, 900, 1200, 1100, 950};
+  std::vector<double> cand;
+  for (double b : base) cand.push_back(b * 0.9);
+  GateOptions opts;
+  const MetricCheck paired = judge_paired_metric(tps, base, cand, 0.05, opts);
+  EXPECT_EQ(paired.verdict, Verdict::regression) << paired.reason;
+  EXPECT_EQ(paired.test, "Wilcoxon");
+  EXPECT_DOUBLE_EQ(paired.p_value, 2.0 / 64);
+  EXPECT_NEAR(paired.change, -0.10, 1e-12);
+  const MetricCheck unpaired = judge_metric(tps, base, cand, 0.05, opts);
+  EXPECT_EQ(unpaired.verdict, Verdict::inconclusive) << unpaired.reason;
+}
+
+TEST(GatePaired, AaPairsPassAndFivePairsSayHowManyAreNeeded) {
+  const GateMetric& tps = *find_gate_metric("tps");
+  const std::vector<double> base = {1000, 1300, 900, 1200, 1100, 950};
+  const std::vector<double> same = {1004, 1296, 903, 1195, 1102, 948};  // A/A: ±0.5 %
+  EXPECT_EQ(judge_paired_metric(tps, base, same, 0.05, {}).verdict, Verdict::pass);
+  const std::vector<double> b5(base.begin(), base.begin() + 5);
+  std::vector<double> c5;
+  for (double b : b5) c5.push_back(b * 0.8);
+  const MetricCheck five = judge_paired_metric(tps, b5, c5, 0.05, {});
+  EXPECT_EQ(five.verdict, Verdict::inconclusive);
+  EXPECT_NE(five.reason.find("5 pairs can never reach alpha 0.05: at least 6 needed"), std::string::npos) << five.reason;
+  EXPECT_EQ(judge_paired_metric(tps, base, {1, 2}, 0.05, {}).verdict, Verdict::missing);
+}
