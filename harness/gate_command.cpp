@@ -5,7 +5,10 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "harness/gate_run.h"
 #include "harness/report_command.h"
+#include "harness/sweep.h"
+#include "harness/sweep_spec.h"
 #include "reports/gate.h"
 #include "reports/loss_parity.h"
 #include "results/results_db.h"
@@ -18,6 +21,7 @@ struct GateArgs {
   std::string baseline, candidate, baseline_file, write_baseline_file;
   std::string md_out, json_out, format = "md";
   bool losses = false;  // loss parity instead of performance
+  GateRunArgs run;      // --run SPEC: paired A/B runs first
   GateOptions opts;
 };
 
@@ -41,9 +45,19 @@ GateArgs parse_gate_args(const std::vector<std::string>& args) {
         a.value("--baseline-file", g.baseline_file, "perf/baseline.json") ||
         a.value("--write-baseline-file", g.write_baseline_file, "perf/baseline.json") ||
         a.value("--md", g.md_out, "gate.md") || a.value("--json", g.json_out, "gate.json") ||
-        a.value("--format", g.format, "json"))
+        a.value("--format", g.format, "json") || a.value("--run", g.run.spec, "recipes/sweeps/gate.toml") ||
+        a.value("--baseline-bin", g.run.baseline_bin, "main/build/ctitan") ||
+        a.value("--candidate-bin", g.run.candidate_bin, "pr/build/ctitan") ||
+        a.value("--baseline-sweep", g.run.baseline_sweep, "gate-main") ||
+        a.value("--candidate-sweep", g.run.candidate_sweep, "gate-pr"))
       continue;
-    if (a.value("--threshold", text, "tps=5%")) {
+    if (a.value("--candidate-override", text, "activation_checkpoint.mode=full")) {
+      g.run.candidate_overrides.push_back(text);
+    } else if (a.value("--pairs", text, "6")) {
+      g.run.pairs = static_cast<int>(parse_number("--pairs", text, 1, 1000));
+    } else if (a.value("--seed", text, "0")) {
+      g.run.seed = static_cast<uint64_t>(parse_number("--seed", text, 0, 1e15));
+    } else if (a.value("--threshold", text, "tps=5%")) {
       g.opts.thresholds.push_back(parse_threshold_rule(text));
     } else if (a.value("--alpha", text, "0.05")) {
       g.opts.alpha = parse_number("--alpha", text, 1e-9, 0.5);
@@ -64,6 +78,16 @@ GateArgs parse_gate_args(const std::vector<std::string>& args) {
     } else {
       a.unknown();
     }
+  }
+  if (!g.run.spec.empty()) {  // the sides are the two sweeps the paired run writes
+    if (g.db.empty()) throw InputError("gate --run needs --db FILE (the results database both sides go into)");
+    if (!g.baseline.empty() || !g.candidate.empty() || !g.baseline_file.empty())
+      throw InputError("gate --run chooses both sides itself; drop --baseline/--candidate/--baseline-file");
+    g.run.db = g.baseline_db = g.candidate_db = g.db;
+    g.opts.paired = true;
+    return g;  // the sides are set once the paired run has named its sweeps
+  } else if (!g.run.baseline_bin.empty() || !g.run.candidate_bin.empty() || !g.run.candidate_overrides.empty()) {
+    throw InputError("gate: --baseline-bin, --candidate-bin and --candidate-override go with --run SPEC");
   }
   if (g.baseline_db.empty()) g.baseline_db = g.db;
   if (g.candidate_db.empty()) g.candidate_db = g.db;
@@ -113,6 +137,8 @@ void write_file(const std::string& path, const std::string& text) {
 
 std::string gate_usage() {
   return "usage: ctitan gate --db FILE --baseline SEL --candidate SEL [options]\n"
+         "       ctitan gate --db FILE --run SPEC [--baseline-bin PATH] [--candidate-bin PATH]\n"
+         "                   [--candidate-override KEY=VALUE ...] [--pairs N] [options]\n"
          "       ctitan gate --db FILE --baseline-file FILE --candidate SEL [options]\n"
          "       ctitan gate --db FILE --baseline SEL --write-baseline-file FILE\n"
          "Compares a candidate with a baseline per point (recipe x world size) and metric (tps, step_time, mfu,\n"
@@ -121,6 +147,13 @@ std::string gate_usage() {
          "SEL: sweep:NAME (or NAME), sha:GITSHA (runs built at that commit), build:ID (runs of that build:\n"
          "     `ctitan version --json`), label:LABEL (that recipe label; two labels pair points by world size)\n"
          "  --db FILE                 results database of both sides (or --baseline-db / --candidate-db)\n"
+         "  --run SPEC                paired A/B: each point's runs alternate baseline/candidate (order drawn\n"
+         "                            per pair from --seed), as sweeps <name>-baseline / <name>-candidate\n"
+         "                            (--baseline-sweep, --candidate-sweep); judged on the pairs (Wilcoxon)\n"
+         "  --baseline-bin PATH       the ctitan binary of the baseline build (default: this one)\n"
+         "  --candidate-bin PATH      the candidate build's (default: the baseline's)\n"
+         "  --candidate-override K=V  the candidate's recipe change (repeatable): two recipes, one binary\n"
+         "  --pairs N                 pairs per point (default 6: the fewest that can reach alpha 0.05)\n"
          "  --baseline-file FILE      reference numbers kept in a repo, written by --write-baseline-file\n"
          "  --threshold [GLOB:]M=X%   per metric, optionally per point (fnmatch on 'LABEL ws=N'); repeatable,\n"
          "                            later wins; defaults tps/step_time/mfu/mem 5%, loss 2%\n"
@@ -144,6 +177,15 @@ int gate_command(const std::vector<std::string>& args) {
       return 0;
     }
   GateArgs g = parse_gate_args(args);
+  if (!g.run.spec.empty()) {
+    const SweepSpec spec = load_sweep_spec(g.run.spec);
+    if (g.run.baseline_sweep.empty()) g.run.baseline_sweep = spec.name + "-baseline";
+    if (g.run.candidate_sweep.empty()) g.run.candidate_sweep = spec.name + "-candidate";
+    const int ran = run_gate_pairs(g.run);
+    if (ran == kExitInterrupted) return ran;
+    g.baseline = "sweep:" + g.run.baseline_sweep;
+    g.candidate = "sweep:" + g.run.candidate_sweep;
+  }
   if (!g.write_baseline_file.empty()) {
     const GateSide side = side_from_db(g.baseline_db, g.baseline);
     write_file(g.write_baseline_file, baseline_file_json(side).dump(1) + "\n");

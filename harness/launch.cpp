@@ -70,13 +70,6 @@ std::vector<int> parse_rank_list(const std::string& text, int nproc) {
   return ranks;
 }
 
-std::string self_executable() {
-  char buf[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) throw std::runtime_error(std::string("cannot resolve /proc/self/exe: ") + std::strerror(errno));
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 // Binds port 0 and reads back what the kernel chose. The port is free again
 // once we close it, so another process could take it before rank 0's store
 // binds it; torchrun has the same window. --master-port avoids it.
@@ -355,6 +348,14 @@ class Supervisor {
 };
 
 }  // namespace
+
+std::string self_executable() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error(std::string("cannot resolve /proc/self/exe: ") + std::strerror(errno));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
 
 std::string launch_usage() {
   return "usage: ctitan launch --nproc N [--log-rank R[,R..]] [--master-addr A] [--master-port P]\n"

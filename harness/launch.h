@@ -44,6 +44,9 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args);
 // — the `ctitan train --nproc N` shorthand — and returns them in order.
 std::vector<std::string> take_launcher_flags(std::vector<std::string>& train_args);
 
+// The path of this very binary (/proc/self/exe).
+std::string self_executable();
+
 // The argv of a rank that runs this very binary's `ctitan train <train_args>`.
 std::vector<std::string> train_command(const std::vector<std::string>& train_args);
 

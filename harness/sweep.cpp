@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "common/errors.h"
@@ -378,7 +379,7 @@ class SweepRunner {
       if (r.sweep_id == sweep_id_ && r.status == "ok") return finish(progress, pt, "ok", 0, false);
       if (r.status == "ok" && !ok_elsewhere) ok_elsewhere = r;
     }
-    if (ok_elsewhere) {  // the same measurement, made by another sweep: shared
+    if (ok_elsewhere && opts_.share) {  // the same measurement, made by another sweep: shared
       RunRow row = *ok_elsewhere;
       row.sweep_id = sweep_id_;
       row.label = pt.label;
@@ -411,6 +412,7 @@ class SweepRunner {
     std::ofstream(point_toml) << to_toml(cfg);
     // World size 1: `ctitan train`; N: `ctitan launch --nproc N -- <train args>`.
     std::vector<std::string> argv = train_command({"--job.config_file", point_toml});
+    if (!opts_.binary.empty()) argv[0] = opts_.binary;
     if (pt.world_size > 1)
       argv = {argv[0], "launch", "--nproc", std::to_string(pt.world_size), "--", "--job.config_file", point_toml};
 
@@ -476,6 +478,31 @@ class SweepRunner {
 
 }  // namespace
 
+namespace {
+
+// The closing lines of a sweep (or a paired run) and its exit code.
+int summarize(const std::string& name, std::map<std::string, int>& counts, size_t ran, size_t total,
+              Clock::time_point t0) {
+  std::string summary;
+  for (const auto& [status, n] : counts)
+    if (n > 0) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + status;
+  std::cout << "sweep " << name << ": " << summary << "; ran " << ran << " of " << total << " runs in "
+            << format_duration(since(t0)) << std::endl;
+  if (g_stop_count > 0) {
+    std::cout << "sweep " << name << ": stopped by " << (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM")
+              << "; the database is consistent; run the same command again to continue" << std::endl;
+    return kExitInterrupted;
+  }
+  if (counts["failed"] + counts["timeout"] + counts["oom"] + counts["cancelled"] > 0) {
+    std::cout << "sweep " << name << ": some runs did not succeed; see `error` in the runs table, the run "
+              << "folders' stderr.log, and rerun with --retry-failed" << std::endl;
+    return kExitRunsFailed;
+  }
+  return 0;
+}
+
+}  // namespace
+
 int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, const SweepOptions& opts) {
   ResultsDb db(opts.db_path);  // InputError, before anything is written, for a file that is not one
   StopSignals signals;
@@ -509,22 +536,48 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, cons
     ++counts[status];
   }
   progress.clear();
-  std::string summary;
-  for (const auto& [status, n] : counts)
-    if (n > 0) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + status;
-  std::cout << "sweep " << spec.name << ": " << summary << "; ran " << progress.ran() << " of "
-            << queue.size() << " runs in " << format_duration(since(t0)) << std::endl;
-  if (g_stop_count > 0) {
-    std::cout << "sweep " << spec.name << ": stopped by " << (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM")
-              << "; the database is consistent; run the same command again to continue" << std::endl;
-    return kExitInterrupted;
+  return summarize(spec.name, counts, progress.ran(), queue.size(), t0);
+}
+
+int run_paired(const PairedSide& base, const PairedSide& cand, int pairs, uint64_t seed) {
+  if (base.points.size() != cand.points.size())
+    throw InputError("gate --run: the sides plan different points (" + std::to_string(base.points.size()) + " vs " +
+                     std::to_string(cand.points.size()) + "); an override must not add or remove points");
+  for (size_t i = 0; i < base.points.size(); ++i)
+    if (base.points[i].label != cand.points[i].label || base.points[i].world_size != cand.points[i].world_size)
+      throw InputError("gate --run: point " + std::to_string(i + 1) + " differs between the sides ('" +
+                       base.points[i].label + "' vs '" + cand.points[i].label + "')");
+  ResultsDb db(base.opts.db_path);
+  StopSignals signals;
+  g_stop_signal = 0;
+  g_stop_count = 0;
+  const auto t0 = Clock::now();
+  SweepRunner a(base.spec, base.opts, db), b(cand.spec, cand.opts, db);
+  std::map<std::string, int> counts;
+  std::vector<size_t> both;  // points feasible on both sides; the others are recorded as infeasible
+  for (size_t i = 0; i < base.points.size(); ++i) {
+    if (!base.points[i].infeasible.empty()) a.record_infeasible(base.points[i]);
+    if (!cand.points[i].infeasible.empty()) b.record_infeasible(cand.points[i]);
+    if (base.points[i].infeasible.empty() && cand.points[i].infeasible.empty()) both.push_back(i);
   }
-  if (counts["failed"] + counts["timeout"] + counts["oom"] + counts["cancelled"] > 0) {
-    std::cout << "sweep " << spec.name << ": some runs did not succeed; see `error` in the runs table, the run "
-              << "folders' stderr.log, and rerun with --retry-failed" << std::endl;
-    return kExitRunsFailed;
+  const std::string name = base.spec.name + " vs " + cand.spec.name;
+  std::cout << "gate: " << both.size() << " points x " << pairs << " pairs, baseline and candidate back to back; "
+            << "results in " << base.opts.db_path << std::endl;
+  Progress progress(name, 2 * both.size() * static_cast<size_t>(pairs));
+  std::mt19937_64 order(seed);
+  for (int r = 0; r < pairs && g_stop_count == 0; ++r) {
+    for (size_t i : both) {
+      const bool cand_first = (order() & 1) != 0;  // a seeded coin per pair
+      for (int k = 0; k < 2 && g_stop_count == 0; ++k) {
+        const bool run_cand = (k == 0) == cand_first;
+        const std::string status = (run_cand ? b : a).visit(run_cand ? cand.points[i] : base.points[i], r, progress,
+                                                            /*wait_for_claim=*/true);
+        if (!status.empty()) ++counts[status];
+      }
+    }
   }
-  return 0;
+  progress.clear();
+  return summarize(name, counts, progress.ran(), 2 * both.size() * static_cast<size_t>(pairs), t0);
 }
 
 }  // namespace ctitan

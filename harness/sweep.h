@@ -68,6 +68,12 @@ Outcome classify(const ChildExit& e, double timeout_s);
 struct SweepOptions {
   std::string db_path;
   bool retry_failed = false;
+  // The ctitan binary whose `train` / `launch` runs the points (its build id
+  // must be the one the points were planned with); empty: this binary.
+  std::string binary;
+  // Take an ok run of the same point key from another sweep instead of
+  // running it. Off for paired A/B runs: an A/A pair must be two runs.
+  bool share = true;
   std::chrono::seconds grace{15};  // SIGTERM → SIGKILL; ranks finish their step and write summary.json
 };
 
@@ -75,6 +81,20 @@ struct SweepOptions {
 // or infeasible, kExitRunsFailed, or kExitInterrupted. The results database
 // is opened first: a file that is not one is an InputError, untouched.
 int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, const SweepOptions& opts);
+
+// Paired, interleaved A/B runs (ctitan gate --run): each side is a sweep
+// of its own (its spec's name, points planned for its binary's build id);
+// for pair r = 0..pairs-1 and each point, the two sides' runs go back to
+// back, in an order drawn per pair from `seed`, so machine drift hits both
+// alike. Points must correspond one to one (same labels and world sizes):
+// InputError otherwise, before anything runs. Resumes like run_sweep;
+// returns what run_sweep returns.
+struct PairedSide {
+  SweepSpec spec;
+  std::vector<SweepPoint> points;
+  SweepOptions opts;
+};
+int run_paired(const PairedSide& base, const PairedSide& cand, int pairs, uint64_t seed);
 
 // Where a run of `point_key` / `repeat` lives: <db>.runs/<sweep>/<key>-r<repeat>.
 std::string run_dir_of(const std::string& db_path, const std::string& sweep, const std::string& point_key,

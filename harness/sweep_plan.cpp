@@ -240,6 +240,10 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
 }
 
 std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& budget) {
+  return plan_sweep(spec, budget, this_build().id);  // the trainer this binary launches
+}
+
+std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& budget, const std::string& build_id) {
   JobConfig base;
   config::Origins base_origins;
   config::load_toml_into(base, spec.base_path, &base_origins);
@@ -292,7 +296,7 @@ std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& bu
     pt.stack_index = stack_index;
     pt.config_toml = to_toml(pt.config);
     pt.config_hash = config_hash(pt.config);
-    pt.key = point_key(pt.config, ws, this_build().id);  // the trainer this binary launches
+    pt.key = point_key(pt.config, ws, build_id);
     pt.infeasible = rejected.empty() ? infeasibility(pt.config, ws, budget) : "the trainer rejects it: " + rejected;
     if (seen.insert(pt.key).second) points.push_back(std::move(pt));
   };

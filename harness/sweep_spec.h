@@ -87,7 +87,7 @@ struct SweepPoint {
   JobConfig config;              // resolved (job.dump_folder is set per run)
   std::string config_toml;       // to_toml(config)
   std::string config_hash;       // hash of the canonical config alone
-  std::string key;               // point key: canonical config + world size + ctitan version
+  std::string key;               // point key: canonical config + world size + build id
   std::string infeasible;        // why it cannot run here; empty = it can
 };
 
@@ -102,6 +102,8 @@ DeviceBudget device_budget(const SweepSpec& spec);
 // excluded ones, plus included ones), in run order; duplicates (same key)
 // are kept once. Every point is resolved and checked for feasibility.
 std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& budget);
+// The same for runs of another build's trainer (its BuildIdentity::id).
+std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& budget, const std::string& build_id);
 
 // --- the pieces plan_sweep is made of (tested on their own) ---------------
 

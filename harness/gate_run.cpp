@@ -1,0 +1,81 @@
+#include "harness/gate_run.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "common/errors.h"
+#include "harness/launch.h"
+#include "harness/sweep.h"
+#include "harness/sweep_spec.h"
+
+namespace ctitan {
+
+BuildIdentity binary_identity(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || ::access(path.c_str(), X_OK) != 0)
+    throw InputError("gate: " + flag + " '" + path + "' is not an executable file; give the ctitan binary of a build");
+  std::string out;
+  if (FILE* p = ::popen(("'" + path + "' version --json 2>/dev/null").c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    if (::pclose(p) != 0) out.clear();
+  }
+  try {
+    return build_identity_from_json(nlohmann::json::parse(out));
+  } catch (const std::exception&) {
+    throw InputError("gate: " + flag + " '" + path +
+                     "' does not answer `version --json` with a build identity (not ctitan, or a ctitan from before "
+                     "build identities: rebuild it)");
+  }
+}
+
+namespace {
+
+PairedSide plan_side(const SweepSpec& spec, const std::string& sweep_name, const std::string& bin,
+                     const BuildIdentity& id, const std::vector<std::string>& overrides, const GateRunArgs& a) {
+  PairedSide side;
+  side.spec = spec;
+  side.spec.name = sweep_name;
+  side.spec.repeats = a.pairs;
+  for (const std::string& o : overrides) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == o.size())
+      throw InputError("gate: --candidate-override '" + o + "' needs KEY=VALUE, e.g. activation_checkpoint.mode=full");
+    side.spec.overrides.push_back({o.substr(0, eq), o.substr(eq + 1), "--candidate-override " + o});
+  }
+  side.points = plan_sweep(side.spec, device_budget(side.spec), id.id);
+  side.opts.db_path = a.db;
+  side.opts.binary = bin;
+  side.opts.share = false;  // an A/A pair must be two runs
+  return side;
+}
+
+}  // namespace
+
+int run_gate_pairs(const GateRunArgs& a) {
+  const std::string base_bin = a.baseline_bin.empty() ? self_executable() : a.baseline_bin;
+  const std::string cand_bin = a.candidate_bin.empty() ? base_bin : a.candidate_bin;
+  const BuildIdentity base_id = binary_identity(base_bin, "--baseline-bin");
+  const BuildIdentity cand_id = cand_bin == base_bin ? base_id : binary_identity(cand_bin, "--candidate-bin");
+  if (base_id.libtorch_version != cand_id.libtorch_version)
+    std::cerr << "ctitan gate: warning: the binaries use different LibTorch versions (" << base_id.libtorch_version
+              << " vs " << cand_id.libtorch_version << "): the comparison includes LibTorch's own changes\n";
+  if (a.candidate_overrides.empty() && base_id.id == cand_id.id)
+    std::cerr << "ctitan gate: note: baseline and candidate are the same build with the same recipe (an A/A "
+                 "comparison: it should pass)\n";
+  const SweepSpec spec = load_sweep_spec(a.spec);
+  const PairedSide base =
+      plan_side(spec, a.baseline_sweep.empty() ? spec.name + "-baseline" : a.baseline_sweep, base_bin, base_id, {}, a);
+  const PairedSide cand = plan_side(spec, a.candidate_sweep.empty() ? spec.name + "-candidate" : a.candidate_sweep,
+                                    cand_bin, cand_id, a.candidate_overrides, a);
+  if (base.spec.name == cand.spec.name) throw InputError("gate: the two sides need different sweep names");
+  std::cout << "gate: baseline " << base_id.describe() << "\n      candidate " << cand_id.describe()
+            << (a.candidate_overrides.empty() ? "" : " with overrides") << std::endl;
+  return run_paired(base, cand, a.pairs, a.seed);
+}
+
+}  // namespace ctitan

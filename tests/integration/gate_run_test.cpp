@@ -1,0 +1,98 @@
+// `ctitan gate --run`: paired, interleaved A/B runs through the real binary.
+// Tiny model, one point, 6 pairs, one intra-op thread (as GateE2E): an A/A
+// comparison of this build with itself passes; a candidate whose recipe
+// trains batch 1 instead of 8 (a large, reliable drop in tokens/s) is a
+// regression; bad binaries are one line and exit 2 with the database
+// untouched. A tiny-model run lasts a second, mostly start-up, and its
+// tokens/s swing by ±25 % when CTest runs other tests beside it, so the
+// speed thresholds here are 30 %: the test checks the mechanism, not the
+// power (which docs/reports.md measures on debugmodel).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/integration/process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ctitan::testing::expect_one_line_exit2;
+using ctitan::testing::fresh_dir;
+using ctitan::testing::run_ctitan;
+using ctitan::testing::source_dir;
+
+fs::path write_spec(const fs::path& dir) {
+  const fs::path p = dir / "pairs.toml";
+  std::ofstream(p) << "[sweep]\nname = \"pairs\"\nbase = \""
+                   << (fs::absolute(source_dir()) / "recipes/llama3_debugmodel_markov.toml").string() << "\"\n"
+                   << "world_sizes = [1]\nrepeats = 1\ntimeout_s = 120\nwarmup_steps = 2\nmeasure_steps = 8\n"
+                   << "[overrides]\nmodel.flavor = \"tiny\"\ntraining.seq_len = 32\nmetrics.log_freq = 1\n"
+                   << "metrics.peak_tflops = 1\ntraining.local_batch_size = 8\n";
+  return p;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class GateRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("OMP_NUM_THREADS", "1", 1);
+    dir_ = fresh_dir("gaterun");
+    spec_ = write_spec(dir_);
+    db_ = (dir_ / "r.db").string();
+  }
+  fs::path dir_, spec_;
+  std::string db_;
+};
+
+TEST_F(GateRun, AaPassesAndASlowerRecipeIsARegressionOnSixPairs) {
+  const fs::path json = dir_ / "aa.json";
+  const std::vector<std::string> loose = {"--threshold", "tps=30%", "--threshold", "step_time=30%",
+                                          "--threshold", "mfu=30%"};
+  std::vector<std::string> args = {"gate", "--run", spec_.string(), "--db", db_, "--json", json.string()};
+  args.insert(args.end(), loose.begin(), loose.end());
+  const auto aa = run_ctitan(args);
+  EXPECT_EQ(aa.exit_code, 0) << aa.out << aa.err;
+  EXPECT_NE(aa.err.find("A/A comparison"), std::string::npos) << aa.err;
+  const nlohmann::json v = ctitan::testing::read_json(json);
+  const auto& tps = v["points"][0]["metrics"][0];
+  EXPECT_EQ(tps["metric"], "tps");
+  EXPECT_EQ(tps["unit"], "pairs");
+  EXPECT_EQ(tps["n_baseline"], 6);
+  EXPECT_EQ(tps["test"], "Wilcoxon");
+
+  args = {"gate", "--run", spec_.string(), "--db", db_, "--candidate-override", "training.local_batch_size=1",
+          "--candidate-sweep", "pairs-batch1"};
+  args.insert(args.end(), loose.begin(), loose.end());
+  const auto slower = run_ctitan(args);
+  EXPECT_EQ(slower.exit_code, 1) << slower.out << slower.err;
+  EXPECT_NE(slower.out.find("| `(base) ws=1` | tps/device |"), std::string::npos) << slower.out;
+  // The baseline sweep was resumed, not run again: 12 runs, then only the new side's 6.
+  EXPECT_NE(slower.out.find("ran 6 of 12 runs"), std::string::npos) << slower.out;
+}
+
+TEST_F(GateRun, BadBinariesAreOneLineAndLeaveTheDatabaseAlone) {
+  const auto first = run_ctitan({"gate", "--run", spec_.string(), "--db", db_, "--pairs", "1", "--metrics", "mem"});
+  ASSERT_NE(first.exit_code, 2) << first.err;
+  const std::string before = slurp(db_);
+  expect_one_line_exit2(
+      run_ctitan({"gate", "--run", spec_.string(), "--db", db_, "--candidate-bin", (dir_ / "none").string()}),
+      "is not an executable file");
+  const fs::path text = dir_ / "notes.txt";
+  std::ofstream(text) << "not a binary\n";
+  fs::permissions(text, fs::perms::owner_all);
+  expect_one_line_exit2(run_ctitan({"gate", "--run", spec_.string(), "--db", db_, "--baseline-bin", text.string()}),
+                        "does not answer `version --json`");
+  expect_one_line_exit2(run_ctitan({"gate", "--run", spec_.string(), "--db", db_, "--candidate-override", "nokey"}),
+                        "needs KEY=VALUE");
+  expect_one_line_exit2(run_ctitan({"gate", "--db", db_, "--candidate-bin", "x", "--baseline", "a", "--candidate", "b"}),
+                        "go with --run SPEC");
+  EXPECT_EQ(slurp(db_), before);
+}
+
+}  // namespace
