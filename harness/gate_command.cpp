@@ -1,6 +1,9 @@
 #include "harness/gate_command.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <iostream>
 #include <sstream>
 
@@ -9,7 +12,9 @@
 #include "harness/report_command.h"
 #include "harness/sweep.h"
 #include "harness/sweep_spec.h"
+#include "reports/format.h"
 #include "reports/gate.h"
+#include "reports/stats.h"
 #include "reports/loss_parity.h"
 #include "results/results_db.h"
 
@@ -22,6 +27,9 @@ struct GateArgs {
   std::string md_out, json_out, format = "md";
   bool losses = false;  // loss parity instead of performance
   GateRunArgs run;      // --run SPEC: paired A/B runs first
+  std::string calibrate, calibrate_bin;  // --calibrate SPEC [--bin PATH]: A/A pairs → thresholds
+  bool pairs_given = false;
+  size_t gate_pairs = 6;  // --calibrate: the pairs the gate will run
   GateOptions opts;
 };
 
@@ -49,12 +57,17 @@ GateArgs parse_gate_args(const std::vector<std::string>& args) {
         a.value("--baseline-bin", g.run.baseline_bin, "main/build/ctitan") ||
         a.value("--candidate-bin", g.run.candidate_bin, "pr/build/ctitan") ||
         a.value("--baseline-sweep", g.run.baseline_sweep, "gate-main") ||
-        a.value("--candidate-sweep", g.run.candidate_sweep, "gate-pr"))
+        a.value("--candidate-sweep", g.run.candidate_sweep, "gate-pr") ||
+        a.value("--calibrate", g.calibrate, "recipes/sweeps/gate_debugmodel.toml") ||
+        a.value("--bin", g.calibrate_bin, "build/ctitan"))
       continue;
     if (a.value("--candidate-override", text, "activation_checkpoint.mode=full")) {
       g.run.candidate_overrides.push_back(text);
     } else if (a.value("--pairs", text, "6")) {
       g.run.pairs = static_cast<int>(parse_number("--pairs", text, 1, 1000));
+      g.pairs_given = true;
+    } else if (a.value("--gate-pairs", text, "6")) {
+      g.gate_pairs = static_cast<size_t>(parse_number("--gate-pairs", text, 1, 1000));
     } else if (a.value("--seed", text, "0")) {
       g.run.seed = static_cast<uint64_t>(parse_number("--seed", text, 0, 1e15));
     } else if (a.value("--threshold", text, "tps=5%")) {
@@ -75,10 +88,22 @@ GateArgs parse_gate_args(const std::vector<std::string>& args) {
       g.opts.allow_env_mismatch = true;
     } else if (a.flag("--losses")) {
       g.losses = true;
+    } else if (a.flag("--paired")) {
+      g.opts.paired = true;
     } else {
       a.unknown();
     }
   }
+  if (!g.calibrate.empty()) {  // A/A pairs of one build
+    if (g.db.empty()) throw InputError("gate --calibrate needs --db FILE (the results database the A/A runs go into)");
+    if (!g.run.spec.empty()) throw InputError("gate: --calibrate and --run are two different jobs; give one");
+    g.run.spec = g.calibrate;
+    g.run.baseline_bin = g.run.candidate_bin = g.calibrate_bin;
+    if (!g.pairs_given) g.run.pairs = 12;
+    g.run.db = g.db;
+    return g;
+  }
+  if (!g.calibrate_bin.empty()) throw InputError("gate: --bin goes with --calibrate SPEC");
   if (!g.run.spec.empty()) {  // the sides are the two sweeps the paired run writes
     if (g.db.empty()) throw InputError("gate --run needs --db FILE (the results database both sides go into)");
     if (!g.baseline.empty() || !g.candidate.empty() || !g.baseline_file.empty())
@@ -133,6 +158,46 @@ void write_file(const std::string& path, const std::string& text) {
   if (!(out << text)) throw InputError("gate: cannot write " + path);
 }
 
+// --calibrate: A/A pairs of one build, then per point and per-step metric
+// the threshold an A/A gate of --gate-pairs pairs stays within (1 − alpha).
+int calibrate(GateArgs& g) {
+  const SweepSpec spec = load_sweep_spec(g.run.spec);
+  g.run.baseline_sweep = spec.name + "-calibrate-a";
+  g.run.candidate_sweep = spec.name + "-calibrate-b";
+  const int ran = run_gate_pairs(g.run);
+  if (ran == kExitInterrupted) return ran;
+  const GateSide a = side_from_db(g.db, "sweep:" + g.run.baseline_sweep);
+  const GateSide b = side_from_db(g.db, "sweep:" + g.run.candidate_sweep);
+  std::map<std::string, double> worst;  // metric → the largest recommendation over the points
+  std::ostringstream out;
+  out << "### ctitan gate --calibrate: A/A noise of " << fmt::md_escape(a.description) << "\n\n"
+      << "Thresholds that an A/A gate of " << g.gate_pairs << " pairs stays within with probability "
+      << fmt::fixed(1 - g.opts.alpha, 2) << " (sign-flipped resamples of the observed paired log-ratios).\n\n"
+      << "| point | metric | A/A pairs | median A/A change | largest A/A change | recommended threshold |\n"
+      << "|---|---|---:|---:|---:|---:|\n";
+  for (const GatePoint& pb : b.points) {
+    const auto pa = std::find_if(a.points.begin(), a.points.end(), [&](const GatePoint& p) { return p.name() == pb.name(); });
+    if (pa == a.points.end()) continue;
+    for (const char* metric : {"tps", "step_time", "mfu"}) {
+      const std::vector<double> d = paired_log_ratios(*pa, pb, metric);
+      if (d.empty()) continue;
+      double largest = 0;
+      for (double x : d) largest = std::max(largest, std::abs(std::expm1(x)));
+      const double t = recommend_threshold(d, g.gate_pairs, g.opts.alpha);
+      worst[metric] = std::max(worst[metric], t);
+      out << "| `" << fmt::md_escape(pb.name()) << "` | " << metric << " | " << d.size() << " | "
+          << fmt::signed_percent(std::expm1(stats::median(d))) << " | " << fmt::fixed(100 * largest, 1) << "% | "
+          << fmt::fixed(100 * t, 0) << "% |\n";
+    }
+  }
+  if (worst.empty()) throw InputError("gate --calibrate: no ok A/A pair to learn from in " + g.db);
+  out << "\nUse:";
+  for (const auto& [metric, t] : worst) out << " --threshold " << metric << "=" << fmt::fixed(100 * t, 0) << "%";
+  out << "\n";
+  std::cout << out.str();
+  return 0;
+}
+
 }  // namespace
 
 std::string gate_usage() {
@@ -154,6 +219,10 @@ std::string gate_usage() {
          "  --candidate-bin PATH      the candidate build's (default: the baseline's)\n"
          "  --candidate-override K=V  the candidate's recipe change (repeatable): two recipes, one binary\n"
          "  --pairs N                 pairs per point (default 6: the fewest that can reach alpha 0.05)\n"
+         "  --paired                  judge two sweeps written by an earlier --run as pairs (by repeat)\n"
+         "       ctitan gate --db FILE --calibrate SPEC [--bin PATH] [--pairs N] [--gate-pairs N]\n"
+         "                            A/A pairs of one build (default 12), then per point and metric the\n"
+         "                            threshold an A/A gate of --gate-pairs pairs (default 6) stays within\n"
          "  --baseline-file FILE      reference numbers kept in a repo, written by --write-baseline-file\n"
          "  --threshold [GLOB:]M=X%   per metric, optionally per point (fnmatch on 'LABEL ws=N'); repeatable,\n"
          "                            later wins; defaults tps/step_time/mfu/mem 5%, loss 2%\n"
@@ -177,6 +246,7 @@ int gate_command(const std::vector<std::string>& args) {
       return 0;
     }
   GateArgs g = parse_gate_args(args);
+  if (!g.calibrate.empty()) return calibrate(g);
   if (!g.run.spec.empty()) {
     const SweepSpec spec = load_sweep_spec(g.run.spec);
     if (g.run.baseline_sweep.empty()) g.run.baseline_sweep = spec.name + "-baseline";

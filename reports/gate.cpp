@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <random>
 
 #include "common/errors.h"
 #include "reports/format.h"
@@ -72,18 +74,20 @@ void decide(MetricCheck& c, const GateMetric& m, double threshold, bool enough, 
   }
 }
 
-// Paired runs: one value per run (its median), matched by repeat index.
+// One value per run (its median), by repeat index.
+std::map<int64_t, double> run_values_by_repeat(const GatePoint& p, const std::string& metric) {
+  std::map<int64_t, double> out;
+  const auto s = p.samples.find(metric);
+  const auto r = p.repeats.find(metric);
+  if (s == p.samples.end() || r == p.repeats.end()) return out;
+  for (size_t i = 0; i < s->second.size() && i < r->second.size(); ++i)
+    if (!s->second[i].empty()) out[r->second[i]] = stats::median(s->second[i]);
+  return out;
+}
+
+// Paired runs: one value per run, matched by repeat index.
 MetricCheck compare_paired(const GateMetric& m, const GatePoint& b, const GatePoint& c, const GateOptions& opts) {
-  auto by_repeat = [&](const GatePoint& p) {
-    std::map<int64_t, double> out;
-    const auto s = p.samples.find(m.name);
-    const auto r = p.repeats.find(m.name);
-    if (s == p.samples.end() || r == p.repeats.end()) return out;
-    for (size_t i = 0; i < s->second.size() && i < r->second.size(); ++i)
-      if (!s->second[i].empty()) out[r->second[i]] = stats::median(s->second[i]);
-    return out;
-  };
-  const auto bv = by_repeat(b), cv = by_repeat(c);
+  const auto bv = run_values_by_repeat(b, m.name), cv = run_values_by_repeat(c, m.name);
   std::vector<double> base, cand;
   for (const auto& [repeat, v] : bv)
     if (const auto it = cv.find(repeat); it != cv.end()) base.push_back(v), cand.push_back(it->second);
@@ -265,6 +269,23 @@ MetricCheck judge_paired_metric(const GateMetric& m, const std::vector<double>& 
   const bool enough = log_ratio.size() >= opts.min_samples;
   const bool significant = w.n >= 1 && w.p_value <= opts.alpha;
   decide(c, m, threshold, enough, significant, opts);
+  // The smallest shift of these pairs' noise (re-centred on 0) that the test
+  // would call significant: what this many pairs on this machine can see.
+  if (stats::wilcoxon_min_p(log_ratio.size()) <= opts.alpha) {
+    const double centre = stats::median(log_ratio);
+    for (int step = 1; step <= 2000; ++step) {  // 0.1 % steps up to +100 %
+      const double shift = std::log1p(step * 0.001);
+      std::vector<double> shifted;
+      for (double d : log_ratio) shifted.push_back(d - centre + shift);
+      if (stats::wilcoxon_signed_rank(shifted).p_value <= opts.alpha) {
+        c.detectable = step * 0.001;
+        break;
+      }
+    }
+    if (!std::isnan(c.detectable))
+      c.reason += "; with this noise " + std::to_string(log_ratio.size()) + " pairs detect changes of " +
+                  fmt::fixed(100 * c.detectable, 1) + "% or more";
+  }
   if (c.verdict == Verdict::inconclusive && stats::wilcoxon_min_p(log_ratio.size()) > opts.alpha) {
     size_t need = log_ratio.size();
     while (stats::wilcoxon_min_p(need) > opts.alpha) ++need;
@@ -378,6 +399,31 @@ GateResult run_gate(const GateSide& base, const GateSide& cand, const GateOption
     r.exit_code = improved ? kGateExitImproved : kGateExitPass;
   }
   return r;
+}
+
+std::vector<double> paired_log_ratios(const GatePoint& base, const GatePoint& cand, const std::string& metric) {
+  const auto bv = run_values_by_repeat(base, metric), cv = run_values_by_repeat(cand, metric);
+  std::vector<double> out;
+  for (const auto& [repeat, v] : bv)
+    if (const auto it = cv.find(repeat); it != cv.end() && v > 0 && it->second > 0) out.push_back(std::log(it->second / v));
+  return out;
+}
+
+double recommend_threshold(const std::vector<double>& aa_log_ratios, size_t gate_pairs, double alpha, uint64_t seed) {
+  if (aa_log_ratios.empty() || gate_pairs == 0) return std::numeric_limits<double>::quiet_NaN();
+  std::mt19937_64 gen(seed);
+  constexpr int kResamples = 4000;
+  std::vector<double> medians;
+  std::vector<double> draw(gate_pairs);
+  for (int k = 0; k < kResamples; ++k) {
+    for (double& d : draw) {
+      const double v = aa_log_ratios[gen() % aa_log_ratios.size()];
+      d = (gen() & 1) ? v : -v;  // A/A: either sign equally likely
+    }
+    medians.push_back(std::abs(stats::median(draw)));
+  }
+  const double q = stats::quantile(medians, 1 - alpha);
+  return std::max(0.01, std::ceil(std::expm1(q) * 100 - 1e-9) / 100);
 }
 
 }  // namespace ctitan

@@ -120,6 +120,10 @@ struct MetricCheck {
   std::string test;  // "U exact", "U normal", "bootstrap", ""
   double p_value = std::numeric_limits<double>::quiet_NaN();
   double ci_lo = std::numeric_limits<double>::quiet_NaN(), ci_hi = std::numeric_limits<double>::quiet_NaN();
+  // Paired: the smallest change (a fraction) the test could have called
+  // significant with these pairs' noise (their log-ratios re-centred and
+  // shifted); NaN when too few pairs can ever reach alpha.
+  double detectable = std::numeric_limits<double>::quiet_NaN();
   std::string reason;  // one line
 };
 
@@ -134,6 +138,18 @@ MetricCheck judge_metric(const GateMetric& m, const std::vector<double>& base, c
 // few pairs for the test ever to reach alpha says how many it needs.
 MetricCheck judge_paired_metric(const GateMetric& m, const std::vector<double>& base,
                                 const std::vector<double>& cand, double threshold, const GateOptions& opts);
+
+// `ctitan gate --calibrate`: from A/A pairs (one build against itself),
+// the threshold an A/A comparison of `gate_pairs` pairs stays within with
+// probability 1 − alpha: the (1 − alpha) quantile of |median paired change|
+// over sign-flipped resamples of the observed log-ratios (an A/A log-ratio
+// is as likely negative as positive), rounded up to a whole percent, at
+// least 1 %. Megatron-LM's --recommend-tolerances, for this machine.
+double recommend_threshold(const std::vector<double>& aa_log_ratios, size_t gate_pairs, double alpha,
+                           uint64_t seed = 0x63616c6962ULL);
+// The paired log-ratios log(cand / base) of one metric of one point, by
+// repeat (the runs of both sides of a paired run).
+std::vector<double> paired_log_ratios(const GatePoint& base, const GatePoint& cand, const std::string& metric);
 
 struct PointCheck {
   std::string name;  // the candidate's point name

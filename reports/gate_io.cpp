@@ -184,10 +184,16 @@ std::string gate_markdown(const GateResult& r) {
   }
   out << "<details><summary>All checks</summary>\n\n" << kTableHead;
   for (const PointCheck& p : r.points) write_rows(out, p, false);
-  out << "\nA regression needs both size (the change beyond the threshold) and significance (two-sided "
-         "Mann\u2013Whitney U at \u03b1, or a bootstrap CI excluding 0 where the U test cannot reach \u03b1). "
-         "n counts steady-state steps pooled over repeats (\"steps\") or one median per run (\"runs\").\n\n"
-         "</details>\n";
+  if (r.options.paired) {
+    out << "\nPaired runs: each pair's baseline and candidate ran back to back. A regression needs both size (the "
+           "median paired ratio beyond the threshold) and significance (Wilcoxon's signed-rank test on the paired "
+           "log-ratios at \u03b1). n counts pairs.\n\n</details>\n";
+  } else {
+    out << "\nA regression needs both size (the change beyond the threshold) and significance (two-sided "
+           "Mann\u2013Whitney U at \u03b1, or a bootstrap CI excluding 0 where the U test cannot reach \u03b1). "
+           "n counts steady-state steps pooled over repeats (\"steps\") or one median per run (\"runs\").\n\n"
+           "</details>\n";
+  }
   return out.str();
 }
 
@@ -208,6 +214,7 @@ nlohmann::json gate_json(const GateResult& r) {
                          {"test", c.test},
                          {"p_value", nan_null(c.p_value)},
                          {"ci", {nan_null(c.ci_lo), nan_null(c.ci_hi)}},
+                         {"detectable", nan_null(c.detectable)},
                          {"reason", c.reason}});
     points.push_back({{"point", p.name},
                       {"label", p.label},

@@ -76,6 +76,15 @@ TEST_F(GateRun, AaPassesAndASlowerRecipeIsARegressionOnSixPairs) {
   EXPECT_NE(slower.out.find("ran 6 of 12 runs"), std::string::npos) << slower.out;
 }
 
+TEST_F(GateRun, CalibrateRecommendsThresholdsFromAaPairs) {
+  const auto r = run_ctitan({"gate", "--calibrate", spec_.string(), "--db", db_, "--pairs", "6"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("| `(base) ws=1` | tps | 6 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Use: --threshold mfu="), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--threshold tps="), std::string::npos) << r.out;
+  expect_one_line_exit2(run_ctitan({"gate", "--calibrate", spec_.string()}), "needs --db FILE");
+}
+
 TEST_F(GateRun, BadBinariesAreOneLineAndLeaveTheDatabaseAlone) {
   const auto first = run_ctitan({"gate", "--run", spec_.string(), "--db", db_, "--pairs", "1", "--metrics", "mem"});
   ASSERT_NE(first.exit_code, 2) << first.err;

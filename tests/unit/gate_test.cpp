@@ -349,3 +349,31 @@ TEST(GatePaired, AaPairsPassAndFivePairsSayHowManyAreNeeded) {
   EXPECT_NE(five.reason.find("5 pairs can never reach alpha 0.05: at least 6 needed"), std::string::npos) << five.reason;
   EXPECT_EQ(judge_paired_metric(tps, base, {1, 2}, 0.05, {}).verdict, Verdict::missing);
 }
+
+// Calibration: an A/A gate of n pairs stays within the recommended
+// threshold 95 % of the time. No noise: the floor of 1 %. Pairs that swing
+// by ±10 %: the median of 6 sign-flipped draws stays within 10 % (every
+// draw is ±10 %, so |median| ≤ 10 %), and is often 10 % itself.
+TEST(GateCalibrate, RecommendationsFollowTheObservedNoise) {
+  EXPECT_DOUBLE_EQ(recommend_threshold({0, 0, 0, 0, 0, 0}, 6, 0.05), 0.01);
+  const double ten = std::log(1.10);
+  const double t = recommend_threshold({ten, -ten, ten, -ten, ten, -ten}, 6, 0.05);
+  EXPECT_DOUBLE_EQ(t, 0.10);
+  // More noise, a larger threshold; more gate pairs, a smaller one.
+  const std::vector<double> noisy = {0.02, -0.15, 0.08, -0.04, 0.12, -0.09, 0.01, 0.05, -0.11, 0.03};
+  EXPECT_GT(recommend_threshold(noisy, 6, 0.05), recommend_threshold(noisy, 24, 0.05));
+  EXPECT_TRUE(std::isnan(recommend_threshold({}, 6, 0.05)));
+}
+
+TEST(GatePaired, StatesTheSmallestChangeItCouldDetect) {
+  const GateMetric& tps = *find_gate_metric("tps");
+  const std::vector<double> base = {1000, 1000, 1000, 1000, 1000, 1000};
+  const std::vector<double> cand = {1010, 990, 1020, 980, 1005, 995};  // ±2 % around no change
+  const MetricCheck c = judge_paired_metric(tps, base, cand, 0.05, {});
+  EXPECT_EQ(c.verdict, Verdict::pass);
+  // Shifted by δ, all six ratios must be one way: δ just over the largest
+  // downward swing (2 %).
+  EXPECT_NEAR(c.detectable, 0.021, 0.0015);
+  EXPECT_NE(c.reason.find("pairs detect changes of"), std::string::npos) << c.reason;
+  EXPECT_TRUE(std::isnan(judge_paired_metric(tps, {1, 2, 3}, {1, 2, 3}, 0.05, {}).detectable));  // 3 pairs: never
+}
