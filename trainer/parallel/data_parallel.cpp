@@ -47,14 +47,27 @@ DataParallel::DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions 
   const int64_t r = mesh_.coord("dp_shard");
   for (const ParamSlot& s : model.slots())
     specs_.push_back(replicate(shard_rows(s, "dp_shard", shard_, r), "dp_replicate", replicate_));
-  if (sharded()) build_shards();
   for (const ParamSlot& s : model.slots()) storage_.push_back({s.offset, s.numel});
-  if (sharded())
-    for (size_t u = 0; u < units_.size(); ++u)
-      for (size_t i = 0; i < units_[u].params.size(); ++i) {
-        const ShardedParam& p = units_[u].params[i];
-        storage_[model.units()[u].slots[i]] = {units_[u].offset + p.shard_offset, p.chunk * p.rest};
-      }
+  if (sharded()) build_shards();
+  plan_norm_ranges();
+}
+
+void DataParallel::plan_norm_ranges() {
+  bool sharded_anywhere = false;
+  for (const ParamSpec& s : specs_)
+    for (const Placement& p : s.placements) sharded_anywhere |= !p.replicated();
+  if (!sharded_anywhere) return;  // every rank holds every reduced gradient: a local norm
+  // The parameters this rank holds the first replica of, consecutive ones merged.
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (!first_replica(specs_[i])) continue;
+    const auto [offset, numel] = storage_[i];
+    if (!norm_ranges_.empty() && norm_ranges_.back().first + norm_ranges_.back().second == offset) {
+      norm_ranges_.back().second += numel;
+    } else {
+      norm_ranges_.emplace_back(offset, numel);
+    }
+  }
+  if (norm_ranges_.empty()) norm_ranges_.emplace_back(0, 0);  // a rank with nothing to count still joins the sum
 }
 
 void DataParallel::build_shards() {
@@ -73,6 +86,7 @@ void DataParallel::build_shards() {
       p.chunk = specs_[si].shape[0];
       p.unit_offset = s.offset - unit.offset;
       p.shard_offset = p.gather_offset = us.numel;
+      storage_[si] = {us.offset + p.shard_offset, p.chunk * p.rest};  // in the shard buffers
       us.numel += p.chunk * p.rest;
       us.params.push_back(p);
     }
@@ -403,28 +417,12 @@ double DataParallel::clip_grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
   TraceRange range(trace_cat::kCompute, "clip_grad_norm");
   at::Tensor& g = grads();
-  bool sharded_anywhere = false;
-  for (const ParamSpec& s : specs_)
-    for (const Placement& p : s.placements) sharded_anywhere |= !p.replicated();
-  if (!sharded_anywhere) return clip_grad_norm_(g, max_norm);  // every rank holds every reduced gradient
+  if (norm_ranges_.empty()) return clip_grad_norm_(g, max_norm);  // nothing sharded: every rank has it all
   // Every value counted once over the world: a rank adds the squares of the
-  // parameters it holds the first replica of (its boxes of the sharded
-  // ones; padding is zero), consecutive ones as one range.
+  // parameters it holds the first replica of (padding is zero).
   at::Tensor sq = torch::zeros({1}, g.options().dtype(torch::kDouble));
-  int64_t begin = 0, end = 0;
-  auto flush = [&] {
-    if (end > begin) sq += g.narrow(0, begin, end - begin).square().sum().to(torch::kDouble);
-  };
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    if (!first_replica(specs_[i])) continue;
-    const auto [offset, numel] = storage_[i];
-    if (offset != end) {
-      flush();
-      begin = offset;
-    }
-    end = offset + numel;
-  }
-  flush();
+  for (const auto& [offset, numel] : norm_ranges_)
+    if (numel > 0) sq += g.narrow(0, offset, numel).square().sum().to(torch::kDouble);
   wait(mesh_.group("world").all_reduce(sq, ReduceOp::kSum));
   const double norm = std::sqrt(sq.item<double>());
   const double coef = std::min(1.0, max_norm / (norm + 1e-6));

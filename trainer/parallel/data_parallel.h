@@ -158,6 +158,7 @@ class DataParallel final : public UnitHooks {
   // Whether this rank holds the first replica of every group `s` is
   // replicated over (it writes the checkpoint piece, counts in the norm).
   bool first_replica(const ParamSpec& s) const;
+  void plan_norm_ranges();
 
   Llama3& model_;
   DeviceMesh& mesh_;
@@ -166,6 +167,9 @@ class DataParallel final : public UnitHooks {
   std::vector<ParamSpec> specs_;  // this rank's plan, per slot
   // Per slot: where its storage sits in params()/grads() (offset, numel).
   std::vector<std::pair<int64_t, int64_t>> storage_;
+  // The gradient ranges (offset, numel) this rank adds to the global norm;
+  // empty when nothing is sharded (the norm is local).
+  std::vector<std::pair<int64_t, int64_t>> norm_ranges_;
   std::vector<UnitShard> units_;
   std::vector<Float8Gemm> gemms_;
   at::Tensor master_shard_, grad_shard_, compute_shard_;
