@@ -553,6 +553,7 @@ int run_paired(const PairedSide& base, const PairedSide& cand, int pairs, uint64
   g_stop_count = 0;
   const auto t0 = Clock::now();
   SweepRunner a(base.spec, base.opts, db), b(cand.spec, cand.opts, db);
+  db.set_paired_with(cand.spec.name, base.spec.name);  // the report shows paired speedups
   std::map<std::string, int> counts;
   std::vector<size_t> both;  // points feasible on both sides; the others are recorded as infeasible
   for (size_t i = 0; i < base.points.size(); ++i) {

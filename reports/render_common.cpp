@@ -38,6 +38,27 @@ std::string tps_cell(const PointStats& p) {
   return fmt::grouped(p.tps.median) + " (" + fmt::grouped(p.tps.p10) + "\u2013" + fmt::grouped(p.tps.p90) + ")";
 }
 
+Table paired_table(const SectionReport& sec) {
+  Table t;
+  t.header = {"recipe", "ws", "pairs", "speedup", "interval", "coverage"};
+  t.right = {false, true, true, true, true, true};
+  for (const PairedSpeedup& s : sec.paired)
+    t.rows.push_back({s.label.empty() ? "(base)" : s.label, std::to_string(s.world_size), std::to_string(s.pairs),
+                      fmt::ratio(s.speedup), fmt::ratio(s.lo) + "\u2013" + fmt::ratio(s.hi),
+                      fmt::fixed(100 * s.level, 1) + "%"});
+  return t;
+}
+
+std::string paired_title(const SectionReport& sec) { return "Paired speedup vs sweep " + sec.paired_with; }
+
+std::string paired_note() {
+  return "Each run of this sweep ran back to back with the baseline sweep's run of the same point and repeat "
+         "(ctitan gate --run), so both saw the same machine. Speedup: the median of the pairs' tps/device ratios "
+         "(each run's median over its steady-state steps); interval: the sign test's distribution-free interval "
+         "for that median, at 95% where the pairs allow it (coverage: its exact level; fewer than 6 pairs "
+         "cannot reach 95%).";
+}
+
 std::string stack_title(const StackTable& t) {
   return "world size " + std::to_string(t.world_size) + (t.group.empty() ? "" : ", " + t.group);
 }

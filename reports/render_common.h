@@ -23,6 +23,11 @@ struct Table {
 Table points_table(const SectionReport& sec);
 Table stack_table(const SectionReport& sec, const StackTable& t);
 Table scaling_table(const SectionReport& sec);
+// A paired sweep's speedups over its baseline sweep: recipe, ws, pairs,
+// speedup, interval, its coverage.
+Table paired_table(const SectionReport& sec);
+std::string paired_title(const SectionReport& sec);  // "Paired speedup vs sweep X"
+std::string paired_note();                            // how the numbers were made
 
 std::string status_cell(const PointStats& p);  // "ok", "oom", "ok 2/3 (1 timeout)"
 std::string tps_cell(const PointStats& p);     // "12,345 (11,900–12,700)"

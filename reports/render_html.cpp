@@ -113,6 +113,11 @@ void write_section(std::ostringstream& out, const SectionReport& sec) {
          "communication split are medians over repeats. Speedup vs the baseline row"
       << (sec.baseline_label.empty() ? "" : " (" + fmt::html_escape(sec.baseline_label) + ")")
       << " at the same world size (highlighted).</p>\n";
+  if (!sec.paired.empty()) {
+    out << "<h3>" << fmt::html_escape(render::paired_title(sec)) << "</h3>\n";
+    write_table(out, render::paired_table(sec));
+    out << "<p class=\"note\">" << fmt::html_escape(render::paired_note()) << "</p>\n";
+  }
   out << "<figure>" << throughput_chart(sec) << "</figure>\n";
   out << "<figure>" << loss_chart(sec) << "</figure>\n";
   out << "<figure>" << memory_chart(sec) << "</figure>\n";

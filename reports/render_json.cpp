@@ -50,7 +50,13 @@ nlohmann::json render_json(const Report& r) {
       stacks.push_back({{"group", t.group}, {"world_size", t.world_size}, {"points", t.rows}});
     nlohmann::json scaling = nlohmann::json::array();
     for (const ScalingSeries& s : sec.scaling) scaling.push_back({{"recipe", s.label}, {"points", s.rows}});
+    nlohmann::json paired = nlohmann::json::array();
+    for (const PairedSpeedup& s : sec.paired)
+      paired.push_back({{"recipe", s.label}, {"world_size", s.world_size}, {"pairs", s.pairs}, {"speedup", s.speedup},
+                        {"lo", s.lo}, {"hi", s.hi}, {"level", s.level}});
     sections.push_back({{"title", sec.title},
+                        {"paired_with", sec.paired_with},
+                        {"paired", paired},
                         {"baseline", sec.baseline_label},
                         {"environment", sec.environment},
                         {"points", points},

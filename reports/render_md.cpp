@@ -44,6 +44,11 @@ std::string render_markdown(const Report& r) {
            "Speedup vs the baseline row"
         << (sec.baseline_label.empty() ? "" : " (" + fmt::md_escape(sec.baseline_label) + ")")
         << " at the same world size.</sub>\n\n";
+    if (!sec.paired.empty()) {
+      out << "#### " << fmt::md_escape(render::paired_title(sec)) << "\n\n";
+      write_table(out, render::paired_table(sec));
+      out << "<sub>" << render::paired_note() << "</sub>\n\n";
+    }
     for (const StackTable& st : sec.stacks) {
       out << "#### Stacked optimizations \u2014 " << fmt::md_escape(render::stack_title(st)) << "\n\n";
       write_table(out, render::stack_table(sec, st));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <map>
 #include <set>
@@ -264,22 +265,68 @@ SectionReport build_section(const std::string& title, const std::vector<PointDat
   return sec;
 }
 
+std::vector<PairedSpeedup> paired_speedups(const std::vector<PointData>& base, const std::vector<PointData>& cand,
+                                           const SectionReport& sec) {
+  // (label, world size) → repeat → the run's tps/device.
+  using Key = std::pair<std::string, int64_t>;
+  auto by_repeat = [](const PointData& p) {
+    std::map<int64_t, double> out;
+    for (const RunData* r : p.ok_runs())
+      if (!r->tps.empty()) out[r->run.repeat] = stats::median(r->tps);
+    return out;
+  };
+  std::map<Key, std::map<int64_t, double>> baseline;
+  for (const PointData& p : base) baseline[{p.label, p.world_size}] = by_repeat(p);
+  std::vector<PairedSpeedup> out;
+  for (const PointData& p : cand) {
+    const auto b = baseline.find({p.label, p.world_size});
+    if (b == baseline.end()) continue;
+    std::vector<double> log_ratios;
+    for (const auto& [repeat, tps] : by_repeat(p))
+      if (auto it = b->second.find(repeat); it != b->second.end() && it->second > 0 && tps > 0)
+        log_ratios.push_back(std::log(tps / it->second));
+    if (log_ratios.empty()) continue;
+    const stats::MedianInterval m = stats::median_interval(log_ratios);
+    PairedSpeedup s;
+    s.label = p.label;
+    for (const PointStats& ps : sec.points)
+      if (ps.label == p.label && ps.world_size == p.world_size) s.label = ps.display_label;
+    s.world_size = p.world_size;
+    s.pairs = m.n;
+    s.speedup = std::exp(m.median);
+    s.lo = std::exp(m.lo);
+    s.hi = std::exp(m.hi);
+    s.level = m.level;
+    out.push_back(s);
+  }
+  return out;
+}
+
 Report build_report(const ResultsDb& db, const ReportOptions& opts) {
   Report r;
   r.db_path = db.path();
   r.generated_at = utc_now();
   r.ctitan_version = std::string(CTITAN_VERSION) + " (" + this_build().describe() + ")";
-  std::vector<std::pair<std::string, Selection>> sections;
+  // Each sweep's section (a name; "" for the runs outside any sweep), with
+  // the baseline it was paired with.
+  std::vector<std::pair<std::string, std::string>> sections;
   if (!opts.sweep.empty()) {
-    sections.push_back({opts.sweep, {Selection::Kind::sweep, opts.sweep}});
+    const auto row = db.sweep(opts.sweep);
+    sections.emplace_back(opts.sweep, row ? row->paired_with : "");
   } else {
-    for (const SweepRow& s : db.sweeps()) sections.push_back({s.name, {Selection::Kind::sweep, s.name}});
-    sections.push_back({"runs outside any sweep", {Selection::Kind::outside_sweeps, ""}});
+    for (const SweepRow& s : db.sweeps()) sections.emplace_back(s.name, s.paired_with);
+    sections.emplace_back("", "");
   }
-  for (const auto& [title, sel] : sections) {
+  for (const auto& [sweep, paired_with] : sections) {
+    const Selection sel{sweep.empty() ? Selection::Kind::outside_sweeps : Selection::Kind::sweep, sweep};
     const std::vector<PointData> points = load_points(db, sel);
     if (points.empty()) continue;
-    r.sections.push_back(build_section(title, points, opts.baseline));
+    r.sections.push_back(build_section(sweep.empty() ? "runs outside any sweep" : sweep, points, opts.baseline));
+    if (!paired_with.empty() && db.sweep(paired_with)) {
+      SectionReport& sec = r.sections.back();
+      sec.paired_with = paired_with;
+      sec.paired = paired_speedups(load_points(db, {Selection::Kind::sweep, paired_with}), points, sec);
+    }
   }
   if (r.sections.empty())
     throw InputError(db.path() + " has no runs" + (opts.sweep.empty() ? "" : " in sweep " + opts.sweep) +

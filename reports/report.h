@@ -57,6 +57,19 @@ struct ScalingSeries {
   std::vector<size_t> rows;  // indices into SectionReport::points, by world size
 };
 
+// A point of a sweep run in pairs with a baseline sweep (`ctitan gate
+// --run`): run r of the point ran back to back with the baseline's run r,
+// so each pair's ratio of tps/device (each run's median over its
+// steady-state steps) cancels the machine's drift. speedup is the median
+// of the pairs' ratios, [lo, hi] its sign-test interval
+// (stats::median_interval at 95 %, `level` its exact coverage).
+struct PairedSpeedup {
+  std::string label;  // display label, as in the points table
+  int64_t world_size = 1;
+  size_t pairs = 0;
+  double speedup = 0, lo = 0, hi = 0, level = 0;
+};
+
 struct SectionReport {
   std::string title;  // sweep name, or "runs outside any sweep"
   std::vector<PointStats> points;
@@ -69,6 +82,8 @@ struct SectionReport {
   bool has_comm = false;                 // any point has the communication split
   std::string baseline_label;            // short label of the baseline rows
   std::vector<std::string> environment;  // "cpu_model: ...", one line per hardware key
+  std::string paired_with;               // the baseline sweep of a paired sweep ("" otherwise)
+  std::vector<PairedSpeedup> paired;     // its points with at least one ok pair
 };
 
 struct Report {
@@ -87,6 +102,10 @@ Report build_report(const ResultsDb& db, const ReportOptions& opts);
 // The section of one set of points (exposed for tests).
 SectionReport build_section(const std::string& title, const std::vector<PointData>& points,
                             const std::string& baseline_label);
+// The paired speedups of `cand`'s points over `base`'s, matched by label,
+// world size and repeat; labels as `sec` displays them.
+std::vector<PairedSpeedup> paired_speedups(const std::vector<PointData>& base, const std::vector<PointData>& cand,
+                                           const SectionReport& sec);
 
 std::string render_markdown(const Report& r);
 std::string render_html(const Report& r);

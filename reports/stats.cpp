@@ -226,6 +226,28 @@ WilcoxonTest wilcoxon_signed_rank(const std::vector<double>& d) {
   return t;
 }
 
+MedianInterval median_interval(std::vector<double> v, double alpha) {
+  MedianInterval m;
+  std::erase_if(v, [](double x) { return std::isnan(x); });
+  m.n = v.size();
+  if (v.empty()) return m;
+  std::sort(v.begin(), v.end());
+  m.median = median(v);
+  // tail[j] = P(B ≤ j) for B ~ Binomial(n, 1/2), from the exact binomial terms.
+  const size_t n = v.size();
+  auto tail = [&](size_t j) {
+    double p = 0;
+    for (size_t i = 0; i <= j; ++i) p += std::exp(log_binomial(n, i) - static_cast<double>(n) * std::log(2.0));
+    return p;
+  };
+  size_t k = 1;
+  while (k + 1 <= (n + 1) / 2 && 1 - 2 * tail(k) >= 1 - alpha) ++k;
+  m.lo = v[k - 1];
+  m.hi = v[n - k];
+  m.level = std::max(0.0, 1 - 2 * tail(k - 1));
+  return m;
+}
+
 double wilcoxon_min_p(size_t n) { return n == 0 ? 1.0 : std::min(1.0, 2.0 / std::ldexp(1.0, static_cast<int>(n))); }
 
 }  // namespace ctitan::stats

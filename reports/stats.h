@@ -85,6 +85,19 @@ WilcoxonTest wilcoxon_signed_rank(const std::vector<double>& d);
 // The smallest two-sided p-value with n pairs: 2 / 2^n (6 pairs: 0.031).
 double wilcoxon_min_p(size_t n);
 
+// A distribution-free confidence interval for the median of v (the sign
+// test's, e.g. Conover, Practical Nonparametric Statistics, §3.2): the
+// order statistics [v(k), v(n+1−k)], k the largest rank whose coverage
+// 1 − 2·P(B ≤ k−1), B ~ Binomial(n, 1/2), is at least 1 − alpha. With too
+// few values for that even at k = 1 (n ≤ 5 at alpha 0.05) the interval is
+// [min, max] and `level` says what it covers (5 values: 93.75 %).
+struct MedianInterval {
+  size_t n = 0;
+  double median = 0, lo = 0, hi = 0;
+  double level = 0;  // the interval's exact coverage
+};
+MedianInterval median_interval(std::vector<double> v, double alpha = 0.05);
+
 // Standard normal survival function 1 − Φ(z).
 double normal_sf(double z);
 

@@ -66,7 +66,7 @@ std::vector<RunRow> read_runs(Statement& q) {
 }
 
 SweepRow read_sweep(const Statement& q) {
-  return {q.int64(0), q.text(1), q.text(2), q.text(3), q.text(4), q.text(5)};
+  return {q.int64(0), q.text(1), q.text(2), q.text(3), q.text(4), q.text(5), q.text(6)};
 }
 
 // One statement as one write transaction; returns the rows it changed.
@@ -103,17 +103,23 @@ int64_t ResultsDb::upsert_sweep(const std::string& name, const std::string& spec
 }
 
 std::optional<SweepRow> ResultsDb::sweep(const std::string& name) const {
-  Statement q(db_, path_, "SELECT id, name, spec_toml, created_at, ctitan_version, git_sha FROM sweeps WHERE name = ?1");
+  Statement q(db_, path_,
+              "SELECT id, name, spec_toml, created_at, ctitan_version, git_sha, paired_with FROM sweeps WHERE name = ?1");
   q.bind_all(name);
   if (!q.step()) return std::nullopt;
   return read_sweep(q);
 }
 
 std::vector<SweepRow> ResultsDb::sweeps() const {
-  Statement q(db_, path_, "SELECT id, name, spec_toml, created_at, ctitan_version, git_sha FROM sweeps ORDER BY id");
+  Statement q(db_, path_,
+              "SELECT id, name, spec_toml, created_at, ctitan_version, git_sha, paired_with FROM sweeps ORDER BY id");
   std::vector<SweepRow> out;
   while (q.step()) out.push_back(read_sweep(q));
   return out;
+}
+
+void ResultsDb::set_paired_with(const std::string& candidate, const std::string& baseline) {
+  write_one(db_, path_, "UPDATE sweeps SET paired_with = ?2 WHERE name = ?1", candidate, baseline);
 }
 
 int64_t ResultsDb::insert_run(const RunRow& r) {

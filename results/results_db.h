@@ -3,7 +3,7 @@
 //
 // Schema (docs/results.md documents it for users of the sqlite3 shell):
 //   schema_version(version)
-//   sweeps(id, name, spec_toml, created_at, ctitan_version, git_sha)
+//   sweeps(id, name, spec_toml, created_at, ctitan_version, git_sha, paired_with)
 //   runs(id, sweep_id, point_key, label, config_toml, config_hash, world_size,
 //        repeat, status, exit_code, error, run_dir, host, started_at, ended_at)
 //   steps(run_id, rank, step, loss, grad_norm, tps, tflops, mfu, step_time_s,
@@ -37,6 +37,10 @@ namespace ctitan {
 struct SweepRow {
   int64_t id = 0;
   std::string name, spec_toml, created_at, ctitan_version, git_sha;
+  // The baseline sweep this one ran in pairs with (`ctitan gate --run`: each
+  // of its runs back to back with the baseline's run of the same point and
+  // repeat); "" for a sweep run on its own.
+  std::string paired_with;
 };
 
 struct RunRow {
@@ -79,7 +83,7 @@ struct ArtifactRow {
 // still locked after the busy timeout) throw std::runtime_error naming the file.
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
   // How long a statement waits for another process's write to finish.
   static constexpr int kBusyTimeoutMs = 10000;
   // Opens (creating if absent) and migrates. InputError for a file that is
@@ -97,6 +101,8 @@ class ResultsDb {
   int64_t upsert_sweep(const std::string& name, const std::string& spec_toml);
   std::optional<SweepRow> sweep(const std::string& name) const;
   std::vector<SweepRow> sweeps() const;
+  // Records that `candidate`'s runs were paired with `baseline`'s (both exist).
+  void set_paired_with(const std::string& candidate, const std::string& baseline);
 
   // Runs.
   int64_t insert_run(const RunRow& r);       // returns the new id

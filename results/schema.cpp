@@ -90,6 +90,8 @@ CREATE TABLE artifacts(
   PRIMARY KEY(run_id, path));
 )sql"},
     {1, "ALTER TABLE runs ADD COLUMN label TEXT NOT NULL DEFAULT '';"},
+    // The baseline sweep a candidate sweep was run in pairs with (`gate --run`).
+    {2, "ALTER TABLE sweeps ADD COLUMN paired_with TEXT NOT NULL DEFAULT '';"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 

@@ -65,6 +65,17 @@ TEST_F(GateRun, AaPassesAndASlowerRecipeIsARegressionOnSixPairs) {
   EXPECT_EQ(tps["unit"], "pairs");
   EXPECT_EQ(tps["n_baseline"], 6);
   EXPECT_EQ(tps["test"], "Wilcoxon");
+  // The report knows the candidate sweep ran in pairs with the baseline.
+  const auto report = run_ctitan({"report", "--db", db_, "--format", "json"});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  const nlohmann::json sections = nlohmann::json::parse(report.out)["sections"];
+  ASSERT_EQ(sections.size(), 2u) << report.out;
+  EXPECT_EQ(sections[1]["title"], "pairs-candidate");
+  EXPECT_EQ(sections[1]["paired_with"], "pairs-baseline");
+  ASSERT_EQ(sections[1]["paired"].size(), 1u) << report.out;
+  EXPECT_EQ(sections[1]["paired"][0]["pairs"], 6);
+  EXPECT_LE(sections[1]["paired"][0]["lo"].get<double>(), sections[1]["paired"][0]["hi"].get<double>());
+  EXPECT_TRUE(sections[0]["paired"].empty());
 
   args = {"gate", "--run", spec_.string(), "--db", db_, "--candidate-override", "training.local_batch_size=1",
           "--candidate-sweep", "pairs-batch1"};

@@ -315,6 +315,54 @@ TEST_F(ReportDb, SelectionsBySweepShaAndLabel) {
   EXPECT_TRUE(saw_pass);
 }
 
+// A sweep run in pairs with a baseline (`gate --run` records paired_with):
+// its section shows the median of the pairs' tps ratios with the sign
+// test's interval. The baseline drifts from pair to pair; the ratios do not
+// see it.
+TEST_F(ReportDb, PairedSweepShowsPairedSpeedupsWithTheirInterval) {
+  const int64_t base = db_->upsert_sweep("gate-baseline", "");
+  const int64_t cand = db_->upsert_sweep("gate-candidate", "");
+  const double base_tps[] = {1000, 1200, 900, 1100, 1300, 950};
+  const double ratio[] = {0.86, 0.80, 0.90, 0.85, 0.82, 0.88};
+  for (int r = 0; r < 6; ++r) {
+    add(base, FakeRun("activation_checkpoint.mode=none", 1, r, base_tps[r]));
+    add(cand, FakeRun("activation_checkpoint.mode=none", 1, r, base_tps[r] * ratio[r]));
+  }
+  // A second point whose candidate lost a repeat: five pairs.
+  for (int r = 0; r < 6; ++r) {
+    add(base, FakeRun("training.local_batch_size=2", 1, r, 500));
+    add(cand, r == 3 ? FakeRun("training.local_batch_size=2", 1, r).failed("timeout")
+                     : FakeRun("training.local_batch_size=2", 1, r, 550));
+  }
+  EXPECT_TRUE(build_report(*db_, {}).sections[1].paired.empty()) << "not paired until the database says so";
+  db_->set_paired_with("gate-candidate", "gate-baseline");
+  EXPECT_EQ(db_->sweep("gate-candidate")->paired_with, "gate-baseline");
+
+  const Report r = build_report(*db_, {});
+  ASSERT_EQ(r.sections.size(), 2u);
+  EXPECT_TRUE(r.sections[0].paired.empty());
+  const SectionReport& sec = r.sections[1];
+  EXPECT_EQ(sec.paired_with, "gate-baseline");
+  ASSERT_EQ(sec.paired.size(), 2u);
+  const PairedSpeedup& ac = sec.paired[0];
+  EXPECT_EQ(ac.pairs, 6u);
+  EXPECT_NEAR(ac.speedup, std::sqrt(0.85 * 0.86), 1e-9);  // the median of six log-ratios
+  EXPECT_NEAR(ac.lo, 0.80, 1e-9);  // six pairs: [min, max], coverage 1 − 2/64
+  EXPECT_NEAR(ac.hi, 0.90, 1e-9);
+  EXPECT_DOUBLE_EQ(ac.level, 1 - 2.0 / 64);
+  EXPECT_EQ(sec.paired[1].pairs, 5u);
+  EXPECT_NEAR(sec.paired[1].speedup, 1.1, 1e-9);
+  EXPECT_DOUBLE_EQ(sec.paired[1].level, 1 - 2.0 / 32);
+
+  const std::string md = render_markdown(r);
+  EXPECT_NE(md.find("#### Paired speedup vs sweep gate-baseline"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 6 | 0.85\u00d7 | 0.80\u00d7\u20130.90\u00d7 | 96.9% |"), std::string::npos) << md;
+  EXPECT_NE(render_html(r).find("Paired speedup vs sweep gate-baseline"), std::string::npos);
+  EXPECT_EQ(render_json(r)["sections"][1]["paired"][0]["pairs"], 6);
+  // --sweep of the candidate alone still pairs it.
+  EXPECT_EQ(build_report(*db_, {"gate-candidate", ""}).sections[0].paired.size(), 2u);
+}
+
 TEST_F(ReportDb, EmptyDatabaseOrUnknownSweepIsBadInput) {
   EXPECT_THROW(build_report(*db_, {}), InputError);
   EXPECT_THROW(build_report(*db_, {"nope", ""}), InputError);

@@ -157,10 +157,11 @@ TEST(Results, CreatesTheCurrentSchemaInWalMode) {
     EXPECT_EQ(db.path(), path.string());
   }
   EXPECT_EQ(sql_text(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(sql_text(path, "SELECT version FROM schema_version"), "1");
+  EXPECT_EQ(sql_text(path, "SELECT version FROM schema_version"), std::to_string(ResultsDb::kSchemaVersion));
   for (const char* t : {"sweeps", "runs", "steps", "summaries", "env", "hardware", "artifacts"})
     EXPECT_EQ(sql_text(path, std::string("SELECT name FROM sqlite_master WHERE name = '") + t + "'"), t);
   EXPECT_EQ(sql_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'label'"), "1");
+  EXPECT_EQ(sql_text(path, "SELECT count(*) FROM pragma_table_info('sweeps') WHERE name = 'paired_with'"), "1");
   // Opening again changes nothing and keeps one version row.
   ResultsDb again(path.string());
   EXPECT_EQ(sql_text(path, "SELECT count(*) FROM schema_version"), "1");
@@ -461,6 +462,7 @@ TEST(Results, MigratesAVersion0DatabaseAndKeepsItsData) {
   const auto sweep = db.sweep("old-sweep");
   ASSERT_TRUE(sweep);
   EXPECT_EQ(sweep->git_sha, "deadbeef");
+  EXPECT_EQ(sweep->paired_with, "");  // a version-2 column, empty for old sweeps
   const auto run = db.run(7);
   ASSERT_TRUE(run);
   EXPECT_EQ(run->sweep_id, 1);
@@ -531,10 +533,10 @@ INSTANTIATE_TEST_SUITE_P(
                     "not a ctitan results database (tables: photos)"},
         ForeignFile{"newer_schema",
                     [](const fs::path& p) {
-                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (2);"
+                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (3);"
                              "CREATE TABLE runs(id INTEGER PRIMARY KEY, shiny_new_column TEXT);");
                     },
-                    "newer ctitan (results schema v2, this ctitan reads up to v1)"},
+                    "newer ctitan (results schema v3, this ctitan reads up to v2)"},
         ForeignFile{"newer_schema_in_wal_mode",
                     [](const fs::path& p) {
                       sql(p, "PRAGMA journal_mode=WAL; CREATE TABLE schema_version(version INTEGER);"

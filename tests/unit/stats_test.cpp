@@ -184,6 +184,36 @@ TEST(Wilcoxon, MatchesRsPairedExample) {
   EXPECT_NEAR(t.p_value, 0.03906, 5e-6);
 }
 
+// The sign test's interval for a median, against binomial tables: n = 10
+// takes ranks 2 and 9 (coverage 1 − 2·11/1024), n = 20 ranks 6 and 15
+// (1 − 2·21700/2^20, 95.86 %); six values give [min, max] at 1 − 2/64,
+// fewer than six cannot reach 95 %.
+TEST(MedianInterval, OrderStatisticsFromTheBinomialLaw) {
+  std::vector<double> ten, twenty;
+  for (int i = 10; i >= 1; --i) ten.push_back(i);  // unsorted on purpose
+  for (int i = 1; i <= 20; ++i) twenty.push_back(i * 0.5);
+  const st::MedianInterval m10 = st::median_interval(ten);
+  EXPECT_EQ(m10.n, 10u);
+  EXPECT_DOUBLE_EQ(m10.median, 5.5);
+  EXPECT_DOUBLE_EQ(m10.lo, 2);
+  EXPECT_DOUBLE_EQ(m10.hi, 9);
+  EXPECT_NEAR(m10.level, 1 - 2 * 11.0 / 1024, 1e-12);
+  const st::MedianInterval m20 = st::median_interval(twenty);
+  EXPECT_DOUBLE_EQ(m20.lo, 3.0);
+  EXPECT_DOUBLE_EQ(m20.hi, 7.5);
+  EXPECT_NEAR(m20.level, 1 - 2 * 21700.0 / 1048576, 1e-12);
+  const st::MedianInterval m6 = st::median_interval({3, 1, 2, 6, 5, 4});
+  EXPECT_DOUBLE_EQ(m6.lo, 1);
+  EXPECT_DOUBLE_EQ(m6.hi, 6);
+  EXPECT_DOUBLE_EQ(m6.level, 1 - 2.0 / 64);
+  EXPECT_DOUBLE_EQ(st::median_interval({1, 2, 3}).level, 0.75);  // [min, max] of three covers 75 %
+  // A looser alpha narrows it: n = 10 at 80 % takes ranks 3 and 8 (1 − 2·56/1024 = 89 %).
+  const st::MedianInterval m10_80 = st::median_interval(ten, 0.2);
+  EXPECT_DOUBLE_EQ(m10_80.lo, 3);
+  EXPECT_DOUBLE_EQ(m10_80.hi, 8);
+  EXPECT_EQ(st::median_interval({}).n, 0u);
+}
+
 TEST(Wilcoxon, SmallCasesCountedByHand) {
   // Six pairs all one way: 2 of 64 sign patterns are as extreme.
   EXPECT_DOUBLE_EQ(st::wilcoxon_signed_rank({-0.1, -0.2, -0.15, -0.12, -0.3, -0.11}).p_value, 2.0 / 64);
