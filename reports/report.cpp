@@ -246,6 +246,18 @@ std::string utc_now() {
   return buf;
 }
 
+// The build a point's runs were made by: "sha12" or "sha12+diffhash" for a
+// dirty tree; "" when its runs recorded none (infeasible, older runs).
+std::string build_of(const PointData& p) {
+  for (const RunData& r : p.runs) {
+    const auto sha = r.env.find("git_sha");
+    if (sha == r.env.end() || sha->second.empty()) continue;
+    const auto diff = r.env.find("git_diff_hash");
+    return sha->second.substr(0, 12) + (diff == r.env.end() || diff->second.empty() ? "" : "+" + diff->second);
+  }
+  return "";
+}
+
 }  // namespace
 
 SectionReport build_section(const std::string& title, const std::vector<PointData>& points,
@@ -257,6 +269,15 @@ SectionReport build_section(const std::string& title, const std::vector<PointDat
     sec.points.push_back(point_stats(p));
     if (sec.points.back().status != "infeasible") sec.points.back().row = ++row;
   }
+  // A sweep resumed by another build holds two builds' points (point keys
+  // include the build): "build" becomes one of the section's varying keys,
+  // so the table tells them apart.
+  std::set<std::string> builds;
+  for (const PointData& p : points)
+    if (const std::string b = build_of(p); !b.empty()) builds.insert(b);
+  if (builds.size() > 1)
+    for (size_t i = 0; i < points.size(); ++i)
+      if (const std::string b = build_of(points[i]); !b.empty()) sec.points[i].stack_group += " build=" + b;
   set_display_labels(sec);
   set_speedups(sec, baseline_label);
   set_stacks_and_scaling(sec);

@@ -90,7 +90,7 @@ class ReportDb : public ::testing::Test {
     }
     RunRow r;
     r.sweep_id = sweep_id;
-    r.point_key = "key-" + f.label + "-ws" + std::to_string(f.world_size);
+    r.point_key = "key-" + f.label + "-ws" + std::to_string(f.world_size) + "-" + f.sha;  // keys include the build
     r.label = f.label;
     r.config_toml = "[metrics]\nwarmup_steps = " + std::to_string(kWarmup) + "\n";
     r.world_size = f.world_size;
@@ -290,10 +290,10 @@ TEST_F(ReportDb, SelectionsBySweepShaAndLabel) {
   EXPECT_EQ(load_points(*db_, parse_selection("main")).size(), 2u);
   EXPECT_EQ(load_points(*db_, parse_selection("sha:bbbbbb")).size(), 1u);
   EXPECT_EQ(load_points(*db_, parse_selection("sha:aaaaaaaaaaaa0000")).size(), 2u);  // a longer sha matches too
-  // One label in two sweeps: one point (the same key) with both runs.
+  // One label in two sweeps of two builds: two points (keys include the build).
   const auto by_label = load_points(*db_, parse_selection("label:compile.enable=false"));
-  ASSERT_EQ(by_label.size(), 1u);
-  EXPECT_EQ(by_label[0].runs.size(), 2u);
+  ASSERT_EQ(by_label.size(), 2u);
+  EXPECT_EQ(by_label[0].runs.size(), 1u);
   const auto outside = load_points(*db_, {Selection::Kind::outside_sweeps, ""});
   ASSERT_EQ(outside.size(), 1u);
   EXPECT_EQ(outside[0].label, "adhoc");
@@ -361,6 +361,25 @@ TEST_F(ReportDb, PairedSweepShowsPairedSpeedupsWithTheirInterval) {
   EXPECT_EQ(render_json(r)["sections"][1]["paired"][0]["pairs"], 6);
   // --sweep of the candidate alone still pairs it.
   EXPECT_EQ(build_report(*db_, {"gate-candidate", ""}).sections[0].paired.size(), 2u);
+}
+
+// A sweep resumed by a second build holds both builds' points: the table
+// names the build of each, instead of two rows that look the same.
+TEST_F(ReportDb, TwoBuildsInOneSweepAreTwoNamedRows) {
+  const int64_t s = db_->upsert_sweep("resumed", "");
+  add(s, FakeRun("compile.enable=false", 1, 0, 1000).at_sha("aaaaaaaaaaaa"));
+  add(s, FakeRun("compile.enable=true", 1, 0, 1500).at_sha("aaaaaaaaaaaa"));
+  add(s, FakeRun("compile.enable=false", 1, 0, 900).at_sha("bbbbbbbbbbbb"));
+  const SectionReport sec = build_report(*db_, {}).sections[0];
+  ASSERT_EQ(sec.points.size(), 3u);
+  EXPECT_EQ(sec.varying_keys, (std::vector<std::string>{"compile.enable", "build"}));
+  EXPECT_EQ(sec.points[0].display_label, "compile.enable=false build=aaaaaaaaaaaa");
+  EXPECT_EQ(sec.points[2].display_label, "compile.enable=false build=bbbbbbbbbbbb");
+  // One build: no build column.
+  const int64_t one = db_->upsert_sweep("one", "");
+  add(one, FakeRun("compile.enable=false", 1, 0, 1000));
+  add(one, FakeRun("compile.enable=true", 1, 0, 1000));
+  EXPECT_EQ(build_report(*db_, {"one", ""}).sections[0].varying_keys, (std::vector<std::string>{"compile.enable"}));
 }
 
 TEST_F(ReportDb, EmptyDatabaseOrUnknownSweepIsBadInput) {
