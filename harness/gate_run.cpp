@@ -35,6 +35,21 @@ BuildIdentity binary_identity(const std::string& path, const std::string& flag) 
 
 namespace {
 
+// Where the spec sets `key` per point ([grid], [[include]], [[stack]]), or
+// "": an override of such a key would be overwritten by the point's value
+// (the candidate would silently run the baseline's recipe).
+std::string varied_per_point(const SweepSpec& spec, const std::string& key) {
+  for (const SweepAxis& a : spec.grid)
+    if (a.key == key) return "[grid] (" + a.where + ")";
+  for (const IncludeRow& r : spec.include)
+    for (const Assignment& s : r.sets)
+      if (s.key == key) return "[[include]] (" + s.where + ")";
+  for (const StackRow& r : spec.stack)
+    for (const Assignment& s : r.sets)
+      if (s.key == key) return "[[stack]] " + r.name + " (" + s.where + ")";
+  return "";
+}
+
 PairedSide plan_side(const SweepSpec& spec, const std::string& sweep_name, const std::string& bin,
                      const BuildIdentity& id, const std::vector<std::string>& overrides, const GateRunArgs& a) {
   PairedSide side;
@@ -45,6 +60,10 @@ PairedSide plan_side(const SweepSpec& spec, const std::string& sweep_name, const
     const auto eq = o.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == o.size())
       throw InputError("gate: --candidate-override '" + o + "' needs KEY=VALUE, e.g. activation_checkpoint.mode=full");
+    if (const std::string where = varied_per_point(spec, o.substr(0, eq)); !where.empty())
+      throw InputError("gate: --candidate-override " + o + " sets a key the spec varies per point in " + where +
+                       ", so the sides would not run the same points; drop it from the spec or compare two specs' "
+                       "sweeps with --baseline/--candidate");
     side.spec.overrides.push_back({o.substr(0, eq), o.substr(eq + 1), "--candidate-override " + o});
   }
   side.points = plan_sweep(side.spec, device_budget(side.spec), id.id);

@@ -8,6 +8,7 @@
 // speed thresholds here are 30 %: the test checks the mechanism, not the
 // power (which docs/reports.md measures on debugmodel).
 #include <gtest/gtest.h>
+#include <torch/version.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -112,7 +113,38 @@ TEST_F(GateRun, BadBinariesAreOneLineAndLeaveTheDatabaseAlone) {
                         "needs KEY=VALUE");
   expect_one_line_exit2(run_ctitan({"gate", "--db", db_, "--candidate-bin", "x", "--baseline", "a", "--candidate", "b"}),
                         "go with --run SPEC");
+  // An override of a key the spec varies per point would be overwritten by
+  // every point's value: the candidate would silently rerun the baseline.
+  const fs::path grid = dir_ / "grid.toml";
+  std::ofstream(grid) << slurp(spec_) << "[grid]\ntraining.local_batch_size = [1, 2]\n";
+  expect_one_line_exit2(run_ctitan({"gate", "--run", grid.string(), "--db", db_, "--candidate-override",
+                                    "training.local_batch_size=4"}),
+                        "sets a key the spec varies per point in [grid] (" + grid.string() + ":");
   EXPECT_EQ(slurp(db_), before);
+}
+
+// A candidate binary built against another LibTorch: the gate warns (the
+// comparison includes LibTorch's own changes) and runs. The candidate is
+// this ctitan behind a wrapper that answers `version --json` as a build
+// with LibTorch 2.14.0 would.
+TEST_F(GateRun, DifferentLibTorchVersionsWarnAndRun) {
+  const auto id = run_ctitan({"version", "--json"});
+  ASSERT_EQ(id.exit_code, 0);
+  nlohmann::json other = nlohmann::json::parse(id.out);
+  other["libtorch_version"] = "2.14.0";
+  other["build_id"] = "0123456789abcdef";
+  const fs::path wrapper = dir_ / "ctitan-lt214";
+  std::ofstream(wrapper) << "#!/bin/sh\nif [ \"$1\" = version ]; then echo '" << other.dump()
+                         << "'; exit 0; fi\nexec '" << fs::absolute(ctitan::testing::ctitan_bin()).string()
+                         << "' \"$@\"\n";
+  fs::permissions(wrapper, fs::perms::owner_all);
+  const auto r = run_ctitan({"gate", "--run", spec_.string(), "--db", db_, "--pairs", "1", "--candidate-bin",
+                             wrapper.string(), "--metrics", "mem"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("warning: the binaries use different LibTorch versions (" TORCH_VERSION " vs 2.14.0)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("ran 2 of 2 runs"), std::string::npos) << r.out;
 }
 
 }  // namespace
