@@ -11,6 +11,7 @@
 
 #include "common/errors.h"
 #include "common/build_identity.h"
+#include "profiling/gpu_info.h"
 #include "harness/sweep_spec.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
@@ -172,16 +173,32 @@ int64_t predicted_rank_bytes(const JobConfig& cfg, int world_size) {
 }
 
 DeviceBudget device_budget(const SweepSpec& spec) {
-  if (spec.memory_budget_gb > 0)
-    return {static_cast<int64_t>(spec.memory_budget_gb * static_cast<double>(kGiB)), "memory_budget_gb"};
-  std::ifstream in("/proc/meminfo");
-  std::string name;
-  int64_t kb = 0;
-  while (in >> name >> kb) {
-    if (name == "MemTotal:") return {kb * 1024, "MemTotal"};
-    in.ignore(256, '\n');
+  DeviceBudget b;
+  b.memory_bytes = INT64_MAX;
+  b.source = "unknown (no /proc/meminfo)";
+  if (spec.memory_budget_gb > 0) {
+    b.memory_bytes = static_cast<int64_t>(spec.memory_budget_gb * static_cast<double>(kGiB));
+    b.source = "memory_budget_gb";
+  } else {
+    std::ifstream in("/proc/meminfo");
+    std::string name;
+    int64_t kb = 0;
+    while (in >> name >> kb) {
+      if (name == "MemTotal:") {
+        b.memory_bytes = kb * 1024;
+        b.source = "MemTotal";
+        break;
+      }
+      in.ignore(256, '\n');
+    }
   }
-  return {INT64_MAX, "unknown (no /proc/meminfo)"};
+  const GpuInventory gpus = gpu_inventory();
+  b.gpus = static_cast<int>(gpus.devices.size());
+  for (const GpuDevice& g : gpus.devices)
+    if (b.gpu_memory_bytes == 0 || g.memory_bytes < b.gpu_memory_bytes) b.gpu_memory_bytes = g.memory_bytes;
+  if (b.gpus > 0) b.gpu_name = gpus.devices.front().name;
+  if (b.gpus > 0 && spec.memory_budget_gb > 0) b.gpu_memory_bytes = b.memory_bytes;
+  return b;
 }
 
 std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudget& budget) {
@@ -223,7 +240,15 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
            std::to_string(t.local_batch_size) + " x " + std::to_string(dp));
   need(shape.tp == 1 && shape.pp == 1 && shape.cp == 1,
        "tensor, pipeline and context parallelism are not implemented in this build (the trainer rejects tp/pp/cp > 1)");
-  need(!cfg.compile.enable || fused_kernels_available(),
+  // On GPUs a world size is a GPU count on this node (several nodes come with Slurm).
+  const std::string& dev = cfg.training.device;
+  const bool on_gpu = dev == "cuda" || (dev == "auto" && budget.gpus > 0);
+  if (dev == "cuda" && budget.gpus == 0)
+    why.push_back("training.device = cuda but LibTorch sees no GPU on this node");
+  else if (on_gpu)
+    need(world_size <= budget.gpus, "needs " + std::to_string(world_size) + " GPUs; this node has " +
+                                        std::to_string(budget.gpus) + " (" + budget.gpu_name + ")");
+  need(on_gpu || !cfg.compile.enable || fused_kernels_available(),
        "compile.enable: ctitan's fused kernels need AVX-512 and this CPU runs ATen at " + at::get_cpu_capability() +
            " (the run would measure the eager ops)");
   need(!(float8_on(cfg) && shape.dp_shard > 1 && cfg.float8.enable_fsdp_float8_all_gather &&
@@ -231,9 +256,15 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
        "the float8 FSDP all-gather needs recipe_name \"tensorwise\", got \"" + cfg.float8.recipe_name + "\"");
   const int64_t per_rank = predicted_rank_bytes(cfg, world_size);
   const double total = static_cast<double>(per_rank) * world_size;
-  need(total <= static_cast<double>(budget.memory_bytes),
-       "predicted memory " + gib(static_cast<double>(per_rank)) + " per rank x " + std::to_string(world_size) +
-           " > " + gib(static_cast<double>(budget.memory_bytes)) + " (" + budget.source + ")");
+  if (on_gpu && budget.gpus > 0)
+    need(per_rank <= budget.gpu_memory_bytes,
+         "predicted memory " + gib(static_cast<double>(per_rank)) + " per rank > " +
+             gib(static_cast<double>(budget.gpu_memory_bytes)) + " per GPU (" +
+             (budget.source == "memory_budget_gb" ? budget.source : budget.gpu_name) + ")");
+  else if (!on_gpu)
+    need(total <= static_cast<double>(budget.memory_bytes),
+         "predicted memory " + gib(static_cast<double>(per_rank)) + " per rank x " + std::to_string(world_size) +
+             " > " + gib(static_cast<double>(budget.memory_bytes)) + " (" + budget.source + ")");
   std::string out;
   for (const auto& w : why) out += (out.empty() ? "" : "; ") + w;
   return out;

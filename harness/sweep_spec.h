@@ -91,10 +91,16 @@ struct SweepPoint {
   std::string infeasible;        // why it cannot run here; empty = it can
 };
 
-// What a machine can hold: total bytes for all ranks of one point.
+// What a machine can hold: total bytes for all ranks of one point on the
+// CPU; on GPUs (training.device cuda, or auto where LibTorch sees GPUs) a
+// world size is a GPU count, at most `gpus`, and each rank must fit in one
+// GPU's memory.
 struct DeviceBudget {
   int64_t memory_bytes = 0;
   std::string source;  // "MemTotal" or "memory_budget_gb"
+  int gpus = 0;                   // GPUs LibTorch sees on this node
+  int64_t gpu_memory_bytes = 0;   // the smallest of their memories (memory_budget_gb when set)
+  std::string gpu_name;           // the first GPU's name
 };
 DeviceBudget device_budget(const SweepSpec& spec);
 

@@ -2,13 +2,40 @@
 
 #ifdef CTITAN_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
 namespace ctitan {
 
-DeviceMonitor::DeviceMonitor(c10::Device device) : device_(device) {}
+struct DeviceMonitor::StepEvents {
+#ifdef CTITAN_WITH_CUDA
+  at::cuda::CUDAEvent start{cudaEventDefault}, end{cudaEventDefault};  // timing enabled
+#endif
+};
+
+DeviceMonitor::DeviceMonitor(c10::Device device) : device_(device) {
+  if (device_.is_cuda()) events_ = std::make_shared<StepEvents>();
+}
+
+void DeviceMonitor::step_begin() {
+#ifdef CTITAN_WITH_CUDA
+  if (events_) events_->start.record(at::cuda::getCurrentCUDAStream(device_.index()));
+#endif
+}
+
+double DeviceMonitor::step_end() {
+#ifdef CTITAN_WITH_CUDA
+  if (events_) {
+    events_->end.record(at::cuda::getCurrentCUDAStream(device_.index()));
+    events_->end.synchronize();
+    return events_->start.elapsed_time(events_->end) / 1e3;
+  }
+#endif
+  synchronize();
+  return -1;
+}
 
 namespace {
 
@@ -32,8 +59,8 @@ MemoryStats DeviceMonitor::memory() const {
   if (device_.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
     constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    return {stats.allocated_bytes[kAll].current, stats.allocated_bytes[kAll].peak,
-            stats.allocation[kAll].allocated};
+    return {stats.active_bytes[kAll].current, stats.active_bytes[kAll].peak, stats.allocation[kAll].allocated,
+            stats.reserved_bytes[kAll].peak,  stats.num_alloc_retries,          stats.num_ooms};
   }
 #endif
   return {};

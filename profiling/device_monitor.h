@@ -7,7 +7,8 @@
 //   cpu   memory of live tensors from the accounting allocator
 //         (install_accounting_allocator), capacity = physical memory, peak
 //         FLOPs measured once per host (or the override);
-//   cuda  the caching allocator's allocated bytes on the device, capacity =
+//   cuda  the caching allocator's active bytes (and the reserved peak,
+//         allocation retries and OOMs) on the device, capacity =
 //         the device's memory, peak FLOPs from the GPU table (or override);
 //         synchronize() waits for the device's queued kernels, so a step's
 //         wall time covers its GPU work;
@@ -20,6 +21,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "profiling/memory.h"
@@ -37,10 +39,18 @@ class DeviceMonitor {
   void reset_peak();
   int64_t capacity_bytes() const;      // what memory % is relative to (0: unknown)
   void synchronize() const;            // the device's queued work has finished
+  // Step boundaries. step_end() waits for the step's queued work and returns
+  // its time from CUDA events recorded on the current stream at both
+  // boundaries (no synchronisation inside the step), or −1 elsewhere (the
+  // host clock around step_begin/step_end is then the measure).
+  void step_begin();
+  double step_end();
   PeakFlops peak_flops(at::ScalarType dtype, double override_tflops) const;
 
  private:
   c10::Device device_;
+  struct StepEvents;
+  std::shared_ptr<StepEvents> events_;  // CUDA only; shared by copies of the monitor
 };
 
 }  // namespace ctitan

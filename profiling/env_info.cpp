@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/build_identity.h"
+#include "profiling/gpu_info.h"
 #include "ctitan/build_info.h"
 
 namespace ctitan {
@@ -51,9 +52,8 @@ nlohmann::json environment_fingerprint() {
   env["cpu_model"] = cpu_model();
   env["cpu_cores"] = std::thread::hardware_concurrency();
   env["num_threads"] = at::get_num_threads();
-  const bool cuda = at::hasCUDA();
-  env["cuda_available"] = cuda;
-  env["gpu_count"] = 0;
+  env["cuda_available"] = at::hasCUDA();
+  add_gpu_env(env, gpu_inventory());
   return env;
 }
 

@@ -2,6 +2,8 @@
 
 #include "profiling/trace_analysis.h"
 
+#include <algorithm>
+
 namespace ctitan {
 
 bool is_nccl_kernel(std::string_view name) { return name.rfind("nccl", 0) == 0; }
@@ -33,6 +35,27 @@ std::vector<TraceEvent> gpu_activity_events(const std::vector<GpuActivity>& acts
                    std::move(args)});
   }
   return out;
+}
+
+StepBreakdown gpu_step_breakdown(const std::vector<GpuActivity>& acts, int64_t begin_ns, int64_t end_ns) {
+  Intervals compute, comm;
+  for (const GpuActivity& a : acts) {
+    if (a.kind == GpuActivity::Kind::kSync) continue;
+    (a.nccl ? comm : compute).push_back({static_cast<double>(a.start_ns), static_cast<double>(a.end_ns)});
+  }
+  const Interval window{static_cast<double>(begin_ns), static_cast<double>(end_ns)};
+  const Intervals c = interval_clip(interval_union(std::move(compute)), window);
+  const Intervals n = interval_clip(interval_union(std::move(comm)), window);
+  Intervals both = c;
+  both.insert(both.end(), n.begin(), n.end());
+  StepBreakdown s;
+  s.gpu = true;
+  s.step_s = (window.end - window.begin) / 1e9;
+  s.compute_s = interval_length(c) / 1e9;
+  s.comm_s = interval_length(n) / 1e9;
+  s.exposed_comm_s = interval_length(interval_subtract(n, c)) / 1e9;
+  s.idle_s = std::max(0.0, s.step_s - interval_length(interval_union(std::move(both))) / 1e9);
+  return s;
 }
 
 double gpu_busy_seconds(const std::vector<GpuActivity>& acts, int64_t begin_ns, int64_t end_ns) {

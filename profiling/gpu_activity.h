@@ -36,4 +36,13 @@ std::vector<TraceEvent> gpu_activity_events(const std::vector<GpuActivity>& acts
 // memset (the union over streams): the per-step GPU busy time.
 double gpu_busy_seconds(const std::vector<GpuActivity>& acts, int64_t begin_ns, int64_t end_ns);
 
+// One step of GPU time from CUPTI's records alone, clipped to [begin_ns,
+// end_ns): step_s the window, compute_s the union of non-NCCL kernels and
+// copies, comm_s the union of NCCL kernels, exposed_comm_s the NCCL time no
+// compute overlaps (comm − compute), idle_s the window less both. What a
+// GPU's exposed communication is, as the trace analysis computes it, for
+// every measured step without writing a trace.
+struct StepBreakdown;
+StepBreakdown gpu_step_breakdown(const std::vector<GpuActivity>& acts, int64_t begin_ns, int64_t end_ns);
+
 }  // namespace ctitan

@@ -36,9 +36,15 @@ class Tensor;
 namespace ctitan {
 
 struct MemoryStats {
-  int64_t current_bytes = 0;  // bytes held by live CPU tensors
-  int64_t peak_bytes = 0;     // max of current_bytes since the last reset
+  int64_t current_bytes = 0;  // bytes held by live tensors (CUDA: the caching allocator's active bytes)
+  int64_t peak_bytes = 0;     // max of current_bytes since the last reset (TorchTitan's max_active)
   int64_t num_allocs = 0;     // allocations since install
+  // CUDA's caching allocator only (−1 elsewhere): the peak of the memory it
+  // reserved from the driver (TorchTitan's max_reserved), and since the
+  // process started, the allocations it retried after freeing its cache
+  // and the out-of-memory errors it raised.
+  int64_t reserved_peak_bytes = -1;
+  int64_t alloc_retries = 0, ooms = 0;
 };
 
 void install_accounting_allocator();

@@ -33,8 +33,8 @@ ProfileAction profile_action(int64_t step, int64_t freq, int64_t warmup, int64_t
 }
 
 ProfilerSession::ProfilerSession(ProfilerOptions opts) : opts_(std::move(opts)), ops_(opts_.ops) {
-  if (opts_.traces) {
-    Tracer::get().name_thread("training");
+  if (opts_.traces) Tracer::get().name_thread("training");
+  if (opts_.traces || opts_.gpu_every_step) {
     std::string why;
     gpu_ = GpuTracer::create(&why);
     gpu_status_ = gpu_ ? "cupti" : "CUPTI unavailable: " + why;
@@ -66,6 +66,12 @@ void ProfilerSession::record_step(int64_t step, int64_t begin_ns, int64_t end_ns
   if (gpu_) {
     std::vector<GpuActivity> acts = gpu_->flush();
     last_gpu_busy_s_ = gpu_busy_seconds(acts, begin_ns, end_ns);
+    if (opts_.gpu_every_step) {
+      StepBreakdown b = gpu_step_breakdown(acts, begin_ns, end_ns);
+      b.rank = opts_.rank;
+      b.step = step;
+      gpu_steps_.push_back(b);
+    }
     if (recording_) std::move(acts.begin(), acts.end(), std::back_inserter(gpu_window_));
   }
 }
@@ -167,19 +173,25 @@ std::vector<StepBreakdown> steady_breakdowns(const std::vector<StepBreakdown>& a
 
 }  // namespace
 
+std::string ProfilerSession::breakdown_source() const {
+  return !breakdowns_.empty() ? "trace" : !gpu_steps_.empty() ? "cupti" : "";
+}
+
 std::vector<double> ProfilerSession::summary_breakdown(int64_t warmup_steps) const {
-  const BreakdownMean m = mean_breakdown(steady_breakdowns(breakdowns_, warmup_steps));
+  const auto& from = breakdowns_.empty() ? gpu_steps_ : breakdowns_;
+  const BreakdownMean m = mean_breakdown(steady_breakdowns(from, warmup_steps));
   return {static_cast<double>(m.n), m.step_s, m.compute_s, m.comm_s, m.exposed_comm_s, m.idle_s};
 }
 
 std::vector<int64_t> ProfilerSession::summary_steps(int64_t warmup_steps) const {
   std::vector<int64_t> steps;
-  for (const auto& b : steady_breakdowns(breakdowns_, warmup_steps)) steps.push_back(b.step);
+  for (const auto& b : steady_breakdowns(breakdowns_.empty() ? gpu_steps_ : breakdowns_, warmup_steps))
+    steps.push_back(b.step);
   return steps;
 }
 
 void add_trace_summary(nlohmann::json& summary, const std::vector<double>& all_ranks,
-                       const std::vector<int64_t>& steps) {
+                       const std::vector<int64_t>& steps, const std::string& source) {
   constexpr int kF = ProfilerSession::kSummaryFields;
   const char* keys[kF] = {"steps", "step_s", "compute_s", "comm_s", "exposed_comm_s", "idle_s"};
   nlohmann::json ranks = nlohmann::json::array();
@@ -201,7 +213,7 @@ void add_trace_summary(nlohmann::json& summary, const std::vector<double>& all_r
     summary["comm_s_flight_recorder"] = summary["comm_s"];
     summary["exposed_comm_s_wait"] = summary["exposed_comm_s"];
   }
-  summary["comm_source"] = "trace";
+  summary["comm_source"] = source;
   summary["step_s_traced"] = sums[1] / counted;
   for (int k = 2; k < kF; ++k) summary[keys[k]] = sums[k] / counted;
   summary["trace_breakdown"] = {{"steps", steps}, {"ranks", std::move(ranks)}};

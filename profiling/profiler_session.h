@@ -45,7 +45,7 @@ ProfileAction profile_action(int64_t step, int64_t freq, int64_t warmup, int64_t
 // always come from one measurement; comm_source says which. No-op when no
 // rank traced a step.
 void add_trace_summary(nlohmann::json& summary, const std::vector<double>& all_ranks,
-                       const std::vector<int64_t>& steps);
+                       const std::vector<int64_t>& steps, const std::string& source = "trace");
 
 struct ProfilerOptions {
   bool traces = false;            // [profiling] enable_profiling
@@ -56,6 +56,10 @@ struct ProfilerOptions {
   int rank = 0, world_size = 1;
   int64_t steady_after = 0;  // metrics.warmup_steps: earlier steps are left out of the overhead comparison
   OpProfiler::Source ops = OpProfiler::Source::kKineto;
+  // On CUDA: the CUPTI tracer runs on every step, traces or not, and each
+  // step's GPU compute / NCCL / exposed time (gpu_step_breakdown) is kept
+  // for summary.json when no trace was analysed.
+  bool gpu_every_step = false;
 };
 
 class ProfilerSession {
@@ -64,6 +68,9 @@ class ProfilerSession {
   ~ProfilerSession();
 
   bool enabled() const { return opts_.traces || opts_.memory_snapshots; }
+  // Where summary_breakdown() comes from: "trace" (analysed traces),
+  // "cupti" (every step's CUPTI records, no trace written) or "" (none).
+  std::string breakdown_source() const;
   // Around each training step (before its timer starts / after its metrics
   // and checkpoint). step_time_s: the step's measured time.
   void step_begin(int64_t step);
@@ -107,6 +114,7 @@ class ProfilerSession {
   int64_t first_recorded_ = 0;
   double last_gpu_busy_s_ = -1;
   std::vector<StepBreakdown> breakdowns_;
+  std::vector<StepBreakdown> gpu_steps_;  // gpu_every_step: every step's CUPTI breakdown
   std::vector<double> traced_step_s_, untraced_step_s_;
   double save_s_ = 0;
   int64_t traces_saved_ = 0;

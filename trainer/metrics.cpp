@@ -76,9 +76,18 @@ void MetricsLogger::log_interval() {
   const double mfu = opts_.peak_flops > 0 ? 100.0 * opts_.flops_per_token * tps / opts_.peak_flops : std::nan("");
   const double hfu = opts_.peak_flops > 0 ? 100.0 * hardware_flops() * tps / opts_.peak_flops : std::nan("");
   const MemoryStats mem = opts_.monitor.memory();
-  const double mem_gib = mem.peak_bytes / kGiB;
+  // TorchTitan's line shows what the caching allocator reserved on a GPU;
+  // on the CPU (no caching allocator) the peak of live tensors.
+  const bool cuda_alloc = mem.reserved_peak_bytes >= 0;
+  const int64_t shown = cuda_alloc ? mem.reserved_peak_bytes : mem.peak_bytes;
+  const double mem_gib = shown / kGiB;
   const int64_t capacity = opts_.monitor.capacity_bytes();
-  const double mem_pct = capacity > 0 ? 100.0 * mem.peak_bytes / capacity : 0.0;
+  const double mem_pct = capacity > 0 ? 100.0 * shown / capacity : 0.0;
+  if (cuda_alloc && mem.alloc_retries > reported_retries_) {
+    std::cerr << "ctitan: warning: the CUDA caching allocator retried " << mem.alloc_retries - reported_retries_
+              << " allocations after freeing its cache (memory pressure: expect slower steps)" << std::endl;
+    reported_retries_ = mem.alloc_retries;
+  }
 
   const bool c = opts_.color;
   auto col = [c](const char* code) { return c ? code : ""; };
@@ -106,6 +115,12 @@ void MetricsLogger::log_interval() {
                       {"step_time_s", time / interval_.size()},
                       {"data_time_s", data / interval_.size()},
                       {"steps_in_interval", interval_.size()}};
+  if (cuda_alloc) {
+    j["mem_reserved_peak_bytes"] = mem.reserved_peak_bytes;
+    j["mem_alloc_retries"] = mem.alloc_retries;
+    j["mem_ooms"] = mem.ooms;
+    j["mem_capacity_bytes"] = capacity;
+  }
   for (auto it = pending_.begin(); it != pending_.end(); ++it) j[it.key()] = it.value();
   pending_ = nlohmann::json::object();
   jsonl_ << j.dump() << "\n";

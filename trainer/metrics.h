@@ -77,6 +77,7 @@ class MetricsLogger {
   std::vector<StepRecord> all_;
   std::vector<StepRecord> interval_;
   int64_t run_peak_bytes_ = 0;  // max over logged intervals
+  int64_t reported_retries_ = 0;  // CUDA allocator retries already warned about
   nlohmann::json pending_ = nlohmann::json::object();
 };
 

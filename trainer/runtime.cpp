@@ -2,6 +2,9 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/cuda.h>
+#ifdef CTITAN_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include <cstdlib>
 #include <filesystem>
@@ -77,6 +80,12 @@ Runtime init_runtime(const JobConfig& cfg) {
                      std::to_string(rt.env.world_size) +
                      " ranks run one process with comm.mode = \"fake_backend\" and NGPU=" +
                      std::to_string(rt.env.world_size));
+#ifdef CTITAN_WITH_CUDA
+  // This rank's GPU becomes the current device before anything touches CUDA:
+  // the caching allocator, NCCL's communicators, CUDA events and CUPTI all
+  // follow it (otherwise every rank would create a context on GPU 0).
+  if (rt.device.is_cuda()) c10::cuda::set_device(rt.device.index());
+#endif
   rt.monitor = DeviceMonitor(rt.device);
   if (rt.fake) {
     rt.mesh = DeviceMesh::fake(rt.shape, 0);

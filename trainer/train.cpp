@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <thread>
+#include <tuple>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "common/errors.h"
@@ -28,6 +29,7 @@
 #include "profiling/trace.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/config_loader.h"
+#include "trainer/data/batch_stager.h"
 #include "trainer/data/dataset.h"
 #include "trainer/dry_run.h"
 #include "trainer/kernels/fused_ops.h"  // aten_cpu_is_avx512
@@ -158,6 +160,7 @@ ProfilerOptions profiler_options(const JobConfig& cfg, const Runtime& rt) {
   p.rank = rt.env.rank;
   p.world_size = rt.env.world_size;
   p.steady_after = cfg.metrics.warmup_steps;
+  p.gpu_every_step = rt.device.is_cuda();
   return p;
 }
 
@@ -178,7 +181,8 @@ class TrainLoop {
       : cfg_(cfg), rt_(rt), tm_(tm), opt_(opt), loader_(loader), ckpt_(ckpt), accum_(accum),
         schedule_(cfg.training.steps, cfg.lr_scheduler.warmup_steps, cfg.lr_scheduler.decay_ratio,
                   cfg.lr_scheduler.decay_type, cfg.lr_scheduler.min_lr_factor),
-        save_pieces_(tm.checkpoint_pieces(opt, true)) {}
+        save_pieces_(tm.checkpoint_pieces(opt, true)),
+        stager_(rt.device, cfg.training.local_batch_size, cfg.training.seq_len) {}
 
   int run(int64_t step, int64_t resident_bytes);
 
@@ -209,14 +213,13 @@ class TrainLoop {
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<ProfilerSession> profiler_;
   TokenBatch batch_;
+  BatchStager stager_;  // host batch -> device (pinned and non-blocking on CUDA)
   bool traces_ = false;
   double comm_s_ = 0, exposed_comm_s_ = 0;
   int64_t comm_steps_ = 0;
 };
 
 TrainLoop::StepResult TrainLoop::step(int64_t step) {
-  const int64_t B = cfg_.training.local_batch_size, S = cfg_.training.seq_len;
-  const auto ids = torch::TensorOptions().dtype(torch::kLong);
   StepResult r;
   r.lr = cfg_.optimizer.lr * schedule_.factor(step - 1);
   try {
@@ -226,8 +229,7 @@ TrainLoop::StepResult TrainLoop::step(int64_t step) {
       {
         TraceRange tr(trace_cat::kData, "data");
         loader_.next(batch_);
-        inputs = torch::from_blob(batch_.inputs.data(), {B, S}, ids).to(rt_.device, /*non_blocking=*/false, /*copy=*/true);
-        labels = torch::from_blob(batch_.labels.data(), {B, S}, ids).to(rt_.device, false, true);
+        std::tie(inputs, labels) = stager_.stage(batch_);
       }
       r.data_s += seconds_since(td);
       const double scale = 1.0 / static_cast<double>(accum_);
@@ -316,8 +318,8 @@ void TrainLoop::start_metrics(const PeakFlops& peak) {
   mo.color = !cfg_.metrics.disable_color_printing && ::isatty(STDOUT_FILENO);
   mo.flops_per_token = flops_per_token(args, S);
   // Selective "op" checkpointing keeps attention's output only on ATen's
-  // flash path: equal head counts and no fused ("compile") attention.
-  const bool attention_kept = args.n_kv_heads == args.n_heads && !m.fused_model();
+  // CPU flash path: equal head counts and no fused ("compile") attention.
+  const bool attention_kept = args.n_kv_heads == args.n_heads && !m.fused_model() && rt_.device.is_cpu();
   mo.hardware_flops_per_token = hardware_flops_per_token(args, S, m.activation_checkpointing(), attention_kept);
   mo.peak_flops = peak.flops;
   mo.warmup_steps = cfg_.metrics.warmup_steps;
@@ -350,8 +352,11 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     ++step;
     profiler_->step_begin(step);
     const auto t0 = Clock::now();
+    rt_.monitor.step_begin();
     StepResult r = this->step(step);
-    rt_.monitor.synchronize();
+    // Waits for the step's queued work. On CUDA the step's time is the one
+    // between events at its boundaries, from the GPU; elsewhere the host's.
+    const double device_step_s = rt_.monitor.step_end();
     if (!r.oom.empty()) {  // the snapshot, one line, summary.json with status "oom" (rank 0), exit 1
       std::signal(SIGINT, old_int);
       std::signal(SIGTERM, old_term);
@@ -360,7 +365,7 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
       return 1;
     }
     const auto t1 = Clock::now();
-    const double step_time = std::chrono::duration<double>(t1 - t0).count();
+    const double step_time = device_step_s >= 0 ? device_step_s : std::chrono::duration<double>(t1 - t0).count();
     profiler_->record_step(step, ns_of(t0), ns_of(t1));
     if (profiler_->last_gpu_busy_s() >= 0) metrics_->attach("gpu_busy_s", profiler_->last_gpu_busy_s());
     const CommTimes ct = tm_.take_comm_times();
@@ -415,16 +420,24 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
                           {"mem_by_category", memory_by_category_json()}};
   if (rt_.env.world_size > 1) {
     extra["data_parallel"] = tm_.describe();
-    extra["comm_s"] = comm_steps_ ? comm_s_ / comm_steps_ : 0.0;
-    extra["exposed_comm_s"] = comm_steps_ ? exposed_comm_s_ / comm_steps_ : 0.0;
-    extra["comm_source"] = "flight_recorder";
+    if (rt_.device.is_cuda()) {
+      // NCCL's wait() only orders streams: host time around it is not the
+      // GPU's exposed communication; CUPTI's NCCL kernels are (the breakdown below).
+      extra["comm_source"] = "none: CUPTI did not run (on CUDA communication is measured from its NCCL kernels)";
+    } else {
+      extra["comm_s"] = comm_steps_ ? comm_s_ / comm_steps_ : 0.0;
+      extra["exposed_comm_s"] = comm_steps_ ? exposed_comm_s_ / comm_steps_ : 0.0;
+      extra["comm_source"] = "flight_recorder";
+    }
   }
-  if (traces_) {  // every rank: the breakdowns are gathered
+  // Every rank: the breakdowns (traces, or CUPTI on every CUDA step) are gathered.
+  if (traces_ || rt_.device.is_cuda()) {
     at::Tensor mine = torch::tensor(profiler_->summary_breakdown(cfg_.metrics.warmup_steps), torch::kDouble);
     at::Tensor all = torch::empty({rt_.env.world_size * mine.numel()}, torch::kDouble);
     rt_.mesh->group("world").all_gather(all, mine)->wait();
+    const std::string source = profiler_->breakdown_source();
     add_trace_summary(extra, std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel()),
-                      profiler_->summary_steps(cfg_.metrics.warmup_steps));
+                      profiler_->summary_steps(cfg_.metrics.warmup_steps), source.empty() ? "trace" : source);
     if (const std::string line = profiler_->overhead_line(); !line.empty() && rt_.rank0())
       std::cout << "ctitan: " << line << std::endl;
   }
@@ -479,7 +492,9 @@ int train(const JobConfig& cfg) {
   if (rt.rank0()) {
     fs::create_directories(dump);
     write_text_atomically(dump / "config.toml", to_toml(cfg));
-    write_text_atomically(dump / "env.json", environment_fingerprint().dump(2) + "\n");
+    nlohmann::json env = environment_fingerprint();
+    if (rt.device.is_cuda()) env["nccl_version"] = nccl_version();
+    write_text_atomically(dump / "env.json", env.dump(2) + "\n");
   }
   TrainLoop loop(cfg, rt, *tm, optimizer, *loader, checkpointer, accum);
   return loop.run(step, resident_bytes);

@@ -370,10 +370,10 @@ def build_adamw(params, lr: float, weight_decay: float = 0.1, impl: str = "fused
     )
 
 
-def fused_adamw_works() -> bool:
+def fused_adamw_works(device: str = "cpu") -> bool:
     try:
-        p = nn.Parameter(torch.ones(4))
-        p.grad = torch.ones(4)
+        p = nn.Parameter(torch.ones(4, device=device))
+        p.grad = torch.ones(4, device=device)
         build_adamw([p], lr=1e-3, impl="fused").step()
         return bool(torch.isfinite(p).all())
     except (RuntimeError, ValueError):
@@ -407,6 +407,8 @@ def main(argv=None) -> int:
     ap.add_argument("--optimizer-impl", default="auto", choices=["auto", "fused", "foreach", "for-loop"],
                     help="auto = fused if it works on this device, else foreach")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: the GPU of LOCAL_RANK (0); TF32 stays PyTorch's default (off for matmuls)")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: all cores)")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON summary line on stdout (step lines go to stderr)")
@@ -425,15 +427,18 @@ def main(argv=None) -> int:
 
     with torch.device("meta"):
         model = Transformer(margs, param_dtype)
-    model.to_empty(device="cpu")
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if args.device == "cuda" else torch.device("cpu")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    model.to_empty(device=dev)
     with torch.no_grad():
-        model.init_weights(buffer_device=torch.device("cpu"))
+        model.init_weights(buffer_device=dev)
     model.train()
     nparams, _, flops_per_token = nparams_and_flops(model, margs, args.seq_len)
 
     impl = args.optimizer_impl
     if impl == "auto":
-        impl = "fused" if fused_adamw_works() else "foreach"
+        impl = "fused" if fused_adamw_works(dev.type) else "foreach"
     opt = build_adamw(model.parameters(), lr=args.lr, impl=impl)
     decay_steps = args.steps - args.lr_warmup_steps
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -452,7 +457,7 @@ def main(argv=None) -> int:
     step_times, losses = [], []
     for step in range(1, args.steps + 1):
         t0 = time.perf_counter()
-        data = torch.randint(0, margs.vocab_size, (args.batch, args.seq_len + 1))
+        data = torch.randint(0, margs.vocab_size, (args.batch, args.seq_len + 1)).to(dev, non_blocking=True)
         inputs, labels = data[:, :-1], data[:, 1:]
         opt.zero_grad(set_to_none=True)
         logits = fwd(inputs)
@@ -492,7 +497,11 @@ def main(argv=None) -> int:
         "optimizer_impl": impl,
         "nparams": nparams,
         "flops_per_token": flops_per_token,
+        "device": str(dev) if dev.type == "cpu" else f"{torch.cuda.get_device_name(dev)} ({dev})",
     }
+    if dev.type == "cuda":  # TorchTitan's memory numbers
+        summary["max_active_bytes"] = torch.cuda.memory_stats(dev)["active_bytes.all.peak"]
+        summary["max_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
     if args.json:
         print(json.dumps(summary), flush=True)
     else:

@@ -3,6 +3,7 @@
 // the step analysis, and the numbers come out as worked out by hand. On this
 // machine the tracer itself must decline, with its reason.
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <cstring>
 
@@ -22,11 +23,37 @@ namespace ctitan {
 namespace {
 
 TEST(GpuTracer, DeclinesWithAReasonWithoutAGpu) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is present: tests/gpu/ runs the tracer on it";
   std::string why;
   EXPECT_EQ(GpuTracer::create(&why), nullptr);
   // With CUPTI in the build: no device here; without: the build says so.
   EXPECT_TRUE(why.find("no CUDA device") != std::string::npos || why.find("without CUPTI") != std::string::npos)
       << why;
+}
+
+// Every CUDA step's breakdown from CUPTI records alone (no trace file):
+// compute kernels [0,10) and [20,30) ns, an NCCL kernel [5,25), a memcpy
+// [32,34) and a sync record (ignored), in the window [0,40).
+TEST(GpuActivity, StepBreakdownSplitsComputeAndExposedNccl) {
+  auto act = [](GpuActivity::Kind k, int64_t a, int64_t b, bool nccl = false) {
+    GpuActivity x;
+    x.kind = k;
+    x.start_ns = a;
+    x.end_ns = b;
+    x.nccl = nccl;
+    return x;
+  };
+  using K = GpuActivity::Kind;
+  const std::vector<GpuActivity> acts = {act(K::kKernel, 0, 10), act(K::kKernel, 20, 30), act(K::kKernel, 5, 25, true),
+                                         act(K::kMemcpy, 32, 34), act(K::kSync, 0, 40), act(K::kKernel, 38, 50)};
+  const StepBreakdown s = gpu_step_breakdown(acts, 0, 40);
+  EXPECT_TRUE(s.gpu);
+  constexpr double ns = 1e-9, tol = 1e-15;
+  EXPECT_NEAR(s.step_s, 40 * ns, tol);
+  EXPECT_NEAR(s.compute_s, (10 + 10 + 2 + 2) * ns, tol);  // the last kernel is clipped to [38,40)
+  EXPECT_NEAR(s.comm_s, 20 * ns, tol);
+  EXPECT_NEAR(s.exposed_comm_s, 10 * ns, tol);  // [10,20): NCCL with no compute beside it
+  EXPECT_NEAR(s.idle_s, 6 * ns, tol);           // [30,32) and [34,38)
 }
 
 TEST(GpuActivity, NcclKernelsAreCommunication) {

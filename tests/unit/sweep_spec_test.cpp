@@ -44,8 +44,15 @@ std::string spec(const std::string& body, const std::string& sweep_extra = "worl
   return "[sweep]\nname = \"t\"\nbase = \"" + base_recipe() + "\"\n" + sweep_extra + body;
 }
 
+DeviceBudget host_budget(int64_t bytes) {
+  DeviceBudget b;
+  b.memory_bytes = bytes;
+  b.source = "test";
+  return b;
+}
+
 std::vector<SweepPoint> plan(const std::string& text, int64_t budget = int64_t{1} << 40) {
-  return plan_sweep(parse_sweep_spec(text, "t.toml"), DeviceBudget{budget, "test"});
+  return plan_sweep(parse_sweep_spec(text, "t.toml"), host_budget(budget));
 }
 
 std::vector<std::string> labels(const std::vector<SweepPoint>& pts) {
@@ -219,6 +226,36 @@ TEST(SweepPruning, ACombinationTheTrainerRejectsIsInfeasibleNotAnError) {
 }
 
 // --- point key -----------------------------------------------------------------
+
+// On GPUs a world size is a GPU count of this node and a rank must fit in
+// one GPU's memory; training.device = cuda without a GPU is infeasible. The
+// budgets are given, as device_budget() reads them on a GPU node.
+TEST(SweepPlan, GpuPointsNeedThatManyGpusAndFitInOne) {
+  const std::string text = spec("[overrides]\ntraining.device = \"cuda\"\n", "world_sizes = [1, 2, 4]\n");
+  DeviceBudget node = host_budget(int64_t{1} << 40);
+  node.gpus = 2;
+  node.gpu_memory_bytes = int64_t{80} << 30;
+  node.gpu_name = "NVIDIA H200";
+  auto pts = plan_sweep(parse_sweep_spec(text, "t.toml"), node);
+  ASSERT_EQ(pts.size(), 3u);
+  EXPECT_EQ(pts[0].infeasible, "");
+  EXPECT_EQ(pts[1].infeasible, "");
+  EXPECT_EQ(pts[2].infeasible, "needs 4 GPUs; this node has 2 (NVIDIA H200)");
+  node.gpu_memory_bytes = 1 << 20;  // a rank no longer fits in one GPU
+  pts = plan_sweep(parse_sweep_spec(text, "t.toml"), node);
+  EXPECT_NE(pts[0].infeasible.find("per rank > 0.0 GiB per GPU (NVIDIA H200)"), std::string::npos) << pts[0].infeasible;
+  node.gpus = 0;  // no GPU at all
+  pts = plan_sweep(parse_sweep_spec(text, "t.toml"), node);
+  for (const auto& p : pts) EXPECT_EQ(p.infeasible, "training.device = cuda but LibTorch sees no GPU on this node");
+  // device auto: GPUs when there are some, else the CPU's budget (host memory).
+  const std::string auto_text = spec("", "world_sizes = [1, 4]\n");
+  node.gpus = 2;
+  node.gpu_memory_bytes = int64_t{80} << 30;
+  EXPECT_EQ(plan_sweep(parse_sweep_spec(auto_text, "t.toml"), node)[1].infeasible,
+            "needs 4 GPUs; this node has 2 (NVIDIA H200)");
+  node.gpus = 0;
+  EXPECT_EQ(plan_sweep(parse_sweep_spec(auto_text, "t.toml"), node)[1].infeasible, "");
+}
 
 TEST(PointKey, SameConfigSameKeyAcrossPathsLabelsAndDumpFolders) {
   JobConfig a = load_toml_file(base_recipe());

@@ -490,4 +490,12 @@ std::shared_ptr<Communicator> Communicator::create(c10::intrusive_ptr<c10d::Stor
                                                     std::move(options));
 }
 
+std::string nccl_version() {
+#ifdef USE_C10D_NCCL
+  return c10d::getNcclVersion();
+#else
+  return "";
+#endif
+}
+
 }  // namespace ctitan

@@ -57,6 +57,10 @@ struct CommOptions {
   std::shared_ptr<FlightRecorder> recorder;          // may be null
 };
 
+// The NCCL version LibTorch's ProcessGroupNCCL uses ("2.27.5"), or "" in a
+// build without NCCL: env.json records it beside the GPU keys.
+std::string nccl_version();
+
 class Communicator {
  public:
   // Joins group `name` of `size` ranks through `store` (already prefixed so

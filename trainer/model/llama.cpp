@@ -228,7 +228,9 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
   at::Tensor v = qkv[2].view({B, S, -1, Dh}).to(attention_dtype_);
   at::Tensor o = q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                  : fused_model_ ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-                 : cache && K == H ? cached_causal_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+                 // Kept under "op" checkpointing through ATen's CPU flash kernel; on CUDA
+                 // attention is recomputed (ATen's CUDA flash op takes bf16/fp16 only).
+                 : cache && K == H && q.device().is_cpu() ? cached_causal_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                                    : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                         /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                                         /*scale=*/std::nullopt, /*enable_gqa=*/K != H);

@@ -1,0 +1,171 @@
+// GPU checks (CTest label `gpu`, `scripts/gpu_check.sh`): run where LibTorch
+// sees a CUDA device and skip, with one line saying why, everywhere else —
+// the CUDA path is compiled in every build but only runs on a GPU.
+//
+// Tolerances, stated once: fp32 with TF32 off on both sides. The model's
+// loss agrees to 1e-5 relative and its gradients to 1e-4 of the largest
+// gradient (cuBLAS and the CPU reduce in different orders); ten training
+// steps agree to 1e-3 relative (the differences grow through AdamW).
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "profiling/gpu_info.h"
+#include "profiling/gpu_tracer.h"
+#include "tests/integration/process.h"
+#include "trainer/float8/float8_linear.h"
+#include "trainer/model/llama.h"
+
+namespace ctitan {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::read_json;
+using testing::read_jsonl;
+using testing::run_ctitan;
+
+#define CTITAN_REQUIRE_GPU()                                                                         \
+  do {                                                                                              \
+    if (!torch::cuda::is_available())                                                               \
+      GTEST_SKIP() << "no GPU: LibTorch sees no CUDA device here (the CUDA path is compiled, not run)"; \
+  } while (0)
+
+void fp32_everywhere() {
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+}
+
+TEST(GpuModel, ForwardBackwardMatchesTheCpuFp32Result) {
+  CTITAN_REQUIRE_GPU();
+  fp32_everywhere();
+  const LlamaArgs args = llama3_flavor("debugmodel");
+  Llama3 cpu(args, torch::kFloat, 64), gpu(args, torch::kFloat, 64, c10::Device(c10::kCUDA, 0));
+  cpu.init_weights(7);
+  gpu.init_weights(7);  // a function of (seed, FQN, index): the same weights on both devices
+  const auto tokens = torch::randint(0, args.vocab_size, {2, 64}, torch::kLong);
+  const auto labels = torch::randint(0, args.vocab_size, {2, 64}, torch::kLong);
+  at::Tensor lc = cpu.forward_loss(tokens, labels);
+  at::Tensor lg = gpu.forward_loss(tokens.cuda(), labels.cuda());
+  lc.backward();
+  lg.backward();
+  const double c = lc.item<double>(), g = lg.item<double>();
+  EXPECT_NEAR(g, c, 1e-5 * std::abs(c));
+  const at::Tensor gc = cpu.store().flat_grads(), gg = gpu.store().flat_grads().cpu();
+  const double scale = gc.abs().max().item<double>();
+  EXPECT_LT((gg - gc).abs().max().item<double>(), 1e-4 * scale);
+}
+
+std::vector<double> losses_of(const fs::path& dir) {
+  std::vector<double> out;
+  for (const auto& j : read_jsonl(dir / "metrics.jsonl"))
+    if (j.contains("loss") && j["loss"].is_number()) out.push_back(j["loss"].get<double>());
+  return out;
+}
+
+std::vector<std::string> train_args(const fs::path& dir, const std::string& device) {
+  return {"train", "--model.flavor", "debugmodel", "--training.steps", "10", "--training.seq_len", "256",
+          "--training.local_batch_size", "4", "--training.mixed_precision_param", "float32", "--metrics.log_freq",
+          "1", "--training.device", device, "--job.dump_folder", dir.string()};
+}
+
+TEST(GpuTrain, TenStepsOfDebugmodelTrackTheCpuLosses) {
+  CTITAN_REQUIRE_GPU();
+  const fs::path dir = testing::fresh_dir("gpu_train");
+  const auto cpu = run_ctitan(train_args(dir / "cpu", "cpu"));
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  const auto gpu = run_ctitan(train_args(dir / "cuda", "cuda"));
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  const auto lc = losses_of(dir / "cpu"), lg = losses_of(dir / "cuda");
+  ASSERT_EQ(lc.size(), 10u);
+  ASSERT_EQ(lg.size(), 10u);
+  for (size_t i = 0; i < lc.size(); ++i) EXPECT_NEAR(lg[i], lc[i], 1e-3 * std::abs(lc[i])) << "step " << i + 1;
+  const auto summary = read_json(dir / "cuda" / "summary.json");
+  EXPECT_NE(summary["device"].get<std::string>().find("cuda:0"), std::string::npos) << summary.dump();
+  const auto env = read_json(dir / "cuda" / "env.json");
+  EXPECT_GE(env["gpu_count"].get<int>(), 1);
+  EXPECT_FALSE(env["gpu_name"].get<std::string>().empty());
+  EXPECT_FALSE(env["nccl_version"].get<std::string>().empty());
+  // The CUDA caching allocator's numbers, as TorchTitan logs them.
+  const auto last = read_jsonl(dir / "cuda" / "metrics.jsonl").back();
+  EXPECT_GT(last["mem_reserved_peak_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(last["mem_ooms"].get<int64_t>(), 0);
+  fs::remove_all(dir);
+}
+
+TEST(GpuFsdp, TwoRanksOverNcclMatchOneRank) {
+  CTITAN_REQUIRE_GPU();
+  if (torch::cuda::device_count() < 2)
+    GTEST_SKIP() << "needs 2 GPUs; this machine has " << torch::cuda::device_count();
+  const fs::path dir = testing::fresh_dir("gpu_fsdp");
+  auto one = train_args(dir / "one", "cuda");
+  one.insert(one.end(), {"--training.global_batch_size", "8"});
+  ASSERT_EQ(run_ctitan(one).exit_code, 0);
+  std::vector<std::string> two = {"launch", "--nproc", "2", "--"};
+  auto inner = train_args(dir / "two", "cuda");
+  two.insert(two.end(), inner.begin(), inner.end());
+  two.insert(two.end(), {"--training.global_batch_size", "8", "--parallelism.data_parallel_shard_degree", "2"});
+  const auto r = run_ctitan(two);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto l1 = losses_of(dir / "one"), l2 = losses_of(dir / "two");
+  ASSERT_EQ(l1.size(), l2.size());
+  for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l2[i], l1[i], 1e-3 * std::abs(l1[i])) << "step " << i + 1;
+  fs::remove_all(dir);
+}
+
+TEST(GpuFloat8, ScaledMmMatchesTheEmulation) {
+  CTITAN_REQUIRE_GPU();
+  const GpuDevice g = gpu_inventory().devices.at(0);
+  if (g.major * 10 + g.minor < 89)
+    GTEST_SKIP() << "float8 GEMMs need sm89 or newer; this GPU is sm" << g.major << g.minor;
+  torch::manual_seed(0);
+  const auto x = torch::randn({256, 512}).to(torch::kBFloat16), w = torch::randn({384, 512}).to(torch::kBFloat16) * 0.02;
+  const auto ref = at::linear(x.to(torch::kFloat), w.to(torch::kFloat));
+  for (Float8Recipe recipe : {Float8Recipe::kTensorwise, Float8Recipe::kRowwise}) {
+    const auto dev = c10::Device(c10::kCUDA, 0);
+    EXPECT_EQ(float8_backend(dev, false), "scaled_mm");
+    const auto fast = float8_linear(x.to(dev), w.to(dev), recipe, /*emulate=*/false).to(torch::kFloat).cpu();
+    const auto emul = float8_linear(x, w, recipe, /*emulate=*/true).to(torch::kFloat);
+    // Both quantise alike and their GEMMs accumulate differently: the same
+    // SQNR against fp32 within 1 dB, and more than 30 dB SQNR between them.
+    EXPECT_NEAR(sqnr_db(ref, fast), sqnr_db(ref, emul), 1.0) << float8_recipe_name(recipe);
+    EXPECT_GT(sqnr_db(emul, fast), 30.0) << float8_recipe_name(recipe);
+  }
+}
+
+TEST(GpuCupti, TraceHasKernelsAndItsBusyTimeIsTheStepTime) {
+  CTITAN_REQUIRE_GPU();
+  std::string why;
+  auto tracer = GpuTracer::create(&why);
+  ASSERT_NE(tracer, nullptr) << why;
+  const auto a = torch::randn({4096, 4096}, torch::device(torch::kCUDA)), b = torch::randn_like(a);
+  at::Tensor c = at::mm(a, b);  // warm-up: cuBLAS handles, the allocator
+  torch::cuda::synchronize();
+  tracer->flush();
+  const int64_t t0 = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch()).count();
+  for (int i = 0; i < 20; ++i) c = at::mm(c.tanh(), b);  // compute-bound: the GPU never waits
+  torch::cuda::synchronize();
+  const int64_t t1 = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch()).count();
+  const auto acts = tracer->flush();
+  size_t kernels = 0;
+  for (const auto& x : acts) kernels += x.kind == GpuActivity::Kind::kKernel;
+  EXPECT_GE(kernels, 40u);
+  const double busy = gpu_busy_seconds(acts, t0, t1), step = (t1 - t0) / 1e9;
+  EXPECT_NEAR(busy, step, 0.1 * step) << "busy " << busy << " s of a " << step << " s step";
+}
+
+TEST(GpuInfo, InventoryNamesEveryGpu) {
+  CTITAN_REQUIRE_GPU();
+  const GpuInventory inv = gpu_inventory();
+  ASSERT_EQ(inv.devices.size(), static_cast<size_t>(torch::cuda::device_count()));
+  EXPECT_GT(inv.devices[0].memory_bytes, 0);
+  EXPECT_FALSE(inv.driver_version.empty());
+  EXPECT_FALSE(inv.runtime_version.empty());
+}
+
+}  // namespace
+}  // namespace ctitan
