@@ -22,39 +22,15 @@
 #include "trainer/dist/comm.h"
 #include "trainer/dist/flight_recorder.h"
 #include "trainer/dist/mesh.h"
+#include "tests/unit/thread_ranks.h"
 
 namespace fs = std::filesystem;
 
 namespace ctitan {
 namespace {
 
-// Runs fn(rank) on `world` threads; an exception on any rank fails the test.
-void run_threads(int world, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
-
-// Runs fn(rank, comm) with one communicator per rank, all in group "world".
-void run_group(int world, const std::function<void(int, Communicator&)>& fn,
-               const std::function<CommOptions(int)>& options = [](int) { return CommOptions{}; }) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  run_threads(world, [&](int r) {
-    auto comm = Communicator::create(c10::make_intrusive<c10d::PrefixStore>("world/0", store), r, world, "world", r,
-                                     options(r));
-    fn(r, *comm);
-  });
-}
+using testing::run_group;
+using testing::run_threads;
 
 // What rank r contributes: n values that differ per rank and per element.
 // Floats are multiples of 1/8 in [-8, 8], so sums over 4 ranks are exact in

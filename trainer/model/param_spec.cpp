@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/errors.h"
+
 namespace ctitan {
 
 std::string Placement::describe() const {
@@ -47,6 +49,22 @@ ParamSpec shard_rows(ParamSpec s, const std::string& mesh_dim, int64_t n, int64_
   s.numel = s.numel / s.shape[0] * chunk;
   s.shape[0] = chunk;
   s.placements.push_back({mesh_dim, n, 0});
+  return s;
+}
+
+ParamSpec shard_even(ParamSpec s, const std::string& mesh_dim, int64_t n, int64_t r, int dim) {
+  if (n == 1) return s;
+  const auto d = static_cast<size_t>(dim);
+  const int64_t size = s.box_shape.at(d);
+  if (size % n != 0)
+    throw InputError(s.name + ": dimension " + std::to_string(dim) + " of size " + std::to_string(size) +
+                     " does not split evenly over " + mesh_dim + " " + std::to_string(n));
+  const int64_t chunk = size / n;
+  s.box_offset[d] += r * chunk;
+  s.box_shape[d] = chunk;
+  s.numel = s.numel / s.shape[d] * chunk;
+  s.shape[d] = chunk;
+  s.placements.push_back({mesh_dim, n, dim});
   return s;
 }
 

@@ -53,6 +53,11 @@ ParamSpec whole_param(std::string name, std::vector<int64_t> shape);
 // storage keeps c rows (zero padding past the box's end). n = 1: unchanged.
 ParamSpec shard_rows(ParamSpec s, const std::string& mesh_dim, int64_t n, int64_t r);
 
+// Tensor parallelism's Shard(dim) over mesh dimension `mesh_dim` of size n,
+// as rank r of it: an even split of the current box along `dim` (no
+// padding: TP needs the size divisible, InputError naming the parameter
+// and the numbers otherwise). n = 1: unchanged.
+ParamSpec shard_even(ParamSpec s, const std::string& mesh_dim, int64_t n, int64_t r, int dim);
 // Replicate() over mesh dimension `mesh_dim` of size n (n = 1: unchanged).
 ParamSpec replicate(ParamSpec s, const std::string& mesh_dim, int64_t n);
 
