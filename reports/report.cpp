@@ -272,12 +272,13 @@ SectionReport build_section(const std::string& title, const std::vector<PointDat
   // A sweep resumed by another build holds two builds' points (point keys
   // include the build): "build" becomes one of the section's varying keys,
   // so the table tells them apart.
-  std::set<std::string> builds;
-  for (const PointData& p : points)
-    if (const std::string b = build_of(p); !b.empty()) builds.insert(b);
-  if (builds.size() > 1)
+  std::vector<std::string> builds;
+  for (const PointData& p : points) builds.push_back(build_of(p));
+  std::set<std::string> distinct(builds.begin(), builds.end());
+  distinct.erase("");
+  if (distinct.size() > 1)
     for (size_t i = 0; i < points.size(); ++i)
-      if (const std::string b = build_of(points[i]); !b.empty()) sec.points[i].stack_group += " build=" + b;
+      if (!builds[i].empty()) sec.points[i].stack_group += " build=" + builds[i];
   set_display_labels(sec);
   set_speedups(sec, baseline_label);
   set_stacks_and_scaling(sec);
