@@ -155,8 +155,13 @@ int64_t predicted_rank_bytes(const JobConfig& cfg, int world_size) {
   const double B = static_cast<double>(cfg.training.local_batch_size);
   const double S = static_cast<double>(cfg.training.seq_len) / static_cast<double>(shape.cp);
   const double L = std::ceil(static_cast<double>(a.n_layers) / static_cast<double>(shape.pp));
-  const double layer = B * S * static_cast<double>(6 * a.dim + 2 * a.kv_dim() + 3 * a.ffn_hidden_dim()) * elem;
-  const double layer_input = B * S * static_cast<double>(a.dim) * elem;
+  // Under TP the heads' and the FFN's activations split over tp; the norm
+  // inputs and residuals too with sequence parallelism (Korthikanti et al.).
+  const double tp = static_cast<double>(shape.tp);
+  const double seq_split = cfg.parallelism.enable_sequence_parallel ? tp : 1.0;
+  const double layer =
+      B * S * (static_cast<double>(4 * a.dim) / seq_split + static_cast<double>(2 * a.dim + 2 * a.kv_dim() + 3 * a.ffn_hidden_dim()) / tp) * elem;
+  const double layer_input = B * S * static_cast<double>(a.dim) * elem / seq_split;
   double kept_layers = L;  // activation checkpointing "none"
   const auto& ac = cfg.activation_checkpoint;
   if (ac.mode == "full") {
@@ -168,7 +173,9 @@ int64_t predicted_rank_bytes(const JobConfig& cfg, int world_size) {
   }
   // Recomputed layers keep their input; one layer is live during backward.
   const double activations = kept_layers * layer + (L - kept_layers) * layer_input + (kept_layers < L ? layer : 0);
-  const double logits = B * S * static_cast<double>(a.vocab_size) * elem * 2;  // logits and their gradient
+  // Logits and their gradient: this rank's vocab columns under loss parallelism.
+  const double vocab_split = cfg.parallelism.disable_loss_parallel ? 1.0 : tp;
+  const double logits = B * S * static_cast<double>(a.vocab_size) * elem * 2 / vocab_split;
   return static_cast<int64_t>(state + activations + logits) + kRankOverheadBytes;
 }
 
@@ -223,6 +230,11 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
     need(a.n_kv_heads % shape.tp == 0, "n_kv_heads " + std::to_string(a.n_kv_heads) + " is not divisible by tp " + tp);
     need(a.ffn_hidden_dim() % shape.tp == 0,
          "ffn hidden dim " + std::to_string(a.ffn_hidden_dim()) + " is not divisible by tp " + tp);
+    need(a.vocab_size % shape.tp == 0, "vocab_size " + std::to_string(a.vocab_size) + " is not divisible by tp " + tp);
+    need(!p.enable_sequence_parallel || t.seq_len % shape.tp == 0,
+         "seq_len " + std::to_string(t.seq_len) + " is not divisible by tp " + tp + " (sequence parallelism)");
+    need(!p.enable_async_tensor_parallel || p.enable_sequence_parallel,
+         "async TP needs sequence parallelism (enable_sequence_parallel = false)");
   }
   if (shape.pp > 1) {
     need(p.pipeline_parallel_layers_per_stage != -1 || a.n_layers % shape.pp == 0,
@@ -238,8 +250,8 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
   need(t.global_batch_size <= 0 || t.global_batch_size % (t.local_batch_size * dp) == 0,
        "global_batch_size " + std::to_string(t.global_batch_size) + " is not a multiple of local_batch_size x dp = " +
            std::to_string(t.local_batch_size) + " x " + std::to_string(dp));
-  need(shape.tp == 1 && shape.pp == 1 && shape.cp == 1,
-       "tensor, pipeline and context parallelism are not implemented in this build (the trainer rejects tp/pp/cp > 1)");
+  need(shape.pp == 1 && shape.cp == 1,
+       "pipeline and context parallelism are not implemented in this build (the trainer rejects pp/cp > 1)");
   // On GPUs a world size is a GPU count on this node (several nodes come with Slurm).
   const std::string& dev = cfg.training.device;
   const bool on_gpu = dev == "cuda" || (dev == "auto" && budget.gpus > 0);

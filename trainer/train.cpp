@@ -179,6 +179,7 @@ class TrainLoop {
   TrainLoop(const JobConfig& cfg, Runtime& rt, TrainModel& tm, AdamW& opt, DataLoader& loader,
             Checkpointer& ckpt, int64_t accum)
       : cfg_(cfg), rt_(rt), tm_(tm), opt_(opt), loader_(loader), ckpt_(ckpt), accum_(accum),
+        non_data_parallel_(rt.shape.tp * rt.shape.cp * rt.shape.pp),
         schedule_(cfg.training.steps, cfg.lr_scheduler.warmup_steps, cfg.lr_scheduler.decay_ratio,
                   cfg.lr_scheduler.decay_type, cfg.lr_scheduler.min_lr_factor),
         save_pieces_(tm.checkpoint_pieces(opt, true)),
@@ -208,6 +209,7 @@ class TrainLoop {
   DataLoader& loader_;
   Checkpointer& ckpt_;
   const int64_t accum_;
+  const int64_t non_data_parallel_;  // ranks that share one rank's tokens (tp·cp·pp)
   LrSchedule schedule_;
   TensorPieces save_pieces_;
   std::unique_ptr<MetricsLogger> metrics_;
@@ -381,7 +383,9 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     const double loss = read_loss ? tm_.mean_loss(r.loss) : std::nan("");
     std::string sqnr_line;
     log_float8_sqnr(step, last, sqnr_line);
-    metrics_->record({step, loss, r.grad_norm, r.lr, step_time, r.data_s, B * S * accum_}, last);
+    // TorchTitan's tps is per device: this rank's tokens over the ranks that
+    // share them (the non-data-parallel size, tp·cp·pp).
+    metrics_->record({step, loss, r.grad_norm, r.lr, step_time, r.data_s, B * S * accum_ / non_data_parallel_}, last);
     if (!sqnr_line.empty()) std::cout << sqnr_line << std::endl;
     save_checkpoint(step);
     profiler_->step_end(step, step_time);

@@ -461,14 +461,20 @@ TEST(Float8Linear, UnknownRecipeIsOneLineInputError) {
 }
 
 // bf16 output (rescaled in place) is the fp32 output rounded once.
-TEST(Float8Linear, Bf16GemmOutputIsTheFp32OneRounded) {
+// fp32 output: torchao's emulation, the fp32 GEMM of the dequantised
+// operands. bf16 output: the same GEMM rounded to bf16 before and after the
+// scales (within one bf16 ulp of the fp32 result, 2^-8 relative, + rounding).
+TEST(Float8Linear, GemmOutputsAreTheDequantisedFp32Gemm) {
   torch::manual_seed(11);
   const at::Tensor a = torch::randn({1000, 64}), b = torch::randn({24, 64});  // threads split rows
   for (auto s : {Float8Scaling::kTensorwise, Float8Scaling::kPerRow}) {
     const Float8Tensor qa = float8_quantize(a, {s, Fp8Format::kE4M3FN}, false, true);
     const Float8Tensor qb = float8_quantize(b, {s, Fp8Format::kE4M3FN}, false, true).t();
+    const at::Tensor want = at::mm(float8_dequantize(qa).to(torch::kDouble), float8_dequantize(qb).to(torch::kDouble));
     const at::Tensor f32 = float8_mm(qa, qb, torch::kFloat, true);
-    EXPECT_TRUE(float8_mm(qa, qb, torch::kBFloat16, true).equal(f32.to(torch::kBFloat16)));
+    EXPECT_TRUE(at::allclose(f32.to(torch::kDouble), want, 1e-5, 1e-6));
+    const at::Tensor bf16 = float8_mm(qa, qb, torch::kBFloat16, true).to(torch::kDouble);
+    EXPECT_LE(((bf16 - want).abs() - want.abs() * std::ldexp(1.0, -7)).max().item<double>(), 1e-6);
   }
 }
 

@@ -164,15 +164,23 @@ TEST(SweepPruning, DegreesMustMultiplyToTheWorldSize) {
             "");  // HSDP 2 x 2
 }
 
-TEST(SweepPruning, TensorPipelineContextParallelNeedDivisibilityAndAreNotInThisBuild) {
+TEST(SweepPruning, TensorPipelineContextParallelNeedDivisibility) {
   // debugmodel: 16 heads, 16 KV heads, 6 layers.
   const std::string tp3 = reason("parallelism.tensor_parallel_degree = 3\n", 3);
   EXPECT_NE(tp3.find("n_heads 16 is not divisible by tp 3"), std::string::npos) << tp3;
   EXPECT_NE(tp3.find("n_kv_heads 16 is not divisible by tp 3"), std::string::npos) << tp3;
-  EXPECT_NE(tp3.find("not implemented in this build"), std::string::npos) << tp3;
-  const std::string tp2 = reason("parallelism.tensor_parallel_degree = 2\n", 2);
-  EXPECT_EQ(tp2.find("divisible"), std::string::npos) << tp2;
-  EXPECT_NE(tp2.find("not implemented in this build"), std::string::npos) << tp2;
+  EXPECT_EQ(tp3.find("not implemented"), std::string::npos) << tp3;
+  EXPECT_EQ(reason("parallelism.tensor_parallel_degree = 2\n", 2), "");  // TP runs
+  EXPECT_EQ(reason("parallelism.tensor_parallel_degree = 2\nparallelism.data_parallel_shard_degree = 2\n", 4), "");
+  EXPECT_NE(reason("parallelism.tensor_parallel_degree = 2\ntraining.seq_len = 127\n", 2)
+                .find("seq_len 127 is not divisible by tp 2 (sequence parallelism)"),
+            std::string::npos);
+  EXPECT_EQ(reason("parallelism.tensor_parallel_degree = 2\ntraining.seq_len = 127\n"
+                   "parallelism.enable_sequence_parallel = false\n",
+                   2),
+            "");
+  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\n", 2).find("not implemented in this build"),
+            std::string::npos);
   EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 4\n", 4).find("n_layers 6 is not divisible by pp 4"),
             std::string::npos);
   EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\ntraining.local_batch_size = 3\n"

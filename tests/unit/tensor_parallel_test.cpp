@@ -136,3 +136,224 @@ TEST(TensorParallelPlan, DegreeMustDivideHeadsKvHeadsFfnAndVocab) {
 
 }  // namespace
 }  // namespace ctitan
+
+namespace ctitan {
+namespace {
+
+const auto kF64 = torch::TensorOptions().dtype(torch::kDouble);
+
+// The vocab-parallel embedding and loss against the whole vocabulary, fp64:
+// the lookup and the loss equal, each rank's rows of the embedding's
+// gradient and columns of the logits' gradient are the whole one's.
+TEST(VocabParallel, EmbeddingAndCrossEntropyMatchTheWholeVocabulary) {
+  for (const int tp : {2, 4}) {
+    for (const bool sp : {false, true}) {
+      const int64_t V = 12, D = 5, B = 2, S = 8;
+      torch::manual_seed(11);
+      const at::Tensor emb = torch::randn({V, D}, kF64), logits = torch::randn({B * S, V}, kF64);
+      const at::Tensor tokens = torch::randint(V, {B, S}, torch::kLong), labels = torch::randint(V, {B * S}, torch::kLong);
+      const at::Tensor dy = torch::randn({B, S, D}, kF64);
+      at::Tensor emb_r = emb.clone().requires_grad_(), logits_r = logits.clone().requires_grad_();
+      const at::Tensor want_e = at::embedding(emb_r, tokens);
+      want_e.backward(dy);
+      const at::Tensor want_loss = at::cross_entropy_loss(logits_r, labels);
+      want_loss.backward();
+      std::mutex m;
+      std::vector<std::string> failures;
+      testing::run_group(tp, [&](int r, Communicator& c) {
+        at::Tensor e_shard = emb.chunk(tp, 0)[r].clone().requires_grad_();
+        const at::Tensor e = vocab_parallel_embedding(e_shard, tokens, c, sp);
+        e.backward(sp ? dy.chunk(tp, 1)[r] : dy);
+        at::Tensor l_shard = logits.chunk(tp, 1)[r].clone().requires_grad_();
+        const at::Tensor loss = vocab_parallel_cross_entropy(l_shard, labels, c);
+        loss.backward();
+        std::lock_guard<std::mutex> lock(m);
+        const auto check = [&](bool ok, const std::string& what) {
+          if (!ok) failures.push_back("tp " + std::to_string(tp) + (sp ? " sp" : "") + " rank " + std::to_string(r) + ": " + what);
+        };
+        check(at::allclose(e, sp ? want_e.detach().chunk(tp, 1)[r] : want_e.detach(), 0, 0), "lookup");
+        check(at::allclose(e_shard.grad(), emb_r.grad().chunk(tp, 0)[r], 1e-12, 1e-12), "embedding gradient rows");
+        check(std::abs(loss.item<double>() - want_loss.item<double>()) < 1e-12, "loss");
+        check(at::allclose(l_shard.grad(), logits_r.grad().chunk(tp, 1)[r], 1e-12, 1e-12), "logits gradient columns");
+      });
+      for (const auto& f : failures) ADD_FAILURE() << f;
+    }
+  }
+}
+
+// Async TP's micro-pipelined GEMMs give the synchronous regions' values and
+// gradients, with pieces that split each rank's sequence unevenly too.
+TEST(AsyncTensorParallel, PipelinedGemmsMatchTheSynchronousRegions) {
+  for (const int tp : {2, 4}) {
+    for (const int64_t chunks : {2, 4}) {
+      const int64_t B = 2, Sl = 3, I = 6, O = 8;
+      torch::manual_seed(5);
+      const at::Tensor x = torch::randn({B, tp * Sl, I}, kF64), w1 = torch::randn({O, I}, kF64);
+      const at::Tensor w2 = torch::randn({I, O}, kF64), dy = torch::randn({B, tp * Sl, I}, kF64);
+      std::mutex m;
+      std::vector<std::string> failures;
+      testing::run_group(tp, [&](int r, Communicator& c) {
+        const at::Tensor w1s = w1.chunk(tp, 0)[r], w2s = w2.chunk(tp, 1)[r];
+        // The MLP of the first test through both forms: column-wise in, row-wise out.
+        std::vector<at::Tensor> out, grads;
+        for (const bool async : {false, true}) {
+          at::Tensor xs = x.chunk(tp, 1)[r].clone().requires_grad_();
+          at::Tensor a = w1s.clone().requires_grad_(), b = w2s.clone().requires_grad_();
+          const at::Tensor h = at::tanh(async ? async_gather_linear(xs, a, c, chunks) : column_parallel_linear(xs, a, c, true));
+          const at::Tensor y = async ? async_linear_scatter(h, b, c, chunks) : row_parallel_linear(h, b, c, true);
+          y.backward(dy.chunk(tp, 1)[r]);
+          out.push_back(y.detach());
+          grads.insert(grads.end(), {xs.grad(), a.grad(), b.grad()});
+        }
+        std::lock_guard<std::mutex> lock(m);
+        const std::string at_ = "tp " + std::to_string(tp) + " chunks " + std::to_string(chunks) + " rank " + std::to_string(r);
+        if (!at::allclose(out[0], out[1], 1e-12, 1e-12)) failures.push_back(at_ + ": output");
+        const char* names[] = {"dx", "dW1", "dW2"};
+        for (int i = 0; i < 3; ++i)
+          if (!at::allclose(grads[i], grads[3 + i], 1e-12, 1e-12)) failures.push_back(at_ + ": " + names[i]);
+      });
+      for (const auto& f : failures) ADD_FAILURE() << f;
+    }
+  }
+}
+
+struct LlamaCase {
+  bool sequence_parallel, loss_parallel, async;
+  const char* ac;  // activation checkpointing mode
+};
+void PrintTo(const LlamaCase& c, std::ostream* os) {
+  *os << (c.sequence_parallel ? "SP" : "no SP") << (c.loss_parallel ? ", loss parallel" : "")
+      << (c.async ? ", async" : "") << ", AC " << c.ac;
+}
+
+class TensorParallelLlama : public ::testing::TestWithParam<LlamaCase> {};
+
+// The whole Llama 3 (tiny: 4 heads, 2 KV heads — grouped-query attention
+// with 2 and 1 heads per rank) at tp 2 in fp64 on thread ranks: every
+// rank's loss is the whole model's and its gradients are the whole model's
+// over its boxes, the replicated norms included.
+TEST_P(TensorParallelLlama, LossAndGradientsAreTheWholeModels) {
+  const LlamaCase c = GetParam();
+  const LlamaArgs args = llama3_flavor("tiny");
+  const int tp = 2;
+  const int64_t S = 16;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const at::Tensor batch = at::randint(args.vocab_size, {2, S + 1}, gen, at::kLong);
+  const at::Tensor tokens = batch.narrow(1, 0, S).contiguous(), labels = batch.narrow(1, 1, S).contiguous();
+  const auto ac = ActivationCheckpointPolicy::parse(c.ac, "op");
+  Llama3 whole(args, torch::kDouble, S);
+  whole.init_weights(5);
+  whole.set_activation_checkpointing(ac);
+  const at::Tensor want = whole.forward_loss(tokens, labels);
+  want.backward();
+  whole.store().accumulate_grads();
+  std::mutex m;
+  std::vector<std::string> failures;
+  testing::run_group(tp, [&](int r, Communicator& comm) {
+    TensorParallelOptions o{&comm, c.sequence_parallel, c.loss_parallel, c.async};
+    Llama3 part(args, torch::kDouble, S, c10::Device(c10::kCPU), ModelPart{}, ParamStore::Storage::kFlat, o);
+    part.init_weights(5);
+    part.set_activation_checkpointing(ac);
+    const at::Tensor loss = part.forward_loss(tokens, labels);
+    loss.backward();
+    part.store().accumulate_grads();
+    std::lock_guard<std::mutex> lock(m);
+    if (std::abs(loss.item<double>() - want.item<double>()) > 1e-12)
+      failures.push_back("rank " + std::to_string(r) + " loss " + std::to_string(loss.item<double>()));
+    for (const auto& s : part.slots()) {
+      at::Tensor w = whole.store().grad(s.name);
+      for (size_t d = 0; d < s.box_shape.size(); ++d)
+        w = w.narrow(static_cast<int64_t>(d), s.box_offset[d], s.box_shape[d]);
+      if (!at::allclose(part.store().grad(s.name), w, 1e-10, 1e-12))
+        failures.push_back("rank " + std::to_string(r) + " gradient of " + s.name);
+    }
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+INSTANTIATE_TEST_SUITE_P(Options, TensorParallelLlama,
+                         ::testing::Values(LlamaCase{true, true, false, "none"}, LlamaCase{false, true, false, "none"},
+                                           LlamaCase{true, false, false, "none"}, LlamaCase{false, false, false, "none"},
+                                           LlamaCase{true, true, true, "none"}, LlamaCase{true, true, false, "full"},
+                                           LlamaCase{true, true, true, "selective"}),
+                         [](const auto& i) {
+                           const LlamaCase& c = i.param;
+                           return std::string(c.sequence_parallel ? "sp" : "nosp") + (c.loss_parallel ? "_lossparallel" : "") +
+                                  (c.async ? "_async" : "") + "_ac_" + c.ac;
+                         });
+
+TEST(TensorParallelLlama, AsyncWithoutSequenceParallelIsAnInputError) {
+  testing::run_group(2, [&](int, Communicator& comm) {
+    TensorParallelOptions o{&comm, false, true, true};
+    EXPECT_THROW(Llama3(llama3_flavor("tiny"), torch::kFloat, 16, c10::Device(c10::kCPU), ModelPart{},
+                        ParamStore::Storage::kFlat, o),
+                 InputError);
+  });
+}
+
+}  // namespace
+}  // namespace ctitan
+
+namespace ctitan {
+namespace {
+
+double rel_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-30);
+}
+
+// Float8 GEMMs on tensor-parallel shards quantise with the whole tensors'
+// scales: at tp 2, a column-wise GEMM (w's rows split) and a row-wise one
+// (x's and w's columns split, partial outputs summed) give the whole float8
+// GEMM's output and gradients, for every recipe. The shards are made to
+// differ in magnitude (rank 1's part x10), so a scale from a shard's own
+// amax would quantise differently by far more than the tolerance.
+TEST(Float8TensorParallel, ShardedGemmsQuantiseWithTheWholeTensorsScales) {
+  const int tp = 2;
+  const int64_t N = 24, I = 32, O = 16;
+  torch::manual_seed(9);
+  at::Tensor x = torch::randn({N, I}), w = torch::randn({O, I}), dy = torch::randn({N, O});
+  x.narrow(1, I / 2, I / 2).mul_(10);  // row-wise: rank 1's columns
+  w.narrow(0, O / 2, O / 2).mul_(10);  // column-wise: rank 1's rows
+  w.narrow(1, I / 2, I / 2).mul_(10);  // row-wise: rank 1's columns
+  dy.narrow(1, O / 2, O / 2).mul_(10);  // column-wise: rank 1's output columns
+  for (const Float8Recipe recipe : {Float8Recipe::kTensorwise, Float8Recipe::kRowwise, Float8Recipe::kRowwiseWithGwHp}) {
+    at::Tensor xr = x.clone().requires_grad_(), wr = w.clone().requires_grad_();
+    const at::Tensor y = float8_linear(xr, wr, recipe, true);
+    y.backward(dy);
+    std::mutex m;
+    std::vector<std::string> failures;
+    testing::run_group(tp, [&](int r, Communicator& c) {
+      const auto check = [&](const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+        const double d = rel_diff(got, want);
+        std::lock_guard<std::mutex> lock(m);
+        if (d > 1e-5)
+          failures.push_back(std::string(float8_recipe_name(recipe)) + " rank " + std::to_string(r) + " " + what +
+                             ": relative difference " + std::to_string(d));
+      };
+      {  // column-wise: this rank's rows of w, x whole, this rank's output columns
+        at::Tensor xs = x.clone().requires_grad_(), ws = w.chunk(tp, 0)[r].clone().requires_grad_();
+        const at::Tensor ys = float8_linear(xs, ws, recipe, true, nullptr, Float8TpSharding::column(&c));
+        ys.backward(dy.chunk(tp, 1)[r]);
+        at::Tensor dx = xs.grad().contiguous();
+        c.all_reduce(dx)->wait();  // the column-wise input's gradient sums over tp (copy_to_tp)
+        check(ys, y.detach().chunk(tp, 1)[r], "column-wise output");
+        check(dx, xr.grad(), "column-wise dx");
+        check(ws.grad(), wr.grad().chunk(tp, 0)[r], "column-wise dw");
+      }
+      {  // row-wise: this rank's columns of x and w, partial outputs summed
+        at::Tensor xs = x.chunk(tp, 1)[r].clone().requires_grad_(), ws = w.chunk(tp, 1)[r].clone().requires_grad_();
+        const at::Tensor part = float8_linear(xs, ws, recipe, true, nullptr, Float8TpSharding::row(&c));
+        at::Tensor ys = part.detach().contiguous();
+        c.all_reduce(ys)->wait();
+        part.backward(dy);
+        check(ys, y.detach(), "row-wise output");
+        check(xs.grad(), xr.grad().chunk(tp, 1)[r], "row-wise dx");
+        check(ws.grad(), wr.grad().chunk(tp, 1)[r], "row-wise dw");
+      }
+    });
+    for (const auto& f : failures) ADD_FAILURE() << f;
+  }
+}
+
+}  // namespace
+}  // namespace ctitan

@@ -144,6 +144,8 @@ std::vector<FieldSpec> build_registry() {
             &ParallelismSection::disable_loss_parallel, "no loss parallel under TP"),
       field("parallelism.enable_async_tensor_parallel", &C::parallelism,
             &ParallelismSection::enable_async_tensor_parallel, "async TP"),
+      field("parallelism.enable_sequence_parallel", &C::parallelism,
+            &ParallelismSection::enable_sequence_parallel, "TP shards the activations along the sequence"),
       field("parallelism.pipeline_parallel_degree", &C::parallelism,
             &ParallelismSection::pipeline_parallel_degree, "pipeline stages (ranks)"),
       field("parallelism.pipeline_parallel_split_points", &C::parallelism,

@@ -102,6 +102,7 @@ struct ParallelismSection {
   int64_t tensor_parallel_degree = 1;
   bool disable_loss_parallel = false;
   bool enable_async_tensor_parallel = false;
+  bool enable_sequence_parallel = true;  // ctitan key: TorchTitan's TP plan always shards the sequence
   int64_t pipeline_parallel_degree = 1;
   std::vector<std::string> pipeline_parallel_split_points;
   int64_t pipeline_parallel_layers_per_stage = -1;

@@ -73,7 +73,7 @@ Float8Tensor Float8Tensor::t() const {
   return {data.t(), scale.dim() == 2 ? scale.t() : scale, format};
 }
 
-at::Tensor float8_scale(const at::Tensor& x2d, const Float8Cast& cast, bool pow2) {
+at::Tensor float8_scale(const at::Tensor& x2d, const Float8Cast& cast, bool pow2, AmaxShard shard) {
   TORCH_CHECK(x2d.dim() == 2, "float8_scale: 2-D tensor expected, got ", x2d.sizes());
   TORCH_CHECK(cast.scaling != Float8Scaling::kHighPrecision, "float8_scale: high-precision operand has no scale");
   const int64_t dim = cast.scaling == Float8Scaling::kTensorwise ? -1 : cast.scaling == Float8Scaling::kPerRow ? 1 : 0;
@@ -84,13 +84,19 @@ at::Tensor float8_scale(const at::Tensor& x2d, const Float8Cast& cast, bool pow2
     const double inf = std::numeric_limits<double>::infinity();
     amax = dim < 0 ? at::linalg_vector_norm(x2d, inf) : at::linalg_vector_norm(x2d, inf, at::IntArrayRef{dim}, true);
   }
+  const bool reduces_shard_dim = shard.dim >= 0 && (dim < 0 || dim == shard.dim);
+  if (shard.group != nullptr && shard.group->size() > 1 && reduces_shard_dim) {
+    amax = amax.contiguous();
+    shard.group->all_reduce(amax, ReduceOp::kMax)->wait();
+  }
   const at::Tensor den = amax.to(at::kDouble).clamp_min(kAmaxEps);
   const at::Tensor scale = at::full_like(den, static_cast<double>(fp8_max(cast.format))).div_(den).to(at::kFloat);
   return pow2 ? round_down_pow2(scale) : scale;
 }
 
-Float8Tensor float8_quantize(const at::Tensor& x2d, const Float8Cast& cast, bool pow2, bool emulate) {
-  at::Tensor scale = float8_scale(x2d, cast, pow2);
+Float8Tensor float8_quantize(const at::Tensor& x2d, const Float8Cast& cast, bool pow2, bool emulate,
+                             AmaxShard shard) {
+  at::Tensor scale = float8_scale(x2d, cast, pow2, shard);
   if (x2d.device().is_cpu())  // ctitan's codec: the tested one
     return {fp8_quantize_scaled(x2d, scale, cast.format, at::kBFloat16), scale, cast.format};
   // Other devices: torchao's to_fp8_saturated (clamp, then LibTorch's cast).
@@ -185,6 +191,13 @@ at::Tensor float8_mm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarTyp
     return at::_scaled_mm(a.data.contiguous(), b.data.t().contiguous().t(), sa, sb, std::nullopt, std::nullopt,
                           dtype, fast_accum);
   }
+  // An fp32 output (fp32 training: the equivalence tests) keeps the fp32
+  // accumulation, as torchao's emulation does (dequantise, fp32 GEMM): no
+  // bf16 rounding of partial sums that a tensor-parallel GEMM adds up later.
+  if (dtype == at::kFloat && a.data.device().is_cpu()) {
+    at::Tensor out = at::mm(a.data.to(at::kFloat), b.data.to(at::kFloat));
+    return out.mul_(ia).mul_(ib);
+  }
   // bf16 GEMM, fp32 accumulation, rounded once to bf16. Where ATen has no
   // fast bf16 GEMM on this CPU (below AVX-512 it runs a reference loop, about
   // 70x slower than fp32 on an AVX2 EPYC), the same math runs as an fp32 GEMM:
@@ -223,10 +236,10 @@ struct Operand {
   at::Tensor hp;       // defined when the GEMM runs in high precision
   Float8Tensor q;      // otherwise
 };
-Operand operand(const Saved& s, const Float8Cast& c, bool pow2, bool emulate) {
+Operand operand(const Saved& s, const Float8Cast& c, bool pow2, bool emulate, AmaxShard shard) {
   if (s.scale.defined()) return {at::Tensor(), Float8Tensor{s.data, s.scale, c.format}};
   if (c.scaling == Float8Scaling::kHighPrecision) return {s.data, {}};
-  return {at::Tensor(), float8_quantize(s.data, c, pow2, emulate)};
+  return {at::Tensor(), float8_quantize(s.data, c, pow2, emulate, shard)};
 }
 Operand transposed(const Operand& o) { return o.hp.defined() ? Operand{o.hp.t(), {}} : Operand{at::Tensor(), o.q.t()}; }
 
@@ -240,11 +253,15 @@ at::Tensor gemm(const Operand& a, const Operand& b, at::ScalarType dtype, bool f
 
 struct Float8LinearFn : public torch::autograd::Function<Float8LinearFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, int64_t recipe,
-                            bool emulate, const Float8Tensor* w_quantized) {
+                            bool emulate, const Float8Tensor* w_quantized, Float8TpSharding tp) {
     const Float8RecipeSpec spec = float8_recipe_spec(static_cast<Float8Recipe>(recipe));
     const at::Tensor x2d = x.reshape({-1, x.size(-1)});
-    const Float8Tensor qx = float8_quantize(x2d, spec.input, spec.pow2_scales, emulate);
-    const Float8Tensor qw = w_quantized ? *w_quantized : float8_quantize(w, spec.weight, spec.pow2_scales, emulate);
+    const Float8Tensor qx = float8_quantize(x2d, spec.input, spec.pow2_scales, emulate, {tp.tp, tp.x_dim});
+    const Float8Tensor qw =
+        w_quantized ? *w_quantized : float8_quantize(w, spec.weight, spec.pow2_scales, emulate, {tp.tp, tp.w_dim});
+    // The tp group travels to backward as its address (it outlives the graph).
+    ctx->saved_data["tp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(tp.tp));
+    ctx->saved_data["tp_dims"] = std::vector<int64_t>{tp.x_dim, tp.w_dim, tp.go_dim};
     at::Tensor y = float8_mm(qx, qw.t(), x.scalar_type(), /*fast_accum=*/true);  // torchao's output GEMM default
     ctx->saved_data["recipe"] = recipe;
     ctx->saved_data["emulate"] = emulate;
@@ -271,28 +288,33 @@ struct Float8LinearFn : public torch::autograd::Function<Float8LinearFn> {
     const Saved sx{saved[0], saved[1]}, sw{saved[2], saved[3]};
     const at::Tensor go = grads[0].reshape({-1, grads[0].size(-1)}).contiguous();  // [N, out]
     const Saved sgo{go, at::Tensor()};
+    auto* group = reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["tp"].toInt()));
+    const auto dims = ctx->saved_data["tp_dims"].toIntVector();
+    const AmaxShard x_shard{group, static_cast<int>(dims[0])}, w_shard{group, static_cast<int>(dims[1])},
+        go_shard{group, static_cast<int>(dims[2])};
 
     at::Tensor grad_x, grad_w;
     Operand go_gi;
     const bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
     if (need_x) {  // grad_input [N,in] = go [N,out] @ w [out,in]
-      go_gi = operand(sgo, spec.grad_output, p2, emulate);
-      grad_x = gemm(go_gi, operand(sw, spec.weight_for_grad_input, p2, emulate), x_dtype, false).view(x_sizes);
+      go_gi = operand(sgo, spec.grad_output, p2, emulate, go_shard);
+      grad_x = gemm(go_gi, operand(sw, spec.weight_for_grad_input, p2, emulate, w_shard), x_dtype, false)
+                   .view(x_sizes);
     }
     if (need_w) {  // grad_weight [out,in] = goᵀ [out,N] @ x [N,in]
       // One cast of go serves both GEMMs when the recipe casts it alike.
       const Operand go_gw = need_x && same_cast(spec.grad_output, spec.grad_output_for_grad_weight)
-                                ? go_gi : operand(sgo, spec.grad_output_for_grad_weight, p2, emulate);
-      grad_w = gemm(transposed(go_gw), operand(sx, spec.input_for_grad_weight, p2, emulate), w_dtype, false);
+                                ? go_gi : operand(sgo, spec.grad_output_for_grad_weight, p2, emulate, go_shard);
+      grad_w = gemm(transposed(go_gw), operand(sx, spec.input_for_grad_weight, p2, emulate, x_shard), w_dtype, false);
     }
-    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, Float8Recipe recipe, bool emulate,
-                         const Float8Tensor* w_quantized) {
+                         const Float8Tensor* w_quantized, Float8TpSharding tp) {
   TORCH_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "float8_linear: x ", x.sizes(),
               " and w ", w.sizes(), " do not match ([*, in] and [out, in])");
   if (w_quantized) {
@@ -302,7 +324,7 @@ at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, Float8Recipe 
                     w_quantized->data.sizes() == w.sizes(),
                 "float8_linear: a pre-quantised weight needs the tensorwise recipe and w's shape");
   }
-  return Float8LinearFn::apply(x, w, static_cast<int64_t>(recipe), emulate, w_quantized);
+  return Float8LinearFn::apply(x, w, static_cast<int64_t>(recipe), emulate, w_quantized, tp);
 }
 
 double sqnr_db(const at::Tensor& ref, const at::Tensor& quantised) {

@@ -43,13 +43,17 @@
 //    bf16), multiplied by a bf16 GEMM (fp32 accumulation), then divided by
 //    the scales in fp32 and rounded once more to the output dtype. torchao's
 //    emulation instead dequantises into fp32 and runs an fp32 GEMM; the two
-//    differ by the bf16 rounding of the GEMM result (≤ 2^-9 relative).
+//    differ by the bf16 rounding of the GEMM result (≤ 2^-9 relative). With
+//    an fp32 output on the CPU (fp32 training) the GEMM is torchao's: fp32
+//    throughout, so a tensor-parallel row-wise GEMM's partial sums are not
+//    rounded to bf16 before tp adds them.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <string>
 
+#include "trainer/dist/comm.h"
 #include "trainer/float8/fp8_codec.h"
 
 namespace ctitan {
@@ -89,10 +93,21 @@ struct Float8Tensor {
   Float8Tensor t() const;  // transposed view, scale transposed with it
 };
 
+// A 2-D operand that is one rank's shard of a tensor split along `dim`
+// over `group` (tensor parallelism): an amax that reduces over that dim
+// (tensorwise: any; per row: dim 1; per column: dim 0) is the MAX over the
+// group, so every rank scales with the whole tensor's amax, as torchao's
+// float8 does on DTensors. dim −1 or no group: not sharded.
+struct AmaxShard {
+  Communicator* group = nullptr;
+  int dim = -1;
+};
+
 // amax-based float32 scale of a 2-D tensor for the given cast.
-at::Tensor float8_scale(const at::Tensor& x2d, const Float8Cast& cast, bool pow2);
+at::Tensor float8_scale(const at::Tensor& x2d, const Float8Cast& cast, bool pow2, AmaxShard shard = {});
 // Quantise a 2-D tensor (cast.scaling must not be kHighPrecision).
-Float8Tensor float8_quantize(const at::Tensor& x2d, const Float8Cast& cast, bool pow2, bool emulate);
+Float8Tensor float8_quantize(const at::Tensor& x2d, const Float8Cast& cast, bool pow2, bool emulate,
+                             AmaxShard shard = {});
 // data / scale in `dtype`: what the GEMM effectively sees.
 at::Tensor float8_dequantize(const Float8Tensor& q, at::ScalarType dtype = at::kFloat);
 // (a.data @ b.data) / (a.scale ⊗ b.scale) in `dtype`; a [M,K] with scale []
@@ -105,8 +120,16 @@ at::Tensor float8_mm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarTyp
 // `w_quantized` (tensorwise recipe only): w's float8 form computed elsewhere
 // — FSDP's float8 all-gather — used instead of quantising w here; w itself
 // then only receives the gradient.
+// Under tensor parallelism: how x, w and the output's gradient go are split
+// over tp (column-wise GEMM: w rows, go columns; row-wise: x and w columns).
+struct Float8TpSharding {
+  Communicator* tp = nullptr;
+  int x_dim = -1, w_dim = -1, go_dim = -1;  // 2-D operand dims sharded over tp (x, go as [N, *])
+  static Float8TpSharding column(Communicator* tp) { return {tp, -1, 0, 1}; }
+  static Float8TpSharding row(Communicator* tp) { return {tp, 1, 1, -1}; }
+};
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, Float8Recipe recipe, bool emulate,
-                         const Float8Tensor* w_quantized = nullptr);
+                         const Float8Tensor* w_quantized = nullptr, Float8TpSharding tp = {});
 
 // "scaled_mm" or "emulated": which GEMM float8_linear runs on `device`.
 std::string float8_backend(const at::Device& device, bool emulate);

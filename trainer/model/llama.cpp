@@ -81,6 +81,20 @@ namespace {
 
 // TorchTitan's fully_shard units over the part's specs: tok_embeddings, one
 // per block (9 parameters), norm + output.
+// The part's specs under the TP plan (unchanged without TP).
+std::vector<ParamSpec> planned_specs(const LlamaArgs& args, const ModelPart& part, const TensorParallelOptions& tp) {
+  if (!tp.on()) return llama3_param_specs(args, part);
+  check_tensor_parallel_degree(args, tp.size());
+  if (tp.async && !tp.sequence_parallel)
+    throw InputError("parallelism.enable_async_tensor_parallel pipelines the sequence-parallel all-gather and "
+                     "reduce-scatter; it needs parallelism.enable_sequence_parallel = true");
+  return tensor_parallel_plan(llama3_param_specs(args, part), tp.size(), tp.rank());
+}
+
+// Pieces of each rank's sequence shard that async TP pipelines over: one per
+// tp rank, as TorchTitan's micro-pipeline splits per shard (at least two).
+int64_t async_chunks(const TensorParallelOptions& tp) { return std::max<int64_t>(2, tp.size()); }
+
 std::vector<ParamStore::UnitSpec> llama3_units(const ModelPart& part) {
   std::vector<ParamStore::UnitSpec> units;
   if (part.embedding) units.push_back({"tok_embeddings", 1});
@@ -93,10 +107,11 @@ std::vector<ParamStore::UnitSpec> llama3_units(const ModelPart& part) {
 }  // namespace
 
 Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
-               ModelPart part, ParamStore::Storage storage)
+               ModelPart part, ParamStore::Storage storage, TensorParallelOptions tp)
     : args_(args),
       part_(part.resolved(args)),
-      store_(llama3_param_specs(args, part_), llama3_units(part_), compute_dtype, device, storage) {
+      tp_(tp),
+      store_(planned_specs(args, part_, tp_), llama3_units(part_), compute_dtype, device, storage) {
   // ATen's CPU flash-attention kernel is ~2x slower in bf16 than in fp32 at
   // small head dims (16: 32 ms vs 18 ms fwd+bwd per debugmodel layer, casts
   // included) and faster from 64 up, so small heads attend in fp32 on the
@@ -158,13 +173,13 @@ at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) con
   return torch::view_as_real(xc * f).flatten(3).to(out_dtype);
 }
 
-at::Tensor Llama3::linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
-                          const char* unit) const {
+at::Tensor Llama3::linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit,
+                          Float8TpSharding tp) const {
   if (!float8) return at::linear(x, w);
   const std::string name = layer < 0 ? std::string(unit) : "layers." + std::to_string(layer) + "." + unit;
   const auto pre = float8_weights_.find(name);
   at::Tensor y = float8_linear(x, w, float8_recipe_, float8_emulate_,
-                               pre == float8_weights_.end() ? nullptr : &pre->second);
+                               pre == float8_weights_.end() ? nullptr : &pre->second, tp);
   if (sqnr_probe_) sqnr_probe_->emplace_back(name, sqnr_db(at::linear(x, w), y));
   return y;
 }
@@ -206,16 +221,18 @@ at::Tensor Llama3::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
 at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache) const {
   // One TransformerBlock: h + attention(norm(h)), then + feed_forward(norm(h)).
   // Local shapes only: this rank's heads and FFN width come from the weights.
-  const int64_t B = h.size(0), S = h.size(1), Dh = args_.head_dim();
+  // Under TP h is whole or (SP) this rank's part of the sequence; the
+  // column-wise GEMMs see the whole sequence, so B and S come from their output.
+  const int64_t Dh = args_.head_dim();
   const int64_t H = qkv_rows_[0] / Dh, K = qkv_rows_[1] / Dh, F = w.w2.size(1);
   const Float8Units f8 = float8_ ? float8_units_[layer - part_.first_layer] : Float8Units{};
-  at::Tensor x = rms_norm(h, w.attention_norm);
+  at::Tensor x = rms_norm(h, norm_weight(w.attention_norm));
   // split (not narrow): its backward is one concatenation, where three
   // narrows would each materialise a zero-filled full-size gradient.
   // Selective "op" checkpointing keeps every other GEMM output (qkv, w13 —
   // TorchTitan keeps every second mm) and the attention output.
-  at::Tensor qkv_out = f8.qkv ? linear(x, w.wqkv, true, layer, "attention.wq|wk|wv")
-                              : cached_linear(cache, true, x, w.wqkv);  // [B,S,(H+2K)Dh]
+  at::Tensor qkv_out = column_gemm(x, w.wqkv, f8.qkv, layer, "attention.wq|wk|wv", cache);  // [B,S,(H+2K)Dh]
+  const int64_t B = qkv_out.size(0), S = qkv_out.size(1);
   auto qkv = qkv_out.split_with_sizes(qkv_rows_, 2);
   at::Tensor q, k;
   if (fused_model_) {
@@ -236,10 +253,9 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
                                                         /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
   // One copy that both casts and lays out [B,S,H,Dh] for the output projection.
   o = o.transpose(1, 2).to(compute_dtype(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
-  h = h + linear(o.view({B, S, -1}), w.wo, f8.wo, layer, "attention.wo");
-  x = rms_norm(h, w.ffn_norm);
-  at::Tensor gate_up = f8.w13 ? linear(x, w.w13, true, layer, "feed_forward.w1|w3")
-                              : cached_linear(cache, true, x, w.w13);  // [B,S,2F]
+  h = h + row_gemm(o.view({B, S, -1}), w.wo, f8.wo, layer, "attention.wo");
+  x = rms_norm(h, norm_weight(w.ffn_norm));
+  at::Tensor gate_up = column_gemm(x, w.w13, f8.w13, layer, "feed_forward.w1|w3", cache);  // [B,S,2F]
   at::Tensor act;
   if (fused_model_) {
     act = fused_swiglu(gate_up);
@@ -247,8 +263,32 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
     auto parts = gate_up.split(F, 2);
     act = at::silu(parts[0]) * parts[1];
   }
-  h = h + linear(act, w.w2, f8.w2, layer, "feed_forward.w2");
+  h = h + row_gemm(act, w.w2, f8.w2, layer, "feed_forward.w2");
   return h;
+}
+
+at::Tensor Llama3::norm_weight(const at::Tensor& w) const {
+  return tp_.on() && tp_.sequence_parallel ? copy_to_tp(w, *tp_.group) : w;
+}
+
+at::Tensor Llama3::column_gemm(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
+                               const char* unit, OpCache* cache) const {
+  // Async TP runs its own pipelined GEMMs (float8 GEMMs keep the plain regions).
+  if (tp_.on() && tp_.async && !float8) return async_gather_linear(x, w, *tp_.group, async_chunks(tp_));
+  const at::Tensor in = !tp_.on()               ? x
+                        : tp_.sequence_parallel ? gather_from_sp(x, *tp_.group, 1)
+                                                : copy_to_tp(x, *tp_.group);
+  if (float8) return linear(in, w, true, layer, unit, tp_.on() ? Float8TpSharding::column(tp_.group) : Float8TpSharding{});
+  return cached_linear(cache, cache != nullptr, in, w);
+}
+
+at::Tensor Llama3::row_gemm(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
+                            const char* unit) const {
+  if (tp_.on() && tp_.async && !float8) return async_linear_scatter(x, w, *tp_.group, async_chunks(tp_));
+  const at::Tensor partial =
+      linear(x, w, float8, layer, unit, tp_.on() ? Float8TpSharding::row(tp_.group) : Float8TpSharding{});
+  if (!tp_.on()) return partial;
+  return tp_.sequence_parallel ? scatter_to_sp(partial, *tp_.group, 1) : reduce_from_tp(partial, *tp_.group);
 }
 
 at::Tensor Llama3::embed(const at::Tensor& tokens) {
@@ -257,6 +297,7 @@ at::Tensor Llama3::embed(const at::Tensor& tokens) {
   // On meta (the dry run) through aten::index: LibTorch has C++ meta
   // kernels for index and its backward's index_put, while embedding's
   // index_select has its meta kernel in Python only. Same shapes.
+  if (tp_.on()) return vocab_parallel_embedding(tok_embeddings_, tokens, *tp_.group, tp_.sequence_parallel);
   if (tokens.is_meta()) return tok_embeddings_.index({tokens});  // [B,S,D]
   return at::embedding(tok_embeddings_, tokens);                  // [B,S,D]
 }
@@ -279,15 +320,27 @@ at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
               part_.first_layer, " .. ", part_.first_layer + part_.n_layers - 1);
   at::Tensor h = embed(tokens);
   for (int64_t l = 0; l < part_.n_layers; ++l) h = block(part_.first_layer + l, h);
-  return rms_norm(h, norm_);
+  return h;
+}
+
+at::Tensor Llama3::local_logits(const at::Tensor& h) const {
+  return column_gemm(rms_norm(h, norm_weight(norm_)), output_, float8_output_, -1, "output", nullptr);
 }
 
 at::Tensor Llama3::forward_logits(const at::Tensor& tokens) {
-  return linear(hidden_states(tokens), output_, float8_output_, -1, "output");
+  const at::Tensor logits = local_logits(hidden_states(tokens));
+  return tp_.on() ? gather_from_tp(logits, *tp_.group, -1) : logits;
 }
 
 at::Tensor Llama3::head_loss(const at::Tensor& h, const at::Tensor& labels) {
-  at::Tensor logits = linear(rms_norm(h, norm_), output_, float8_output_, -1, "output");
+  at::Tensor logits = local_logits(h);  // [B,S,V] (this rank's V/tp columns under TP)
+  if (tp_.on()) {
+    // Loss parallelism: the vocab-sharded logits are never gathered (on meta
+    // the local loss has the same shapes).
+    if (tp_.loss_parallel && !logits.is_meta())
+      return vocab_parallel_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1), *tp_.group);
+    if (!tp_.loss_parallel) logits = gather_from_tp(logits, *tp_.group, -1);
+  }
   // The fused loss writes d(loss)/d(logits) into the logits' storage during
   // forward (the logits are dead after the loss), so no second [B*S,V] buffer.
   if (fused_loss_) return fused_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1), /*grad_into_logits=*/true);

@@ -30,6 +30,7 @@
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama_args.h"
 #include "trainer/model/param_store.h"
+#include "trainer/parallel/tensor_parallel.h"
 
 namespace ctitan {
 
@@ -52,10 +53,14 @@ class Llama3 {
  public:
   // Every buffer lives on `device` (meta: shapes only, nothing allocated).
   // `storage`: flat buffers, or unit buffers for FSDP (no master: the
-  // shards hold it; see ParamStore).
+  // shards hold it; see ParamStore). `tp`: tensor parallelism — the store
+  // holds this rank's shards of TorchTitan's plan (tensor_parallel_plan)
+  // and forward runs the plan's communication regions; InputError when tp
+  // does not divide the heads, KV heads, FFN width or vocabulary, or when
+  // async TP is asked for without sequence parallelism.
   Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len,
          c10::Device device = c10::Device(c10::kCPU), ModelPart part = {},
-         ParamStore::Storage storage = ParamStore::Storage::kFlat);
+         ParamStore::Storage storage = ParamStore::Storage::kFlat, TensorParallelOptions tp = {});
 
   // TorchTitan's init_weights, flat storage. Every value is a function of
   // (seed, FQN, global element index) only (param_init.h), so a shard or a
@@ -63,9 +68,10 @@ class Llama3 {
   void init_weights(uint64_t seed);
 
   // The whole model (a part with embedding and head): tokens/labels int64
-  // [B,S]. Returns the mean cross-entropy (fp32 scalar).
+  // [B,S] (under TP every rank of the tp group passes the same batch).
+  // Returns the mean cross-entropy (fp32 scalar).
   at::Tensor forward_loss(const at::Tensor& tokens, const at::Tensor& labels);
-  // Logits [B,S,V] in the compute dtype.
+  // Logits [B,S,V] in the compute dtype (under TP gathered on every rank).
   at::Tensor forward_logits(const at::Tensor& tokens);
   // Unit u of units() on its input: the embedding on tokens, a block on the
   // hidden state, the head on the hidden state and labels (→ the loss).
@@ -118,6 +124,7 @@ class Llama3 {
 
   const LlamaArgs& args() const { return args_; }
   const ModelPart& part() const { return part_; }
+  const TensorParallelOptions& tensor_parallel() const { return tp_; }
   at::ScalarType compute_dtype() const { return store_.compute_dtype(); }
   c10::Device device() const { return store_.device(); }
   ParamStore& store() { return store_; }
@@ -135,9 +142,25 @@ class Llama3 {
   };
   // at::linear, or float8_linear for a float8 unit; `layer`/`unit` name it
   // for the SQNR probe (layer −1: outside the blocks).
-  at::Tensor linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit) const;
+  // `tp`: how the operands are split under tensor parallelism (float8's
+  // scales then come from the whole tensors' amax).
+  at::Tensor linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit,
+                    Float8TpSharding tp = {}) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
-  at::Tensor hidden_states(const at::Tensor& tokens);
+  at::Tensor hidden_states(const at::Tensor& tokens);  // the last block's output
+  // The final norm and the output GEMM on the last block's output h: this
+  // rank's vocab columns under TP.
+  at::Tensor local_logits(const at::Tensor& h) const;
+  // Tensor parallelism's regions around a column-wise GEMM (x whole or
+  // sequence-sharded in, this rank's output features out) and a row-wise
+  // one (this rank's input features in; out whole or sequence-sharded);
+  // plain GEMMs without TP. `cache`: op-AC (column-wise GEMMs only).
+  at::Tensor column_gemm(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit,
+                         OpCache* cache) const;
+  at::Tensor row_gemm(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit) const;
+  // A replicated norm weight as the block uses it: under SP each rank sees
+  // a part of the sequence, so its gradient is summed over tp in backward.
+  at::Tensor norm_weight(const at::Tensor& w) const;
   at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache = nullptr) const;
   at::Tensor apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const;  // [B,S,n,Dh]
   void build_compute_views();
@@ -145,6 +168,7 @@ class Llama3 {
 
   LlamaArgs args_;
   ModelPart part_;
+  TensorParallelOptions tp_;
   ParamStore store_;
   at::ScalarType attention_dtype_;     // q/k/v dtype for SDPA (see constructor)
   at::Tensor freqs_cis_;               // complex64 [S_max, Dh/2]

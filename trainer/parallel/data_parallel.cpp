@@ -156,6 +156,8 @@ void DataParallel::compute_float8_scales(const std::vector<size_t>& gemms) {
     if (m.defined()) amax.narrow(0, static_cast<int64_t>(i), 1).copy_(m.reshape({1}));
   }
   wait(mesh_.group("dp_shard").all_reduce(amax, ReduceOp::kMax));
+  // Under TP every float8 weight is also split over tp: the whole weight's amax.
+  if (mesh_.size("tp") > 1) wait(mesh_.group("tp").all_reduce(amax, ReduceOp::kMax));
   const Float8Cast cast{Float8Scaling::kTensorwise, Fp8Format::kE4M3FN};
   for (size_t i = 0; i < gemms.size(); ++i)
     gemms_[gemms[i]].scale = float8_scale(amax.narrow(0, i, 1).view({1, 1}), cast, /*pow2=*/false);

@@ -24,6 +24,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "trainer/dist/comm.h"
@@ -31,6 +32,28 @@
 #include "trainer/model/param_spec.h"
 
 namespace ctitan {
+
+// How a model part runs under tensor parallelism (parallelism.* keys).
+struct TensorParallelOptions {
+  Communicator* group = nullptr;  // the mesh's tp group; null or size 1: no TP
+  // Activations between the blocks (and the norms' inputs) sharded along
+  // the sequence: all-gather before the column-wise GEMMs, reduce-scatter
+  // after the row-wise ones. TorchTitan's plan always does this
+  // (parallelism.enable_sequence_parallel, a ctitan key, turns it off to
+  // measure what it saves).
+  bool sequence_parallel = true;
+  // The loss over vocab-sharded logits, never gathered
+  // (parallelism.disable_loss_parallel turns it off).
+  bool loss_parallel = true;
+  // parallelism.enable_async_tensor_parallel: the all-gather + GEMM and
+  // GEMM + reduce-scatter pairs run micro-pipelined (async_* below). Needs
+  // sequence parallelism (the pattern it decomposes).
+  bool async = false;
+  int64_t size() const { return group ? group->size() : 1; }
+  int64_t rank() const { return group ? group->rank() : 0; }
+  bool on() const { return size() > 1; }
+  std::string describe() const;  // "TP 2 (sequence parallel, loss parallel, async)"
+};
 
 // TorchTitan's tensor-parallel plan for Llama 3 on the placement plan, as
 // rank r of tp: tok_embeddings row-wise (vocab rows, Shard(0)); per block
@@ -46,6 +69,41 @@ at::Tensor copy_to_tp(const at::Tensor& x, Communicator& tp);
 at::Tensor reduce_from_tp(const at::Tensor& x, Communicator& tp);
 at::Tensor gather_from_sp(const at::Tensor& x, Communicator& tp, int64_t dim);
 at::Tensor scatter_to_sp(const at::Tensor& x, Communicator& tp, int64_t dim);
+
+// [.., X/tp] on every rank -> [.., X] along `dim` (forward all-gather,
+// backward: this rank's chunk of the gradient). The output's gather when
+// the loss is not parallel.
+at::Tensor gather_from_tp(const at::Tensor& x, Communicator& tp, int64_t dim);
+
+// The vocab-parallel (row-wise) embedding: this rank holds rows
+// [r·V/tp, (r+1)·V/tp); tokens outside them look up zeros, and the sum over
+// tp (all-reduce, or reduce-scatter along the sequence with SP) is the
+// whole lookup.
+at::Tensor vocab_parallel_embedding(const at::Tensor& weight_shard, const at::Tensor& tokens, Communicator& tp,
+                                    bool sequence_parallel);
+
+// Mean cross-entropy over vocab-sharded logits [N, V/tp] (this rank's
+// columns [r·V/tp, (r+1)·V/tp)) and labels [N] in [0, V): the row max, the
+// sum of exponentials and the target logit are all-reduced over tp; the
+// logits are never gathered. fp32 (fp64 for fp64 logits). Backward needs
+// no communication: (softmax − onehot)/N on the local columns.
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits_shard, const at::Tensor& labels, Communicator& tp);
+
+// Async TP (TorchTitan's micro-pipelined TP) over the communicator's async
+// collectives: the sequence is cut into `chunks` pieces (of each rank's
+// shard), and the collective of piece i+1 is in flight while the GEMM of
+// piece i runs — in forward and in backward. Same values as
+// gather_from_sp + linear and linear + scatter_to_sp (the GEMMs see the
+// same rows), seq_dim 1.
+//   async_gather_linear:  x_shard [B, S/tp, I]  -> x_whole · Wᵀ  [B, S, O_shard]
+//   async_linear_scatter: x [B, S, I_shard]     -> Σ_r x·Wᵀ, this rank's [B, S/tp, O]
+at::Tensor async_gather_linear(const at::Tensor& x_shard, const at::Tensor& w_shard, Communicator& tp,
+                               int64_t chunks);
+at::Tensor async_linear_scatter(const at::Tensor& x, const at::Tensor& w_shard, Communicator& tp, int64_t chunks);
+
+// Seconds the calling ranks spent blocked in `tp`'s collectives issued by
+// the functions above (exposed TP communication) since the last call.
+double take_tp_exposed_seconds(const Communicator& tp);
 
 // y_shard = x · W_shardᵀ with x whole (or sequence-sharded along seq_dim when
 // sequence_parallel): the output is this rank's slice of the features.

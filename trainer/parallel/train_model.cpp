@@ -147,7 +147,17 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
   // under FSDP the model keeps unit buffers only and each rank allocates
   // its own shards.
   const auto storage = rt.shape.dp_shard > 1 ? ParamStore::Storage::kUnits : ParamStore::Storage::kFlat;
-  auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device, ModelPart{}, storage);
+  TensorParallelOptions tp;
+  tp.group = &rt.mesh->group("tp");
+  tp.sequence_parallel = cfg.parallelism.enable_sequence_parallel;
+  tp.loss_parallel = !cfg.parallelism.disable_loss_parallel;
+  tp.async = cfg.parallelism.enable_async_tensor_parallel;
+  if (tp.on() && tp.sequence_parallel && cfg.training.seq_len % tp.size() != 0)
+    throw InputError("training.seq_len " + std::to_string(cfg.training.seq_len) +
+                     " is not divisible by tensor_parallel_degree " + std::to_string(tp.size()) +
+                     " (sequence parallelism shards the sequence); choose a multiple");
+  auto model =
+      std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device, ModelPart{}, storage, tp);
   apply_techniques(*model, cfg, float8);
   DataParallelOptions dpo;
   dpo.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;

@@ -13,8 +13,10 @@
 //      rank's shards;
 //   4. init_weights: each rank fills its own boxes (per parameter, from the
 //      seed), as TorchTitan materialises after parallelize.
-// Tensor, pipeline and context parallelism are rejected by init_runtime
-// until their passes exist.
+// Tensor parallelism enters at step 1: the model part is built with this
+// rank's shards of TorchTitan's TP plan and runs its communication regions;
+// FSDP then shards each local TP shard along dim 0. Pipeline and context
+// parallelism are rejected by init_runtime until their passes exist.
 //
 // Not thread-safe; one TrainModel per rank.
 #pragma once
@@ -61,7 +63,11 @@ class TrainModel {
   at::Tensor& grads() { return dp_->grads(); }
   TensorPieces checkpoint_pieces(AdamW& opt, bool for_save) { return dp_->checkpoint_pieces(opt, for_save); }
   int64_t state_bytes() const { return dp_->state_bytes(); }  // params + grads + AdamW state on this rank
-  std::string describe() const { return dp_->describe(); }
+  // "FSDP 2 (...), TP 2 (sequence parallel, loss parallel)"
+  std::string describe() const {
+    const TensorParallelOptions& tp = model_->tensor_parallel();
+    return tp.on() ? dp_->describe() + ", " + tp.describe() : dp_->describe();
+  }
   CommTimes take_comm_times() { return dp_->take_comm_times(); }
   // Whether this rank holds whole weights (the float8 SQNR probe needs them).
   bool whole_weights() const { return !dp_->sharded(); }
