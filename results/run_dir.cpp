@@ -82,6 +82,9 @@ void read_summary(const fs::path& file, RunDirContents& c) {
   s.exposed_comm_s = number(j, "exposed_comm_s");
   s.idle_s = number(j, "idle_s");
   c.summary = s;
+  if (auto it = j.find("comm_by_dim"); it != j.end() && it->is_object())
+    for (auto d = it->begin(); d != it->end(); ++d)
+      if (d->is_object()) c.comm_dims.emplace_back(d.key(), number(*d, "comm_s"), number(*d, "exposed_comm_s"));
   if (auto it = j.find("status"); it != j.end() && it->is_string()) c.report.summary_status = it->get<std::string>();
 }
 
@@ -194,7 +197,8 @@ IngestReport ResultsDb::ingest_run_dir(int64_t run_id, const std::string& run_di
                                          "; insert the run before ingesting its directory");
   }
   for (const char* sql : {"DELETE FROM steps WHERE run_id = ?1", "DELETE FROM summaries WHERE run_id = ?1",
-                          "DELETE FROM env WHERE run_id = ?1", "DELETE FROM artifacts WHERE run_id = ?1"}) {
+                          "DELETE FROM env WHERE run_id = ?1", "DELETE FROM artifacts WHERE run_id = ?1",
+                          "DELETE FROM comm_dims WHERE run_id = ?1"}) {
     Statement del(db_, path_, sql);
     del.bind_all(run_id).run();
   }
@@ -216,6 +220,12 @@ IngestReport ResultsDb::ingest_run_dir(int64_t run_id, const std::string& run_di
   if (c.summary) {
     c.summary->run_id = run_id;
     results_detail::write_summary(db_, path_, *c.summary);
+  }
+  Statement dims(db_, path_,
+                 "INSERT OR REPLACE INTO comm_dims(run_id, mesh_dim, comm_s, exposed_comm_s) VALUES (?1, ?2, ?3, ?4)");
+  for (const auto& [dim, comm, exposed] : c.comm_dims) {
+    dims.bind_all(run_id, dim, comm, exposed).run();
+    dims.reset();
   }
   Statement env(db_, path_, "INSERT OR REPLACE INTO env(run_id, key, value) VALUES (?1, ?2, ?3)");
   for (const auto& [key, value] : c.env) {

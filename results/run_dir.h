@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,8 @@ namespace ctitan::results_detail {
 struct RunDirContents {
   std::vector<nlohmann::json> steps;  // metrics.jsonl lines that parsed, in file order
   std::optional<SummaryRow> summary;
+  // summary.json's comm_by_dim: mesh dimension -> (comm_s, exposed_comm_s).
+  std::vector<std::tuple<std::string, std::optional<double>, std::optional<double>>> comm_dims;
   std::vector<std::pair<std::string, std::optional<std::string>>> env;  // dotted keys
   std::vector<ArtifactRow> artifacts;
   IngestReport report;  // partial, notes, summary_status (counts are set when written)

@@ -92,6 +92,14 @@ CREATE TABLE artifacts(
     {1, "ALTER TABLE runs ADD COLUMN label TEXT NOT NULL DEFAULT '';"},
     // The baseline sweep a candidate sweep was run in pairs with (`gate --run`).
     {2, "ALTER TABLE sweeps ADD COLUMN paired_with TEXT NOT NULL DEFAULT '';"},
+    // Communication per mesh dimension (summary.json's comm_by_dim).
+    {3, R"sql(
+CREATE TABLE comm_dims(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  mesh_dim TEXT NOT NULL,
+  comm_s REAL, exposed_comm_s REAL,
+  PRIMARY KEY(run_id, mesh_dim));
+)sql"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 

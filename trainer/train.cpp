@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -218,6 +219,7 @@ class TrainLoop {
   BatchStager stager_;  // host batch -> device (pinned and non-blocking on CUDA)
   bool traces_ = false;
   double comm_s_ = 0, exposed_comm_s_ = 0;
+  std::map<std::string, std::pair<double, double>> comm_by_dim_;  // group -> (comm_s, exposed_comm_s) sums
   int64_t comm_steps_ = 0;
 };
 
@@ -374,6 +376,8 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     if (step > cfg_.metrics.warmup_steps && rt_.env.world_size > 1) {
       comm_s_ += ct.comm_s;
       exposed_comm_s_ += ct.exposed_comm_s;
+      for (const auto& [dim, s] : ct.comm_by_dim) comm_by_dim_[dim].first += s;
+      for (const auto& [dim, s] : ct.exposed_by_dim) comm_by_dim_[dim].second += s;
       ++comm_steps_;
     }
     const bool stop = stop_requested();
@@ -432,6 +436,12 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
       extra["comm_s"] = comm_steps_ ? comm_s_ / comm_steps_ : 0.0;
       extra["exposed_comm_s"] = comm_steps_ ? exposed_comm_s_ / comm_steps_ : 0.0;
       extra["comm_source"] = "flight_recorder";
+      // Per mesh dimension (rank 0's view): which parallelism's communication it was.
+      nlohmann::json by_dim = nlohmann::json::object();
+      for (const auto& [dim, s] : comm_by_dim_)
+        by_dim[dim] = {{"comm_s", comm_steps_ ? s.first / comm_steps_ : 0.0},
+                       {"exposed_comm_s", comm_steps_ ? s.second / comm_steps_ : 0.0}};
+      extra["comm_by_dim"] = by_dim;
     }
   }
   // Every rank: the breakdowns (traces, or CUPTI on every CUDA step) are gathered.

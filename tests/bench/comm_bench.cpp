@@ -6,7 +6,16 @@
 // both cases). Bytes/s counts the collective's full buffer per iteration:
 // all_reduce's tensor, all_gather's output, reduce_scatter's input
 // ("algorithm bandwidth" in nccl-tests terms).
-//   build-dist/tests/ctitan_bench --benchmark_filter=Comm
+//
+// BM_TpPattern: tensor parallelism's collective pattern with its GEMMs —
+// all-gather + column-wise GEMM, row-wise GEMM + reduce-scatter, forward
+// and backward (sequence parallel, an MLP of debugmodel's shape: B 8,
+// S 128, D 256, F 768, fp32) — synchronous (gather, then GEMM) and async
+// (micro-pipelined: the collective of one piece overlaps the GEMM of the
+// previous one; async_chunks pieces per rank, 0 = synchronous), at world 2
+// and 4.
+//   build/tests/ctitan_bench --benchmark_filter='Comm|TpPattern'
+//   build/tests/ctitan_bench --benchmark_filter=TpPattern
 #include <benchmark/benchmark.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -16,6 +25,7 @@
 #include <thread>
 
 #include "trainer/dist/comm.h"
+#include "trainer/parallel/tensor_parallel.h"
 
 namespace {
 
@@ -97,6 +107,65 @@ void BM_Comm(benchmark::State& state, Op op, at::ScalarType dtype) {
   }
   state.SetBytesProcessed(state.iterations() * bytes);
 }
+
+// One rank's forward and backward of the TP MLP pattern.
+struct TpMlp {
+  at::Tensor x, w1, w2, dy;
+  TpMlp(int world) {
+    const int64_t B = 8, S = 128, D = 256, F = 768;
+    x = torch::randn({B, S / world, D}).requires_grad_();
+    w1 = (torch::randn({F / world, D}) * 0.05).requires_grad_();
+    w2 = (torch::randn({D, F / world}) * 0.05).requires_grad_();
+    dy = torch::randn({B, S / world, D});
+  }
+  void run(Communicator& c, bool async, int64_t chunks) {
+    const at::Tensor h = async ? ctitan::async_gather_linear(x, w1, c, chunks)
+                               : ctitan::column_parallel_linear(x, w1, c, /*sequence_parallel=*/true);
+    const at::Tensor y = async ? ctitan::async_linear_scatter(h, w2, c, chunks)
+                               : ctitan::row_parallel_linear(h, w2, c, /*sequence_parallel=*/true);
+    y.backward(dy);
+    x.mutable_grad() = at::Tensor();
+    w1.mutable_grad() = at::Tensor();
+    w2.mutable_grad() = at::Tensor();
+  }
+};
+
+void BM_TpPattern(benchmark::State& state) {
+  const int world = static_cast<int>(state.range(0));
+  const int64_t chunks = state.range(1);  // 0: synchronous
+  const bool async = chunks > 0;
+  auto& comms = group(world);
+  std::vector<TpMlp> ranks;
+  for (int r = 0; r < world; ++r) ranks.emplace_back(world);
+  const auto iterations = state.max_iterations;
+  std::vector<std::thread> helpers;
+  std::vector<std::string> errors(world);
+  for (int r = 1; r < world; ++r) {
+    helpers.emplace_back([&, r] {
+      try {
+        for (benchmark::IterationCount i = 0; i < iterations; ++i) ranks[r].run(*comms[r], async, chunks);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  ctitan::take_tp_exposed_seconds(*comms[0]);  // from zero: earlier runs and warm-up left theirs
+  for (auto _ : state) ranks[0].run(*comms[0], async, chunks);
+  for (auto& t : helpers) t.join();
+  for (const auto& e : errors) {
+    if (!e.empty()) state.SkipWithError(e.c_str());
+  }
+  state.counters["tp_exposed_ms"] =
+      benchmark::Counter(1e3 * ctitan::take_tp_exposed_seconds(*comms[0]) / static_cast<double>(state.iterations()));
+}
+
+BENCHMARK(BM_TpPattern)
+    ->ArgNames({"world", "async_chunks"})
+    ->ArgsProduct({{2, 4}, {0, 2, 4}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinWarmUpTime(0.2)
+    ->MinTime(1.0);
 
 void comm_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"world", "bytes"});

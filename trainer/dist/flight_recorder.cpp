@@ -74,6 +74,19 @@ std::vector<std::pair<double, double>> FlightRecorder::completed_intervals(uint6
   return out;
 }
 
+std::map<std::string, std::vector<std::pair<double, double>>> FlightRecorder::completed_intervals_by_group(
+    uint64_t from_seq) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::vector<std::pair<double, double>>> out;
+  if (capacity_ == 0) return out;
+  const uint64_t first = std::max<uint64_t>(from_seq, next_seq_ > capacity_ ? next_seq_ - capacity_ : 0);
+  for (uint64_t seq = first; seq < next_seq_; ++seq) {
+    const Entry& e = ring_[seq % capacity_];
+    if (e.state == State::kCompleted) out[e.group].emplace_back(e.start_s, e.end_s);
+  }
+  return out;
+}
+
 std::vector<FlightRecorder::Entry> FlightRecorder::entries() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Entry> out;

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -38,6 +39,8 @@ class FlightRecorder {
   // [start_s, end_s] of the completed collectives numbered seq >= from_seq
   // that are still in the ring: what a step's communication time is made of.
   std::vector<std::pair<double, double>> completed_intervals(uint64_t from_seq) const;
+  // The same, by group (the communicator's name: a mesh dimension, "world").
+  std::map<std::string, std::vector<std::pair<double, double>>> completed_intervals_by_group(uint64_t from_seq) const;
   std::vector<Entry> entries() const;  // oldest first
   // Writes the JSON (atomically: temp file + rename); returns the path.
   std::string dump() const;

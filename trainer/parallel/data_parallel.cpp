@@ -107,7 +107,8 @@ void DataParallel::init_weights(uint64_t seed) {
     model_.init_weights(seed);
     // DDP: every rank starts from the same weights; they do (same seed),
     // and the broadcast makes it a guarantee, as DDP's constructor does.
-    if (replicate_ > 1) wait(mesh_.group("dp_replicate").broadcast(model_.store().flat_params(), 0));
+    Communicator& g = mesh_.group("dp_replicate");
+    if (replicate_ > 1) wait(g.broadcast(model_.store().flat_params(), 0), g);
     return;
   }
   for (size_t i = 0; i < specs_.size(); ++i)
@@ -155,9 +156,10 @@ void DataParallel::compute_float8_scales(const std::vector<size_t>& gemms) {
     }
     if (m.defined()) amax.narrow(0, static_cast<int64_t>(i), 1).copy_(m.reshape({1}));
   }
-  wait(mesh_.group("dp_shard").all_reduce(amax, ReduceOp::kMax));
+  Communicator& shard = mesh_.group("dp_shard");
+  wait(shard.all_reduce(amax, ReduceOp::kMax), shard);
   // Under TP every float8 weight is also split over tp: the whole weight's amax.
-  if (mesh_.size("tp") > 1) wait(mesh_.group("tp").all_reduce(amax, ReduceOp::kMax));
+  if (Communicator& tp = mesh_.group("tp"); tp.size() > 1) wait(tp.all_reduce(amax, ReduceOp::kMax), tp);
   const Float8Cast cast{Float8Scaling::kTensorwise, Fp8Format::kE4M3FN};
   for (size_t i = 0; i < gemms.size(); ++i)
     gemms_[gemms[i]].scale = float8_scale(amax.narrow(0, i, 1).view({1, 1}), cast, /*pow2=*/false);
@@ -186,7 +188,7 @@ void DataParallel::unshard_float8(size_t u) {
 
 void DataParallel::unpack_float8(size_t u) {
   UnitShard& us = units_[u];
-  wait(us.codes_gather);
+  wait(us.codes_gather, mesh_.group("dp_shard"));
   us.codes_gather.reset();
   // The float8 values of w·scale in the unit's layout (bf16 holds every e4m3
   // value exactly): the GEMMs' float8 weights.
@@ -283,10 +285,10 @@ void DataParallel::begin_step() {
   }
 }
 
-void DataParallel::wait(const WorkPtr& w) {
+void DataParallel::wait(const WorkPtr& w, const Communicator& group) {
   const auto t0 = Clock::now();
   w->wait();
-  exposed_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  exposed_by_dim_[group.name()] += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 void DataParallel::unshard(size_t u) {
@@ -306,7 +308,7 @@ void DataParallel::wait_unshard(size_t u) {
   if (us.resident) return;
   unshard(u);
   TraceRange range(trace_cat::kDataParallel, "unshard", model_.units()[u].name);
-  wait(us.gather);
+  wait(us.gather, mesh_.group("dp_shard"));
   us.gather.reset();
   torch::NoGradGuard no_grad;
   MemoryCategoryScope mem(MemoryCategory::kParameters);  // the unit's gathered parameters
@@ -343,9 +345,8 @@ void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
   if (!sharded()) {  // DDP: one bucket per unit, reduced once per step
     model_.store().accumulate_grads(u);
     if (!last_micro || replicate_ == 1) return;
-    WorkPtr w = mesh_.group("dp_replicate").all_reduce(grads().narrow(0, unit.offset, unit.numel),
-                                                       ReduceOp::kAvg);
-    pending_.emplace_back(w, nullptr);
+    Communicator& g = mesh_.group("dp_replicate");
+    pending_.push_back({g.all_reduce(grads().narrow(0, unit.offset, unit.numel), ReduceOp::kAvg), nullptr, &g});
     return;
   }
   UnitShard& us = units_[u];
@@ -366,15 +367,18 @@ void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
   // gradient copy alive until the end of backward.
   while (pending_.size() >= 2) finish_oldest_reduction();
   at::Tensor out = torch::empty({us.numel}, grad_shard_.options());
-  WorkPtr w = mesh_.group("dp_shard").reduce_scatter(out, packed.view({-1}), ReduceOp::kAvg);
+  Communicator& g = mesh_.group("dp_shard");
+  WorkPtr w = g.reduce_scatter(out, packed.view({-1}), ReduceOp::kAvg);
   at::Tensor dst = grad_shard_.narrow(0, us.offset, us.numel);
-  pending_.emplace_back(w, [dst, out, packed, first_micro]() mutable {
-    if (first_micro) {
-      dst.copy_(out);
-    } else {
-      dst.add_(out);
-    }
-  });
+  pending_.push_back({w,
+                      [dst, out, packed, first_micro]() mutable {
+                        if (first_micro) {
+                          dst.copy_(out);
+                        } else {
+                          dst.add_(out);
+                        }
+                      },
+                      &g});
 }
 
 void DataParallel::before_forward(size_t u) {
@@ -404,15 +408,17 @@ void DataParallel::after_backward(size_t u, bool first_micro, bool last_micro) {
 
 void DataParallel::after_all_backward(bool last_micro) {
   while (!pending_.empty()) finish_oldest_reduction();
-  if (sharded() && replicate_ > 1 && last_micro)
-    wait(mesh_.group("dp_replicate").all_reduce(grad_shard_, ReduceOp::kAvg));
+  if (sharded() && replicate_ > 1 && last_micro) {
+    Communicator& g = mesh_.group("dp_replicate");
+    wait(g.all_reduce(grad_shard_, ReduceOp::kAvg), g);
+  }
 }
 
 void DataParallel::finish_oldest_reduction() {
-  auto [w, finish] = std::move(pending_.front());
+  Pending p = std::move(pending_.front());
   pending_.pop_front();
-  wait(w);
-  if (finish) finish();
+  wait(p.work, *p.group);
+  if (p.finish) p.finish();
 }
 
 double DataParallel::clip_grad_norm(double max_norm) {
@@ -425,7 +431,8 @@ double DataParallel::clip_grad_norm(double max_norm) {
   at::Tensor sq = torch::zeros({1}, g.options().dtype(torch::kDouble));
   for (const auto& [offset, numel] : norm_ranges_)
     if (numel > 0) sq += g.narrow(0, offset, numel).square().sum().to(torch::kDouble);
-  wait(mesh_.group("world").all_reduce(sq, ReduceOp::kSum));
+  Communicator& world = mesh_.group("world");
+  wait(world.all_reduce(sq, ReduceOp::kSum), world);
   const double norm = std::sqrt(sq.item<double>());
   const double coef = std::min(1.0, max_norm / (norm + 1e-6));
   if (coef < 1.0) g.mul_(coef);
@@ -434,24 +441,41 @@ double DataParallel::clip_grad_norm(double max_norm) {
 
 double DataParallel::dp_mean(double local) {
   at::Tensor t = torch::full({1}, local, torch::kDouble);
-  wait(mesh_.group("loss").all_reduce(t, ReduceOp::kAvg));
+  Communicator& loss = mesh_.group("loss");
+  wait(loss.all_reduce(t, ReduceOp::kAvg), loss);
   return t.item<double>();
 }
 
+namespace {
+
+// Length of the union of intervals.
+double union_length(std::vector<std::pair<double, double>> iv) {
+  std::sort(iv.begin(), iv.end());
+  double total = 0, end = -1;
+  for (const auto& [a, b] : iv) {
+    if (b <= end) continue;
+    total += b - std::max(a, end);
+    end = b;
+  }
+  return total;
+}
+
+}  // namespace
+
 CommTimes DataParallel::take_comm_times() {
   CommTimes t;
-  t.exposed_comm_s = exposed_s_;
-  exposed_s_ = 0;
+  t.exposed_by_dim = std::move(exposed_by_dim_);
+  exposed_by_dim_.clear();
+  for (const auto& [dim, s] : t.exposed_by_dim) t.exposed_comm_s += s;
   if (opts_.recorder) {
-    auto iv = opts_.recorder->completed_intervals(first_seq_);
+    auto by_group = opts_.recorder->completed_intervals_by_group(first_seq_);
     first_seq_ = opts_.recorder->next_seq();
-    std::sort(iv.begin(), iv.end());
-    double end = -1;
-    for (const auto& [a, b] : iv) {  // length of the union
-      if (b <= end) continue;
-      t.comm_s += b - std::max(a, end);
-      end = b;
+    std::vector<std::pair<double, double>> all;
+    for (auto& [group, iv] : by_group) {
+      t.comm_by_dim[group] = union_length(iv);
+      all.insert(all.end(), iv.begin(), iv.end());
     }
+    t.comm_s = union_length(std::move(all));
   }
   return t;
 }

@@ -31,6 +31,7 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,10 @@ struct DataParallelOptions {
 struct CommTimes {      // since the last take_comm_times(), seconds
   double comm_s = 0;          // some collective in flight (union of issue→completion intervals)
   double exposed_comm_s = 0;  // the training thread blocked waiting for one
+  // The same per group: a mesh dimension ("dp_shard", "tp", ...) or "world"
+  // (gradient clipping, the stop check); a flattened group counts under the
+  // dimension whose communicator it shares.
+  std::map<std::string, double> comm_by_dim, exposed_by_dim;
 };
 
 class DataParallel final : public UnitHooks {
@@ -149,7 +154,7 @@ class DataParallel final : public UnitHooks {
   void wait_unshard(size_t u);
   void reshard(size_t u);
   void reduce_unit(size_t u, bool first_micro, bool last_micro);
-  void wait(const WorkPtr& w);
+  void wait(const WorkPtr& w, const Communicator& group);  // adds the blocked time to `group`'s exposed time
   void plan_float8_gather();
   void compute_float8_scales(const std::vector<size_t>& gemms);  // one MAX all-reduce
   void unshard_float8(size_t u);
@@ -173,9 +178,14 @@ class DataParallel final : public UnitHooks {
   std::vector<UnitShard> units_;
   std::vector<Float8Gemm> gemms_;
   at::Tensor master_shard_, grad_shard_, compute_shard_;
-  std::deque<std::pair<WorkPtr, std::function<void()>>> pending_;  // reductions and their finish
+  struct Pending {  // a reduction in flight and what to do when it is done
+    WorkPtr work;
+    std::function<void()> finish;
+    const Communicator* group;
+  };
+  std::deque<Pending> pending_;
   void finish_oldest_reduction();
-  double exposed_s_ = 0;
+  std::map<std::string, double> exposed_by_dim_;
   uint64_t first_seq_ = 0;  // recorder sequence number where the current step began
 };
 

@@ -103,6 +103,17 @@ at::Tensor TrainModel::run_units(const at::Tensor& tokens, const at::Tensor& lab
   return loss.detach();
 }
 
+CommTimes TrainModel::take_comm_times() {
+  CommTimes t = dp_->take_comm_times();
+  const TensorParallelOptions& tp = model_->tensor_parallel();
+  if (tp.on()) {
+    const double s = take_tp_exposed_seconds(*tp.group);
+    t.exposed_by_dim[tp.group->name()] += s;
+    t.exposed_comm_s += s;
+  }
+  return t;
+}
+
 at::ScalarType compute_dtype(const JobConfig& cfg) {
   return cfg.training.mixed_precision_param == "float32" ? torch::kFloat : torch::kBFloat16;
 }

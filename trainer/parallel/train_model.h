@@ -68,7 +68,9 @@ class TrainModel {
     const TensorParallelOptions& tp = model_->tensor_parallel();
     return tp.on() ? dp_->describe() + ", " + tp.describe() : dp_->describe();
   }
-  CommTimes take_comm_times() { return dp_->take_comm_times(); }
+  // Since the last call: the data-parallel hooks' collectives and, under
+  // TP, the time blocked in the tp regions (exposed_by_dim["tp"]).
+  CommTimes take_comm_times();
   // Whether this rank holds whole weights (the float8 SQNR probe needs them).
   bool whole_weights() const { return !dp_->sharded(); }
 
