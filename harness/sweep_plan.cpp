@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 
 #include "common/errors.h"
+#include "trainer/parallel/pipeline.h"
 #include "common/build_identity.h"
 #include "profiling/gpu_info.h"
 #include "harness/sweep_spec.h"
@@ -237,8 +239,20 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
          "async TP needs sequence parallelism (enable_sequence_parallel = false)");
   }
   if (shape.pp > 1) {
-    need(p.pipeline_parallel_layers_per_stage != -1 || a.n_layers % shape.pp == 0,
-         "n_layers " + std::to_string(a.n_layers) + " is not divisible by pp " + pp);
+    const auto trainer_says = [&](const std::function<void()>& check) {
+      try {
+        check();
+      } catch (const InputError& e) {
+        why.push_back(e.what());
+      }
+    };
+    trainer_says([&] {
+      pipeline_stage_parts(a, shape.pp, p.pipeline_parallel_layers_per_stage, p.pipeline_parallel_first_stage_less_layers,
+                           p.pipeline_parallel_last_stage_less_layers);
+    });
+    trainer_says([&] { check_pipeline_schedule(p.pipeline_parallel_schedule); });
+    need(shape.dp_replicate * shape.dp_shard == 1,
+         "pipeline parallelism with data parallelism is not in this build yet (mesh " + shape.describe() + ")");
     need(t.local_batch_size % p.pipeline_parallel_microbatch_size == 0,
          "local_batch_size " + std::to_string(t.local_batch_size) + " is not divisible by the pipeline microbatch size " +
              std::to_string(p.pipeline_parallel_microbatch_size));
@@ -250,8 +264,7 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
   need(t.global_batch_size <= 0 || t.global_batch_size % (t.local_batch_size * dp) == 0,
        "global_batch_size " + std::to_string(t.global_batch_size) + " is not a multiple of local_batch_size x dp = " +
            std::to_string(t.local_batch_size) + " x " + std::to_string(dp));
-  need(shape.pp == 1 && shape.cp == 1,
-       "pipeline and context parallelism are not implemented in this build (the trainer rejects pp/cp > 1)");
+  need(shape.cp == 1, "context parallelism is not implemented in this build (the trainer rejects cp > 1)");
   // On GPUs a world size is a GPU count on this node (several nodes come with Slurm).
   const std::string& dev = cfg.training.device;
   const bool on_gpu = dev == "cuda" || (dev == "auto" && budget.gpus > 0);

@@ -177,7 +177,8 @@ void ResultsDb::put_summary(const SummaryRow& s) {
 std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
   Statement q(db_, path_,
               "SELECT run_id, tps_median, tps_p10, tps_p90, tflops, mfu, mem_peak_bytes, loss_final, compute_s, "
-              "comm_s, exposed_comm_s, idle_s FROM summaries WHERE run_id = ?1");
+              "comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory FROM summaries "
+              "WHERE run_id = ?1");
   q.bind_all(run_id);
   if (!q.step()) return std::nullopt;
   SummaryRow s;
@@ -193,6 +194,8 @@ std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
   s.comm_s = q.opt_real(9);
   s.exposed_comm_s = q.opt_real(10);
   s.idle_s = q.opt_real(11);
+  s.pipeline_bubble = q.opt_real(12);
+  s.pipeline_bubble_theory = q.opt_real(13);
   return s;
 }
 

@@ -61,6 +61,7 @@ struct SummaryRow {
   std::optional<double> tps_median, tps_p10, tps_p90, tflops, mfu, loss_final;
   std::optional<double> compute_s, comm_s, exposed_comm_s, idle_s;
   std::optional<int64_t> mem_peak_bytes;
+  std::optional<double> pipeline_bubble, pipeline_bubble_theory;  // pipeline parallelism only
 };
 
 struct IngestReport {
@@ -83,7 +84,7 @@ struct ArtifactRow {
 // still locked after the busy timeout) throw std::runtime_error naming the file.
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   // How long a statement waits for another process's write to finish.
   static constexpr int kBusyTimeoutMs = 10000;
   // Opens (creating if absent) and migrates. InputError for a file that is

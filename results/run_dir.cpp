@@ -81,6 +81,8 @@ void read_summary(const fs::path& file, RunDirContents& c) {
   s.comm_s = number(j, "comm_s");
   s.exposed_comm_s = number(j, "exposed_comm_s");
   s.idle_s = number(j, "idle_s");
+  s.pipeline_bubble = number(j, "pipeline_bubble");
+  s.pipeline_bubble_theory = number(j, "pipeline_bubble_theory");
   c.summary = s;
   if (auto it = j.find("comm_by_dim"); it != j.end() && it->is_object())
     for (auto d = it->begin(); d != it->end(); ++d)
@@ -174,10 +176,10 @@ RunDirContents read_run_dir(const std::string& run_dir) {
 void write_summary(sqlite3* db, const std::string& path, const SummaryRow& s) {
   Statement q(db, path,
               "INSERT OR REPLACE INTO summaries(run_id, tps_median, tps_p10, tps_p90, tflops, mfu, mem_peak_bytes, "
-              "loss_final, compute_s, comm_s, exposed_comm_s, idle_s) "
-              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
+              "loss_final, compute_s, comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
   q.bind_all(s.run_id, s.tps_median, s.tps_p10, s.tps_p90, s.tflops, s.mfu, s.mem_peak_bytes, s.loss_final,
-             s.compute_s, s.comm_s, s.exposed_comm_s, s.idle_s);
+             s.compute_s, s.comm_s, s.exposed_comm_s, s.idle_s, s.pipeline_bubble, s.pipeline_bubble_theory);
   q.run();
 }
 

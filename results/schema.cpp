@@ -100,6 +100,9 @@ CREATE TABLE comm_dims(
   comm_s REAL, exposed_comm_s REAL,
   PRIMARY KEY(run_id, mesh_dim));
 )sql"},
+    // Pipeline parallelism: the measured and the schedule's bubble fraction.
+    {4, "ALTER TABLE summaries ADD COLUMN pipeline_bubble REAL;"
+        "ALTER TABLE summaries ADD COLUMN pipeline_bubble_theory REAL;"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 

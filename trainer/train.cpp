@@ -37,6 +37,7 @@
 #include "trainer/metrics.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"
+#include "trainer/parallel/pipeline.h"
 #include "trainer/parallel/train_model.h"
 #include "trainer/runtime.h"
 
@@ -202,6 +203,7 @@ class TrainLoop {
   void save_checkpoint(int64_t step);
   nlohmann::json summary_extra(int64_t resident_bytes);
   void gather_rank_memory(nlohmann::json& extra, int64_t resident_bytes);
+  void add_pipeline_bubble(nlohmann::json& extra);
 
   const JobConfig& cfg_;
   Runtime& rt_;
@@ -220,6 +222,7 @@ class TrainLoop {
   bool traces_ = false;
   double comm_s_ = 0, exposed_comm_s_ = 0;
   std::map<std::string, std::pair<double, double>> comm_by_dim_;  // group -> (comm_s, exposed_comm_s) sums
+  PipelineTimes pipeline_;  // this rank's pipeline actions over the measured steps
   int64_t comm_steps_ = 0;
 };
 
@@ -380,6 +383,11 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
       for (const auto& [dim, s] : ct.exposed_by_dim) comm_by_dim_[dim].second += s;
       ++comm_steps_;
     }
+    const PipelineTimes pt = tm_.take_pipeline_times();
+    if (step > cfg_.metrics.warmup_steps) {
+      pipeline_.busy_s += pt.busy_s;
+      pipeline_.total_s += pt.total_s;
+    }
     const bool stop = stop_requested();
     const bool last = step == cfg_.training.steps || stop;
     // The loss is read (and averaged over the ranks) on log steps only.
@@ -456,10 +464,37 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
       std::cout << "ctitan: " << line << std::endl;
   }
   if (rt_.env.world_size > 1) gather_rank_memory(extra, resident_bytes);
+  if (tm_.pipeline().on()) add_pipeline_bubble(extra);
   return extra;
 }
 
 // Memory per rank, gathered so that rank 0's summary shows every rank.
+// The pipeline bubble: each rank's idle fraction of its pipeline time over
+// the measured steps (waiting for a neighbour's activation or gradient, or
+// for its sends), beside the schedule's fraction with equal action times.
+void TrainLoop::add_pipeline_bubble(nlohmann::json& extra) {
+  const PipelineOptions& pp = tm_.pipeline();
+  at::Tensor mine = torch::tensor({pipeline_.busy_s, pipeline_.total_s}, torch::kDouble);
+  at::Tensor all = torch::empty({rt_.env.world_size * 2}, torch::kDouble);
+  rt_.mesh->group("world").all_gather(all, mine)->wait();
+  nlohmann::json by_rank = nlohmann::json::array();
+  double sum = 0;
+  for (int r = 0; r < rt_.env.world_size; ++r) {
+    const double busy = all[2 * r].item<double>(), total = all[2 * r + 1].item<double>();
+    const double bubble = total > 0 ? 1.0 - busy / total : 0.0;
+    by_rank.push_back(bubble);
+    sum += bubble;
+  }
+  const int64_t stages = pp.group->size(), micro = cfg_.training.local_batch_size / pp.microbatch_size;
+  extra["pipeline"] = {{"schedule", pp.schedule},
+                       {"stages", stages},
+                       {"microbatches", micro},
+                       {"bubble_by_rank", by_rank},
+                       {"bubble_formula", pipeline_bubble_formula(pp.schedule)}};
+  extra["pipeline_bubble"] = sum / rt_.env.world_size;
+  extra["pipeline_bubble_theory"] = pipeline_bubble_theory(pp.schedule, stages, micro);
+}
+
 void TrainLoop::gather_rank_memory(nlohmann::json& extra, int64_t resident_bytes) {
   at::Tensor in = torch::tensor({rt_.monitor.memory().peak_bytes, tm_.state_bytes(), resident_bytes,
                                  process_peak_rss_bytes()}, torch::kLong);

@@ -132,10 +132,11 @@ TEST(Sweep, ShippedDebugSweepPlans) {
   // 16 points ask for replicate 2 on one rank; where the fused kernels cannot
   // run (no AVX-512), the 32 compile.enable=true points are pruned as well
   // (8 of them already counted among the 16). The 4 tensor-parallel points
-  // (TP 2, async TP 2, FSDP 2 x TP 2, TP 4) run everywhere.
+  // (TP 2, async TP 2, FSDP 2 x TP 2, TP 4) and 2 pipeline points (PP 2,
+  // PP 2 x TP 2) run everywhere.
   const bool fused = ctitan::fused_kernels_available();
-  const std::string plan = fused ? "68 points at world sizes 1, 2, 4: 52 to run x 1 repeat, 16 infeasible"
-                                 : "68 points at world sizes 1, 2, 4: 28 to run x 1 repeat, 40 infeasible";
+  const std::string plan = fused ? "70 points at world sizes 1, 2, 4: 54 to run x 1 repeat, 16 infeasible"
+                                 : "70 points at world sizes 1, 2, 4: 30 to run x 1 repeat, 40 infeasible";
   EXPECT_NE(r.out.find(plan), std::string::npos) << r.out;
   size_t why_compile = 0;
   for (size_t at = r.out.find("compile.enable: ctitan's fused kernels need AVX-512"); at != std::string::npos;
@@ -149,7 +150,8 @@ TEST(Sweep, ShippedDebugSweepPlans) {
   EXPECT_EQ(why, 16u);
   for (const char* tp : {"parallelism.tensor_parallel_degree=2 training.local_batch_size=2",
                          "parallelism.tensor_parallel_degree=2 parallelism.enable_async_tensor_parallel=true",
-                         "parallelism.tensor_parallel_degree=4 training.local_batch_size=2"})
+                         "parallelism.tensor_parallel_degree=4 training.local_batch_size=2",
+                         "parallelism.pipeline_parallel_degree=2 parallelism.pipeline_parallel_schedule=1F1B"})
     EXPECT_NE(r.out.find(std::string("run         ") + tp), std::string::npos) << tp << "\n" << r.out;
 }
 

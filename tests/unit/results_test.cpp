@@ -120,6 +120,7 @@ void make_run_dir(const fs::path& d) {
   write_file(d / "summary.json", R"({"status":"ok","steps_run":3,"tps_median":1250.0,"tps_p10":1210.0,"tps_p90":1290.0,
       "tflops":0.15625,"mfu":null,"loss_final":9.0,"mem_peak_bytes":3145728,"comm_s":0.05,"exposed_comm_s":0.02,
       "comm_by_dim":{"dp_shard":{"comm_s":0.04,"exposed_comm_s":0.005},"tp":{"comm_s":0.01,"exposed_comm_s":0.015}},
+      "pipeline_bubble":0.3,"pipeline_bubble_theory":0.25,
       "flavor":"tiny"})");
   write_file(d / "env.json", R"({"git_sha":"abc123","cpu_cores":8,"cuda_available":false,"gpu":null,
       "versions":{"libtorch":"2.15.0","compiler":{"id":"GNU","version":"12.2"}},"ranks":[0,1]})");
@@ -313,6 +314,8 @@ TEST(Results, IngestsARunDirectoryIntoEveryTable) {
   EXPECT_EQ(s->exposed_comm_s, 0.02);
   EXPECT_FALSE(s->compute_s);  // absent keys are NULL
   EXPECT_FALSE(s->idle_s);
+  EXPECT_EQ(s->pipeline_bubble, 0.3);
+  EXPECT_EQ(s->pipeline_bubble_theory, 0.25);
   EXPECT_EQ(sql_text(f.dir / "r.db", "SELECT group_concat(mesh_dim || '=' || comm_s || '/' || exposed_comm_s, ' ') FROM "
                              "(SELECT * FROM comm_dims WHERE run_id = " + std::to_string(f.id) + " ORDER BY mesh_dim)"),
             "dp_shard=0.04/0.005 tp=0.01/0.015");
@@ -537,10 +540,10 @@ INSTANTIATE_TEST_SUITE_P(
                     "not a ctitan results database (tables: photos)"},
         ForeignFile{"newer_schema",
                     [](const fs::path& p) {
-                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (4);"
+                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (5);"
                              "CREATE TABLE runs(id INTEGER PRIMARY KEY, shiny_new_column TEXT);");
                     },
-                    "newer ctitan (results schema v4, this ctitan reads up to v3)"},
+                    "newer ctitan (results schema v5, this ctitan reads up to v4)"},
         ForeignFile{"newer_schema_in_wal_mode",
                     [](const fs::path& p) {
                       sql(p, "PRAGMA journal_mode=WAL; CREATE TABLE schema_version(version INTEGER);"

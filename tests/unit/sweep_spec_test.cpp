@@ -179,9 +179,18 @@ TEST(SweepPruning, TensorPipelineContextParallelNeedDivisibility) {
                    "parallelism.enable_sequence_parallel = false\n",
                    2),
             "");
-  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\n", 2).find("not implemented in this build"),
+  EXPECT_EQ(reason("parallelism.pipeline_parallel_degree = 2\n", 2), "");  // PP runs
+  EXPECT_EQ(reason("parallelism.pipeline_parallel_degree = 4\n", 4), "");  // 6 + 2 effective layers over 4 stages
+  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 16\n", 16)
+                .find("pipeline split: 6 layers (+1 for the embedding, +1 for norm and output) do not fill 16 stages"),
             std::string::npos);
-  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 4\n", 4).find("n_layers 6 is not divisible by pp 4"),
+  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\nparallelism.pipeline_parallel_schedule = \"Interleaved1F1B\"\n", 2)
+                .find("'Interleaved1F1B' is not in this ctitan build yet"),
+            std::string::npos);
+  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\nparallelism.pipeline_parallel_schedule = \"2F2B\"\n", 2)
+                .find("'2F2B' is not one of TorchTitan's schedules"),
+            std::string::npos);
+  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\n", 4).find("pipeline parallelism with data parallelism"),
             std::string::npos);
   EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\ntraining.local_batch_size = 3\n"
                    "parallelism.pipeline_parallel_microbatch_size = 2\n",

@@ -110,6 +110,8 @@ void check_parallelism(const Checker& k, const ParallelismSection& p) {
   k.degree("parallelism.context_parallel_degree", p.context_parallel_degree);
   k.degree("parallelism.expert_parallel_degree", p.expert_parallel_degree);
   k.positive("parallelism.pipeline_parallel_microbatch_size", p.pipeline_parallel_microbatch_size);
+  k.non_negative("parallelism.pipeline_parallel_first_stage_less_layers", p.pipeline_parallel_first_stage_less_layers);
+  k.non_negative("parallelism.pipeline_parallel_last_stage_less_layers", p.pipeline_parallel_last_stage_less_layers);
   k.degree("parallelism.pipeline_parallel_layers_per_stage", p.pipeline_parallel_layers_per_stage,
            true);
   k.one_of("parallelism.fsdp_reshard_after_forward", p.fsdp_reshard_after_forward,

@@ -53,7 +53,8 @@ DataParallel::DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions 
 }
 
 void DataParallel::plan_norm_ranges() {
-  bool sharded_anywhere = false;
+  // Pipeline stages hold different parameters: the norm spans the stages.
+  bool sharded_anywhere = mesh_.size("pp") > 1;
   for (const ParamSpec& s : specs_)
     for (const Placement& p : s.placements) sharded_anywhere |= !p.replicated();
   if (!sharded_anywhere) return;  // every rank holds every reduced gradient: a local norm

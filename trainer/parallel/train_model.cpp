@@ -1,23 +1,124 @@
 #include "trainer/parallel/train_model.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "profiling/memory.h"
 #include "profiling/trace.h"
 #include "common/errors.h"
+#include "trainer/parallel/pipeline.h"
 
 namespace ctitan {
 
-TrainModel::TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataParallelOptions dp_options)
-    : model_(std::move(model)) {
+TrainModel::TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataParallelOptions dp_options,
+                       PipelineOptions pp)
+    : model_(std::move(model)), pp_(std::move(pp)) {
   dp_ = std::make_unique<DataParallel>(*model_, mesh, std::move(dp_options));
   if (dp_->needs_hooks()) hooks_ = dp_.get();
+  TORCH_CHECK(!(pp_.on() && hooks_), "TrainModel: pipeline parallelism with data-parallel hooks is not in this build");
 }
 
 at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale,
                                         bool first_micro, bool last_micro) {
   if (first_micro) model_->store().zero_grad();
+  if (pp_.on()) return run_pipeline(tokens, labels, scale);
   return hooks_ ? run_units(tokens, labels, scale, first_micro, last_micro) : run_whole(tokens, labels, scale);
+}
+
+// The schedule's actions on this stage. A forward receives the previous
+// stage's output (the first stage embeds the tokens), runs the stage's units
+// and sends its output on (the last stage computes the micro-batch's loss);
+// a backward receives the gradient of that output (the last stage starts
+// from its loss, scaled by 1/m), runs autograd through the stage and sends
+// the gradient of its input back. Sends are asynchronous and complete while
+// the next actions run; receives block. Tags keep a micro-batch's
+// activation and gradient apart.
+at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, double scale) {
+  using Clock = std::chrono::steady_clock;
+  Llama3& m = *model_;
+  Communicator& pp = *pp_.group;
+  const int64_t rank = pp.rank(), stages = pp.size(), B = tokens.size(0);
+  TORCH_CHECK(B % pp_.microbatch_size == 0, "pipeline: batch ", B, " is not divisible by the micro-batch size ",
+              pp_.microbatch_size);
+  const int64_t n = B / pp_.microbatch_size;
+  const bool first = m.part().embedding, last = m.part().head;
+  const auto token_mb = tokens.split(pp_.microbatch_size, 0), label_mb = labels.split(pp_.microbatch_size, 0);
+  // The activation between stages: [mb, S, D], or [mb, S/tp, D] under sequence parallelism.
+  const TensorParallelOptions& tp = m.tensor_parallel();
+  const int64_t S = tokens.size(1) / (tp.on() && tp.sequence_parallel ? tp.size() : 1);
+  const auto act_options = torch::TensorOptions().dtype(m.compute_dtype()).device(m.device());
+  const std::vector<int64_t> act_shape{pp_.microbatch_size, S, m.args().dim};
+  std::vector<at::Tensor> inputs(n), outputs(n), sent;
+  std::vector<WorkPtr> sends;
+  at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(m.device()));
+  const auto t0 = Clock::now();
+  double busy = 0;
+  const auto stage_forward = [&](at::Tensor h, const at::Tensor& lab) {
+    for (size_t u = 0; u < m.units().size(); ++u) h = m.run_unit(u, h, lab);
+    return h;
+  };
+  for (const PipelineAction& a : pipeline_schedule(pp_.schedule, stages, rank, n)) {
+    const int64_t i = a.microbatch;
+    const int tag_fwd = static_cast<int>(2 * i), tag_bwd = static_cast<int>(2 * i + 1);
+    if (a.kind == PipelineAction::Kind::kForward) {
+      at::Tensor x = token_mb[i];
+      if (!first) {
+        TraceRange recv(trace_cat::kWait, "pipeline recv", a.str());
+        x = at::empty(act_shape, act_options);
+        pp.recv(x, static_cast<int>(rank - 1), tag_fwd)->wait();
+        x.requires_grad_(true);
+        inputs[i] = x;
+      }
+      const auto a0 = Clock::now();
+      {
+        TraceRange range(trace_cat::kCompute, "pipeline", a.str());
+        MemoryCategoryScope mem(MemoryCategory::kActivations);
+        outputs[i] = stage_forward(x, label_mb[i]);
+      }
+      busy += std::chrono::duration<double>(Clock::now() - a0).count();
+      if (last) {
+        loss_sum += outputs[i].detach();
+      } else {
+        sent.push_back(outputs[i].detach().contiguous());
+        sends.push_back(pp.send(sent.back(), static_cast<int>(rank + 1), tag_fwd));
+      }
+    } else {
+      at::Tensor g;
+      if (!last) {
+        TraceRange recv(trace_cat::kWait, "pipeline recv", a.str());
+        g = at::empty(act_shape, act_options);
+        pp.recv(g, static_cast<int>(rank + 1), tag_bwd)->wait();
+      }
+      const auto a0 = Clock::now();
+      {
+        TraceRange range(trace_cat::kCompute, "pipeline", a.str());
+        MemoryCategoryScope mem(MemoryCategory::kActivations);
+        if (last) {
+          (outputs[i] * (scale / static_cast<double>(n))).backward();
+        } else {
+          torch::autograd::backward({outputs[i]}, {g});
+        }
+      }
+      busy += std::chrono::duration<double>(Clock::now() - a0).count();
+      if (!first) {
+        sent.push_back(inputs[i].grad().contiguous());
+        sends.push_back(pp.send(sent.back(), static_cast<int>(rank - 1), tag_bwd));
+      }
+      inputs[i] = outputs[i] = at::Tensor();
+    }
+  }
+  for (const WorkPtr& w : sends) w->wait();
+  pp_times_.busy_s += busy;
+  pp_times_.total_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  {
+    TraceRange r(trace_cat::kCompute, "accumulate_grads");
+    m.store().accumulate_grads();
+  }
+  // The loss lives on the last stage: every stage gets it (the log line,
+  // the stop decision and the summary read it anywhere).
+  at::Tensor loss = (loss_sum / static_cast<double>(n)).reshape({1}).contiguous();
+  pp.broadcast(loss, static_cast<int>(stages - 1))->wait();
+  return loss.reshape({});
 }
 
 // No hooks: one autograd pass over the whole model. While the tracer
@@ -167,8 +268,28 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
     throw InputError("training.seq_len " + std::to_string(cfg.training.seq_len) +
                      " is not divisible by tensor_parallel_degree " + std::to_string(tp.size()) +
                      " (sequence parallelism shards the sequence); choose a multiple");
-  auto model =
-      std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device, ModelPart{}, storage, tp);
+  // Pipeline parallelism: this rank's stage of TorchTitan's split.
+  PipelineOptions pp;
+  ModelPart part;
+  pp.group = &rt.mesh->group("pp");
+  if (pp.on()) {
+    const auto& p = cfg.parallelism;
+    check_pipeline_schedule(p.pipeline_parallel_schedule);
+    pp.schedule = p.pipeline_parallel_schedule;
+    pp.microbatch_size = p.pipeline_parallel_microbatch_size;
+    if (cfg.training.local_batch_size % pp.microbatch_size != 0)
+      throw InputError("training.local_batch_size " + std::to_string(cfg.training.local_batch_size) +
+                       " is not divisible by parallelism.pipeline_parallel_microbatch_size " +
+                       std::to_string(pp.microbatch_size) + "; the pipeline runs whole micro-batches");
+    if (rt.shape.dp_replicate * rt.shape.dp_shard > 1)
+      throw InputError("pipeline parallelism with data parallelism (mesh " + rt.shape.describe() +
+                       ") is not in this ctitan build yet; use pipeline_parallel_degree with tensor_parallel_degree "
+                       "only");
+    part = pipeline_stage_parts(args, pp.group->size(), p.pipeline_parallel_layers_per_stage,
+                                p.pipeline_parallel_first_stage_less_layers,
+                                p.pipeline_parallel_last_stage_less_layers)[static_cast<size_t>(pp.group->rank())];
+  }
+  auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device, part, storage, tp);
   apply_techniques(*model, cfg, float8);
   DataParallelOptions dpo;
   dpo.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;
@@ -176,7 +297,7 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
   dpo.float8_all_gather = float8 && rt.shape.dp_shard > 1 && cfg.float8.enable_fsdp_float8_all_gather;
   dpo.float8_precompute_scales = dpo.float8_all_gather && cfg.float8.precompute_float8_dynamic_scale_for_fsdp;
   dpo.recorder = rt.recorder;
-  auto tm = std::make_unique<TrainModel>(std::move(model), *rt.mesh, std::move(dpo));
+  auto tm = std::make_unique<TrainModel>(std::move(model), *rt.mesh, std::move(dpo), pp);
   tm->init_weights(static_cast<uint64_t>(cfg.debug.seed));
   return tm;
 }

@@ -15,8 +15,10 @@
 //      seed), as TorchTitan materialises after parallelize.
 // Tensor parallelism enters at step 1: the model part is built with this
 // rank's shards of TorchTitan's TP plan and runs its communication regions;
-// FSDP then shards each local TP shard along dim 0. Pipeline and context
-// parallelism are rejected by init_runtime until their passes exist.
+// FSDP then shards each local TP shard along dim 0. Pipeline parallelism
+// builds this rank's stage as the model part (its layers keep their global
+// indices) and runs the schedule (pipeline.h) with send/recv over the pp
+// group. Context parallelism is rejected by init_runtime until its pass exists.
 //
 // Not thread-safe; one TrainModel per rank.
 #pragma once
@@ -36,15 +38,32 @@
 
 namespace ctitan {
 
+// Pipeline parallelism of this rank: its stage among the pp group's ranks.
+struct PipelineOptions {
+  Communicator* group = nullptr;  // the mesh's pp group; null or size 1: no pipeline
+  std::string schedule = "1F1B";  // pipeline_parallel_schedule (pipeline.h)
+  int64_t microbatch_size = 1;    // pipeline_parallel_microbatch_size
+  bool on() const { return group != nullptr && group->size() > 1; }
+};
+
+// One step's pipeline timing on this rank (seconds).
+struct PipelineTimes {
+  double busy_s = 0;   // inside its forward/backward actions
+  double total_s = 0;  // from its first action's start to the last send's completion
+};
+
 class TrainModel {
  public:
-  TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataParallelOptions dp_options);
+  TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataParallelOptions dp_options,
+             PipelineOptions pp = {});
 
   Llama3& model() { return *model_; }
   const Llama3& model() const { return *model_; }
 
   // One micro-batch: forward, backward of loss * scale, and the hooks'
-  // gradient reduction. Returns the micro-batch's mean loss over this
+  // gradient reduction. Under pipeline parallelism the micro-batch is cut
+  // into local_batch / microbatch_size pipeline micro-batches run by the
+  // schedule; the loss comes from the last stage and reaches every stage. Returns the micro-batch's mean loss over this
   // rank's tokens, detached, unscaled — a device scalar: nothing waits for
   // the device here (read it with mean_loss on log steps).
   at::Tensor forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
@@ -72,7 +91,15 @@ class TrainModel {
   // TP, the time blocked in the tp regions (exposed_by_dim["tp"]).
   CommTimes take_comm_times();
   // Whether this rank holds whole weights (the float8 SQNR probe needs them).
-  bool whole_weights() const { return !dp_->sharded(); }
+  bool whole_weights() const { return !dp_->sharded() && !pp_.on(); }
+
+  const PipelineOptions& pipeline() const { return pp_; }
+  // Since the last call, summed over the steps.
+  PipelineTimes take_pipeline_times() {
+    PipelineTimes t = pp_times_;
+    pp_times_ = {};
+    return t;
+  }
 
   // The layout, one line per parameter: FQN, global shape, local shape,
   // placement ("Shard(0) over dp_shard 64", "Replicate").
@@ -83,10 +110,13 @@ class TrainModel {
   at::Tensor run_whole(const at::Tensor& tokens, const at::Tensor& labels, double scale);
   at::Tensor run_units(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
                        bool last_micro);
+  at::Tensor run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, double scale);
 
   std::unique_ptr<Llama3> model_;
   std::unique_ptr<DataParallel> dp_;
   UnitHooks* hooks_ = nullptr;  // null: one autograd pass, no unit boundaries needed
+  PipelineOptions pp_;
+  PipelineTimes pp_times_;
 };
 
 std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runtime& rt, const JobConfig& cfg);
