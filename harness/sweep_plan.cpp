@@ -251,8 +251,6 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
                            p.pipeline_parallel_last_stage_less_layers);
     });
     trainer_says([&] { check_pipeline_schedule(p.pipeline_parallel_schedule); });
-    need(shape.dp_replicate * shape.dp_shard == 1,
-         "pipeline parallelism with data parallelism is not in this build yet (mesh " + shape.describe() + ")");
     need(t.local_batch_size % p.pipeline_parallel_microbatch_size == 0,
          "local_batch_size " + std::to_string(t.local_batch_size) + " is not divisible by the pipeline microbatch size " +
              std::to_string(p.pipeline_parallel_microbatch_size));

@@ -207,6 +207,12 @@ TEST_F(DataParallelRun, Pp4GPipeSelectiveAcMatchesSingleProcess) {
                                   "--activation_checkpoint.selective_ac_option", "op"},
                                  4});
 }
+TEST_F(DataParallelRun, Pp2Fsdp2MatchesSingleProcess) {
+  expect_matches_single_process({"pp2fsdp2", 1, 2, 1, {}, 2});
+}
+TEST_F(DataParallelRun, Pp2Fsdp2Tp2MatchesSingleProcess) {  // 3-D, 8 processes
+  expect_matches_single_process({"pp2fsdp2tp2", 1, 2, 2, {"--parallelism.pipeline_parallel_microbatch_size", "2"}, 2});
+}
 TEST_F(DataParallelRun, Pp2Tp2MatchesSingleProcess) {
   expect_matches_single_process({"pp2tp2", 1, 1, 2, {"--parallelism.pipeline_parallel_microbatch_size", "2"}, 2});
 }

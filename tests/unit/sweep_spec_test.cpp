@@ -190,8 +190,7 @@ TEST(SweepPruning, TensorPipelineContextParallelNeedDivisibility) {
   EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\nparallelism.pipeline_parallel_schedule = \"2F2B\"\n", 2)
                 .find("'2F2B' is not one of TorchTitan's schedules"),
             std::string::npos);
-  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\n", 4).find("pipeline parallelism with data parallelism"),
-            std::string::npos);
+  EXPECT_EQ(reason("parallelism.pipeline_parallel_degree = 2\n", 4), "");  // PP 2 x FSDP 2
   EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\ntraining.local_batch_size = 3\n"
                    "parallelism.pipeline_parallel_microbatch_size = 2\n",
                    2)

@@ -15,13 +15,12 @@ TrainModel::TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataPara
     : model_(std::move(model)), pp_(std::move(pp)) {
   dp_ = std::make_unique<DataParallel>(*model_, mesh, std::move(dp_options));
   if (dp_->needs_hooks()) hooks_ = dp_.get();
-  TORCH_CHECK(!(pp_.on() && hooks_), "TrainModel: pipeline parallelism with data-parallel hooks is not in this build");
 }
 
 at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale,
                                         bool first_micro, bool last_micro) {
   if (first_micro) model_->store().zero_grad();
-  if (pp_.on()) return run_pipeline(tokens, labels, scale);
+  if (pp_.on()) return run_pipeline(tokens, labels, scale, first_micro, last_micro);
   return hooks_ ? run_units(tokens, labels, scale, first_micro, last_micro) : run_whole(tokens, labels, scale);
 }
 
@@ -33,7 +32,14 @@ at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tens
 // the gradient of its input back. Sends are asynchronous and complete while
 // the next actions run; receives block. Tags keep a micro-batch's
 // activation and gradient apart.
-at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, double scale) {
+//
+// With data parallelism the stage's units are gathered before the first
+// action and stay so for the whole schedule (FSDP's reshard_after_forward
+// is off under PP, as in TorchTitan), and their gradients — summed over the
+// micro-batches by autograd — are reduced once after the last action
+// (TorchTitan syncs gradients on the last backward only).
+at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, double scale,
+                                    bool first_micro, bool last_micro) {
   using Clock = std::chrono::steady_clock;
   Llama3& m = *model_;
   Communicator& pp = *pp_.group;
@@ -51,6 +57,8 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
   std::vector<at::Tensor> inputs(n), outputs(n), sent;
   std::vector<WorkPtr> sends;
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(m.device()));
+  if (hooks_)
+    for (size_t u = 0; u < m.units().size(); ++u) hooks_->before_forward(u);
   const auto t0 = Clock::now();
   double busy = 0;
   const auto stage_forward = [&](at::Tensor h, const at::Tensor& lab) {
@@ -110,7 +118,10 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
   for (const WorkPtr& w : sends) w->wait();
   pp_times_.busy_s += busy;
   pp_times_.total_s += std::chrono::duration<double>(Clock::now() - t0).count();
-  {
+  if (hooks_) {
+    for (size_t u = m.units().size(); u-- > 0;) hooks_->after_backward(u, first_micro, last_micro);
+    hooks_->after_all_backward(last_micro);
+  } else {
     TraceRange r(trace_cat::kCompute, "accumulate_grads");
     m.store().accumulate_grads();
   }
@@ -281,10 +292,6 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
       throw InputError("training.local_batch_size " + std::to_string(cfg.training.local_batch_size) +
                        " is not divisible by parallelism.pipeline_parallel_microbatch_size " +
                        std::to_string(pp.microbatch_size) + "; the pipeline runs whole micro-batches");
-    if (rt.shape.dp_replicate * rt.shape.dp_shard > 1)
-      throw InputError("pipeline parallelism with data parallelism (mesh " + rt.shape.describe() +
-                       ") is not in this ctitan build yet; use pipeline_parallel_degree with tensor_parallel_degree "
-                       "only");
     part = pipeline_stage_parts(args, pp.group->size(), p.pipeline_parallel_layers_per_stage,
                                 p.pipeline_parallel_first_stage_less_layers,
                                 p.pipeline_parallel_last_stage_less_layers)[static_cast<size_t>(pp.group->rank())];
@@ -293,6 +300,13 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
   apply_techniques(*model, cfg, float8);
   DataParallelOptions dpo;
   dpo.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;
+  // TorchTitan: under PP, FSDP's "default" keeps the parameters gathered
+  // between the micro-batches' forward and backward; the pipeline gathers a
+  // stage's units once per step.
+  if (pp.on() && dpo.reshard_after_forward == "default") dpo.reshard_after_forward = "never";
+  if (pp.on() && dpo.reshard_after_forward == "always")
+    throw InputError("parallelism.fsdp_reshard_after_forward = \"always\" under pipeline parallelism is not in this "
+                     "ctitan build (a stage's units stay gathered for the step); use \"default\" or \"never\"");
   // As in TorchTitan, the float8 all-gather applies only when FSDP shards.
   dpo.float8_all_gather = float8 && rt.shape.dp_shard > 1 && cfg.float8.enable_fsdp_float8_all_gather;
   dpo.float8_precompute_scales = dpo.float8_all_gather && cfg.float8.precompute_float8_dynamic_scale_for_fsdp;

@@ -110,7 +110,8 @@ class TrainModel {
   at::Tensor run_whole(const at::Tensor& tokens, const at::Tensor& labels, double scale);
   at::Tensor run_units(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
                        bool last_micro);
-  at::Tensor run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, double scale);
+  at::Tensor run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
+                          bool last_micro);
 
   std::unique_ptr<Llama3> model_;
   std::unique_ptr<DataParallel> dp_;
