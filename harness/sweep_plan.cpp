@@ -250,7 +250,7 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
       pipeline_stage_parts(a, shape.pp, p.pipeline_parallel_layers_per_stage, p.pipeline_parallel_first_stage_less_layers,
                            p.pipeline_parallel_last_stage_less_layers);
     });
-    trainer_says([&] { check_pipeline_schedule(p.pipeline_parallel_schedule); });
+    trainer_says([&] { check_pipeline_schedule(p.pipeline_parallel_schedule, !p.pipeline_parallel_schedule_csv.empty()); });
     need(t.local_batch_size % p.pipeline_parallel_microbatch_size == 0,
          "local_batch_size " + std::to_string(t.local_batch_size) + " is not divisible by the pipeline microbatch size " +
              std::to_string(p.pipeline_parallel_microbatch_size));

@@ -490,9 +490,10 @@ void TrainLoop::add_pipeline_bubble(nlohmann::json& extra) {
                        {"stages", stages},
                        {"microbatches", micro},
                        {"bubble_by_rank", by_rank},
-                       {"bubble_formula", pipeline_bubble_formula(pp.schedule)}};
+                       {"bubble_formula", pp.csv_actions.empty() ? pipeline_bubble_formula(pp.schedule)
+                                                                  : "none (a CSV schedule)"}};
   extra["pipeline_bubble"] = sum / rt_.env.world_size;
-  extra["pipeline_bubble_theory"] = pipeline_bubble_theory(pp.schedule, stages, micro);
+  if (pp.csv_actions.empty()) extra["pipeline_bubble_theory"] = pipeline_bubble_theory(pp.schedule, stages, micro);
 }
 
 void TrainLoop::gather_rank_memory(nlohmann::json& extra, int64_t resident_bytes) {

@@ -207,6 +207,20 @@ TEST_F(DataParallelRun, Pp4GPipeSelectiveAcMatchesSingleProcess) {
                                   "--activation_checkpoint.selective_ac_option", "op"},
                                  4});
 }
+// A schedule from TorchTitan's CSV format: stage 0 runs GPipe's order,
+// stage 1 one-forward-one-backward, with idle cells.
+TEST_F(DataParallelRun, Pp2CsvScheduleMatchesSingleProcess) {
+  const fs::path csv = *root_ / "schedule.csv";
+  std::ofstream out(csv);
+  for (int i = 0; i < kGlobalBatch; ++i) out << "0F" << i << ",";
+  for (int i = 0; i < kGlobalBatch; ++i) out << "0B" << i << (i + 1 < kGlobalBatch ? "," : "\n");
+  for (int i = 0; i < kGlobalBatch; ++i) out << "1F" << i << ",,1B" << i << (i + 1 < kGlobalBatch ? "," : "\n");
+  out.close();
+  expect_matches_single_process({"pp2_csv", 1, 1, 1,
+                                 {"--parallelism.pipeline_parallel_schedule", "PipelineScheduleSingle",
+                                  "--parallelism.pipeline_parallel_schedule_csv", csv.string()},
+                                 2});
+}
 TEST_F(DataParallelRun, Pp2Fsdp2MatchesSingleProcess) {
   expect_matches_single_process({"pp2fsdp2", 1, 2, 1, {}, 2});
 }

@@ -3,6 +3,7 @@
 // and bad input.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -134,6 +135,66 @@ TEST(PipelineSchedule, NamesAreTorchTitansAndUnbuiltOnesSaySo) {
   }
   EXPECT_THROW(check_pipeline_schedule("ZBVZeroBubble"), InputError);
   EXPECT_DOUBLE_EQ(pipeline_bubble_theory("1F1B", 4, 8), 3.0 / 11.0);
+}
+
+}  // namespace
+}  // namespace ctitan
+
+namespace ctitan {
+namespace {
+
+std::string write_csv(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "ctitan_pp_" + name + ".csv";
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string csv_error(const std::string& name, const std::string& text, int64_t stages = 2, int64_t m = 2) {
+  const std::string path = write_csv(name, text);
+  try {
+    load_pipeline_csv(path, stages, m);
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    return what.substr(0, path.size()) == path ? what.substr(path.size()) : what;
+  }
+  return "accepted";
+}
+
+// TorchTitan's CSV: one row per rank, "<stage><F|B|I|W><micro-batch>"
+// cells, empty cells idle; checked before anything runs.
+TEST(PipelineCsv, ReadsTorchTitansFormatAndChecksTheScheduleBeforeRunning) {
+  const auto rows = load_pipeline_csv(write_csv("ok", "0F0,0F1,,0B0,0B1\n1F0, 1B0 ,1F1,1B1\r\n\n"), 2, 2);
+  ASSERT_EQ(rows.size(), 2u);
+  std::string got;
+  for (const auto& row : rows) {
+    for (const auto& a : row) got += a.str() + " ";
+    got += "| ";
+  }
+  EXPECT_EQ(got, "F0 F1 B0 B1 | F0 B0 F1 B1 | ");
+  EXPECT_EQ(csv_error("bad", "0F0,0X1,0B0,0B1\n1F0,1B0,1F1,1B1\n"),
+            ": row 0, action '0X1': 'X' is not F, B, I or W");
+  EXPECT_EQ(csv_error("shape", "0F0,F1\n"), ": row 0, action 'F1' is not <stage><F|B|I|W><micro-batch>, e.g. 0F3");
+  EXPECT_EQ(csv_error("iw", "0F0,0I0\n"),
+            ": row 0, action '0I0': split backwards (I, W: the zero-bubble schedules) are not in this ctitan build "
+            "yet; use F and B");
+  EXPECT_EQ(csv_error("stage", "1F0,1F1,1B0,1B1\n1F0,1B0,1F1,1B1\n"),
+            ": row 0, action '1F0': stage 1 on row 0; this build runs one stage per rank (stage = row)");
+  EXPECT_EQ(csv_error("rows", "0F0,0F1,0B0,0B1\n"), ": 1 rows for 2 pipeline ranks; give one row per rank");
+  EXPECT_EQ(csv_error("order", "0F0,0B1,0F1,0B0\n1F0,1B0,1F1,1B1\n"),
+            ": row 0, action B1: backward before the micro-batch's forward");
+  EXPECT_EQ(csv_error("missing", "0F0,0B0\n1F0,1B0\n"), ": row 0 runs 1 forwards and 1 backwards of 2 micro-batches");
+  EXPECT_EQ(csv_error("range", "0F0,0F2,0B0,0B2\n1F0,1B0,1F2,1B2\n"),
+            ": row 0, action F2: micro-batch 2 is not in 0..1 (local_batch_size / pipeline_parallel_microbatch_size "
+            "= 2)");
+  // Row 1 wants micro-batch 1 first; row 0 sends it only after micro-batch
+  // 0's backward, which needs row 1's: neither moves.
+  EXPECT_EQ(csv_error("deadlock", "0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n"),
+            ": row 0 waits for ever at action B0 (its gradient comes from an action the other rows never reach): "
+            "the schedule deadlocks");
+  EXPECT_THROW(load_pipeline_csv("/nonexistent/schedule.csv", 2, 2), InputError);
+  EXPECT_THROW(check_pipeline_schedule("1F1B", /*csv=*/true), InputError);
+  EXPECT_NO_THROW(check_pipeline_schedule("PipelineScheduleSingle", /*csv=*/true));
+  EXPECT_THROW(check_pipeline_schedule("PipelineScheduleSingle"), InputError);
 }
 
 }  // namespace

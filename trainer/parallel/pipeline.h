@@ -44,11 +44,28 @@ struct PipelineAction {
 // The schedules this build runs, and all of TorchTitan's names.
 bool pipeline_schedule_supported(const std::string& name);
 // InputError for a name TorchTitan does not have, or one not in this build.
-void check_pipeline_schedule(const std::string& name);
+// With a CSV schedule the name must be one of TorchTitan's CSV runners
+// (PipelineScheduleSingle, PipelineScheduleMulti, _PipelineScheduleRuntime).
+void check_pipeline_schedule(const std::string& name, bool csv = false);
 
 // Rank r's actions among `stages` ranks for `microbatches` micro-batches.
 std::vector<PipelineAction> pipeline_schedule(const std::string& name, int64_t stages, int64_t rank,
                                               int64_t microbatches);
+
+// pipeline_parallel_schedule_csv: TorchTitan's CSV schedule (PyTorch's
+// _load_csv, "compute_only"): one row per pp rank, each cell an action
+// "<stage><F|B|I|W><micro-batch>" ("0F0", "1B3"), empty cells idle. Checked
+// before anything runs: this build runs one stage per rank (stage = row)
+// and whole backwards (F, B); every micro-batch once forward then once
+// backward on each row; and the rows together must finish when each
+// forward waits for the previous stage's and each backward for the next
+// stage's (no deadlock). InputError, one line naming the file, row and
+// action, otherwise.
+std::vector<std::vector<PipelineAction>> load_pipeline_csv(const std::string& path, int64_t stages,
+                                                           int64_t microbatches);
+// The same checks on actions already parsed; `where` names them in errors.
+void validate_pipeline_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int64_t microbatches,
+                                const std::string& where);
 
 // The idle fraction of the schedule when every action takes the same time.
 double pipeline_bubble_theory(const std::string& name, int64_t stages, int64_t microbatches);

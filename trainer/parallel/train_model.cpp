@@ -65,7 +65,9 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
     for (size_t u = 0; u < m.units().size(); ++u) h = m.run_unit(u, h, lab);
     return h;
   };
-  for (const PipelineAction& a : pipeline_schedule(pp_.schedule, stages, rank, n)) {
+  const std::vector<PipelineAction> actions =
+      pp_.csv_actions.empty() ? pipeline_schedule(pp_.schedule, stages, rank, n) : pp_.csv_actions;
+  for (const PipelineAction& a : actions) {
     const int64_t i = a.microbatch;
     const int tag_fwd = static_cast<int>(2 * i), tag_bwd = static_cast<int>(2 * i + 1);
     if (a.kind == PipelineAction::Kind::kForward) {
@@ -285,13 +287,17 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
   pp.group = &rt.mesh->group("pp");
   if (pp.on()) {
     const auto& p = cfg.parallelism;
-    check_pipeline_schedule(p.pipeline_parallel_schedule);
+    check_pipeline_schedule(p.pipeline_parallel_schedule, !p.pipeline_parallel_schedule_csv.empty());
     pp.schedule = p.pipeline_parallel_schedule;
     pp.microbatch_size = p.pipeline_parallel_microbatch_size;
     if (cfg.training.local_batch_size % pp.microbatch_size != 0)
       throw InputError("training.local_batch_size " + std::to_string(cfg.training.local_batch_size) +
                        " is not divisible by parallelism.pipeline_parallel_microbatch_size " +
                        std::to_string(pp.microbatch_size) + "; the pipeline runs whole micro-batches");
+    if (!p.pipeline_parallel_schedule_csv.empty())
+      pp.csv_actions = load_pipeline_csv(p.pipeline_parallel_schedule_csv, pp.group->size(),
+                                         cfg.training.local_batch_size / pp.microbatch_size)
+                           [static_cast<size_t>(pp.group->rank())];
     part = pipeline_stage_parts(args, pp.group->size(), p.pipeline_parallel_layers_per_stage,
                                 p.pipeline_parallel_first_stage_less_layers,
                                 p.pipeline_parallel_last_stage_less_layers)[static_cast<size_t>(pp.group->rank())];

@@ -34,6 +34,7 @@
 #include "trainer/model/llama.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/parallel/data_parallel.h"
+#include "trainer/parallel/pipeline.h"
 #include "trainer/runtime.h"
 
 namespace ctitan {
@@ -43,6 +44,7 @@ struct PipelineOptions {
   Communicator* group = nullptr;  // the mesh's pp group; null or size 1: no pipeline
   std::string schedule = "1F1B";  // pipeline_parallel_schedule (pipeline.h)
   int64_t microbatch_size = 1;    // pipeline_parallel_microbatch_size
+  std::vector<PipelineAction> csv_actions;  // this rank's row of pipeline_parallel_schedule_csv, if given
   bool on() const { return group != nullptr && group->size() > 1; }
 };
 
