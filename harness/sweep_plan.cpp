@@ -246,14 +246,29 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
         why.push_back(e.what());
       }
     };
+    const bool whole_microbatches = t.local_batch_size % p.pipeline_parallel_microbatch_size == 0;
+    need(whole_microbatches, "local_batch_size " + std::to_string(t.local_batch_size) +
+                                 " is not divisible by the pipeline microbatch size " +
+                                 std::to_string(p.pipeline_parallel_microbatch_size));
+    // The trainer's own planning: the schedule's stages per rank, the split
+    // into pp x v stages, the schedule for these micro-batches (or the CSV).
     trainer_says([&] {
-      pipeline_stage_parts(a, shape.pp, p.pipeline_parallel_layers_per_stage, p.pipeline_parallel_first_stage_less_layers,
-                           p.pipeline_parallel_last_stage_less_layers);
+      const std::string& name = p.pipeline_parallel_schedule;
+      const bool csv = !p.pipeline_parallel_schedule_csv.empty();
+      check_pipeline_schedule(name, csv);
+      const int64_t v = pipeline_stages_per_rank(name, a, shape.pp, p.pipeline_parallel_layers_per_stage,
+                                                 p.pipeline_parallel_first_stage_less_layers,
+                                                 p.pipeline_parallel_last_stage_less_layers);
+      pipeline_stage_parts(a, shape.pp * v, p.pipeline_parallel_layers_per_stage,
+                           p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers);
+      if (!whole_microbatches) return;
+      const int64_t m = t.local_batch_size / p.pipeline_parallel_microbatch_size;
+      if (csv) {
+        load_pipeline_csv(p.pipeline_parallel_schedule_csv, name, shape.pp, v, m);
+      } else {
+        build_pipeline_schedule(name, shape.pp, v, m);
+      }
     });
-    trainer_says([&] { check_pipeline_schedule(p.pipeline_parallel_schedule, !p.pipeline_parallel_schedule_csv.empty()); });
-    need(t.local_batch_size % p.pipeline_parallel_microbatch_size == 0,
-         "local_batch_size " + std::to_string(t.local_batch_size) + " is not divisible by the pipeline microbatch size " +
-             std::to_string(p.pipeline_parallel_microbatch_size));
   }
   if (shape.cp > 1)  // TorchTitan's head-tail load balancing splits the sequence into 2·cp chunks
     need(t.seq_len % (2 * shape.cp) == 0,

@@ -469,31 +469,36 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
 }
 
 // Memory per rank, gathered so that rank 0's summary shows every rank.
-// The pipeline bubble: each rank's idle fraction of its pipeline time over
-// the measured steps (waiting for a neighbour's activation or gradient, or
-// for its sends), beside the schedule's fraction with equal action times.
+// The pipeline bubble: each rank's idle fraction of the pipeline's time
+// over the measured steps — the slowest rank's, as every rank waits for
+// the pipeline to drain (for a neighbour's activation or gradient, its
+// sends, then the step's end) — beside the schedule's fraction with
+// nominal action times (pipeline_bubble_theory, the same definition).
 void TrainLoop::add_pipeline_bubble(nlohmann::json& extra) {
   const PipelineOptions& pp = tm_.pipeline();
   at::Tensor mine = torch::tensor({pipeline_.busy_s, pipeline_.total_s}, torch::kDouble);
   at::Tensor all = torch::empty({rt_.env.world_size * 2}, torch::kDouble);
   rt_.mesh->group("world").all_gather(all, mine)->wait();
   nlohmann::json by_rank = nlohmann::json::array();
-  double sum = 0;
+  double sum = 0, span = 0;
+  for (int r = 0; r < rt_.env.world_size; ++r) span = std::max(span, all[2 * r + 1].item<double>());
   for (int r = 0; r < rt_.env.world_size; ++r) {
-    const double busy = all[2 * r].item<double>(), total = all[2 * r + 1].item<double>();
-    const double bubble = total > 0 ? 1.0 - busy / total : 0.0;
+    const double busy = all[2 * r].item<double>();
+    const double bubble = span > 0 ? 1.0 - busy / span : 0.0;
     by_rank.push_back(bubble);
     sum += bubble;
   }
-  const int64_t stages = pp.group->size(), micro = cfg_.training.local_batch_size / pp.microbatch_size;
-  extra["pipeline"] = {{"schedule", pp.schedule},
-                       {"stages", stages},
-                       {"microbatches", micro},
+  const PipelineSchedule& s = pp.schedule;
+  extra["pipeline"] = {{"schedule", s.name},
+                       {"csv", pp.csv ? cfg_.parallelism.pipeline_parallel_schedule_csv : ""},
+                       {"ranks", s.ranks},
+                       {"stages", s.stages()},
+                       {"stages_per_rank", s.stages_per_rank},
+                       {"microbatches", s.microbatches},
                        {"bubble_by_rank", by_rank},
-                       {"bubble_formula", pp.csv_actions.empty() ? pipeline_bubble_formula(pp.schedule)
-                                                                  : "none (a CSV schedule)"}};
+                       {"bubble_formula", pp.csv ? "simulated: F = I = W, B = I + W" : pipeline_bubble_formula(s.name)}};
   extra["pipeline_bubble"] = sum / rt_.env.world_size;
-  if (pp.csv_actions.empty()) extra["pipeline_bubble_theory"] = pipeline_bubble_theory(pp.schedule, stages, micro);
+  extra["pipeline_bubble_theory"] = pipeline_bubble_theory(s);
 }
 
 void TrainLoop::gather_rank_memory(nlohmann::json& extra, int64_t resident_bytes) {

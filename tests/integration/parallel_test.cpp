@@ -221,6 +221,80 @@ TEST_F(DataParallelRun, Pp2CsvScheduleMatchesSingleProcess) {
                                   "--parallelism.pipeline_parallel_schedule_csv", csv.string()},
                                  2});
 }
+// The multi-stage schedules: two stages per rank (debugmodel's 8 effective
+// layers as 4 stages of 2 at PP 2, 8 stages of 1 at PP 4), looped
+// (LoopedBFS, Interleaved1F1B, InterleavedZeroBubble) or V-shaped
+// (ZBVZeroBubble: rank 0 holds the first and the last stage); the
+// zero-bubble ones split each backward into I and W. With AC in each mode,
+// with FSDP (weight gradients added to gathered unit buffers) and with TP.
+Layout pp_layout(const std::string& name, const std::string& schedule, int pp, std::vector<std::string> more = {},
+                 int shard = 1, int tp = 1) {
+  std::vector<std::string> extra = {"--parallelism.pipeline_parallel_schedule", schedule};
+  extra.insert(extra.end(), more.begin(), more.end());
+  return {name, 1, shard, tp, extra, pp};
+}
+TEST_F(DataParallelRun, Pp2LoopedBfsMatchesSingleProcess) {
+  expect_matches_single_process(pp_layout("pp2_looped", "LoopedBFS", 2));
+}
+TEST_F(DataParallelRun, Pp4Interleaved1F1BFullAcMatchesSingleProcess) {
+  expect_matches_single_process(
+      pp_layout("pp4_interleaved", "Interleaved1F1B", 4, {"--activation_checkpoint.mode", "full"}));
+}
+TEST_F(DataParallelRun, Pp2Interleaved1F1BMatchesSingleProcess) {
+  expect_matches_single_process(pp_layout("pp2_interleaved", "Interleaved1F1B", 2));
+}
+TEST_F(DataParallelRun, Pp2InterleavedZeroBubbleOpAcMatchesSingleProcess) {
+  expect_matches_single_process(pp_layout("pp2_zb1p", "InterleavedZeroBubble", 2,
+                                          {"--activation_checkpoint.mode", "selective",
+                                           "--activation_checkpoint.selective_ac_option", "op"}));
+}
+TEST_F(DataParallelRun, Pp4InterleavedZeroBubbleMatchesSingleProcess) {
+  expect_matches_single_process(pp_layout("pp4_zb1p", "InterleavedZeroBubble", 4));
+}
+TEST_F(DataParallelRun, Pp2ZbvFullAcMatchesSingleProcess) {
+  expect_matches_single_process(pp_layout("pp2_zbv", "ZBVZeroBubble", 2, {"--activation_checkpoint.mode", "full"}));
+}
+TEST_F(DataParallelRun, Pp4ZbvMatchesSingleProcess) {
+  expect_matches_single_process(pp_layout("pp4_zbv", "ZBVZeroBubble", 4));
+}
+TEST_F(DataParallelRun, Pp2ZbvFsdp2MatchesSingleProcess) {
+  expect_matches_single_process(pp_layout("pp2_zbv_fsdp2", "ZBVZeroBubble", 2, {}, 2));
+}
+TEST_F(DataParallelRun, Pp2InterleavedZeroBubbleTp2MatchesSingleProcess) {
+  expect_matches_single_process(pp_layout("pp2_zb1p_tp2", "InterleavedZeroBubble", 2,
+                                          {"--parallelism.pipeline_parallel_microbatch_size", "2"}, 1, 2));
+}
+// A multi-stage CSV with split backwards (PipelineScheduleMulti, two
+// stages per rank, loop style): per rank, each local stage's forwards,
+// then its I and W per micro-batch from the last stage down.
+TEST_F(DataParallelRun, Pp2MultiStageCsvWithSplitBackwardMatchesSingleProcess) {
+  const fs::path csv = *root_ / "schedule_multi.csv";
+  std::ofstream out(csv);
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> cells;
+    for (int stage : {r, r + 2})
+      for (int i = 0; i < kGlobalBatch; ++i) cells.push_back(std::to_string(stage) + "F" + std::to_string(i));
+    for (int stage : {r + 2, r})
+      for (int i = 0; i < kGlobalBatch; ++i) {
+        cells.push_back(std::to_string(stage) + "I" + std::to_string(i));
+        cells.push_back(std::to_string(stage) + "W" + std::to_string(i));
+      }
+    for (size_t c = 0; c < cells.size(); ++c) out << cells[c] << (c + 1 < cells.size() ? "," : "\n");
+  }
+  out.close();
+  expect_matches_single_process(pp_layout("pp2_csv_multi", "PipelineScheduleMulti", 2,
+                                          {"--parallelism.pipeline_parallel_schedule_csv", csv.string()}));
+  const auto summary = read_json(*root_ / "pp2_csv_multi" / "summary.json");
+  EXPECT_EQ(summary.at("pipeline").at("stages"), 4);
+  EXPECT_EQ(summary.at("pipeline").at("stages_per_rank"), 2);
+}
+// ZBV at PP 2 trains to step 4, Interleaved1F1B at PP 4 resumes to 7, one
+// process to 10: the checkpoint holds every stage under its global names.
+TEST_F(DataParallelRun, CheckpointsReshardAcrossMultiStageLayouts) {
+  expect_chain_continues({{pp_layout("zbv2_to4", "ZBVZeroBubble", 2), 4},
+                          {pp_layout("interleaved4_to7", "Interleaved1F1B", 4), 7},
+                          {{"single_multi_to10"}, 10}});
+}
 TEST_F(DataParallelRun, Pp2Fsdp2MatchesSingleProcess) {
   expect_matches_single_process({"pp2fsdp2", 1, 2, 1, {}, 2});
 }

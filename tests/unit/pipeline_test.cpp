@@ -58,9 +58,10 @@ TEST(PipelineSplit, ImpossibleSplitsAreOneLine) {
   }
 }
 
-std::string actions(const std::string& schedule, int64_t p, int64_t r, int64_t m) {
+std::string actions(const std::string& schedule, int64_t p, int64_t r, int64_t m, int64_t v = 1) {
   std::string out;
-  for (const auto& a : pipeline_schedule(schedule, p, r, m)) {
+  const PipelineSchedule s = build_pipeline_schedule(schedule, p, v, m);
+  for (const auto& a : s.actions[r]) {
     if (!out.empty()) out += ' ';
     out += a.str();
   }
@@ -68,25 +69,57 @@ std::string actions(const std::string& schedule, int64_t p, int64_t r, int64_t m
 }
 
 TEST(PipelineSchedule, GPipeAndOneFOneBInTheirOrder) {
-  EXPECT_EQ(actions("GPipe", 2, 0, 3), "F0 F1 F2 B0 B1 B2");
-  EXPECT_EQ(actions("1F1B", 4, 0, 6), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
-  EXPECT_EQ(actions("1F1B", 4, 3, 6), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
-  EXPECT_EQ(actions("1F1B", 4, 1, 2), "F0 F1 B0 B1");  // fewer micro-batches than the warm-up
+  EXPECT_EQ(actions("GPipe", 2, 0, 3), "0F0 0F1 0F2 0B0 0B1 0B2");
+  EXPECT_EQ(actions("1F1B", 4, 0, 6), "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5");
+  EXPECT_EQ(actions("1F1B", 4, 3, 6), "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5");
+  EXPECT_EQ(actions("1F1B", 4, 1, 2), "1F0 1F1 1B0 1B1");  // fewer micro-batches than the warm-up
+}
+
+// The multi-stage schedules worked out by hand from their definitions
+// (PyTorch's torch.distributed.pipelining orders) for p = 2, v = 2.
+TEST(PipelineSchedule, MultiStageSchedulesInTheirOrder) {
+  // Loop style: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3.
+  EXPECT_EQ(actions("LoopedBFS", 2, 0, 2, 2), "0F0 0F1 2F0 2F1 2B1 2B0 0B1 0B0");
+  // Interleaved 1F1B, one round of 2: rank 0 warms up (v-1)·2 + 2·(p-1) = 4
+  // forwards, rank 1 two; backwards from the last local stage down.
+  EXPECT_EQ(actions("Interleaved1F1B", 2, 0, 2, 2), "0F0 0F1 2F0 2F1 2B0 2B1 0B0 0B1");
+  EXPECT_EQ(actions("Interleaved1F1B", 2, 1, 2, 2), "1F0 1F1 3F0 3B0 3F1 3B1 1B0 1B1");
+  // ZB1P: one hop of warm-up per rank, I instead of B, rank r's W from its
+  // (r+1)-th steady step on, one per I, the rest at the end.
+  EXPECT_EQ(actions("InterleavedZeroBubble", 2, 0, 2, 2), "0F0 0F1 2F0 2F1 2I0 2W0 2I1 2W1 0I0 0W0 0I1 0W1");
+  EXPECT_EQ(actions("InterleavedZeroBubble", 2, 1, 2, 2), "1F0 1F1 3F0 3I0 3F1 3I1 3W0 1I0 3W1 1I1 1W0 1W1");
+  // ZB-V: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2.
+  EXPECT_EQ(actions("ZBVZeroBubble", 2, 0, 3, 2),
+            "0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0I0 0W0 3F2 3I2 3W2 0I1 0W1 0I2 0W2");
+  EXPECT_EQ(actions("ZBVZeroBubble", 2, 1, 3, 2),
+            "1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1I1 2I2 1I2 1W1 2W2 1W2");
+  const PipelineSchedule zbv = build_pipeline_schedule("ZBVZeroBubble", 4, 2, 8);
+  EXPECT_EQ(zbv.stages_of(0), (std::vector<int64_t>{0, 7}));
+  EXPECT_EQ(zbv.stages_of(3), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(zbv.rank_of(5), 2);
+  const PipelineSchedule looped = build_pipeline_schedule("Interleaved1F1B", 4, 2, 8);
+  EXPECT_EQ(looped.stages_of(1), (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(looped.rank_of(6), 2);
 }
 
 // Runs every rank's actions as the trainer does — a forward waits for the
-// previous stage's forward of that micro-batch, a backward for the next
-// stage's backward; sends never block — and checks that all finish (no
-// deadlock), each micro-batch once forward then backward per rank, and
-// 1F1B's memory bound: at most p − r micro-batches alive on rank r.
+// previous stage's forward of that micro-batch, a backward (B or I) for the
+// next stage's; sends never block — independently of
+// validate_pipeline_schedule, and checks that all finish (no deadlock),
+// each (stage, micro-batch) once forward and once backward, W after its I,
+// and 1F1B's memory bound: at most p − r micro-batches alive on rank r.
 TEST(PipelineSchedule, EveryScheduleRunsToTheEndWithoutDeadlock) {
-  for (const std::string name : {"GPipe", "1F1B"}) {
+  using K = PipelineAction::Kind;
+  for (const std::string name :
+       {"GPipe", "1F1B", "LoopedBFS", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"}) {
+    const int64_t v = name == "GPipe" || name == "1F1B" ? 1 : 2;
     for (int64_t p : {2, 4}) {
-      for (int64_t m : {1, 4, 8}) {
-        std::vector<std::vector<PipelineAction>> ranks;
-        for (int64_t r = 0; r < p; ++r) ranks.push_back(pipeline_schedule(name, p, r, m));
+      for (int64_t m : {1, 2, 4, 8}) {
+        const std::string at = name + " p " + std::to_string(p) + " m " + std::to_string(m);
+        const PipelineSchedule s = build_pipeline_schedule(name, p, v, m);
+        const auto& ranks = s.actions;
         std::vector<size_t> next(p, 0);
-        std::set<std::pair<int64_t, int64_t>> fwd_done, bwd_done;  // (rank, micro-batch)
+        std::set<std::pair<int64_t, int64_t>> fwd_done, bwd_done, w_done;  // (stage, micro-batch)
         std::vector<int64_t> alive(p, 0), peak(p, 0);
         bool progress = true;
         while (progress) {
@@ -94,32 +127,85 @@ TEST(PipelineSchedule, EveryScheduleRunsToTheEndWithoutDeadlock) {
           for (int64_t r = 0; r < p; ++r) {
             if (next[r] == ranks[r].size()) continue;
             const PipelineAction& a = ranks[r][next[r]];
-            const bool fwd = a.kind == PipelineAction::Kind::kForward;
-            const bool ready = fwd ? (r == 0 || fwd_done.count({r - 1, a.microbatch}))
-                                   : (fwd_done.count({r, a.microbatch}) &&
-                                      (r == p - 1 || bwd_done.count({r + 1, a.microbatch})));
+            const std::pair<int64_t, int64_t> id{a.stage, a.microbatch}, prev{a.stage - 1, a.microbatch},
+                after{a.stage + 1, a.microbatch};
+            bool ready = false;
+            if (a.kind == K::kForward) ready = a.stage == 0 || fwd_done.count(prev);
+            if (a.kind == K::kBackward || a.kind == K::kBackwardInput)
+              ready = fwd_done.count(id) && (a.stage == s.stages() - 1 || bwd_done.count(after));
+            if (a.kind == K::kBackwardWeight) ready = bwd_done.count(id) > 0;
             if (!ready) continue;
-            (fwd ? fwd_done : bwd_done).insert({r, a.microbatch});
-            alive[r] += fwd ? 1 : -1;
+            ASSERT_EQ(s.rank_of(a.stage), r) << at;
+            const bool fresh = (a.kind == K::kForward ? fwd_done : a.kind == K::kBackwardWeight ? w_done : bwd_done)
+                                   .insert(id)
+                                   .second;
+            ASSERT_TRUE(fresh) << at << ": " << a.str() << " twice";
+            if (a.kind == K::kForward) alive[r] += 1;
+            if (a.kind == K::kBackward || a.kind == K::kBackwardWeight) alive[r] -= 1;
             peak[r] = std::max(peak[r], alive[r]);
             ++next[r];
             progress = true;
           }
         }
-        const std::string at = name + " p " + std::to_string(p) + " m " + std::to_string(m);
         for (int64_t r = 0; r < p; ++r) {
           EXPECT_EQ(next[r], ranks[r].size()) << at << ": rank " << r << " stuck at action " << next[r];
-          EXPECT_EQ(ranks[r].size(), static_cast<size_t>(2 * m)) << at;
           if (name == "1F1B") {
             EXPECT_LE(peak[r], std::min(p - r, m)) << at << ": rank " << r;
-          } else {
+          } else if (name == "GPipe") {
             EXPECT_EQ(peak[r], m) << at;
           }
         }
-        EXPECT_EQ(fwd_done.size(), static_cast<size_t>(p * m)) << at;
-        EXPECT_EQ(bwd_done.size(), static_cast<size_t>(p * m)) << at;
+        const size_t all = static_cast<size_t>(s.stages() * m);
+        EXPECT_EQ(fwd_done.size(), all) << at;
+        EXPECT_EQ(bwd_done.size(), all) << at;
+        EXPECT_EQ(w_done.size(), s.splits_backward() ? all : 0u) << at;
+        EXPECT_EQ(s.splits_backward(), name.find("ZeroBubble") != std::string::npos) << at;
       }
     }
+  }
+}
+
+// The bubble with nominal action times, simulated: the closed forms where
+// they are exact, and the zero-bubble schedules below 1F1B's.
+TEST(PipelineSchedule, TheoreticalBubbleMatchesTheFormulas) {
+  for (int64_t p : {2, 4})
+    for (int64_t m : {1, 4, 8}) {
+      const double formula = static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
+      EXPECT_NEAR(pipeline_bubble_theory(build_pipeline_schedule("1F1B", p, 1, m)), formula, 1e-12) << p << " " << m;
+      EXPECT_NEAR(pipeline_bubble_theory(build_pipeline_schedule("GPipe", p, 1, m)), formula, 1e-12) << p << " " << m;
+    }
+  // Interleaving with whole rounds: (p-1)/(v·m+p-1).
+  EXPECT_NEAR(pipeline_bubble_theory(build_pipeline_schedule("Interleaved1F1B", 4, 2, 8)), 3.0 / 19.0, 1e-12);
+  const double one_f_one_b = pipeline_bubble_theory(build_pipeline_schedule("1F1B", 4, 1, 8));
+  EXPECT_LT(pipeline_bubble_theory(build_pipeline_schedule("ZBVZeroBubble", 4, 2, 8)), one_f_one_b);
+  EXPECT_LT(pipeline_bubble_theory(build_pipeline_schedule("InterleavedZeroBubble", 4, 2, 8)), one_f_one_b);
+  EXPECT_EQ(pipeline_bubble_formula("1F1B"), "(p-1)/(m+p-1)");
+}
+
+TEST(PipelineSchedule, StagesPerRankFollowTorchTitan) {
+  const LlamaArgs a = llama3_flavor("debugmodel");  // 6 layers: 8 effective
+  EXPECT_EQ(pipeline_stages_per_rank("1F1B", a, 2, -1, 1, 1), 1);
+  EXPECT_EQ(pipeline_stages_per_rank("Interleaved1F1B", a, 2, -1, 1, 1), 2);
+  EXPECT_EQ(pipeline_stages_per_rank("LoopedBFS", a, 2, 2, 1, 1), 2);  // ceil(8 / 2) = 4 stages over 2 ranks
+  EXPECT_EQ(pipeline_stages_per_rank("LoopedBFS", a, 2, 1, 1, 1), 4);
+  EXPECT_EQ(pipeline_stages_per_rank("PipelineScheduleMulti", a, 2, -1, 1, 1), 2);
+  try {
+    pipeline_stages_per_rank("1F1B", a, 2, 2, 1, 1);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "parallelism.pipeline_parallel_layers_per_stage 2 cuts 6 layers (+1 for the embedding, +1 "
+                           "for norm and output) into 4 stages = 2 per rank; 1F1B runs one stage per rank; raise "
+                           "layers_per_stage or use Interleaved1F1B");
+  }
+  EXPECT_THROW(pipeline_stages_per_rank("Interleaved1F1B", a, 2, 4, 1, 1), InputError);  // 1 per rank
+  EXPECT_THROW(pipeline_stages_per_rank("ZBVZeroBubble", a, 2, 1, 1, 1), InputError);    // 4 per rank
+  EXPECT_THROW(pipeline_stages_per_rank("1F1B", a, 3, 2, 1, 1), InputError);  // 4 stages over 3 ranks
+  try {
+    build_pipeline_schedule("Interleaved1F1B", 4, 2, 6);  // rounds of 6 / 1: fine
+    build_pipeline_schedule("Interleaved1F1B", 4, 2, 9);  // 2 rounds of 4.5
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a multiple of 2"), std::string::npos) << e.what();
   }
 }
 
@@ -133,8 +219,8 @@ TEST(PipelineSchedule, NamesAreTorchTitansAndUnbuiltOnesSaySo) {
     EXPECT_STREQ(e.what(), "parallelism.pipeline_parallel_schedule '1f1b' is not one of TorchTitan's schedules (GPipe, "
                            "1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV)");
   }
-  EXPECT_THROW(check_pipeline_schedule("ZBVZeroBubble"), InputError);
-  EXPECT_DOUBLE_EQ(pipeline_bubble_theory("1F1B", 4, 8), 3.0 / 11.0);
+  EXPECT_NO_THROW(check_pipeline_schedule("ZBVZeroBubble"));
+  EXPECT_THROW(check_pipeline_schedule("DualPipeV"), InputError);  // mixture-of-experts overlap
 }
 
 }  // namespace
@@ -149,10 +235,11 @@ std::string write_csv(const std::string& name, const std::string& text) {
   return path;
 }
 
-std::string csv_error(const std::string& name, const std::string& text, int64_t stages = 2, int64_t m = 2) {
+std::string csv_error(const std::string& name, const std::string& text, const std::string& runner = "PipelineScheduleSingle",
+                      int64_t v = 1) {
   const std::string path = write_csv(name, text);
   try {
-    load_pipeline_csv(path, stages, m);
+    load_pipeline_csv(path, runner, 2, v, 2);
   } catch (const InputError& e) {
     const std::string what = e.what();
     return what.substr(0, path.size()) == path ? what.substr(path.size()) : what;
@@ -160,38 +247,59 @@ std::string csv_error(const std::string& name, const std::string& text, int64_t 
   return "accepted";
 }
 
-// TorchTitan's CSV: one row per rank, "<stage><F|B|I|W><micro-batch>"
-// cells, empty cells idle; checked before anything runs.
-TEST(PipelineCsv, ReadsTorchTitansFormatAndChecksTheScheduleBeforeRunning) {
-  const auto rows = load_pipeline_csv(write_csv("ok", "0F0,0F1,,0B0,0B1\n1F0, 1B0 ,1F1,1B1\r\n\n"), 2, 2);
-  ASSERT_EQ(rows.size(), 2u);
+std::string rows_of(const PipelineSchedule& s) {
   std::string got;
-  for (const auto& row : rows) {
+  for (const auto& row : s.actions) {
     for (const auto& a : row) got += a.str() + " ";
     got += "| ";
   }
-  EXPECT_EQ(got, "F0 F1 B0 B1 | F0 B0 F1 B1 | ");
+  return got;
+}
+
+// TorchTitan's CSV: one row per rank, "<stage><F|B|I|W><micro-batch>"
+// cells, empty cells idle; checked before anything runs.
+TEST(PipelineCsv, ReadsTorchTitansFormatAndChecksTheScheduleBeforeRunning) {
+  const PipelineSchedule single = load_pipeline_csv(
+      write_csv("ok", "0F0,0F1,,0B0,0B1\n1F0, 1B0 ,1F1,1B1\r\n\n"), "PipelineScheduleSingle", 2, 1, 2);
+  EXPECT_EQ(rows_of(single), "0F0 0F1 0B0 0B1 | 1F0 1B0 1F1 1B1 | ");
+  EXPECT_FALSE(single.splits_backward());
+  // Several stages per rank (loop style) with split backwards: ZB1P's rows.
+  const PipelineSchedule multi = load_pipeline_csv(
+      write_csv("multi", "0F0,0F1,2F0,2F1,2I0,2W0,2I1,2W1,0I0,0W0,0I1,0W1\n"
+                         "1F0,1F1,3F0,3I0,3F1,3I1,3W0,1I0,3W1,1I1,1W0,1W1\n"),
+      "PipelineScheduleMulti", 2, 2, 2);
+  EXPECT_EQ(multi.stages(), 4);
+  EXPECT_TRUE(multi.splits_backward());
+  EXPECT_EQ(rows_of(multi), rows_of(build_pipeline_schedule("InterleavedZeroBubble", 2, 2, 2)));
   EXPECT_EQ(csv_error("bad", "0F0,0X1,0B0,0B1\n1F0,1B0,1F1,1B1\n"),
             ": row 0, action '0X1': 'X' is not F, B, I or W");
   EXPECT_EQ(csv_error("shape", "0F0,F1\n"), ": row 0, action 'F1' is not <stage><F|B|I|W><micro-batch>, e.g. 0F3");
-  EXPECT_EQ(csv_error("iw", "0F0,0I0\n"),
-            ": row 0, action '0I0': split backwards (I, W: the zero-bubble schedules) are not in this ctitan build "
-            "yet; use F and B");
+  EXPECT_EQ(csv_error("huge", "0F99999999999999999999\n"),
+            ": row 0, action '0F99999999999999999999' is not <stage><F|B|I|W><micro-batch>, e.g. 0F3");
   EXPECT_EQ(csv_error("stage", "1F0,1F1,1B0,1B1\n1F0,1B0,1F1,1B1\n"),
-            ": row 0, action '1F0': stage 1 on row 0; this build runs one stage per rank (stage = row)");
+            ": row 0, action 1F0: stage 1 is not on rank 0 (it holds stage 0 of 2)");
+  EXPECT_EQ(csv_error("stage-multi", "0F0,1F0\n1F0\n", "PipelineScheduleMulti", 2),
+            ": row 0, action 1F0: stage 1 is not on rank 0 (it holds stages 0, 2 of 4)");
   EXPECT_EQ(csv_error("rows", "0F0,0F1,0B0,0B1\n"), ": 1 rows for 2 pipeline ranks; give one row per rank");
   EXPECT_EQ(csv_error("order", "0F0,0B1,0F1,0B0\n1F0,1B0,1F1,1B1\n"),
-            ": row 0, action B1: backward before the micro-batch's forward");
-  EXPECT_EQ(csv_error("missing", "0F0,0B0\n1F0,1B0\n"), ": row 0 runs 1 forwards and 1 backwards of 2 micro-batches");
+            ": row 0, action 0B1: backward before the micro-batch's forward");
+  EXPECT_EQ(csv_error("w-first", "0F0,0W0,0I0,0F1,0B1\n1F0,1B0,1F1,1B1\n"),
+            ": row 0, action 0W0: W before the I it completes");
+  EXPECT_EQ(csv_error("b-and-i", "0F0,0I0,0B0\n1F0\n"), ": row 0, action 0B0: both a whole backward (B) and a split one (I) of "
+                                                   "one micro-batch");
+  EXPECT_EQ(csv_error("no-w", "0F0,0F1,0I0,0B1\n1F0,1B0,1F1,1B1\n"),
+            ": row 0 never runs 0W0 (every stage runs each of the 2 micro-batches forward and backward)");
+  EXPECT_EQ(csv_error("missing", "0F0,0B0\n1F0,1B0\n"),
+            ": row 0 never runs 0F1 (every stage runs each of the 2 micro-batches forward and backward)");
   EXPECT_EQ(csv_error("range", "0F0,0F2,0B0,0B2\n1F0,1B0,1F2,1B2\n"),
-            ": row 0, action F2: micro-batch 2 is not in 0..1 (local_batch_size / pipeline_parallel_microbatch_size "
+            ": row 0, action 0F2: micro-batch 2 is not in 0..1 (local_batch_size / pipeline_parallel_microbatch_size "
             "= 2)");
   // Row 1 wants micro-batch 1 first; row 0 sends it only after micro-batch
   // 0's backward, which needs row 1's: neither moves.
   EXPECT_EQ(csv_error("deadlock", "0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n"),
-            ": row 0 waits for ever at action B0 (its gradient comes from an action the other rows never reach): "
+            ": row 0 waits for ever at action 0B0 (its gradient comes from an action the other rows never reach): "
             "the schedule deadlocks");
-  EXPECT_THROW(load_pipeline_csv("/nonexistent/schedule.csv", 2, 2), InputError);
+  EXPECT_THROW(load_pipeline_csv("/nonexistent/schedule.csv", "PipelineScheduleSingle", 2, 1, 2), InputError);
   EXPECT_THROW(check_pipeline_schedule("1F1B", /*csv=*/true), InputError);
   EXPECT_NO_THROW(check_pipeline_schedule("PipelineScheduleSingle", /*csv=*/true));
   EXPECT_THROW(check_pipeline_schedule("PipelineScheduleSingle"), InputError);

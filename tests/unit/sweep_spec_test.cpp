@@ -184,8 +184,25 @@ TEST(SweepPruning, TensorPipelineContextParallelNeedDivisibility) {
   EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 16\n", 16)
                 .find("pipeline split: 6 layers (+1 for the embedding, +1 for norm and output) do not fill 16 stages"),
             std::string::npos);
-  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\nparallelism.pipeline_parallel_schedule = \"Interleaved1F1B\"\n", 2)
-                .find("'Interleaved1F1B' is not in this ctitan build yet"),
+  // Multi-stage schedules: 2 stages per rank, 4 stages of debugmodel's 8
+  // effective layers; PP 8 would need 16 stages; 8 micro-batches at PP 4
+  // make 2 rounds, 6 do not divide into them.
+  EXPECT_EQ(reason("parallelism.pipeline_parallel_degree = 2\nparallelism.pipeline_parallel_schedule = \"Interleaved1F1B\"\n", 2),
+            "");
+  EXPECT_EQ(reason("parallelism.pipeline_parallel_degree = 4\nparallelism.pipeline_parallel_schedule = \"ZBVZeroBubble\"\n", 4),
+            "");
+  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 8\nparallelism.pipeline_parallel_schedule = \"LoopedBFS\"\n", 8)
+                .find("do not fill 16 stages"),
+            std::string::npos);
+  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 4\nparallelism.pipeline_parallel_schedule = \"Interleaved1F1B\"\n"
+                   "training.local_batch_size = 9\n",
+                   4)
+                .find("is not a multiple of 2"),
+            std::string::npos);
+  EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\nparallelism.pipeline_parallel_schedule = \"1F1B\"\n"
+                   "parallelism.pipeline_parallel_layers_per_stage = 2\n",
+                   2)
+                .find("1F1B runs one stage per rank"),
             std::string::npos);
   EXPECT_NE(reason("parallelism.pipeline_parallel_degree = 2\nparallelism.pipeline_parallel_schedule = \"2F2B\"\n", 2)
                 .find("'2F2B' is not one of TorchTitan's schedules"),

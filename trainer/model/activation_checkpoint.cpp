@@ -1,5 +1,7 @@
 #include "trainer/model/activation_checkpoint.h"
 
+#include "trainer/model/weight_grad.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "common/errors.h"
@@ -69,11 +71,11 @@ class CachedLinear : public torch::autograd::Function<CachedLinear> {
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &w = saved[1];
-    const at::Tensor g2 = g[0].reshape({-1, w.size(0)});
-    const at::Tensor x2 = x.reshape({-1, w.size(1)});
-    at::Tensor gx = g2.mm(w).view(x.sizes());
-    at::Tensor gw = x2.t().mm(g2).t();
-    return {gx, gw, at::Tensor()};
+    at::Tensor gx = linear_grad_input(g[0], w, x);
+    // A zero-bubble pipeline's I pass leaves dW for its W pass (weight_grad.h).
+    WeightGradQueue* deferred = deferred_weight_grads();
+    if (deferred) deferred->push(x, g[0], w);
+    return {gx, deferred ? at::Tensor() : linear_grad_weight(g[0], x, w), at::Tensor()};
   }
 };
 

@@ -8,6 +8,7 @@
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/cross_entropy.h"
 #include "trainer/model/param_init.h"
+#include "trainer/model/weight_grad.h"
 
 namespace ctitan {
 
@@ -52,6 +53,15 @@ ModelPart ModelPart::resolved(const LlamaArgs& args) const {
   return p;
 }
 
+std::vector<ParamSpec> llama3_param_specs(const LlamaArgs& args, const std::vector<ModelPart>& parts) {
+  std::vector<ParamSpec> specs;
+  for (const ModelPart& part : parts) {
+    std::vector<ParamSpec> more = llama3_param_specs(args, part);
+    specs.insert(specs.end(), more.begin(), more.end());
+  }
+  return specs;
+}
+
 std::vector<ParamSpec> llama3_param_specs(const LlamaArgs& args, const ModelPart& part_in) {
   const ModelPart part = part_in.resolved(args);
   const int64_t d = args.dim, hd = args.head_dim(), f = args.ffn_hidden_dim();
@@ -82,36 +92,63 @@ namespace {
 // TorchTitan's fully_shard units over the part's specs: tok_embeddings, one
 // per block (9 parameters), norm + output.
 // The part's specs under the TP plan (unchanged without TP).
-std::vector<ParamSpec> planned_specs(const LlamaArgs& args, const ModelPart& part, const TensorParallelOptions& tp) {
-  if (!tp.on()) return llama3_param_specs(args, part);
+std::vector<ParamSpec> planned_specs(const LlamaArgs& args, const std::vector<ModelPart>& parts,
+                                     const TensorParallelOptions& tp) {
+  if (!tp.on()) return llama3_param_specs(args, parts);
   check_tensor_parallel_degree(args, tp.size());
   if (tp.async && !tp.sequence_parallel)
     throw InputError("parallelism.enable_async_tensor_parallel pipelines the sequence-parallel all-gather and "
                      "reduce-scatter; it needs parallelism.enable_sequence_parallel = true");
-  return tensor_parallel_plan(llama3_param_specs(args, part), tp.size(), tp.rank());
+  return tensor_parallel_plan(llama3_param_specs(args, parts), tp.size(), tp.rank());
 }
 
 // Pieces of each rank's sequence shard that async TP pipelines over: one per
 // tp rank, as TorchTitan's micro-pipeline splits per shard (at least two).
 int64_t async_chunks(const TensorParallelOptions& tp) { return std::max<int64_t>(2, tp.size()); }
 
-std::vector<ParamStore::UnitSpec> llama3_units(const ModelPart& part) {
+std::vector<ParamStore::UnitSpec> llama3_units(const std::vector<ModelPart>& parts) {
   std::vector<ParamStore::UnitSpec> units;
-  if (part.embedding) units.push_back({"tok_embeddings", 1});
-  for (int64_t l = part.first_layer; l < part.first_layer + part.n_layers; ++l)
-    units.push_back({"layers." + std::to_string(l), 9});
-  if (part.head) units.push_back({"norm+output", 2});
+  for (const ModelPart& part : parts) {
+    if (part.embedding) units.push_back({"tok_embeddings", 1});
+    for (int64_t l = part.first_layer; l < part.first_layer + part.n_layers; ++l)
+      units.push_back({"layers." + std::to_string(l), 9});
+    if (part.head) units.push_back({"norm+output", 2});
+  }
   return units;
+}
+
+std::vector<ModelPart> resolved_parts(const LlamaArgs& args, const std::vector<ModelPart>& parts) {
+  if (parts.empty()) throw InputError("model: no model part to build");
+  std::vector<ModelPart> out;
+  for (const ModelPart& p : parts) out.push_back(p.resolved(args));
+  return out;
 }
 
 }  // namespace
 
 Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
                ModelPart part, ParamStore::Storage storage, TensorParallelOptions tp)
+    : Llama3(args, compute_dtype, max_seq_len, device, std::vector<ModelPart>{part}, storage, tp) {}
+
+Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
+               const std::vector<ModelPart>& parts, ParamStore::Storage storage, TensorParallelOptions tp)
     : args_(args),
-      part_(part.resolved(args)),
+      parts_(resolved_parts(args, parts)),
       tp_(tp),
-      store_(planned_specs(args, part_, tp_), llama3_units(part_), compute_dtype, device, storage) {
+      store_(planned_specs(args, parts_, tp_), llama3_units(parts_), compute_dtype, device, storage) {
+  local_of_.assign(args_.n_layers, -1);
+  stage_units_.push_back(0);
+  for (const ModelPart& p : parts_) {
+    if (p.embedding) unit_layer_.push_back(kEmbeddingUnit);
+    for (int64_t l = p.first_layer; l < p.first_layer + p.n_layers; ++l) {
+      if (local_of_[l] >= 0) throw InputError("model parts: layer " + std::to_string(l) + " is in two parts");
+      local_of_[l] = static_cast<int64_t>(layer_ids_.size());
+      layer_ids_.push_back(l);
+      unit_layer_.push_back(l);
+    }
+    if (p.head) unit_layer_.push_back(kHeadUnit);
+    stage_units_.push_back(unit_layer_.size());
+  }
   // ATen's CPU flash-attention kernel is ~2x slower in bf16 than in fp32 at
   // small head dims (16: 32 ms vs 18 ms fwd+bwd per debugmodel layer, casts
   // included) and faster from 64 up, so small heads attend in fp32 on the
@@ -125,8 +162,8 @@ Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_
 
 void Llama3::build_compute_views() {
   ParamStore& st = store_;
-  if (part_.embedding) tok_embeddings_ = st.leaf("tok_embeddings.weight", st.slot("tok_embeddings.weight").shape);
-  for (int64_t l = part_.first_layer; l < part_.first_layer + part_.n_layers; ++l) {
+  if (has_embedding()) tok_embeddings_ = st.leaf("tok_embeddings.weight", st.slot("tok_embeddings.weight").shape);
+  for (int64_t l : layer_ids_) {
     const std::string p = "layers." + std::to_string(l) + ".";
     // Local shapes: the rows of wq, wk, wv (heads × Dh on this rank) and of
     // w1, w3 (the FFN width on this rank) come from the specs.
@@ -145,17 +182,16 @@ void Llama3::build_compute_views() {
     w.ffn_norm = st.leaf(p + "ffn_norm.weight", st.slot(p + "ffn_norm.weight").shape);
     layers_.push_back(std::move(w));
   }
-  if (part_.head) {
+  if (has_head()) {
     norm_ = st.leaf("norm.weight", st.slot("norm.weight").shape);
     output_ = st.leaf("output.weight", st.slot("output.weight").shape);
   }
 }
 
 const Llama3::LayerWeights& Llama3::layer_weights(int64_t layer) const {
-  TORCH_CHECK(layer >= part_.first_layer && layer < part_.first_layer + part_.n_layers, "layer ", layer,
-              " is not in this model part (layers ", part_.first_layer, " .. ", part_.first_layer + part_.n_layers - 1,
-              ")");
-  return layers_[layer - part_.first_layer];
+  TORCH_CHECK(layer >= 0 && layer < args_.n_layers && local_of_[layer] >= 0, "layer ", layer,
+              " is not in this model part");
+  return layers_[local_of_[layer]];
 }
 
 void Llama3::init_weights(uint64_t seed) {
@@ -175,7 +211,7 @@ at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) con
 
 at::Tensor Llama3::linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit,
                           Float8TpSharding tp) const {
-  if (!float8) return at::linear(x, w);
+  if (!float8) return split_backward_ ? deferrable_linear(x, w) : at::linear(x, w);
   const std::string name = layer < 0 ? std::string(unit) : "layers." + std::to_string(layer) + "." + unit;
   const auto pre = float8_weights_.find(name);
   at::Tensor y = float8_linear(x, w, float8_recipe_, float8_emulate_,
@@ -225,7 +261,7 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
   // column-wise GEMMs see the whole sequence, so B and S come from their output.
   const int64_t Dh = args_.head_dim();
   const int64_t H = qkv_rows_[0] / Dh, K = qkv_rows_[1] / Dh, F = w.w2.size(1);
-  const Float8Units f8 = float8_ ? float8_units_[layer - part_.first_layer] : Float8Units{};
+  const Float8Units f8 = float8_ ? float8_units_[local_of_[layer]] : Float8Units{};
   at::Tensor x = rms_norm(h, norm_weight(w.attention_norm));
   // split (not narrow): its backward is one concatenation, where three
   // narrows would each materialise a zero-filled full-size gradient.
@@ -279,7 +315,7 @@ at::Tensor Llama3::column_gemm(const at::Tensor& x, const at::Tensor& w, bool fl
                         : tp_.sequence_parallel ? gather_from_sp(x, *tp_.group, 1)
                                                 : copy_to_tp(x, *tp_.group);
   if (float8) return linear(in, w, true, layer, unit, tp_.on() ? Float8TpSharding::column(tp_.group) : Float8TpSharding{});
-  return cached_linear(cache, cache != nullptr, in, w);
+  return cache ? cached_linear(cache, true, in, w) : linear(in, w, false, layer, unit);
 }
 
 at::Tensor Llama3::row_gemm(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
@@ -316,10 +352,9 @@ at::Tensor Llama3::block(int64_t l, const at::Tensor& h) {
 }
 
 at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
-  TORCH_CHECK(part_.embedding && part_.head, "hidden_states: needs the whole model, this part is layers ",
-              part_.first_layer, " .. ", part_.first_layer + part_.n_layers - 1);
+  TORCH_CHECK(whole(), "hidden_states: needs the whole model, this rank holds pipeline stages");
   at::Tensor h = embed(tokens);
-  for (int64_t l = 0; l < part_.n_layers; ++l) h = block(part_.first_layer + l, h);
+  for (int64_t l : layer_ids_) h = block(l, h);
   return h;
 }
 
@@ -351,18 +386,17 @@ at::Tensor Llama3::head_loss(const at::Tensor& h, const at::Tensor& labels) {
 }
 
 at::Tensor Llama3::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
-  TORCH_CHECK(part_.embedding && part_.head, "forward_loss: needs the whole model, this part is layers ",
-              part_.first_layer, " .. ", part_.first_layer + part_.n_layers - 1);
+  TORCH_CHECK(whole(), "forward_loss: needs the whole model, this rank holds pipeline stages");
   at::Tensor h = embed(tokens);
-  for (int64_t l = 0; l < part_.n_layers; ++l) h = block(part_.first_layer + l, h);
+  for (int64_t l : layer_ids_) h = block(l, h);
   return head_loss(h, labels);
 }
 
 at::Tensor Llama3::run_unit(size_t u, const at::Tensor& input, const at::Tensor& labels) {
-  const size_t first_block = part_.embedding ? 1 : 0;
-  if (part_.embedding && u == 0) return embed(input);
-  if (part_.head && u + 1 == units().size()) return head_loss(input, labels);
-  return block(part_.first_layer + static_cast<int64_t>(u - first_block), input);
+  const int64_t l = unit_layer_.at(u);
+  if (l == kEmbeddingUnit) return embed(input);
+  if (l == kHeadUnit) return head_loss(input, labels);
+  return block(l, input);
 }
 
 void Llama3::set_compile(bool fused_model, bool fused_loss) {
@@ -381,17 +415,17 @@ void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std
       if (fqn.find(filter_fqns[i]) != std::string::npos) hit = used[i] = true;
     return hit;
   };
-  float8_units_.assign(part_.n_layers, {});
-  for (int64_t l = part_.first_layer; l < part_.first_layer + part_.n_layers; ++l) {
+  float8_units_.assign(layer_ids_.size(), {});
+  for (int64_t l : layer_ids_) {
     const std::string p = "layers." + std::to_string(l) + ".";
     // Evaluate every module so each filter entry is marked as matched.
     const bool q = filtered(p + "attention.wq"), k = filtered(p + "attention.wk"), v = filtered(p + "attention.wv");
     const bool o = filtered(p + "attention.wo");
     const bool w1 = filtered(p + "feed_forward.w1"), w3 = filtered(p + "feed_forward.w3");
     const bool w2 = filtered(p + "feed_forward.w2");
-    float8_units_[l - part_.first_layer] = {!(q || k || v), !o, !(w1 || w3), !w2};
+    float8_units_[local_of_[l]] = {!(q || k || v), !o, !(w1 || w3), !w2};
   }
-  float8_output_ = part_.head && !filtered("output");
+  float8_output_ = has_head() && !filtered("output");
   for (size_t i = 0; i < filter_fqns.size(); ++i)
     if (!used[i])
       throw InputError("quantize.linear.float8.filter_fqns entry '" + filter_fqns[i] +
@@ -401,10 +435,10 @@ void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std
 std::vector<Llama3::Float8Gemm> Llama3::float8_gemms() const {
   std::vector<Float8Gemm> out;
   if (!float8_) return out;
-  for (int64_t l = part_.first_layer; l < part_.first_layer + part_.n_layers; ++l) {
+  for (int64_t l : layer_ids_) {
     const std::string p = "layers." + std::to_string(l) + ".";
     const size_t base = store_.index(p + "attention.wq.weight");  // wq wk wv wo w1 w3 w2 (norms follow)
-    const Float8Units& f = float8_units_[l - part_.first_layer];
+    const Float8Units& f = float8_units_[local_of_[l]];
     if (f.qkv) out.push_back({p + "attention.wq|wk|wv", {base, base + 1, base + 2}});
     if (f.wo) out.push_back({p + "attention.wo", {base + 3}});
     if (f.w13) out.push_back({p + "feed_forward.w1|w3", {base + 4, base + 5}});

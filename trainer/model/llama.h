@@ -22,6 +22,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -48,6 +49,8 @@ struct ModelPart {
 // order: the embedding, each block's wq wk wv wo w1 w3 w2 attention_norm
 // ffn_norm, then norm and output. (Tensor parallelism narrows them later.)
 std::vector<ParamSpec> llama3_param_specs(const LlamaArgs& args, const ModelPart& part);
+// Several parts (pipeline stages of one rank), one after the other.
+std::vector<ParamSpec> llama3_param_specs(const LlamaArgs& args, const std::vector<ModelPart>& parts);
 
 class Llama3 {
  public:
@@ -61,6 +64,12 @@ class Llama3 {
   Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len,
          c10::Device device = c10::Device(c10::kCPU), ModelPart part = {},
          ParamStore::Storage storage = ParamStore::Storage::kFlat, TensorParallelOptions tp = {});
+  // Several model parts in one store (the pipeline stages one rank holds
+  // under the interleaved and V schedules), in the given order; a layer in
+  // two parts is an InputError.
+  Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
+         const std::vector<ModelPart>& parts, ParamStore::Storage storage = ParamStore::Storage::kFlat,
+         TensorParallelOptions tp = {});
 
   // TorchTitan's init_weights, flat storage. Every value is a function of
   // (seed, FQN, global element index) only (param_init.h), so a shard or a
@@ -93,6 +102,10 @@ class Llama3 {
   void set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns);
   std::string techniques() const;  // one line: which kernels and converters run
 
+  // Zero-bubble pipeline schedules: the GEMMs queue their weight gradients
+  // inside a DeferWeightGrads scope (weight_grad.h). Off: plain at::linear.
+  void set_split_backward(bool on) { split_backward_ = on; }
+
   // The GEMMs that run in float8, each over consecutive slots (wq|wk|wv,
   // wo, w1|w3, w2, output); `name` is the SQNR/probe name.
   struct Float8Gemm {
@@ -123,7 +136,17 @@ class Llama3 {
   const std::vector<Unit>& units() const { return store_.units(); }
 
   const LlamaArgs& args() const { return args_; }
-  const ModelPart& part() const { return part_; }
+  const std::vector<ModelPart>& parts() const { return parts_; }
+  bool has_embedding() const {
+    return std::any_of(parts_.begin(), parts_.end(), [](const ModelPart& p) { return p.embedding; });
+  }
+  bool has_head() const {
+    return std::any_of(parts_.begin(), parts_.end(), [](const ModelPart& p) { return p.head; });
+  }
+  // Whether this is the whole model (one part with embedding and head).
+  bool whole() const { return parts_.size() == 1 && has_embedding() && has_head(); }
+  // Part k's units: [first, second) of units().
+  std::pair<size_t, size_t> part_units(size_t k) const { return {stage_units_.at(k), stage_units_.at(k + 1)}; }
   const TensorParallelOptions& tensor_parallel() const { return tp_; }
   at::ScalarType compute_dtype() const { return store_.compute_dtype(); }
   c10::Device device() const { return store_.device(); }
@@ -167,16 +190,22 @@ class Llama3 {
   const LayerWeights& layer_weights(int64_t layer) const;  // by global index
 
   LlamaArgs args_;
-  ModelPart part_;
+  std::vector<ModelPart> parts_;
+  std::vector<int64_t> layer_ids_;     // global index of each local block, in part order
+  std::vector<int64_t> local_of_;      // global layer → index into layer_ids_ (-1: not here)
+  static constexpr int64_t kEmbeddingUnit = -1, kHeadUnit = -2;
+  std::vector<int64_t> unit_layer_;    // per unit: its global layer, or kEmbeddingUnit / kHeadUnit
+  std::vector<size_t> stage_units_;    // part k's units are [stage_units_[k], stage_units_[k+1])
   TensorParallelOptions tp_;
   ParamStore store_;
   at::ScalarType attention_dtype_;     // q/k/v dtype for SDPA (see constructor)
   at::Tensor freqs_cis_;               // complex64 [S_max, Dh/2]
   at::Tensor tok_embeddings_, norm_, output_;  // undefined when the part has no embedding / head
-  std::vector<LayerWeights> layers_;   // the part's blocks, local index
+  std::vector<LayerWeights> layers_;   // the blocks, local index (layer_ids_ order)
   std::vector<int64_t> qkv_rows_;      // local rows of wq, wk, wv: the QKV output's split
   ActivationCheckpointPolicy ac_policy_;
   bool fused_model_ = false, fused_loss_ = false;
+  bool split_backward_ = false;
   bool float8_ = false, float8_emulate_ = true, float8_output_ = false;
   Float8Recipe float8_recipe_ = Float8Recipe::kTensorwise;
   std::vector<Float8Units> float8_units_;

@@ -163,6 +163,22 @@ void ParamStore::accumulate_grads(size_t unit) {
   master_grad_fresh_[unit] = true;
 }
 
+void ParamStore::add_grad(const at::Tensor& alias, const at::Tensor& g) {
+  torch::NoGradGuard no_grad;
+  for (auto& leaf : leaves_) {
+    if (leaf.tensor.data_ptr() != alias.data_ptr() || !leaf.tensor.sizes().equals(alias.sizes())) continue;
+    at::Tensor& grad = leaf.tensor.mutable_grad();
+    if (grad.defined()) {
+      grad.add_(g);
+    } else {
+      grad = g.contiguous();
+    }
+    return;
+  }
+  TORCH_CHECK(false, "ParamStore::add_grad: no parameter of this store at the weight's memory (shape ", alias.sizes(),
+              ")");
+}
+
 void ParamStore::take_unit_grad(size_t u, at::Tensor& out) {
   TORCH_CHECK(out.numel() == units_[u].numel, "take_unit_grad: ", units_[u].name, " has ", units_[u].numel,
               " elements, out has ", out.numel());

@@ -97,6 +97,11 @@ class ParamStore {
   // gradients into the fp32 buffer and releases them. After every backward.
   void accumulate_grads();
   void accumulate_grads(size_t unit);  // the same for one unit's parameters
+  // Adds `g` to the autograd gradient of the leaf whose memory `alias`
+  // views — the leaf itself or a detached copy (activation checkpointing's
+  // recomputation) — as autograd's AccumulateGrad would. For weight
+  // gradients computed outside autograd (weight_grad.h).
+  void add_grad(const at::Tensor& alias, const at::Tensor& g);
 
  private:
   std::vector<ParamSlot> slots_;

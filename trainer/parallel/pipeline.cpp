@@ -1,6 +1,7 @@
 #include "trainer/parallel/pipeline.h"
 
 #include <algorithm>
+#include <array>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -54,20 +55,172 @@ std::vector<ModelPart> pipeline_stage_parts(const LlamaArgs& args, int64_t n_sta
   return parts;
 }
 
+namespace {
+
+using Kind = PipelineAction::Kind;
+
+char kind_char(Kind k) {
+  switch (k) {
+    case Kind::kForward: return 'F';
+    case Kind::kBackward: return 'B';
+    case Kind::kBackwardInput: return 'I';
+    case Kind::kBackwardWeight: return 'W';
+  }
+  return '?';
+}
+
+bool zero_bubble(const std::string& name) { return name == "InterleavedZeroBubble" || name == "ZBVZeroBubble"; }
+
+// Megatron's interleaved 1F1B as PyTorch orders it (also ZB1P with
+// `zero_bubble`): micro-batches go in rounds of m / max(1, m / p); a rank
+// runs its warm-up forwards (the last stage's (v-1) rounds, plus `factor`
+// per hop from the last rank), then one forward and one backward per step,
+// then the remaining backwards. A step's local stage cycles every round:
+// forwards from the first local stage up, backwards from the last down.
+// With `zero_bubble` backwards are I and each W follows, from rank r's
+// (r+1)-th steady step on, the I it belongs to (one W per later I, the
+// rest at the end).
+std::vector<PipelineAction> interleaved_ops(int64_t p, int64_t v, int64_t m, int64_t r, bool zero_bubble) {
+  const int64_t rounds = std::max<int64_t>(1, m / p), per_round = m / rounds;
+  const int64_t warmup = std::min((v - 1) * per_round + (zero_bubble ? 1 : 2) * (p - 1 - r), m * v);
+  const int64_t total = v * m;  // forwards, and backwards
+  const auto fwd_stage = [&](int64_t step) { return ((step / per_round) % v) * p + r; };
+  const auto bwd_stage = [&](int64_t step) { return (v - 1 - ((step - warmup) / per_round) % v) * p + r; };
+  std::vector<int64_t> next_f(p * v, 0), next_b(p * v, 0), next_w(p * v, 0);
+  std::vector<int64_t> backward_steps;  // the step of each backward, in order (their W follow in that order)
+  size_t weights = 0;
+  std::vector<PipelineAction> out;
+  const auto push = [&](int64_t stage, Kind k, std::vector<int64_t>& counter) {
+    out.push_back({stage, k, counter[stage]++});
+  };
+  const auto weight = [&]() {
+    push(bwd_stage(backward_steps[weights++]), Kind::kBackwardWeight, next_w);
+  };
+  for (int64_t step = 0; step < total + warmup; ++step) {
+    // warm-up: [0, warmup) forwards; steady: [warmup, total) F then B;
+    // cool-down: [total, total + warmup) B only.
+    if (step < total) push(fwd_stage(step), Kind::kForward, next_f);
+    if (step < warmup) continue;
+    push(bwd_stage(step), zero_bubble ? Kind::kBackwardInput : Kind::kBackward, next_b);
+    backward_steps.push_back(step);
+    if (zero_bubble && step - warmup >= r) weight();
+  }
+  while (zero_bubble && weights < backward_steps.size()) weight();
+  return out;
+}
+
+// ZB-V (Qi et al. 2024, section 6) as PyTorch orders it: rank r holds
+// stage r (chunk 0) and stage 2p-1-r (chunk 1). Warm-up: 2(p-r)-1 chunk-0
+// forwards, r pairs of chunk-1 and chunk-0 forwards, p-r chunk-1 F I W;
+// steady: chunk-0 F I W then chunk-1 F I W; cool-down: r pairs of I, p-r
+// chunk-0 I W, then every W left. Planned for max(m, 2p-1) micro-batches,
+// the extra ones dropped.
+std::vector<PipelineAction> zbv_ops(int64_t p, int64_t m, int64_t r) {
+  const int64_t n = std::max(2 * p - 1, m);
+  const int64_t c0 = r, c1 = 2 * p - 1 - r;
+  int64_t f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+  std::vector<PipelineAction> out;
+  const auto act = [&](int64_t stage, Kind k, int64_t& counter) { out.push_back({stage, k, counter++}); };
+  const auto fiw = [&](int64_t stage, int64_t& f, int64_t& b, bool forward) {
+    if (forward) act(stage, Kind::kForward, f);
+    out.push_back({stage, Kind::kBackwardInput, b});
+    act(stage, Kind::kBackwardWeight, b);
+  };
+  for (int64_t i = 0; i < 2 * (p - r) - 1; ++i) act(c0, Kind::kForward, f0);
+  for (int64_t i = 0; i < r; ++i) {
+    act(c1, Kind::kForward, f1);
+    act(c0, Kind::kForward, f0);
+  }
+  for (int64_t i = 0; i < p - r; ++i) fiw(c1, f1, b1, true);
+  while (f1 < f0 || f0 < n) {
+    fiw(c0, f0, b0, f0 < n);
+    fiw(c1, f1, b1, true);
+  }
+  int64_t w0 = b0, w1 = b1;
+  for (int64_t i = 0; i < r; ++i) {
+    act(c0, Kind::kBackwardInput, b0);
+    act(c1, Kind::kBackwardInput, b1);
+  }
+  for (int64_t i = 0; i < p - r; ++i) {
+    act(c0, Kind::kBackwardInput, b0);
+    act(c0, Kind::kBackwardWeight, w0);
+  }
+  while (w1 < b1) act(c1, Kind::kBackwardWeight, w1);
+  while (w0 < b0) act(c0, Kind::kBackwardWeight, w0);
+  out.erase(std::remove_if(out.begin(), out.end(), [&](const PipelineAction& a) { return a.microbatch >= m; }),
+            out.end());
+  return out;
+}
+
+std::vector<PipelineAction> single_stage_ops(const std::string& name, int64_t p, int64_t m, int64_t r) {
+  std::vector<PipelineAction> out;
+  if (name == "GPipe") {
+    for (int64_t i = 0; i < m; ++i) out.push_back({r, Kind::kForward, i});
+    for (int64_t i = 0; i < m; ++i) out.push_back({r, Kind::kBackward, i});
+    return out;
+  }
+  // 1F1B: warm-up forwards, the steady one-forward-one-backward, cool-down.
+  const int64_t warmup = std::min(p - 1 - r, m);
+  int64_t f = 0, b = 0;
+  for (; f < warmup; ++f) out.push_back({r, Kind::kForward, f});
+  for (; f < m; ++f, ++b) {
+    out.push_back({r, Kind::kForward, f});
+    out.push_back({r, Kind::kBackward, b});
+  }
+  for (; b < m; ++b) out.push_back({r, Kind::kBackward, b});
+  return out;
+}
+
+std::vector<PipelineAction> looped_bfs_ops(const PipelineSchedule& s, int64_t r) {
+  std::vector<PipelineAction> out;
+  const std::vector<int64_t> mine = s.stages_of(r);
+  for (int64_t stage : mine)
+    for (int64_t i = 0; i < s.microbatches; ++i) out.push_back({stage, Kind::kForward, i});
+  for (auto it = mine.rbegin(); it != mine.rend(); ++it)
+    for (int64_t i = s.microbatches; i-- > 0;) out.push_back({*it, Kind::kBackward, i});
+  return out;
+}
+
+}  // namespace
+
 std::string PipelineAction::str() const {
-  std::string s(1, kind == Kind::kForward ? 'F' : 'B');
+  std::string s = std::to_string(stage);
+  s += kind_char(kind);
   s += std::to_string(microbatch);
   return s;
 }
 
-bool pipeline_schedule_supported(const std::string& name) { return name == "GPipe" || name == "1F1B"; }
+int64_t PipelineSchedule::rank_of(int64_t stage) const {
+  if (style == StageStyle::kV && stage >= ranks) return 2 * ranks - 1 - stage;
+  return stage % ranks;
+}
+
+std::vector<int64_t> PipelineSchedule::stages_of(int64_t rank) const {
+  if (style == StageStyle::kV) return {rank, 2 * ranks - 1 - rank};
+  std::vector<int64_t> out;
+  for (int64_t k = 0; k < stages_per_rank; ++k) out.push_back(rank + k * ranks);
+  return out;
+}
+
+bool PipelineSchedule::splits_backward() const {
+  for (const auto& row : actions)
+    for (const auto& a : row)
+      if (a.kind == Kind::kBackwardInput || a.kind == Kind::kBackwardWeight) return true;
+  return false;
+}
+
+bool pipeline_multi_stage(const std::string& name) {
+  return name == "Interleaved1F1B" || name == "LoopedBFS" || name == "InterleavedZeroBubble" ||
+         name == "ZBVZeroBubble" || name == "DualPipeV" || name == "PipelineScheduleMulti" ||
+         name == "_PipelineScheduleRuntime";
+}
 
 void check_pipeline_schedule(const std::string& name, bool csv) {
   const bool runner = name == "PipelineScheduleSingle" || name == "PipelineScheduleMulti" ||
                       name == "_PipelineScheduleRuntime";
   if (csv && !runner)
     throw InputError("parallelism.pipeline_parallel_schedule_csv runs with pipeline_parallel_schedule = "
-                     "\"PipelineScheduleSingle\" (as in TorchTitan), not '" + name + "'");
+                     "\"PipelineScheduleSingle\" or \"PipelineScheduleMulti\" (as in TorchTitan), not '" + name + "'");
   if (csv) return;
   if (runner)
     throw InputError("parallelism.pipeline_parallel_schedule '" + name +
@@ -79,92 +232,153 @@ void check_pipeline_schedule(const std::string& name, bool csv) {
     throw InputError("parallelism.pipeline_parallel_schedule '" + name + "' is not one of TorchTitan's schedules (" +
                      list + ")");
   }
-  if (!pipeline_schedule_supported(name))
-    throw InputError("parallelism.pipeline_parallel_schedule '" + name +
-                     "' is not in this ctitan build yet; use GPipe or 1F1B");
+  if (name == "DualPipeV")
+    throw InputError("parallelism.pipeline_parallel_schedule 'DualPipeV' overlaps a forward with a backward of "
+                     "mixture-of-experts models, which ctitan does not have; use ZBVZeroBubble");
 }
 
-std::vector<PipelineAction> pipeline_schedule(const std::string& name, int64_t stages, int64_t rank,
-                                              int64_t microbatches) {
+int64_t pipeline_stages_per_rank(const std::string& name, const LlamaArgs& args, int64_t pp,
+                                 int64_t layers_per_stage, int64_t first_less, int64_t last_less) {
+  const bool multi = pipeline_multi_stage(name);
+  const bool v_style = name == "ZBVZeroBubble";
+  if (layers_per_stage <= 0) return multi ? 2 : 1;
+  const int64_t effective = args.n_layers + first_less + last_less;
+  const int64_t stages = (effective + layers_per_stage - 1) / layers_per_stage;
+  std::string what = "parallelism.pipeline_parallel_layers_per_stage ";
+  what += std::to_string(layers_per_stage);
+  what += " cuts " + std::to_string(args.n_layers) + " layers (+" + std::to_string(first_less) + " for the embedding, +" +
+          std::to_string(last_less) + " for norm and output) into " + std::to_string(stages) + " stages";
+  if (stages % pp != 0)
+    throw InputError(what + ", not a multiple of pipeline_parallel_degree " + std::to_string(pp) +
+                     "; choose layers_per_stage so that every rank gets the same number of stages");
+  const int64_t v = stages / pp;
+  if (!multi && v != 1)
+    throw InputError(what + " = " + std::to_string(v) + " per rank; " + name +
+                     " runs one stage per rank; raise layers_per_stage or use Interleaved1F1B");
+  if (multi && v < 2)
+    throw InputError(what + " = 1 per rank; " + name + " runs at least two per rank; lower layers_per_stage");
+  if (v_style && v != 2)
+    throw InputError(what + " = " + std::to_string(v) + " per rank; " + name + " runs exactly two per rank");
+  return v;
+}
+
+PipelineSchedule build_pipeline_schedule(const std::string& name, int64_t p, int64_t v, int64_t m) {
   check_pipeline_schedule(name);
-  using K = PipelineAction::Kind;
-  std::vector<PipelineAction> out;
-  const int64_t m = microbatches;
-  if (name == "GPipe") {
-    for (int64_t i = 0; i < m; ++i) out.push_back({K::kForward, i});
-    for (int64_t i = 0; i < m; ++i) out.push_back({K::kBackward, i});
-    return out;
+  PipelineSchedule s;
+  s.name = name;
+  s.ranks = p;
+  s.stages_per_rank = v;
+  s.microbatches = m;
+  s.style = name == "ZBVZeroBubble" ? StageStyle::kV : StageStyle::kLoop;
+  if (name == "ZBVZeroBubble" && v != 2)
+    throw InputError("parallelism.pipeline_parallel_schedule ZBVZeroBubble runs two stages per rank, not " +
+                     std::to_string(v));
+  const int64_t rounds = std::max<int64_t>(1, m / p);
+  if ((name == "Interleaved1F1B" || name == "InterleavedZeroBubble") && m % rounds != 0)
+    throw InputError("parallelism.pipeline_parallel_schedule " + name + " runs micro-batches in rounds of " +
+                     std::to_string(m / rounds) + " (" + std::to_string(rounds) + " rounds); " + std::to_string(m) +
+                     " micro-batches (local_batch_size / pipeline_parallel_microbatch_size) is not a multiple of " +
+                     std::to_string(rounds) + "; choose a multiple of pipeline_parallel_degree");
+  for (int64_t r = 0; r < p; ++r) {
+    if (name == "GPipe" || name == "1F1B") {
+      s.actions.push_back(single_stage_ops(name, p, m, r));
+    } else if (name == "LoopedBFS") {
+      s.actions.push_back(looped_bfs_ops(s, r));
+    } else if (name == "ZBVZeroBubble") {
+      s.actions.push_back(zbv_ops(p, m, r));
+    } else {
+      s.actions.push_back(interleaved_ops(p, v, m, r, zero_bubble(name)));
+    }
   }
-  // 1F1B: warm-up forwards, the steady one-forward-one-backward, cool-down.
-  const int64_t warmup = std::min(stages - 1 - rank, m);
-  int64_t f = 0, b = 0;
-  for (; f < warmup; ++f) out.push_back({K::kForward, f});
-  for (; f < m; ++f, ++b) {
-    out.push_back({K::kForward, f});
-    out.push_back({K::kBackward, b});
-  }
-  for (; b < m; ++b) out.push_back({K::kBackward, b});
-  return out;
+  validate_pipeline_schedule(s, "pipeline schedule " + name);
+  return s;
 }
 
-void validate_pipeline_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int64_t m,
-                                const std::string& where) {
-  using K = PipelineAction::Kind;
-  const int64_t p = static_cast<int64_t>(ranks.size());
+void validate_pipeline_schedule(const PipelineSchedule& s, const std::string& where) {
+  const int64_t p = s.ranks, m = s.microbatches, n_stages = s.stages();
+  // Per (stage, micro-batch): which of F, B, I, W a row has run so far.
+  const auto key = [&](int64_t stage, int64_t i) { return static_cast<size_t>(stage * m + i); };
+  std::vector<std::array<int, 4>> ran(static_cast<size_t>(n_stages * m), {0, 0, 0, 0});
   for (int64_t r = 0; r < p; ++r) {
-    std::set<int64_t> fwd, bwd;
-    for (const PipelineAction& a : ranks[r]) {
+    for (const PipelineAction& a : s.actions[r]) {
       const std::string at = where + ": row " + std::to_string(r) + ", action " + a.str();
+      if (a.stage < 0 || a.stage >= n_stages || s.rank_of(a.stage) != r) {
+        std::string mine;
+        for (int64_t st : s.stages_of(r)) mine += (mine.empty() ? "" : ", ") + std::to_string(st);
+        throw InputError(at + ": stage " + std::to_string(a.stage) + " is not on rank " + std::to_string(r) +
+                         " (it holds stage" + (s.stages_per_rank > 1 ? "s " : " ") + mine + " of " +
+                         std::to_string(n_stages) + ")");
+      }
       if (a.microbatch < 0 || a.microbatch >= m)
         throw InputError(at + ": micro-batch " + std::to_string(a.microbatch) + " is not in 0.." +
                          std::to_string(m - 1) + " (local_batch_size / pipeline_parallel_microbatch_size = " +
                          std::to_string(m) + ")");
-      if (a.kind == K::kForward && !fwd.insert(a.microbatch).second) throw InputError(at + ": a second forward");
-      if (a.kind == K::kBackward) {
-        if (!fwd.count(a.microbatch)) throw InputError(at + ": backward before the micro-batch's forward");
-        if (!bwd.insert(a.microbatch).second) throw InputError(at + ": a second backward");
+      auto& seen = ran[key(a.stage, a.microbatch)];
+      const int k = static_cast<int>(a.kind);
+      if (seen[k]) throw InputError(at + ": a second " + kind_char(a.kind));
+      if (a.kind != Kind::kForward && !seen[0]) throw InputError(at + ": backward before the micro-batch's forward");
+      if (a.kind == Kind::kBackwardWeight && !seen[2]) throw InputError(at + ": W before the I it completes");
+      if ((a.kind == Kind::kBackward && seen[2]) || (a.kind == Kind::kBackwardInput && seen[1]))
+        throw InputError(at + ": both a whole backward (B) and a split one (I) of one micro-batch");
+      seen[k] = 1;
+    }
+  }
+  for (int64_t st = 0; st < n_stages; ++st)
+    for (int64_t i = 0; i < m; ++i) {
+      const auto& seen = ran[key(st, i)];
+      const bool done = seen[0] && (seen[1] || (seen[2] && seen[3]));
+      if (!done) {
+        std::string missing = !seen[0] ? "F" : seen[2] ? "W" : "B (or I and W)";
+        throw InputError(where + ": row " + std::to_string(s.rank_of(st)) + " never runs " + std::to_string(st) +
+                         missing + std::to_string(i) + " (every stage runs each of the " + std::to_string(m) +
+                         " micro-batches forward and backward)");
       }
     }
-    if (static_cast<int64_t>(fwd.size()) != m || static_cast<int64_t>(bwd.size()) != m)
-      throw InputError(where + ": row " + std::to_string(r) + " runs " + std::to_string(fwd.size()) + " forwards and " +
-                       std::to_string(bwd.size()) + " backwards of " + std::to_string(m) + " micro-batches");
-  }
-  // Every rank as the trainer runs it: a forward needs the previous stage's
-  // forward of that micro-batch, a backward the next stage's backward.
+  // Every row as the trainer runs it: a forward needs the previous stage's
+  // forward of that micro-batch, a backward (B or I) the next stage's.
   std::vector<size_t> next(p, 0);
-  std::set<std::pair<int64_t, int64_t>> done_f, done_b;
+  std::vector<char> done_f(ran.size(), 0), done_b(ran.size(), 0);
   for (bool progress = true; progress;) {
     progress = false;
     for (int64_t r = 0; r < p; ++r) {
-      if (next[r] == ranks[r].size()) continue;
-      const PipelineAction& a = ranks[r][next[r]];
-      const bool fwd = a.kind == K::kForward;
-      if (fwd ? (r == 0 || done_f.count({r - 1, a.microbatch}))
-              : (r == p - 1 || done_b.count({r + 1, a.microbatch}))) {
-        (fwd ? done_f : done_b).insert({r, a.microbatch});
+      while (next[r] < s.actions[r].size()) {
+        const PipelineAction& a = s.actions[r][next[r]];
+        const bool ready = a.kind == Kind::kForward        ? a.stage == 0 || done_f[key(a.stage - 1, a.microbatch)]
+                           : a.kind == Kind::kBackwardWeight ? true
+                                                             : a.stage == n_stages - 1 ||
+                                                                   done_b[key(a.stage + 1, a.microbatch)];
+        if (!ready) break;
+        (a.kind == Kind::kForward ? done_f : done_b)[key(a.stage, a.microbatch)] |= a.kind != Kind::kBackwardWeight;
         ++next[r];
         progress = true;
       }
     }
   }
   for (int64_t r = 0; r < p; ++r)
-    if (next[r] < ranks[r].size())
-      throw InputError(where + ": row " + std::to_string(r) + " waits for ever at action " + ranks[r][next[r]].str() +
-                       " (its " + (ranks[r][next[r]].kind == K::kForward ? "input" : "gradient") +
+    if (next[r] < s.actions[r].size()) {
+      const PipelineAction& a = s.actions[r][next[r]];
+      throw InputError(where + ": row " + std::to_string(r) + " waits for ever at action " + a.str() + " (its " +
+                       (a.kind == Kind::kForward ? "input" : "gradient") +
                        " comes from an action the other rows never reach): the schedule deadlocks");
+    }
 }
 
-std::vector<std::vector<PipelineAction>> load_pipeline_csv(const std::string& path, int64_t stages,
-                                                           int64_t microbatches) {
+PipelineSchedule load_pipeline_csv(const std::string& path, const std::string& name, int64_t p, int64_t v,
+                                   int64_t m) {
+  check_pipeline_schedule(name, /*csv=*/true);
+  PipelineSchedule s;
+  s.name = name;
+  s.ranks = p;
+  s.stages_per_rank = name == "PipelineScheduleSingle" ? 1 : v;
+  s.microbatches = m;
   std::ifstream in(path);
   if (!in)
     throw InputError("parallelism.pipeline_parallel_schedule_csv: cannot read '" + path +
                      "'; give the path of a CSV schedule (one row per pipeline rank)");
-  std::vector<std::vector<PipelineAction>> ranks;
   std::string line;
   while (std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    const int64_t row = static_cast<int64_t>(ranks.size());
+    const int64_t row = static_cast<int64_t>(s.actions.size());
     std::vector<PipelineAction> actions;
     std::stringstream cells(line);
     std::string cell;
@@ -174,38 +388,66 @@ std::vector<std::vector<PipelineAction>> load_pipeline_csv(const std::string& pa
       if (cell.empty()) continue;  // idle
       const std::string at = path + ": row " + std::to_string(row) + ", action '" + cell + "'";
       const size_t k = cell.find_first_not_of("0123456789");
-      if (k == 0 || k == std::string::npos || k + 1 >= cell.size() ||
+      if (k == 0 || k == std::string::npos || k + 1 >= cell.size() || k > 9 || cell.size() - k > 10 ||
           cell.find_first_not_of("0123456789", k + 1) != std::string::npos)
         throw InputError(at + " is not <stage><F|B|I|W><micro-batch>, e.g. 0F3");
-      const char kind = cell[k];
-      if (kind == 'I' || kind == 'W')
-        throw InputError(at + ": split backwards (I, W: the zero-bubble schedules) are not in this ctitan build yet; "
-                              "use F and B");
-      if (kind != 'F' && kind != 'B') throw InputError(at + ": '" + std::string(1, kind) + "' is not F, B, I or W");
-      if (std::stoll(cell.substr(0, k)) != row)
-        throw InputError(at + ": stage " + cell.substr(0, k) + " on row " + std::to_string(row) +
-                         "; this build runs one stage per rank (stage = row)");
-      actions.push_back({kind == 'F' ? PipelineAction::Kind::kForward : PipelineAction::Kind::kBackward,
-                         std::stoll(cell.substr(k + 1))});
+      Kind kind;
+      switch (cell[k]) {
+        case 'F': kind = Kind::kForward; break;
+        case 'B': kind = Kind::kBackward; break;
+        case 'I': kind = Kind::kBackwardInput; break;
+        case 'W': kind = Kind::kBackwardWeight; break;
+        default: throw InputError(at + ": '" + std::string(1, cell[k]) + "' is not F, B, I or W");
+      }
+      actions.push_back({std::stoll(cell.substr(0, k)), kind, std::stoll(cell.substr(k + 1))});
     }
-    ranks.push_back(std::move(actions));
+    s.actions.push_back(std::move(actions));
   }
-  while (!ranks.empty() && ranks.back().empty()) ranks.pop_back();  // trailing blank lines
-  if (static_cast<int64_t>(ranks.size()) != stages)
-    throw InputError(path + ": " + std::to_string(ranks.size()) + " rows for " + std::to_string(stages) +
+  while (!s.actions.empty() && s.actions.back().empty()) s.actions.pop_back();  // trailing blank lines
+  if (static_cast<int64_t>(s.actions.size()) != p)
+    throw InputError(path + ": " + std::to_string(s.actions.size()) + " rows for " + std::to_string(p) +
                      " pipeline ranks; give one row per rank");
-  validate_pipeline_schedule(ranks, microbatches, path);
-  return ranks;
+  validate_pipeline_schedule(s, path);
+  return s;
 }
 
-double pipeline_bubble_theory(const std::string& name, int64_t stages, int64_t microbatches) {
-  (void)name;  // GPipe and 1F1B share it
-  return static_cast<double>(stages - 1) / static_cast<double>(microbatches + stages - 1);
+double pipeline_bubble_theory(const PipelineSchedule& s) {
+  // List scheduling with blocking dependencies: an action starts when its
+  // rank is free and its input (gradient) is there.
+  const int64_t p = s.ranks, m = s.microbatches, n_stages = s.stages();
+  const auto key = [&](int64_t stage, int64_t i) { return static_cast<size_t>(stage * m + i); };
+  std::vector<double> end_f(n_stages * m, -1), end_b(n_stages * m, -1);
+  std::vector<double> clock(p, 0), busy(p, 0);
+  std::vector<size_t> next(p, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t r = 0; r < p; ++r) {
+      while (next[r] < s.actions[r].size()) {
+        const PipelineAction& a = s.actions[r][next[r]];
+        double ready = 0;
+        if (a.kind == Kind::kForward && a.stage > 0) ready = end_f[key(a.stage - 1, a.microbatch)];
+        if (a.backward() && a.stage < n_stages - 1) ready = end_b[key(a.stage + 1, a.microbatch)];
+        if (ready < 0) break;
+        const double cost = a.kind == Kind::kBackward ? 2.0 : 1.0;
+        clock[r] = std::max(clock[r], ready) + cost;
+        busy[r] += cost;
+        if (a.kind == Kind::kForward) end_f[key(a.stage, a.microbatch)] = clock[r];
+        if (a.backward()) end_b[key(a.stage, a.microbatch)] = clock[r];
+        ++next[r];
+        progress = true;
+      }
+    }
+  }
+  const double span = *std::max_element(clock.begin(), clock.end());
+  double idle = 0;
+  for (int64_t r = 0; r < p; ++r) idle += 1.0 - busy[r] / span;
+  return idle / static_cast<double>(p);
 }
 
 std::string pipeline_bubble_formula(const std::string& name) {
-  (void)name;
-  return "(p-1)/(m+p-1)";
+  if (name == "GPipe" || name == "1F1B") return "(p-1)/(m+p-1)";
+  if (name == "Interleaved1F1B" || name == "LoopedBFS") return "simulated (the paper's (p-1)/(v*m+p-1) for whole rounds)";
+  return "simulated: F = I = W, B = I + W";
 }
 
 }  // namespace ctitan

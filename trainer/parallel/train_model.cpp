@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "profiling/memory.h"
 #include "profiling/trace.h"
 #include "common/errors.h"
 #include "trainer/parallel/pipeline.h"
+#include "trainer/model/weight_grad.h"
 
 namespace ctitan {
 
@@ -24,16 +26,19 @@ at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tens
   return hooks_ ? run_units(tokens, labels, scale, first_micro, last_micro) : run_whole(tokens, labels, scale);
 }
 
-// The schedule's actions on this stage. A forward receives the previous
-// stage's output (the first stage embeds the tokens), runs the stage's units
-// and sends its output on (the last stage computes the micro-batch's loss);
-// a backward receives the gradient of that output (the last stage starts
-// from its loss, scaled by 1/m), runs autograd through the stage and sends
-// the gradient of its input back. Sends are asynchronous and complete while
-// the next actions run; receives block. Tags keep a micro-batch's
-// activation and gradient apart.
+// The schedule's actions on this rank's stages. A forward takes the
+// previous stage's output — received, or handed over when that stage is
+// here too (the V schedule's turn) — (the first stage embeds the tokens),
+// runs the stage's units and passes its output on (the last stage computes
+// the micro-batch's loss); a backward takes the gradient of that output
+// (the last stage starts from its loss, scaled by 1/m), runs autograd
+// through the stage and passes the gradient of its input back. I is that
+// backward with the GEMMs' weight gradients queued (weight_grad.h); W runs
+// the queue of the same stage and micro-batch. Sends are asynchronous and
+// complete while the next actions run; receives block. Tags keep each
+// (receiving stage, micro-batch, direction) apart.
 //
-// With data parallelism the stage's units are gathered before the first
+// With data parallelism the stages' units are gathered before the first
 // action and stay so for the whole schedule (FSDP's reshard_after_forward
 // is off under PP, as in TorchTitan), and their gradients — summed over the
 // micro-batches by autograd — are reduced once after the last action
@@ -41,80 +46,112 @@ at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tens
 at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, double scale,
                                     bool first_micro, bool last_micro) {
   using Clock = std::chrono::steady_clock;
+  using Kind = PipelineAction::Kind;
   Llama3& m = *model_;
   Communicator& pp = *pp_.group;
-  const int64_t rank = pp.rank(), stages = pp.size(), B = tokens.size(0);
+  const PipelineSchedule& sched = pp_.schedule;
+  const int64_t rank = pp.rank(), B = tokens.size(0), last_stage = sched.stages() - 1;
   TORCH_CHECK(B % pp_.microbatch_size == 0, "pipeline: batch ", B, " is not divisible by the micro-batch size ",
               pp_.microbatch_size);
   const int64_t n = B / pp_.microbatch_size;
-  const bool first = m.part().embedding, last = m.part().head;
+  TORCH_CHECK(n == sched.microbatches, "pipeline: ", n, " micro-batches, the schedule was planned for ",
+              sched.microbatches);
+  const std::vector<int64_t> mine = sched.stages_of(rank);
+  const auto local = [&](int64_t stage) -> int64_t {  // index into mine, or -1
+    const auto it = std::find(mine.begin(), mine.end(), stage);
+    return it == mine.end() ? -1 : static_cast<int64_t>(it - mine.begin());
+  };
+  const auto slot = [&](int64_t stage, int64_t i) { return static_cast<size_t>(local(stage) * n + i); };
+  const auto tag = [&](int64_t to_stage, int64_t i, int dir) { return static_cast<int>(2 * (to_stage * n + i) + dir); };
   const auto token_mb = tokens.split(pp_.microbatch_size, 0), label_mb = labels.split(pp_.microbatch_size, 0);
   // The activation between stages: [mb, S, D], or [mb, S/tp, D] under sequence parallelism.
   const TensorParallelOptions& tp = m.tensor_parallel();
   const int64_t S = tokens.size(1) / (tp.on() && tp.sequence_parallel ? tp.size() : 1);
   const auto act_options = torch::TensorOptions().dtype(m.compute_dtype()).device(m.device());
   const std::vector<int64_t> act_shape{pp_.microbatch_size, S, m.args().dim};
-  std::vector<at::Tensor> inputs(n), outputs(n), sent;
+  const size_t slots = mine.size() * static_cast<size_t>(n);
+  std::vector<at::Tensor> inputs(slots), outputs(slots), sent;
+  std::vector<std::unique_ptr<WeightGradQueue>> weight_grads(slots);
   std::vector<WorkPtr> sends;
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(m.device()));
   if (hooks_)
     for (size_t u = 0; u < m.units().size(); ++u) hooks_->before_forward(u);
   const auto t0 = Clock::now();
   double busy = 0;
-  const auto stage_forward = [&](at::Tensor h, const at::Tensor& lab) {
-    for (size_t u = 0; u < m.units().size(); ++u) h = m.run_unit(u, h, lab);
-    return h;
+  const auto send = [&](const at::Tensor& t, int64_t to_stage, int64_t i, int dir, const PipelineAction& a) {
+    TraceRange range(trace_cat::kCompute, "pipeline send", a.str());  // its flight: the "comm pp" track
+    sent.push_back(t.contiguous());
+    sends.push_back(pp.send(sent.back(), static_cast<int>(sched.rank_of(to_stage)), tag(to_stage, i, dir)));
   };
-  const std::vector<PipelineAction> actions =
-      pp_.csv_actions.empty() ? pipeline_schedule(pp_.schedule, stages, rank, n) : pp_.csv_actions;
-  for (const PipelineAction& a : actions) {
-    const int64_t i = a.microbatch;
-    const int tag_fwd = static_cast<int>(2 * i), tag_bwd = static_cast<int>(2 * i + 1);
-    if (a.kind == PipelineAction::Kind::kForward) {
+  const auto receive = [&](int64_t from_stage, int64_t stage, int64_t i, int dir, const PipelineAction& a) {
+    TraceRange range(trace_cat::kWait, "pipeline recv", a.str());
+    at::Tensor x = at::empty(act_shape, act_options);
+    pp.recv(x, static_cast<int>(sched.rank_of(from_stage)), tag(stage, i, dir))->wait();
+    return x;
+  };
+  for (const PipelineAction& a : sched.actions[static_cast<size_t>(rank)]) {
+    const int64_t st = a.stage, i = a.microbatch;
+    const size_t k = slot(st, i);
+    const auto a0 = Clock::now();
+    if (a.kind == Kind::kForward) {
       at::Tensor x = token_mb[i];
-      if (!first) {
-        TraceRange recv(trace_cat::kWait, "pipeline recv", a.str());
-        x = at::empty(act_shape, act_options);
-        pp.recv(x, static_cast<int>(rank - 1), tag_fwd)->wait();
+      if (st > 0) {
+        x = local(st - 1) >= 0 ? outputs[slot(st - 1, i)].detach() : receive(st - 1, st, i, 0, a);
         x.requires_grad_(true);
-        inputs[i] = x;
+        inputs[k] = x;
       }
-      const auto a0 = Clock::now();
+      const auto c0 = Clock::now();
       {
         TraceRange range(trace_cat::kCompute, "pipeline", a.str());
         MemoryCategoryScope mem(MemoryCategory::kActivations);
-        outputs[i] = stage_forward(x, label_mb[i]);
+        const auto [first_unit, end_unit] = m.part_units(static_cast<size_t>(local(st)));
+        for (size_t u = first_unit; u < end_unit; ++u) x = m.run_unit(u, x, label_mb[i]);
+        outputs[k] = x;
       }
+      busy += std::chrono::duration<double>(Clock::now() - c0).count();
+      if (st == last_stage) {
+        loss_sum += outputs[k].detach();
+      } else if (local(st + 1) < 0) {
+        send(outputs[k].detach(), st + 1, i, 0, a);
+      }
+    } else if (a.kind == Kind::kBackwardWeight) {
+      TraceRange range(trace_cat::kCompute, "pipeline", a.str());
+      MemoryCategoryScope mem(MemoryCategory::kActivations);
+      weight_grads[k]->run();
+      weight_grads[k].reset();
       busy += std::chrono::duration<double>(Clock::now() - a0).count();
-      if (last) {
-        loss_sum += outputs[i].detach();
-      } else {
-        sent.push_back(outputs[i].detach().contiguous());
-        sends.push_back(pp.send(sent.back(), static_cast<int>(rank + 1), tag_fwd));
-      }
-    } else {
+    } else {  // B or I
       at::Tensor g;
-      if (!last) {
-        TraceRange recv(trace_cat::kWait, "pipeline recv", a.str());
-        g = at::empty(act_shape, act_options);
-        pp.recv(g, static_cast<int>(rank + 1), tag_bwd)->wait();
-      }
-      const auto a0 = Clock::now();
-      {
-        TraceRange range(trace_cat::kCompute, "pipeline", a.str());
-        MemoryCategoryScope mem(MemoryCategory::kActivations);
-        if (last) {
-          (outputs[i] * (scale / static_cast<double>(n))).backward();
+      if (st < last_stage) {
+        if (local(st + 1) >= 0) {
+          g = inputs[slot(st + 1, i)].grad();
+          inputs[slot(st + 1, i)] = at::Tensor();
         } else {
-          torch::autograd::backward({outputs[i]}, {g});
+          g = receive(st + 1, st, i, 1, a);
         }
       }
-      busy += std::chrono::duration<double>(Clock::now() - a0).count();
-      if (!first) {
-        sent.push_back(inputs[i].grad().contiguous());
-        sends.push_back(pp.send(sent.back(), static_cast<int>(rank - 1), tag_bwd));
+      const auto c0 = Clock::now();
+      {
+        TraceRange range(trace_cat::kCompute, "pipeline", a.str());
+        MemoryCategoryScope mem(MemoryCategory::kActivations);
+        std::optional<DeferWeightGrads> defer;
+        if (a.kind == Kind::kBackwardInput) {
+          weight_grads[k] = std::make_unique<WeightGradQueue>(
+              [&m](const at::Tensor& w, const at::Tensor& dw) { m.store().add_grad(w, dw); });
+          defer.emplace(weight_grads[k].get());
+        }
+        if (st == last_stage) {
+          (outputs[k] * (scale / static_cast<double>(n))).backward();
+        } else {
+          torch::autograd::backward({outputs[k]}, {g});
+        }
       }
-      inputs[i] = outputs[i] = at::Tensor();
+      busy += std::chrono::duration<double>(Clock::now() - c0).count();
+      if (st > 0 && local(st - 1) < 0) {
+        send(inputs[k].grad(), st - 1, i, 1, a);
+        inputs[k] = at::Tensor();
+      }
+      outputs[k] = at::Tensor();
     }
   }
   for (const WorkPtr& w : sends) w->wait();
@@ -130,7 +167,7 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
   // The loss lives on the last stage: every stage gets it (the log line,
   // the stop decision and the summary read it anywhere).
   at::Tensor loss = (loss_sum / static_cast<double>(n)).reshape({1}).contiguous();
-  pp.broadcast(loss, static_cast<int>(stages - 1))->wait();
+  pp.broadcast(loss, static_cast<int>(sched.rank_of(last_stage)))->wait();
   return loss.reshape({});
 }
 
@@ -281,29 +318,35 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
     throw InputError("training.seq_len " + std::to_string(cfg.training.seq_len) +
                      " is not divisible by tensor_parallel_degree " + std::to_string(tp.size()) +
                      " (sequence parallelism shards the sequence); choose a multiple");
-  // Pipeline parallelism: this rank's stage of TorchTitan's split.
+  // Pipeline parallelism: this rank's stages of TorchTitan's split.
   PipelineOptions pp;
-  ModelPart part;
+  std::vector<ModelPart> parts{ModelPart{}};
   pp.group = &rt.mesh->group("pp");
   if (pp.on()) {
     const auto& p = cfg.parallelism;
-    check_pipeline_schedule(p.pipeline_parallel_schedule, !p.pipeline_parallel_schedule_csv.empty());
-    pp.schedule = p.pipeline_parallel_schedule;
+    const std::string& name = p.pipeline_parallel_schedule;
+    pp.csv = !p.pipeline_parallel_schedule_csv.empty();
+    check_pipeline_schedule(name, pp.csv);
     pp.microbatch_size = p.pipeline_parallel_microbatch_size;
     if (cfg.training.local_batch_size % pp.microbatch_size != 0)
       throw InputError("training.local_batch_size " + std::to_string(cfg.training.local_batch_size) +
                        " is not divisible by parallelism.pipeline_parallel_microbatch_size " +
                        std::to_string(pp.microbatch_size) + "; the pipeline runs whole micro-batches");
-    if (!p.pipeline_parallel_schedule_csv.empty())
-      pp.csv_actions = load_pipeline_csv(p.pipeline_parallel_schedule_csv, pp.group->size(),
-                                         cfg.training.local_batch_size / pp.microbatch_size)
-                           [static_cast<size_t>(pp.group->rank())];
-    part = pipeline_stage_parts(args, pp.group->size(), p.pipeline_parallel_layers_per_stage,
-                                p.pipeline_parallel_first_stage_less_layers,
-                                p.pipeline_parallel_last_stage_less_layers)[static_cast<size_t>(pp.group->rank())];
+    const int64_t ranks = pp.group->size(), microbatches = cfg.training.local_batch_size / pp.microbatch_size;
+    const int64_t v =
+        pipeline_stages_per_rank(name, args, ranks, p.pipeline_parallel_layers_per_stage,
+                                 p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers);
+    pp.schedule = pp.csv ? load_pipeline_csv(p.pipeline_parallel_schedule_csv, name, ranks, v, microbatches)
+                         : build_pipeline_schedule(name, ranks, v, microbatches);
+    const std::vector<ModelPart> all =
+        pipeline_stage_parts(args, pp.schedule.stages(), p.pipeline_parallel_layers_per_stage,
+                             p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers);
+    parts.clear();
+    for (int64_t stage : pp.schedule.stages_of(pp.group->rank())) parts.push_back(all[static_cast<size_t>(stage)]);
   }
-  auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device, part, storage, tp);
+  auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device, parts, storage, tp);
   apply_techniques(*model, cfg, float8);
+  model->set_split_backward(pp.on() && pp.schedule.splits_backward());
   DataParallelOptions dpo;
   dpo.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;
   // TorchTitan: under PP, FSDP's "default" keeps the parameters gathered

@@ -39,12 +39,12 @@
 
 namespace ctitan {
 
-// Pipeline parallelism of this rank: its stage among the pp group's ranks.
+// Pipeline parallelism of this rank: its stages among the pp group's ranks.
 struct PipelineOptions {
   Communicator* group = nullptr;  // the mesh's pp group; null or size 1: no pipeline
-  std::string schedule = "1F1B";  // pipeline_parallel_schedule (pipeline.h)
+  PipelineSchedule schedule;      // every rank's actions (pipeline.h): named or from a CSV
+  bool csv = false;               // the schedule came from pipeline_parallel_schedule_csv
   int64_t microbatch_size = 1;    // pipeline_parallel_microbatch_size
-  std::vector<PipelineAction> csv_actions;  // this rank's row of pipeline_parallel_schedule_csv, if given
   bool on() const { return group != nullptr && group->size() > 1; }
 };
 
