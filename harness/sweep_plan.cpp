@@ -256,11 +256,7 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
       const std::string& name = p.pipeline_parallel_schedule;
       const bool csv = !p.pipeline_parallel_schedule_csv.empty();
       check_pipeline_schedule(name, csv);
-      const int64_t v = pipeline_stages_per_rank(name, a, shape.pp, p.pipeline_parallel_layers_per_stage,
-                                                 p.pipeline_parallel_first_stage_less_layers,
-                                                 p.pipeline_parallel_last_stage_less_layers);
-      pipeline_stage_parts(a, shape.pp * v, p.pipeline_parallel_layers_per_stage,
-                           p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers);
+      const int64_t v = plan_pipeline_split(a, p, shape.pp).stages_per_rank;
       if (!whole_microbatches) return;
       const int64_t m = t.local_batch_size / p.pipeline_parallel_microbatch_size;
       if (csv) {

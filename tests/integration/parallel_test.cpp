@@ -264,6 +264,14 @@ TEST_F(DataParallelRun, Pp2InterleavedZeroBubbleTp2MatchesSingleProcess) {
   expect_matches_single_process(pp_layout("pp2_zb1p_tp2", "InterleavedZeroBubble", 2,
                                           {"--parallelism.pipeline_parallel_microbatch_size", "2"}, 1, 2));
 }
+// TorchTitan's module_fqns_per_model_part: an uneven split by name (the
+// embedding and one layer, then five layers and the head).
+TEST_F(DataParallelRun, Pp2ModuleFqnsSplitMatchesSingleProcess) {
+  expect_matches_single_process(
+      pp_layout("pp2_fqns", "1F1B", 2,
+                {"--parallelism.module_fqns_per_model_part",
+                 "tok_embeddings layers.0,layers.1 layers.2 layers.3 layers.4 layers.5 norm output"}));
+}
 // A multi-stage CSV with split backwards (PipelineScheduleMulti, two
 // stages per rank, loop style): per rank, each local stage's forwards,
 // then its I and W per micro-batch from the last stage down.

@@ -132,11 +132,11 @@ TEST(Sweep, ShippedDebugSweepPlans) {
   // 16 points ask for replicate 2 on one rank; where the fused kernels cannot
   // run (no AVX-512), the 32 compile.enable=true points are pruned as well
   // (8 of them already counted among the 16). The 4 tensor-parallel points
-  // (TP 2, async TP 2, FSDP 2 x TP 2, TP 4) and 2 pipeline points (PP 2,
-  // PP 2 x TP 2) run everywhere.
+  // (TP 2, async TP 2, FSDP 2 x TP 2, TP 4) and 4 pipeline points (PP 2,
+  // PP 2 x TP 2, PP 2 ZBV, PP 4 interleaved) run everywhere.
   const bool fused = ctitan::fused_kernels_available();
-  const std::string plan = fused ? "70 points at world sizes 1, 2, 4: 54 to run x 1 repeat, 16 infeasible"
-                                 : "70 points at world sizes 1, 2, 4: 30 to run x 1 repeat, 40 infeasible";
+  const std::string plan = fused ? "72 points at world sizes 1, 2, 4: 56 to run x 1 repeat, 16 infeasible"
+                                 : "72 points at world sizes 1, 2, 4: 32 to run x 1 repeat, 40 infeasible";
   EXPECT_NE(r.out.find(plan), std::string::npos) << r.out;
   size_t why_compile = 0;
   for (size_t at = r.out.find("compile.enable: ctitan's fused kernels need AVX-512"); at != std::string::npos;

@@ -128,6 +128,8 @@ enable = true
 recipe_name = "rowwise"
 filter_fqns = ["output", "tok_embeddings"]
 emulate = true
+[parallelism]
+module_fqns_per_model_part = [["tok_embeddings", "layers.0"], ["layers.1", "norm", "output"]]  # list[list[str]]
 )");
   const JobConfig c = load_toml_file(path);
   EXPECT_EQ(c.training.steps, 42);
@@ -142,6 +144,8 @@ emulate = true
   EXPECT_EQ(c.float8.recipe_name, "rowwise");
   EXPECT_EQ(c.float8.filter_fqns, (std::vector<std::string>{"output", "tok_embeddings"}));
   EXPECT_TRUE(c.float8.emulate);
+  EXPECT_EQ(c.parallelism.module_fqns_per_model_part,
+            (std::vector<std::string>{"tok_embeddings layers.0", "layers.1 norm output"}));
   EXPECT_EQ(c.job.config_file, path);
   EXPECT_EQ(c.training.local_batch_size, 8);  // untouched keys keep defaults
 

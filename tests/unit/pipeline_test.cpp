@@ -193,9 +193,9 @@ TEST(PipelineSchedule, StagesPerRankFollowTorchTitan) {
     pipeline_stages_per_rank("1F1B", a, 2, 2, 1, 1);
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "parallelism.pipeline_parallel_layers_per_stage 2 cuts 6 layers (+1 for the embedding, +1 "
-                           "for norm and output) into 4 stages = 2 per rank; 1F1B runs one stage per rank; raise "
-                           "layers_per_stage or use Interleaved1F1B");
+    EXPECT_STREQ(e.what(), "parallelism.pipeline_parallel_layers_per_stage 2 over 6 layers (+1 for the embedding, +1 "
+                           "for norm and output) gives 4 stages = 2 per rank; 1F1B runs one stage per rank; use "
+                           "Interleaved1F1B or fewer stages");
   }
   EXPECT_THROW(pipeline_stages_per_rank("Interleaved1F1B", a, 2, 4, 1, 1), InputError);  // 1 per rank
   EXPECT_THROW(pipeline_stages_per_rank("ZBVZeroBubble", a, 2, 1, 1, 1), InputError);    // 4 per rank
@@ -207,6 +207,59 @@ TEST(PipelineSchedule, StagesPerRankFollowTorchTitan) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("is not a multiple of 2"), std::string::npos) << e.what();
   }
+}
+
+std::string planned(const ParallelismSection& p, int64_t pp) {
+  const PipelineSplit split = plan_pipeline_split(llama3_flavor("debugmodel"), p, pp);
+  std::string out = std::to_string(split.stages_per_rank) + " per rank:";
+  for (const ModelPart& part : split.parts) {
+    out += part.embedding ? " | emb " : " | ";
+    out += std::to_string(part.first_layer) + "+" + std::to_string(part.n_layers);
+    if (part.head) out += " head";
+  }
+  return out;
+}
+
+std::string plan_error(const ParallelismSection& p, int64_t pp) {
+  try {
+    planned(p, pp);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+// TorchTitan's module_fqns_per_model_part (and the older split points) cut
+// the model by name; the stages-per-rank rules apply to the part count.
+TEST(PipelineSplit, ModuleNamesPerPartAndSplitPointsCutByName) {
+  ParallelismSection p;
+  p.module_fqns_per_model_part = {"tok_embeddings layers.0", "layers.1 layers.2 layers.3", "layers.4 layers.5 norm output"};
+  p.pipeline_parallel_schedule = "GPipe";
+  EXPECT_EQ(plan_error(p, 2), "parallelism.module_fqns_per_model_part gives 3 stages, not a multiple of "
+                              "pipeline_parallel_degree 2; every rank holds the same number of stages");
+  EXPECT_EQ(planned(p, 3), "1 per rank: | emb 0+1 | 1+3 | 4+2 head");
+  p.module_fqns_per_model_part = {"tok_embeddings", "layers.0 layers.1", "layers.2 layers.3 layers.4",
+                                  "layers.5 norm output"};
+  p.pipeline_parallel_schedule = "Interleaved1F1B";
+  EXPECT_EQ(planned(p, 2), "2 per rank: | emb 0+0 | 0+2 | 2+3 | 5+1 head");
+  p.module_fqns_per_model_part = {"tok_embeddings layers.0 layers.2", "layers.1 layers.3 layers.4 layers.5 norm output"};
+  p.pipeline_parallel_schedule = "1F1B";
+  EXPECT_EQ(plan_error(p, 2), "parallelism.module_fqns_per_model_part: part 0 (tok_embeddings layers.0 layers.2): "
+                              "layers.2 is out of order; the parts list layers.0 .. layers.5 once each, in order, norm "
+                              "and output last");
+  p.module_fqns_per_model_part = {"tok_embeddings layers.0 layers.1 layers.2", "layers.3 layers.4 layers.5 norm"};
+  EXPECT_NE(plan_error(p, 2).find("norm and output run together"), std::string::npos);
+  p.module_fqns_per_model_part = {"tok_embeddings layers.0 layers.1 layers.2", "layers.3 layers.4 norm output"};
+  EXPECT_NE(plan_error(p, 2).find("they hold layers up to 4"), std::string::npos);
+  p.module_fqns_per_model_part = {"tok_embeddings layers.0 layers.1 layers.2", "layers.3 mlp layers.4 norm output"};
+  EXPECT_NE(plan_error(p, 2).find("'mlp' is not a module of Llama 3"), std::string::npos);
+  p.module_fqns_per_model_part.clear();
+  p.pipeline_parallel_split_points = {"layers.2", "layers.4"};
+  EXPECT_EQ(planned(p, 3), "1 per rank: | emb 0+2 | 2+2 | 4+2 head");
+  p.pipeline_parallel_split_points = {"layers.4", "layers.2"};
+  EXPECT_NE(plan_error(p, 3).find("'layers.2' is not a layer after layers.4"), std::string::npos);
+  p.pipeline_parallel_split_points.clear();
+  EXPECT_EQ(planned(p, 2), "1 per rank: | emb 0+3 | 3+3 head");  // the even split
 }
 
 TEST(PipelineSchedule, NamesAreTorchTitansAndUnbuiltOnesSaySo) {

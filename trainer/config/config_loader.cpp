@@ -87,6 +87,20 @@ Value from_toml(const toml::node& n, const FieldSpec& f, const Value& want,
       if (auto a = n.as_array()) {
         std::vector<std::string> out;
         for (size_t i = 0; i < a->size(); ++i) {
+          // TorchTitan's list[list[str]] (module_fqns_per_model_part): an
+          // inner array becomes one space-separated element.
+          if (auto inner = (*a)[i].as_array(); inner && f.key == "parallelism.module_fqns_per_model_part") {
+            std::string joined;
+            for (size_t j = 0; j < inner->size(); ++j) {
+              auto m = (*inner)[j].as_string();
+              if (!m)
+                type_error(where, f, want,
+                           "an array whose element " + std::to_string(i) + " holds " + describe((*inner)[j]));
+              joined += (joined.empty() ? "" : " ") + m->get();
+            }
+            out.push_back(joined);
+            continue;
+          }
           auto s = (*a)[i].as_string();
           if (!s)
             type_error(where, f, want,

@@ -151,6 +151,10 @@ std::vector<FieldSpec> build_registry() {
       field("parallelism.pipeline_parallel_split_points", &C::parallelism,
             &ParallelismSection::pipeline_parallel_split_points,
             "comma list of modules starting a stage, e.g. layers.4"),
+      field("parallelism.module_fqns_per_model_part", &C::parallelism,
+            &ParallelismSection::module_fqns_per_model_part,
+            "modules of each pipeline stage: TOML [[\"tok_embeddings\", \"layers.0\"], ...]; CLI: parts by "
+            "commas, modules by spaces"),
       field("parallelism.pipeline_parallel_layers_per_stage", &C::parallelism,
             &ParallelismSection::pipeline_parallel_layers_per_stage, "-1 = inferred"),
       field("parallelism.pipeline_parallel_schedule", &C::parallelism,

@@ -104,7 +104,10 @@ struct ParallelismSection {
   bool enable_async_tensor_parallel = false;
   bool enable_sequence_parallel = true;  // ctitan key: TorchTitan's TP plan always shards the sequence
   int64_t pipeline_parallel_degree = 1;
-  std::vector<std::string> pipeline_parallel_split_points;
+  std::vector<std::string> pipeline_parallel_split_points;  // TorchTitan's older key: modules starting a stage
+  // TorchTitan's list[list[str]]: each part's modules; here each part is one
+  // string of space-separated modules ("tok_embeddings layers.0").
+  std::vector<std::string> module_fqns_per_model_part;
   int64_t pipeline_parallel_layers_per_stage = -1;
   std::string pipeline_parallel_schedule = "1F1B";
   int64_t pipeline_parallel_microbatch_size = 1;
@@ -112,7 +115,7 @@ struct ParallelismSection {
   std::string context_parallel_rotate_method = "allgather";
   int64_t expert_parallel_degree = 1;
   // TorchTitan keys below: accepted at their default only (dense Llama, no
-  // CSV pipeline schedules, no MoE), except where config_registry says inert.
+  // MoE), except where config_registry says inert or the key is implemented.
   int64_t pipeline_parallel_first_stage_less_layers = 1;
   int64_t pipeline_parallel_last_stage_less_layers = 1;
   std::string pipeline_parallel_schedule_csv;

@@ -237,29 +237,135 @@ void check_pipeline_schedule(const std::string& name, bool csv) {
                      "mixture-of-experts models, which ctitan does not have; use ZBVZeroBubble");
 }
 
+namespace {
+
+// TorchTitan's rules for `stages` stages over `pp` ranks; `what` says where
+// the count came from.
+int64_t stages_per_rank_of(const std::string& name, int64_t stages, int64_t pp, const std::string& what) {
+  const bool multi = pipeline_multi_stage(name);
+  if (stages % pp != 0)
+    throw InputError(what + " gives " + std::to_string(stages) + " stages, not a multiple of pipeline_parallel_degree " +
+                     std::to_string(pp) + "; every rank holds the same number of stages");
+  const int64_t v = stages / pp;
+  const std::string per = what + " gives " + std::to_string(stages) + " stages = " + std::to_string(v) + " per rank; ";
+  if (!multi && v != 1) throw InputError(per + name + " runs one stage per rank; use Interleaved1F1B or fewer stages");
+  if (multi && v < 2) throw InputError(per + name + " runs at least two per rank; use more stages");
+  if (name == "ZBVZeroBubble" && v != 2) throw InputError(per + name + " runs exactly two per rank");
+  return v;
+}
+
+// Parts from lists of module names ("tok_embeddings", "layers.N", "norm",
+// "output"): every layer once, in order; the embedding first, norm and
+// output together last.
+std::vector<ModelPart> parts_from_fqns(const LlamaArgs& args, const std::vector<std::vector<std::string>>& fqns,
+                                       const std::string& key) {
+  std::vector<ModelPart> parts;
+  int64_t next = 0;
+  for (size_t k = 0; k < fqns.size(); ++k) {
+    const std::string at = key + ": part " + std::to_string(k) + " (";
+    std::string listed;
+    for (const auto& m : fqns[k]) listed += (listed.empty() ? "" : " ") + m;
+    const std::string where = at + listed + ")";
+    ModelPart p;
+    p.embedding = false;
+    p.head = false;
+    p.first_layer = next;
+    p.n_layers = 0;
+    bool norm = false, output = false;
+    for (const std::string& m : fqns[k]) {
+      if (m == "tok_embeddings") {
+        if (k != 0 || p.n_layers > 0) throw InputError(where + ": tok_embeddings must open the first part");
+        p.embedding = true;
+      } else if (m == "norm" || m == "output") {
+        (m == "norm" ? norm : output) = true;
+      } else if (m.rfind("layers.", 0) == 0 && m.size() > 7 && m.size() < 17 &&
+                 m.find_first_not_of("0123456789", 7) == std::string::npos) {
+        const int64_t l = std::stoll(m.substr(7));
+        if (norm || output || l != next)
+          throw InputError(where + ": " + m + " is out of order; the parts list layers.0 .. layers." +
+                           std::to_string(args.n_layers - 1) + " once each, in order, norm and output last");
+        if (l >= args.n_layers)
+          throw InputError(where + ": " + m + " does not exist (the model has " + std::to_string(args.n_layers) +
+                           " layers)");
+        ++next;
+        ++p.n_layers;
+      } else {
+        throw InputError(where + ": '" + m + "' is not a module of Llama 3 (tok_embeddings, layers.N, norm, output)");
+      }
+    }
+    if (norm != output) throw InputError(where + ": norm and output run together in ctitan; list both in one part");
+    p.head = norm;
+    if (p.head && k + 1 != fqns.size()) throw InputError(where + ": norm and output must be in the last part");
+    if (!p.embedding && !p.head && p.n_layers == 0) throw InputError(where + ": an empty part");
+    parts.push_back(p);
+  }
+  if (parts.empty() || !parts.front().embedding || !parts.back().head || next != args.n_layers)
+    throw InputError(key + ": the parts must hold tok_embeddings, layers.0 .. layers." +
+                     std::to_string(args.n_layers - 1) + ", norm and output (they hold layers up to " +
+                     std::to_string(next - 1) + ")");
+  return parts;
+}
+
+}  // namespace
+
 int64_t pipeline_stages_per_rank(const std::string& name, const LlamaArgs& args, int64_t pp,
                                  int64_t layers_per_stage, int64_t first_less, int64_t last_less) {
-  const bool multi = pipeline_multi_stage(name);
-  const bool v_style = name == "ZBVZeroBubble";
-  if (layers_per_stage <= 0) return multi ? 2 : 1;
+  if (layers_per_stage <= 0) return pipeline_multi_stage(name) ? 2 : 1;
   const int64_t effective = args.n_layers + first_less + last_less;
-  const int64_t stages = (effective + layers_per_stage - 1) / layers_per_stage;
   std::string what = "parallelism.pipeline_parallel_layers_per_stage ";
   what += std::to_string(layers_per_stage);
-  what += " cuts " + std::to_string(args.n_layers) + " layers (+" + std::to_string(first_less) + " for the embedding, +" +
-          std::to_string(last_less) + " for norm and output) into " + std::to_string(stages) + " stages";
-  if (stages % pp != 0)
-    throw InputError(what + ", not a multiple of pipeline_parallel_degree " + std::to_string(pp) +
-                     "; choose layers_per_stage so that every rank gets the same number of stages");
-  const int64_t v = stages / pp;
-  if (!multi && v != 1)
-    throw InputError(what + " = " + std::to_string(v) + " per rank; " + name +
-                     " runs one stage per rank; raise layers_per_stage or use Interleaved1F1B");
-  if (multi && v < 2)
-    throw InputError(what + " = 1 per rank; " + name + " runs at least two per rank; lower layers_per_stage");
-  if (v_style && v != 2)
-    throw InputError(what + " = " + std::to_string(v) + " per rank; " + name + " runs exactly two per rank");
-  return v;
+  what += " over " + std::to_string(args.n_layers) + " layers (+" + std::to_string(first_less) +
+          " for the embedding, +" + std::to_string(last_less) + " for norm and output)";
+  return stages_per_rank_of(name, (effective + layers_per_stage - 1) / layers_per_stage, pp, what);
+}
+
+PipelineSplit plan_pipeline_split(const LlamaArgs& args, const ParallelismSection& p, int64_t pp) {
+  const std::string& name = p.pipeline_parallel_schedule;
+  std::vector<std::vector<std::string>> fqns;
+  std::string key;
+  if (!p.module_fqns_per_model_part.empty()) {
+    key = "parallelism.module_fqns_per_model_part";
+    for (const std::string& part : p.module_fqns_per_model_part) {
+      std::vector<std::string> modules;
+      std::stringstream in(part);
+      for (std::string m; in >> m;) modules.push_back(m);
+      fqns.push_back(std::move(modules));
+    }
+  } else if (!p.pipeline_parallel_split_points.empty()) {
+    // Each point opens a stage: the older TorchTitan key, as module lists.
+    key = "parallelism.pipeline_parallel_split_points";
+    fqns.push_back({"tok_embeddings"});
+    int64_t l = 0;
+    for (const std::string& point : p.pipeline_parallel_split_points) {
+      const std::string want = "layers." + std::to_string(l);
+      if (point.rfind("layers.", 0) != 0 || point.find_first_not_of("0123456789", 7) != std::string::npos ||
+          point.size() <= 7 || point.size() > 16 || std::stoll(point.substr(7)) <= l ||
+          std::stoll(point.substr(7)) >= args.n_layers)
+        throw InputError(key + ": '" + point + "' is not a layer after " + want + " and before layers." +
+                         std::to_string(args.n_layers) + " (points are ascending layers.N)");
+      for (const int64_t end = std::stoll(point.substr(7)); l < end; ++l)
+        fqns.back().push_back("layers." + std::to_string(l));
+      fqns.emplace_back();
+    }
+    for (; l < args.n_layers; ++l) fqns.back().push_back("layers." + std::to_string(l));
+    fqns.back().push_back("norm");
+    fqns.back().push_back("output");
+  }
+  PipelineSplit split;
+  if (!fqns.empty()) {
+    if (p.pipeline_parallel_layers_per_stage > 0)
+      throw InputError(key + " and parallelism.pipeline_parallel_layers_per_stage both cut the model; set one");
+    split.parts = parts_from_fqns(args, fqns, key);
+    split.stages_per_rank = stages_per_rank_of(name, static_cast<int64_t>(split.parts.size()), pp, key);
+    return split;
+  }
+  split.stages_per_rank =
+      pipeline_stages_per_rank(name, args, pp, p.pipeline_parallel_layers_per_stage,
+                               p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers);
+  split.parts = pipeline_stage_parts(args, pp * split.stages_per_rank, p.pipeline_parallel_layers_per_stage,
+                                     p.pipeline_parallel_first_stage_less_layers,
+                                     p.pipeline_parallel_last_stage_less_layers);
+  return split;
 }
 
 PipelineSchedule build_pipeline_schedule(const std::string& name, int64_t p, int64_t v, int64_t m) {

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/config/job_config.h"
 #include "trainer/model/llama.h"
 
 namespace ctitan {
@@ -90,6 +91,18 @@ void check_pipeline_schedule(const std::string& name, bool csv = false);
 // least two, V schedules exactly two), else 1 or 2. InputError otherwise.
 int64_t pipeline_stages_per_rank(const std::string& name, const LlamaArgs& args, int64_t pp,
                                  int64_t layers_per_stage, int64_t first_less, int64_t last_less);
+
+// How the model is cut and how many stages each rank holds, as the trainer
+// plans it: from module_fqns_per_model_part (TorchTitan's lists of module
+// names per stage: tok_embeddings, layers.N, norm, output — every layer
+// once, in order), else the older pipeline_parallel_split_points (layers
+// opening a stage), else layers_per_stage or the even split; then the
+// stages-per-rank rules above. InputError, one line, otherwise.
+struct PipelineSplit {
+  int64_t stages_per_rank = 1;
+  std::vector<ModelPart> parts;  // every stage, in stage order
+};
+PipelineSplit plan_pipeline_split(const LlamaArgs& args, const ParallelismSection& parallelism, int64_t pp);
 
 // The named schedule for p ranks, v stages per rank and m micro-batches,
 // validated. InputError when the schedule cannot run that shape (ZBV: v

@@ -333,16 +333,12 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
                        " is not divisible by parallelism.pipeline_parallel_microbatch_size " +
                        std::to_string(pp.microbatch_size) + "; the pipeline runs whole micro-batches");
     const int64_t ranks = pp.group->size(), microbatches = cfg.training.local_batch_size / pp.microbatch_size;
-    const int64_t v =
-        pipeline_stages_per_rank(name, args, ranks, p.pipeline_parallel_layers_per_stage,
-                                 p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers);
+    const PipelineSplit split = plan_pipeline_split(args, p, ranks);
+    const int64_t v = split.stages_per_rank;
     pp.schedule = pp.csv ? load_pipeline_csv(p.pipeline_parallel_schedule_csv, name, ranks, v, microbatches)
                          : build_pipeline_schedule(name, ranks, v, microbatches);
-    const std::vector<ModelPart> all =
-        pipeline_stage_parts(args, pp.schedule.stages(), p.pipeline_parallel_layers_per_stage,
-                             p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers);
     parts.clear();
-    for (int64_t stage : pp.schedule.stages_of(pp.group->rank())) parts.push_back(all[static_cast<size_t>(stage)]);
+    for (int64_t stage : pp.schedule.stages_of(pp.group->rank())) parts.push_back(split.parts[static_cast<size_t>(stage)]);
   }
   auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device, parts, storage, tp);
   apply_techniques(*model, cfg, float8);
