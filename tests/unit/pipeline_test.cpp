@@ -262,6 +262,28 @@ TEST(PipelineSplit, ModuleNamesPerPartAndSplitPointsCutByName) {
   EXPECT_EQ(planned(p, 2), "1 per rank: | emb 0+3 | 3+3 head");  // the even split
 }
 
+// A rank holding several stages is one model of several parts: its units
+// in part order, each part's unit range, blocks by their global names; a
+// float8 filter naming another stage's linear (TorchTitan's default
+// "output" on a stage without the head) is no error, one naming nothing is.
+TEST(PipelineSplit, SeveralPartsMakeOneModel) {
+  const LlamaArgs a = llama3_flavor("debugmodel");
+  const std::vector<ModelPart> all = pipeline_stage_parts(a, 4, -1, 1, 1);  // emb 0+1 | 1+2 | 3+2 | 5+1 head
+  Llama3 v_rank0(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[0], all[3]});
+  EXPECT_TRUE(v_rank0.has_embedding());
+  EXPECT_TRUE(v_rank0.has_head());
+  EXPECT_FALSE(v_rank0.whole());
+  std::string units;
+  for (const auto& u : v_rank0.units()) units += u.name + " ";
+  EXPECT_EQ(units, "tok_embeddings layers.0 layers.5 norm+output ");
+  EXPECT_EQ(v_rank0.part_units(1), (std::pair<size_t, size_t>{2, 4}));
+  Llama3 middle(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[1]});
+  EXPECT_NO_THROW(middle.set_float8(Float8Recipe::kTensorwise, true, {"output"}));
+  EXPECT_THROW(middle.set_float8(Float8Recipe::kTensorwise, true, {"nosuch"}), InputError);
+  EXPECT_THROW(Llama3(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[1], all[1]}),
+               InputError);  // a layer in two parts
+}
+
 TEST(PipelineSchedule, NamesAreTorchTitansAndUnbuiltOnesSaySo) {
   EXPECT_NO_THROW(check_pipeline_schedule("1F1B"));
   EXPECT_NO_THROW(check_pipeline_schedule("GPipe"));

@@ -426,6 +426,15 @@ void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std
     float8_units_[local_of_[l]] = {!(q || k || v), !o, !(w1 || w3), !w2};
   }
   float8_output_ = has_head() && !filtered("output");
+  // An entry may name linears of another pipeline stage: it is a mistake
+  // only when it matches no linear of the whole model.
+  for (size_t i = 0; i < filter_fqns.size() && !whole(); ++i) {
+    for (int64_t l = 0; l < args_.n_layers && !used[i]; ++l)
+      for (const char* m : {"attention.wq", "attention.wk", "attention.wv", "attention.wo", "feed_forward.w1",
+                            "feed_forward.w3", "feed_forward.w2"})
+        if (("layers." + std::to_string(l) + "." + m).find(filter_fqns[i]) != std::string::npos) used[i] = true;
+    if (std::string("output").find(filter_fqns[i]) != std::string::npos) used[i] = true;
+  }
   for (size_t i = 0; i < filter_fqns.size(); ++i)
     if (!used[i])
       throw InputError("quantize.linear.float8.filter_fqns entry '" + filter_fqns[i] +
