@@ -149,7 +149,8 @@ int64_t predicted_rank_bytes(const JobConfig& cfg, int world_size) {
     shape.dp_shard = 1;  // an infeasible layout: predict the unsharded rank
   }
   const double params = static_cast<double>(count_params(a).total);
-  const double state = params * 16 / static_cast<double>(shape.dp_shard * shape.tp * shape.pp);
+  // FSDP shards over dp_shard x cp.
+  const double state = params * 16 / static_cast<double>(shape.dp_shard * shape.cp * shape.tp * shape.pp);
   // Activations kept for backward, per layer (B batch, S sequence, D model
   // dim, F SwiGLU hidden): norm inputs, fused QKV, attention output,
   // residuals (≈ 6·D + 2·kv_dim) and gate|up plus silu·mul (3·F).
@@ -266,14 +267,20 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
       }
     });
   }
-  if (shape.cp > 1)  // TorchTitan's head-tail load balancing splits the sequence into 2·cp chunks
-    need(t.seq_len % (2 * shape.cp) == 0,
-         "seq_len " + std::to_string(t.seq_len) + " is not divisible by 2 x cp " + cp);
+  if (shape.cp > 1) {  // TorchTitan's head-tail load balancing splits the sequence into 2·cp chunks
+    const bool headtail = p.context_parallel_load_balancer == "headtail";
+    need(t.seq_len % ((headtail ? 2 : 1) * shape.cp) == 0,
+         "seq_len " + std::to_string(t.seq_len) + " is not divisible by " + (headtail ? "2 x " : "") + "cp " + cp);
+    need(shape.tp == 1 || !p.enable_sequence_parallel || (t.seq_len / shape.cp) % shape.tp == 0,
+         "seq_len / cp = " + std::to_string(t.seq_len / shape.cp) + " is not divisible by tp " + tp +
+             " (sequence parallelism)");
+    need(p.context_parallel_rotate_method == "allgather" || p.context_parallel_rotate_method == "alltoall",
+         "context_parallel_rotate_method '" + p.context_parallel_rotate_method + "' is not allgather or alltoall");
+  }
   const int64_t dp = shape.dp_replicate * shape.dp_shard;
   need(t.global_batch_size <= 0 || t.global_batch_size % (t.local_batch_size * dp) == 0,
        "global_batch_size " + std::to_string(t.global_batch_size) + " is not a multiple of local_batch_size x dp = " +
            std::to_string(t.local_batch_size) + " x " + std::to_string(dp));
-  need(shape.cp == 1, "context parallelism is not implemented in this build (the trainer rejects cp > 1)");
   // On GPUs a world size is a GPU count on this node (several nodes come with Slurm).
   const std::string& dev = cfg.training.device;
   const bool on_gpu = dev == "cuda" || (dev == "auto" && budget.gpus > 0);

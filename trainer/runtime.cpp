@@ -69,9 +69,6 @@ Runtime init_runtime(const JobConfig& cfg) {
     rt.env.local_world_size = 1;
   }
   rt.shape = resolve_mesh_shape(cfg.parallelism, rt.env.world_size);
-  if (rt.shape.cp > 1)
-    throw InputError("context parallelism is not in this ctitan build yet (mesh " + rt.shape.describe() +
-                     "); use data, tensor and pipeline parallelism");
   rt.device = rt.fake ? c10::Device(c10::kMeta)
                       : resolve_device(cfg.training.device, rt.env.local_rank, rt.env.local_world_size);
   if (rt.device.is_meta() && !rt.fake && rt.env.world_size > 1)

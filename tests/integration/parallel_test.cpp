@@ -39,8 +39,9 @@ struct Layout {
   int replicate = 1, shard = 1, tp = 1;
   std::vector<std::string> extra = {};  // further flags (TP options, AC, compile, pipeline schedule)
   int pp = 1;
+  int cp = 1;
   int dp() const { return replicate * shard; }  // the ranks that see different data
-  int world() const { return dp() * tp * pp; }
+  int world() const { return dp() * tp * pp * cp; }
 };
 
 std::vector<std::string> train_args(const Layout& l, const fs::path& dump, int steps) {
@@ -53,7 +54,8 @@ std::vector<std::string> train_args(const Layout& l, const fs::path& dump, int s
       "--checkpoint.no_last_save_model_only", "--training.local_batch_size", std::to_string(kGlobalBatch / l.dp()),
       "--parallelism.data_parallel_replicate_degree", std::to_string(l.replicate),
       "--parallelism.data_parallel_shard_degree", std::to_string(l.shard), "--parallelism.tensor_parallel_degree",
-      std::to_string(l.tp), "--parallelism.pipeline_parallel_degree", std::to_string(l.pp), "--job.dump_folder",
+      std::to_string(l.tp), "--parallelism.pipeline_parallel_degree", std::to_string(l.pp),
+      "--parallelism.context_parallel_degree", std::to_string(l.cp), "--job.dump_folder",
       dump.string()};
   a.insert(a.end(), rest.begin(), rest.end());
   a.insert(a.end(), l.extra.begin(), l.extra.end());
@@ -311,6 +313,55 @@ TEST_F(DataParallelRun, Pp2Fsdp2Tp2MatchesSingleProcess) {  // 3-D, 8 processes
 }
 TEST_F(DataParallelRun, Pp2Tp2MatchesSingleProcess) {
   expect_matches_single_process({"pp2tp2", 1, 1, 2, {"--parallelism.pipeline_parallel_microbatch_size", "2"}, 2});
+}
+
+// Context parallelism: each sequence's 64 tokens in 2·cp head-tail chunks,
+// attention over the cp ranks by all-gather or around the ring; FSDP shards
+// over dp_shard x cp; composed with TP (SP shards each rank's part), PP, and
+// both into the 4-D layouts (8 processes).
+Layout cp_layout(const std::string& name, int cp, const std::string& method, int shard = 1, int tp = 1, int pp = 1,
+                 std::vector<std::string> more = {}) {
+  std::vector<std::string> extra = {"--parallelism.context_parallel_rotate_method", method};
+  extra.insert(extra.end(), more.begin(), more.end());
+  return {name, 1, shard, tp, extra, pp, cp};
+}
+TEST_F(DataParallelRun, Cp2AllgatherMatchesSingleProcess) {
+  expect_matches_single_process(cp_layout("cp2_allgather", 2, "allgather"));
+}
+TEST_F(DataParallelRun, Cp2AlltoallFullAcMatchesSingleProcess) {
+  expect_matches_single_process(cp_layout("cp2_alltoall", 2, "alltoall", 1, 1, 1, {"--activation_checkpoint.mode", "full"}));
+}
+TEST_F(DataParallelRun, Cp4AllgatherOpAcMatchesSingleProcess) {
+  expect_matches_single_process(cp_layout("cp4_allgather", 4, "allgather", 1, 1, 1,
+                                          {"--activation_checkpoint.mode", "selective",
+                                           "--activation_checkpoint.selective_ac_option", "op"}));
+}
+TEST_F(DataParallelRun, Cp4AlltoallMatchesSingleProcess) {
+  expect_matches_single_process(cp_layout("cp4_alltoall", 4, "alltoall"));
+}
+TEST_F(DataParallelRun, Fsdp2Cp2MatchesSingleProcess) {
+  expect_matches_single_process(cp_layout("fsdp2cp2", 2, "allgather", 2));
+}
+TEST_F(DataParallelRun, Tp2Cp2MatchesSingleProcess) {
+  expect_matches_single_process(cp_layout("tp2cp2", 2, "alltoall", 1, 2));
+}
+TEST_F(DataParallelRun, Pp2Cp2MatchesSingleProcess) {
+  expect_matches_single_process(cp_layout("pp2cp2", 2, "allgather", 1, 1, 2));
+}
+TEST_F(DataParallelRun, Fsdp2Cp2Tp2MatchesSingleProcess) {  // 4-D, 8 processes
+  expect_matches_single_process(cp_layout("fsdp2cp2tp2", 2, "allgather", 2, 2));
+}
+TEST_F(DataParallelRun, Pp2Cp2Tp2MatchesSingleProcess) {  // 4-D, 8 processes
+  expect_matches_single_process(cp_layout("pp2cp2tp2", 2, "alltoall", 1, 2, 2,
+                                          {"--parallelism.pipeline_parallel_microbatch_size", "2"}));
+}
+// CP 2 trains to step 4, CP 4 (ring) resumes to 6, FSDP 2 x TP 2 to 8, one
+// process to 10.
+TEST_F(DataParallelRun, CheckpointsReshardAcrossCpLayouts) {
+  expect_chain_continues({{cp_layout("cp2_to4", 2, "allgather"), 4},
+                          {cp_layout("cp4_to6", 4, "alltoall"), 6},
+                          {{"fsdp2tp2_from_cp_to8", 1, 2, 2}, 8},
+                          {{"single_cp_to10"}, 10}});
 }
 
 // PP 2 trains to step 4, PP 4 resumes to 6, TP 2 to 8, one process to 10.

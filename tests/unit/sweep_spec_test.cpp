@@ -216,6 +216,17 @@ TEST(SweepPruning, TensorPipelineContextParallelNeedDivisibility) {
   EXPECT_NE(reason("parallelism.context_parallel_degree = 2\ntraining.seq_len = 126\n", 2)
                 .find("seq_len 126 is not divisible by 2 x cp 2"),
             std::string::npos);
+  EXPECT_EQ(reason("parallelism.context_parallel_degree = 2\n", 2), "");  // CP runs
+  EXPECT_EQ(reason("parallelism.context_parallel_degree = 2\nparallelism.tensor_parallel_degree = 2\n", 8), "");
+  EXPECT_NE(reason("parallelism.context_parallel_degree = 2\nparallelism.tensor_parallel_degree = 4\n"
+                   "training.seq_len = 12\n",
+                   8)
+                .find("seq_len / cp = 6 is not divisible by tp 4 (sequence parallelism)"),
+            std::string::npos);
+  EXPECT_EQ(reason("parallelism.context_parallel_degree = 2\ntraining.seq_len = 126\n"
+                   "parallelism.context_parallel_load_balancer = \"none\"\n",
+                   2),
+            "");
 }
 
 TEST(SweepPruning, GlobalBatchMustDivideByLocalBatchTimesDataParallel) {

@@ -133,7 +133,7 @@ TEST(FakeMesh, FlattenedGroupsFollowTorchTitan) {
   EXPECT_EQ(mesh->group("dp").size(), 4);
   EXPECT_EQ(mesh->group("fsdp").size(), 4);   // dp_shard x cp
   EXPECT_EQ(mesh->group("loss").size(), 8);   // dp_replicate x dp_shard x cp
-  EXPECT_EQ(mesh->group("batch").size(), 8);
+  EXPECT_EQ(mesh->group("batch").size(), 4);  // TorchTitan's batch: dp_replicate x dp_shard
   EXPECT_EQ(mesh->coord("dp"), 1 * 2 + 0);
   EXPECT_EQ(mesh->coord("fsdp"), 0 * 2 + 1);
   EXPECT_EQ(mesh->coord("loss"), (1 * 2 + 0) * 2 + 1);

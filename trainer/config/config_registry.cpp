@@ -180,7 +180,8 @@ std::vector<FieldSpec> build_registry() {
             &ParallelismSection::pipeline_parallel_expert_parallel_overlap,
             "DualPipeV EP overlap; no MoE in ctitan", kInert),
       field("parallelism.context_parallel_load_balancer", &C::parallelism,
-            &ParallelismSection::context_parallel_load_balancer, "CP load balancer", kDefaultOnly),
+            &ParallelismSection::context_parallel_load_balancer,
+            "headtail (2·cp chunks, rank r holds r and 2·cp-1-r) | none"),
       field("parallelism.expert_tensor_parallel_degree", &C::parallelism,
             &ParallelismSection::expert_tensor_parallel_degree, "expert TP degree", kDefaultOnly),
       field("parallelism.expert_parallel_comm_backend", &C::parallelism,
@@ -334,6 +335,7 @@ std::vector<FieldSpec> build_registry() {
   };
   for (FieldSpec& f : r) {
     if (f.key == "optimizer.implementation") f.aliases = {{"for-loop", "for_loop"}};
+    if (f.key == "parallelism.context_parallel_load_balancer") f.aliases = {{"None", "none"}};  // TorchTitan's None
   }
   return r;
 }

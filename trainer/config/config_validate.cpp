@@ -118,6 +118,7 @@ void check_parallelism(const Checker& k, const ParallelismSection& p) {
            {"default", "always", "never"});
   k.one_of("parallelism.context_parallel_rotate_method", p.context_parallel_rotate_method,
            {"allgather", "alltoall"});
+  k.one_of("parallelism.context_parallel_load_balancer", p.context_parallel_load_balancer, {"headtail", "none"});
 }
 
 void check_techniques(const Checker& k, const JobConfig& c) {

@@ -191,15 +191,16 @@ MeshShape resolve_mesh_shape(const ParallelismSection& p, int64_t world_size) {
 namespace {
 
 // TorchTitan's flattened groups over mesh dimensions (indices into kDims):
-// "dp" = dp_replicate x dp_shard (the ranks that see different data),
-// "fsdp" = dp_shard x cp (parameters shard over it), "loss" = "batch" =
-// dp_replicate x dp_shard x cp (the loss and gradients average over it).
+// "dp" = "batch" = dp_replicate x dp_shard (the ranks that see different
+// data: context-parallel ranks share a batch and split its sequence),
+// "fsdp" = dp_shard x cp (parameters shard over it), "loss" = dp_replicate
+// x dp_shard x cp (the loss and gradients average over it).
 struct Flattened {
   const char* name;
   std::initializer_list<int> dims;
 };
 constexpr std::array<Flattened, 4> kFlattened = {{{"dp", {1, 2}}, {"fsdp", {2, 3}}, {"loss", {1, 2, 3}},
-                                                  {"batch", {1, 2, 3}}}};
+                                                  {"batch", {1, 2}}}};
 
 const Flattened* flattened(const std::string& dim) {
   for (const auto& f : kFlattened)

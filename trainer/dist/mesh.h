@@ -8,10 +8,11 @@
 //   pp, dp_replicate, dp_shard, cp, tp
 // so rank = ((((pp * R + dr) * S + ds) * C + cp) * T + tp). Each dimension
 // has a sub-group of the ranks that share every other coordinate, and
-// TorchTitan's flattened groups: "dp" = dp_replicate x dp_shard (the ranks
-// that see different data), "fsdp" = dp_shard x cp (parameters shard over
-// it), "loss" = "batch" = dp_replicate x dp_shard x cp (the loss and the
-// gradient reduction span it).
+// TorchTitan's flattened groups: "dp" = "batch" = dp_replicate x dp_shard
+// (the ranks that see different data; context-parallel ranks share a batch
+// and split its sequence), "fsdp" = dp_shard x cp (parameters shard over
+// it), "loss" = dp_replicate x dp_shard x cp (the loss and the gradient
+// reduction span it).
 #pragma once
 
 #include <array>

@@ -200,12 +200,28 @@ void Llama3::init_weights(uint64_t seed) {
   store_.begin_step();
 }
 
+void Llama3::set_context_parallel(ContextParallelOptions cp) {
+  check_context_parallel(cp, cp.size() * 2);  // the method and balancer; seq_len is checked by the caller
+  cp_ = std::move(cp);
+}
+
+const at::Tensor& Llama3::rope_table(int64_t S) const {
+  if (!cp_.on()) return freqs_cis_;
+  if (!cp_positions_.defined() || cp_positions_.size(0) != S) {
+    cp_positions_ = cp_positions(cp_.load_balancer, cp_.size(), cp_.rank(), S * cp_.size());
+    TORCH_CHECK(S * cp_.size() <= freqs_cis_.size(0), "sequence length ", S * cp_.size(), " exceeds the model's max ",
+                freqs_cis_.size(0));
+    cp_freqs_ = freqs_cis_.index_select(0, cp_positions_.to(freqs_cis_.device())).contiguous();
+  }
+  return cp_freqs_;
+}
+
 at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const {
   // x [B,S,n,Dh] → complex pairs (x0 + i·x1) rotated by freqs_cis[S], in fp32.
   const int64_t S = x.size(1);
   const auto real = x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
   at::Tensor xc = torch::view_as_complex(x.to(real).reshape({x.size(0), S, x.size(2), -1, 2}));
-  at::Tensor f = freqs_cis_.narrow(0, 0, S).view({1, S, 1, -1}).to(xc.scalar_type());
+  at::Tensor f = rope_table(S).narrow(0, 0, S).view({1, S, 1, -1}).to(xc.scalar_type());
   return torch::view_as_real(xc * f).flatten(3).to(out_dtype);
 }
 
@@ -272,14 +288,17 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
   auto qkv = qkv_out.split_with_sizes(qkv_rows_, 2);
   at::Tensor q, k;
   if (fused_model_) {
-    q = fused_rope(qkv[0].view({B, S, -1, Dh}), freqs_cis_, attention_dtype_);
-    k = fused_rope(qkv[1].view({B, S, -1, Dh}), freqs_cis_, attention_dtype_);
+    q = fused_rope(qkv[0].view({B, S, -1, Dh}), rope_table(S), attention_dtype_);
+    k = fused_rope(qkv[1].view({B, S, -1, Dh}), rope_table(S), attention_dtype_);
   } else {
     q = apply_rope(qkv[0].view({B, S, -1, Dh}), attention_dtype_);
     k = apply_rope(qkv[1].view({B, S, -1, Dh}), attention_dtype_);
   }
   at::Tensor v = qkv[2].view({B, S, -1, Dh}).to(attention_dtype_);
-  at::Tensor o = q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+  at::Tensor o = cp_.on() && !q.is_meta()
+                     ? context_parallel_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                  cp_positions_, cp_)
+                 : q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                  : fused_model_ ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                  // Kept under "op" checkpointing through ATen's CPU flash kernel; on CUDA
                  // attention is recomputed (ATen's CUDA flash op takes bf16/fp16 only).
@@ -288,7 +307,9 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
                                                         /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                                         /*scale=*/std::nullopt, /*enable_gqa=*/K != H);
   // One copy that both casts and lays out [B,S,H,Dh] for the output projection.
-  o = o.transpose(1, 2).to(compute_dtype(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
+  // (.to aliases a same-dtype tensor whose suggested format is "contiguous" —
+  // the ring's [B,H,S,Dh] output transposed — so contiguous() makes sure.)
+  o = o.transpose(1, 2).to(compute_dtype(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous).contiguous();
   h = h + row_gemm(o.view({B, S, -1}), w.wo, f8.wo, layer, "attention.wo");
   x = rms_norm(h, norm_weight(w.ffn_norm));
   at::Tensor gate_up = column_gemm(x, w.w13, f8.w13, layer, "feed_forward.w1|w3", cache);  // [B,S,2F]

@@ -31,6 +31,7 @@
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama_args.h"
 #include "trainer/model/param_store.h"
+#include "trainer/parallel/context_parallel.h"
 #include "trainer/parallel/tensor_parallel.h"
 
 namespace ctitan {
@@ -101,6 +102,13 @@ class Llama3 {
   // filtered. Throws InputError for an entry that matches no linear.
   void set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns);
   std::string techniques() const;  // one line: which kernels and converters run
+
+  // Context parallelism: this model sees its cp rank's tokens of every
+  // sequence (cp_shard), RoPE rotates them by their positions, and attention
+  // runs over the cp group (context_parallel.h). InputError for a bad
+  // method or balancer.
+  void set_context_parallel(ContextParallelOptions cp);
+  const ContextParallelOptions& context_parallel() const { return cp_; }
 
   // Zero-bubble pipeline schedules: the GEMMs queue their weight gradients
   // inside a DeferWeightGrads scope (weight_grad.h). Off: plain at::linear.
@@ -186,6 +194,9 @@ class Llama3 {
   at::Tensor norm_weight(const at::Tensor& w) const;
   at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache = nullptr) const;
   at::Tensor apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const;  // [B,S,n,Dh]
+  // RoPE rotations for S local tokens: rows 0..S-1, or under CP the rows of
+  // this rank's positions (also kept in cp_positions_).
+  const at::Tensor& rope_table(int64_t S) const;
   void build_compute_views();
   const LayerWeights& layer_weights(int64_t layer) const;  // by global index
 
@@ -197,6 +208,8 @@ class Llama3 {
   std::vector<int64_t> unit_layer_;    // per unit: its global layer, or kEmbeddingUnit / kHeadUnit
   std::vector<size_t> stage_units_;    // part k's units are [stage_units_[k], stage_units_[k+1])
   TensorParallelOptions tp_;
+  ContextParallelOptions cp_;
+  mutable at::Tensor cp_positions_, cp_freqs_;  // for the local length cp_positions_.size(0)
   ParamStore store_;
   at::ScalarType attention_dtype_;     // q/k/v dtype for SDPA (see constructor)
   at::Tensor freqs_cis_;               // complex64 [S_max, Dh/2]

@@ -30,7 +30,10 @@ at::Tensor unversioned_alias(const at::Tensor& t) {
 DataParallel::DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions opts)
     : model_(model), mesh_(mesh), opts_(std::move(opts)) {
   replicate_ = mesh.size("dp_replicate");
-  shard_ = mesh.size("dp_shard");
+  // FSDP shards over dp_shard, and over dp_shard x cp (TorchTitan's "fsdp")
+  // under context parallelism: the cp ranks hold the same weights.
+  shard_dim_ = mesh.size("cp") > 1 ? "fsdp" : "dp_shard";
+  shard_ = mesh.size(shard_dim_);
   if (opts_.reshard_after_forward != "default" && opts_.reshard_after_forward != "always" &&
       opts_.reshard_after_forward != "never")
     throw InputError("parallelism.fsdp_reshard_after_forward '" + opts_.reshard_after_forward +
@@ -42,11 +45,11 @@ DataParallel::DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions 
   if (opts_.float8_all_gather && !model.float8_tensorwise())
     throw InputError("quantize.linear.float8.enable_fsdp_float8_all_gather needs recipe_name = \"tensorwise\" "
                      "(a per-row scale cannot be computed on a shard of rows before the gather)");
-  // The placement plan: FSDP's Shard(0) over dp_shard, then Replicate()
-  // over dp_replicate (HSDP, DDP).
-  const int64_t r = mesh_.coord("dp_shard");
+  // The placement plan: FSDP's Shard(0) over dp_shard (x cp), then
+  // Replicate() over dp_replicate (HSDP, DDP).
+  const int64_t r = mesh_.coord(shard_dim_);
   for (const ParamSlot& s : model.slots())
-    specs_.push_back(replicate(shard_rows(s, "dp_shard", shard_, r), "dp_replicate", replicate_));
+    specs_.push_back(replicate(shard_rows(s, shard_dim_, shard_, r), "dp_replicate", replicate_));
   for (const ParamSlot& s : model.slots()) storage_.push_back({s.offset, s.numel});
   if (sharded()) build_shards();
   plan_norm_ranges();
@@ -157,7 +160,7 @@ void DataParallel::compute_float8_scales(const std::vector<size_t>& gemms) {
     }
     if (m.defined()) amax.narrow(0, static_cast<int64_t>(i), 1).copy_(m.reshape({1}));
   }
-  Communicator& shard = mesh_.group("dp_shard");
+  Communicator& shard = mesh_.group(shard_dim_);
   wait(shard.all_reduce(amax, ReduceOp::kMax), shard);
   // Under TP every float8 weight is also split over tp: the whole weight's amax.
   if (Communicator& tp = mesh_.group("tp"); tp.size() > 1) wait(tp.all_reduce(amax, ReduceOp::kMax), tp);
@@ -182,14 +185,14 @@ void DataParallel::unshard_float8(size_t u) {
   }
   us.gathered = torch::empty({shard_ * us.hp_numel}, hp.options());
   us.codes_gathered = torch::empty({shard_ * us.code_numel}, codes.options());
-  Communicator& g = mesh_.group("dp_shard");
+  Communicator& g = mesh_.group(shard_dim_);
   us.codes_gather = g.all_gather(us.codes_gathered, codes);
   us.gather = g.all_gather(us.gathered, hp);
 }
 
 void DataParallel::unpack_float8(size_t u) {
   UnitShard& us = units_[u];
-  wait(us.codes_gather, mesh_.group("dp_shard"));
+  wait(us.codes_gather, mesh_.group(shard_dim_));
   us.codes_gather.reset();
   // The float8 values of w·scale in the unit's layout (bf16 holds every e4m3
   // value exactly): the GEMMs' float8 weights.
@@ -301,7 +304,7 @@ void DataParallel::unshard(size_t u) {
     return;
   }
   us.gathered = torch::empty({shard_ * us.numel}, compute_shard_.options());
-  us.gather = mesh_.group("dp_shard").all_gather(us.gathered, compute_shard_.narrow(0, us.offset, us.numel));
+  us.gather = mesh_.group(shard_dim_).all_gather(us.gathered, compute_shard_.narrow(0, us.offset, us.numel));
 }
 
 void DataParallel::wait_unshard(size_t u) {
@@ -309,7 +312,7 @@ void DataParallel::wait_unshard(size_t u) {
   if (us.resident) return;
   unshard(u);
   TraceRange range(trace_cat::kDataParallel, "unshard", model_.units()[u].name);
-  wait(us.gather, mesh_.group("dp_shard"));
+  wait(us.gather, mesh_.group(shard_dim_));
   us.gather.reset();
   torch::NoGradGuard no_grad;
   MemoryCategoryScope mem(MemoryCategory::kParameters);  // the unit's gathered parameters
@@ -368,7 +371,7 @@ void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
   // gradient copy alive until the end of backward.
   while (pending_.size() >= 2) finish_oldest_reduction();
   at::Tensor out = torch::empty({us.numel}, grad_shard_.options());
-  Communicator& g = mesh_.group("dp_shard");
+  Communicator& g = mesh_.group(shard_dim_);
   WorkPtr w = g.reduce_scatter(out, packed.view({-1}), ReduceOp::kAvg);
   at::Tensor dst = grad_shard_.narrow(0, us.offset, us.numel);
   pending_.push_back({w,

@@ -169,6 +169,7 @@ class DataParallel final : public UnitHooks {
   DeviceMesh& mesh_;
   DataParallelOptions opts_;
   int64_t replicate_ = 1, shard_ = 1;
+  std::string shard_dim_ = "dp_shard";  // the mesh group FSDP shards over ("fsdp" = dp_shard x cp under CP)
   std::vector<ParamSpec> specs_;  // this rank's plan, per slot
   // Per slot: where its storage sits in params()/grads() (offset, numel).
   std::vector<std::pair<int64_t, int64_t>> storage_;

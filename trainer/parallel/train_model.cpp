@@ -22,6 +22,14 @@ TrainModel::TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataPara
 at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale,
                                         bool first_micro, bool last_micro) {
   if (first_micro) model_->store().zero_grad();
+  // Context parallelism: this rank's tokens of every sequence (the loss is
+  // the mean over them; the loss group averages over cp).
+  const ContextParallelOptions& cp = model_->context_parallel();
+  if (cp.on()) {
+    const at::Tensor t = cp_shard(tokens, cp), l = cp_shard(labels, cp);
+    if (pp_.on()) return run_pipeline(t, l, scale, first_micro, last_micro);
+    return hooks_ ? run_units(t, l, scale, first_micro, last_micro) : run_whole(t, l, scale);
+  }
   if (pp_.on()) return run_pipeline(tokens, labels, scale, first_micro, last_micro);
   return hooks_ ? run_units(tokens, labels, scale, first_micro, last_micro) : run_whole(tokens, labels, scale);
 }
@@ -256,10 +264,11 @@ at::Tensor TrainModel::run_units(const at::Tensor& tokens, const at::Tensor& lab
 
 CommTimes TrainModel::take_comm_times() {
   CommTimes t = dp_->take_comm_times();
-  const TensorParallelOptions& tp = model_->tensor_parallel();
-  if (tp.on()) {
-    const double s = take_tp_exposed_seconds(*tp.group);
-    t.exposed_by_dim[tp.group->name()] += s;
+  // Time blocked in the tp regions and in context parallelism's K/V exchange.
+  for (Communicator* g : {model_->tensor_parallel().group, model_->context_parallel().group}) {
+    if (g == nullptr || g->size() == 1) continue;
+    const double s = take_tp_exposed_seconds(*g);
+    t.exposed_by_dim[g->name()] += s;
     t.exposed_comm_s += s;
   }
   return t;
@@ -308,7 +317,9 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
   // The placement plan decides the storage before anything is allocated:
   // under FSDP the model keeps unit buffers only and each rank allocates
   // its own shards.
-  const auto storage = rt.shape.dp_shard > 1 ? ParamStore::Storage::kUnits : ParamStore::Storage::kFlat;
+  // FSDP shards over dp_shard x cp (TorchTitan's "fsdp").
+  const bool fsdp = rt.shape.dp_shard * rt.shape.cp > 1;
+  const auto storage = fsdp ? ParamStore::Storage::kUnits : ParamStore::Storage::kFlat;
   TensorParallelOptions tp;
   tp.group = &rt.mesh->group("tp");
   tp.sequence_parallel = cfg.parallelism.enable_sequence_parallel;
@@ -343,6 +354,16 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
   auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device, parts, storage, tp);
   apply_techniques(*model, cfg, float8);
   model->set_split_backward(pp.on() && pp.schedule.splits_backward());
+  ContextParallelOptions cp;
+  cp.group = &rt.mesh->group("cp");
+  cp.rotate_method = cfg.parallelism.context_parallel_rotate_method;
+  cp.load_balancer = cfg.parallelism.context_parallel_load_balancer;
+  check_context_parallel(cp, cfg.training.seq_len);
+  if (cp.on() && tp.on() && tp.sequence_parallel && (cfg.training.seq_len / cp.size()) % tp.size() != 0)
+    throw InputError("training.seq_len " + std::to_string(cfg.training.seq_len) + " / context_parallel_degree " +
+                     std::to_string(cp.size()) + " is not divisible by tensor_parallel_degree " +
+                     std::to_string(tp.size()) + " (sequence parallelism shards each rank's part); choose a multiple");
+  model->set_context_parallel(cp);
   DataParallelOptions dpo;
   dpo.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;
   // TorchTitan: under PP, FSDP's "default" keeps the parameters gathered
@@ -353,7 +374,7 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
     throw InputError("parallelism.fsdp_reshard_after_forward = \"always\" under pipeline parallelism is not in this "
                      "ctitan build (a stage's units stay gathered for the step); use \"default\" or \"never\"");
   // As in TorchTitan, the float8 all-gather applies only when FSDP shards.
-  dpo.float8_all_gather = float8 && rt.shape.dp_shard > 1 && cfg.float8.enable_fsdp_float8_all_gather;
+  dpo.float8_all_gather = float8 && fsdp && cfg.float8.enable_fsdp_float8_all_gather;
   dpo.float8_precompute_scales = dpo.float8_all_gather && cfg.float8.precompute_float8_dynamic_scale_for_fsdp;
   dpo.recorder = rt.recorder;
   auto tm = std::make_unique<TrainModel>(std::move(model), *rt.mesh, std::move(dpo), pp);

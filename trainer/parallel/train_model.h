@@ -18,7 +18,8 @@
 // FSDP then shards each local TP shard along dim 0. Pipeline parallelism
 // builds this rank's stage as the model part (its layers keep their global
 // indices) and runs the schedule (pipeline.h) with send/recv over the pp
-// group. Context parallelism is rejected by init_runtime until its pass exists.
+// group. Context parallelism cuts every sequence over the cp ranks
+// (context_parallel.h); FSDP then shards over dp_shard x cp.
 //
 // Not thread-safe; one TrainModel per rank.
 #pragma once
@@ -86,8 +87,10 @@ class TrainModel {
   int64_t state_bytes() const { return dp_->state_bytes(); }  // params + grads + AdamW state on this rank
   // "FSDP 2 (...), TP 2 (sequence parallel, loss parallel)"
   std::string describe() const {
-    const TensorParallelOptions& tp = model_->tensor_parallel();
-    return tp.on() ? dp_->describe() + ", " + tp.describe() : dp_->describe();
+    std::string d = dp_->describe();
+    if (model_->tensor_parallel().on()) d += ", " + model_->tensor_parallel().describe();
+    if (model_->context_parallel().on()) d += ", " + model_->context_parallel().describe();
+    return d;
   }
   // Since the last call: the data-parallel hooks' collectives and, under
   // TP, the time blocked in the tp regions (exposed_by_dim["tp"]).

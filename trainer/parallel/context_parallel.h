@@ -1,0 +1,60 @@
+// Context parallelism (TorchTitan's context_parallel_degree): every sample's
+// sequence is cut across the cp ranks, so a rank holds S/cp tokens of each
+// sequence and attention exchanges keys and values between the ranks.
+//
+// Load balancing (context_parallel_load_balancer): "headtail" cuts the
+// sequence into 2·cp chunks and gives rank r chunks r and 2·cp-1-r, so each
+// rank has as much causal-attention work as any other (TorchTitan's
+// HeadTailLoadBalancer); "none" gives rank r the r-th of cp chunks. Inputs,
+// labels and RoPE positions are cut alike (cp_positions).
+//
+// Attention (context_parallel_rotate_method, TorchTitan's names):
+//   allgather  all-gather K and V over cp (KV heads only under GQA; backward
+//              reduce-scatters dK, dV), then causal attention of the local
+//              queries over the whole sequence by position;
+//   alltoall   the ring: K/V blocks pass around the cp ring (cp-1 steps of
+//              send/recv); each block's partial attention (scores masked by
+//              position) keeps its log-sum-exp, and the blocks merge by it.
+//              Backward runs the ring the other way (dK/dV return to their
+//              owners) through autograd.
+// Both are exact: the same softmax over the same keys as one process.
+//
+// Not thread-safe (one per rank).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "trainer/dist/comm.h"
+
+namespace ctitan {
+
+struct ContextParallelOptions {
+  Communicator* group = nullptr;           // the mesh's cp group; null or size 1: off
+  std::string rotate_method = "allgather";  // allgather | alltoall
+  std::string load_balancer = "headtail";   // headtail | none
+  bool on() const { return group != nullptr && group->size() > 1; }
+  int64_t size() const { return on() ? group->size() : 1; }
+  int64_t rank() const { return on() ? group->rank() : 0; }
+  std::string describe() const;  // "CP 2 (allgather, headtail)"
+};
+
+// InputError, one line, for an unknown rotate method or balancer, or a
+// seq_len the chunks do not divide (2·cp with headtail, cp without).
+void check_context_parallel(const ContextParallelOptions& cp, int64_t seq_len);
+
+// Positions (int64 [seq_len / cp]) of rank `rank`'s tokens in a sequence of
+// seq_len, in the order the rank holds them.
+at::Tensor cp_positions(const std::string& load_balancer, int64_t cp, int64_t rank, int64_t seq_len);
+
+// This rank's tokens of x [B, S, ...] (dim 1).
+at::Tensor cp_shard(const at::Tensor& x, const ContextParallelOptions& cp);
+
+// Causal attention of this rank's queries: q [B, H, Sl, Dh], k/v
+// [B, K, Sl, Dh] (this rank's tokens, K | H), `positions` their positions
+// (cp_positions); returns [B, H, Sl, Dh].
+at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const at::Tensor& positions, const ContextParallelOptions& cp);
+
+}  // namespace ctitan
