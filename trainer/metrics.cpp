@@ -158,7 +158,7 @@ nlohmann::json MetricsLogger::summary(const std::string& status) const {
     s["loss_final"] = all_.back().loss;
     s["final_step"] = all_.back().step;
   }
-  s["mem_peak_bytes"] = std::max(run_peak_bytes_, opts_.monitor.memory().peak_bytes);
+  s["mem_peak_bytes"] = run_peak_bytes();
   s["rss_peak_bytes"] = process_peak_rss_bytes();
   s["flops_per_token"] = opts_.flops_per_token;
   s["hardware_flops_per_token"] = hardware_flops();

@@ -12,6 +12,7 @@
 
 #include "profiling/device_monitor.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -66,6 +67,9 @@ class MetricsLogger {
   // summary.json: steady-state tps median/p10/p90, MFU, HFU, memory, final loss.
   nlohmann::json summary(const std::string& status) const;
   void write_summary(const std::string& status, const nlohmann::json& extra) const;
+  // This process's peak of live tensor bytes over the run (each logged
+  // interval resets the monitor's peak).
+  int64_t run_peak_bytes() const { return std::max(run_peak_bytes_, opts_.monitor.memory().peak_bytes); }
 
  private:
   void log_interval();

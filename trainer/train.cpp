@@ -502,7 +502,7 @@ void TrainLoop::add_pipeline_bubble(nlohmann::json& extra) {
 }
 
 void TrainLoop::gather_rank_memory(nlohmann::json& extra, int64_t resident_bytes) {
-  at::Tensor in = torch::tensor({rt_.monitor.memory().peak_bytes, tm_.state_bytes(), resident_bytes,
+  at::Tensor in = torch::tensor({metrics_->run_peak_bytes(), tm_.state_bytes(), resident_bytes,
                                  process_peak_rss_bytes()}, torch::kLong);
   at::Tensor all = torch::empty({rt_.env.world_size * 4}, torch::kLong);
   rt_.mesh->group("world").all_gather(all, in)->wait();

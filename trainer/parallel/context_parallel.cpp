@@ -15,11 +15,6 @@ at::Tensor expand_heads(const at::Tensor& kv, int64_t heads) {
   return K == heads ? kv : kv.repeat_interleave(heads / K, 1);
 }
 
-// Scores where a key may not be seen get this instead of -inf: exp() of it
-// is exactly 0 in fp32 and bf16, and a row that sees no key of a block stays
-// finite (its block's weight in the merge is then 0).
-constexpr double kMasked = -1e30;
-
 }  // namespace
 
 std::string ContextParallelOptions::describe() const {
@@ -60,45 +55,229 @@ at::Tensor cp_shard(const at::Tensor& x, const ContextParallelOptions& cp) {
   return x.index_select(1, pos).contiguous();
 }
 
+namespace {
+
+// Devices without ATen's CPU flash kernel: all-gathered keys and values
+// with a position mask (either rotate method).
+at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions,
+                            const ContextParallelOptions& cp) {
+  Communicator& g = *cp.group;
+  const int64_t n = cp.size(), H = q.size(1), Sl = q.size(2), S = Sl * n;
+  const at::Tensor k_all = gather_from_sp(k, g, 2), v_all = gather_from_sp(v, g, 2);
+  std::vector<at::Tensor> pos;
+  for (int64_t s = 0; s < n; ++s) pos.push_back(cp_positions(cp.load_balancer, n, s, S));
+  const at::Tensor visible = torch::cat(pos).to(q.device()).view({1, S}).le(positions.to(q.device()).view({Sl, 1}));
+  return at::scaled_dot_product_attention(q, expand_heads(k_all, H), expand_heads(v_all, H), visible, 0.0, false);
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// softmax(q·Kᵀ)·V of one query chunk over several key blocks at once:
+// blocks = [K0, V0, K1, V1, ...], block p causal (the query chunk's own
+// positions, square) when causal[p], else wholly visible. Each block runs
+// ATen's CPU flash kernel, which returns its log-sum-exp; the blocks merge
+// by it, and backward gives each block the flash backward against the
+// merged output and log-sum-exp — exact, with no [L, S] mask or score
+// matrix kept (ring attention's block arithmetic).
+class MergedAttention : public torch::autograd::Function<MergedAttention> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, at::TensorList blocks,
+                            const std::vector<bool>& causal) {
+    std::vector<at::Tensor> outs, lses;
+    for (size_t p = 0; p < causal.size(); ++p) {
+      auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, blocks[2 * p], blocks[2 * p + 1], 0.0,
+                                                                      causal[p]);
+      outs.push_back(o);
+      lses.push_back(lse);
+    }
+    at::Tensor lse = lses.size() == 1 ? lses[0] : at::logsumexp(at::stack(lses), 0);  // [B, H, L] fp32
+    at::Tensor out = outs[0];
+    if (outs.size() > 1) {
+      out = at::zeros(outs[0].sizes(), outs[0].options().dtype(lse.scalar_type()));
+      for (size_t p = 0; p < outs.size(); ++p) out += at::exp(lses[p] - lse).unsqueeze(-1) * outs[p];
+      out = out.to(q.scalar_type());
+    }
+    std::vector<at::Tensor> saved{q, out, lse};
+    saved.insert(saved.end(), blocks.begin(), blocks.end());
+    ctx->save_for_backward(saved);
+    std::vector<int64_t> flags(causal.begin(), causal.end());
+    ctx->saved_data["causal"] = flags;
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const variable_list s = ctx->get_saved_variables();
+    const at::Tensor &q = s[0], &out = s[1], &lse = s[2];
+    const std::vector<int64_t> causal = ctx->saved_data["causal"].toIntVector();
+    at::Tensor dq = at::zeros_like(q);
+    variable_list grads{at::Tensor()};  // q's, filled below
+    for (size_t p = 0; p < causal.size(); ++p) {
+      auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          g[0], q, s[3 + 2 * p], s[4 + 2 * p], out, lse, 0.0, causal[p] != 0);
+      dq += gq;
+      grads.push_back(gk);
+      grads.push_back(gv);
+    }
+    grads[0] = dq;
+    grads.push_back(at::Tensor());  // causal
+    return grads;
+  }
+};
+
+// The chunks a rank holds: (global chunk index, offset, length) in its tokens.
+struct Chunk {
+  int64_t global = 0, offset = 0, length = 0;
+};
+std::vector<Chunk> chunks_of(const ContextParallelOptions& cp, int64_t rank, int64_t Sl) {
+  if (cp.load_balancer != "headtail") return {{rank, 0, Sl}};
+  return {{rank, 0, Sl / 2}, {2 * cp.size() - 1 - rank, Sl / 2, Sl / 2}};
+}
+
+// Causal attention of this rank's query chunks over key/value blocks that
+// arrive as whole ranks' tokens: blocks[s] = (k, v) of rank s.
+at::Tensor attend_blocks(const at::Tensor& q, const std::vector<std::pair<at::Tensor, at::Tensor>>& blocks,
+                         const std::vector<int64_t>& block_rank, const ContextParallelOptions& cp) {
+  const int64_t H = q.size(1), Sl = q.size(2);
+  std::vector<at::Tensor> out;
+  for (const Chunk& qc : chunks_of(cp, cp.rank(), Sl)) {
+    std::vector<at::Tensor> kv;
+    std::vector<bool> causal;
+    for (size_t b = 0; b < blocks.size(); ++b)
+      for (const Chunk& kc : chunks_of(cp, block_rank[b], Sl)) {
+        if (kc.global > qc.global) continue;  // all in the future
+        kv.push_back(expand_heads(blocks[b].first.narrow(2, kc.offset, kc.length), H));
+        kv.push_back(expand_heads(blocks[b].second.narrow(2, kc.offset, kc.length), H));
+        causal.push_back(kc.global == qc.global);
+      }
+    out.push_back(MergedAttention::apply(q.narrow(2, qc.offset, qc.length), at::TensorList(kv), causal));
+  }
+  return out.size() == 1 ? out[0] : at::cat(out, 2);
+}
+
+// GQA: the gradient of K/V heads expanded to H query heads, summed back.
+at::Tensor reduce_heads(const at::Tensor& g, int64_t kv_heads) {
+  const int64_t H = g.size(1);
+  if (H == kv_heads) return g;
+  return g.view({g.size(0), kv_heads, H / kv_heads, g.size(2), g.size(3)}).sum(2);
+}
+
+// The ring (alltoall) as one autograd node. Forward: at step t this rank
+// holds rank r-t's K/V block; the next block's send/recv is in flight while
+// this one's chunk pairs run (flash, log-sum-exp kept), and the pairs merge
+// per query chunk at the end. Backward: the blocks go round again with
+// their dK/dV partial sums — each rank adds its queries' flash backward
+// against the merged output — and after n passes each block's dK/dV is
+// back with its owner. One node per layer on every rank, so every rank
+// runs the same sends and receives in the same order.
+class RingAttention : public torch::autograd::Function<RingAttention> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const ContextParallelOptions* cp) {
+    Communicator& g = *cp->group;
+    const int64_t n = cp->size(), r = cp->rank(), H = q.size(1), Sl = q.size(2);
+    const std::vector<Chunk> qchunks = chunks_of(*cp, r, Sl);
+    std::vector<std::vector<at::Tensor>> outs(qchunks.size()), lses(qchunks.size());
+    at::Tensor kb = k.contiguous(), vb = v.contiguous();
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<WorkPtr> works;
+      at::Tensor kn, vn;
+      if (t + 1 < n) works = pass(g, {kb, vb}, {&kn, &vn}, static_cast<int>(4 * t));
+      for (size_t i = 0; i < qchunks.size(); ++i)
+        for (const Chunk& kc : chunks_of(*cp, (r - t + n) % n, Sl)) {
+          if (kc.global > qchunks[i].global) continue;
+          auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
+              q.narrow(2, qchunks[i].offset, qchunks[i].length), expand_heads(kb.narrow(2, kc.offset, kc.length), H),
+              expand_heads(vb.narrow(2, kc.offset, kc.length), H), 0.0, kc.global == qchunks[i].global);
+          outs[i].push_back(o);
+          lses[i].push_back(lse);
+        }
+      for (const WorkPtr& w : works) wait_exposed(w, g);
+      if (t + 1 < n) kb = kn, vb = vn;
+    }
+    std::vector<at::Tensor> out, lse;
+    for (size_t i = 0; i < qchunks.size(); ++i) {
+      at::Tensor l = lses[i].size() == 1 ? lses[i][0] : at::logsumexp(at::stack(lses[i]), 0);
+      at::Tensor o = at::zeros(outs[i][0].sizes(), outs[i][0].options().dtype(l.scalar_type()));
+      for (size_t p = 0; p < outs[i].size(); ++p) o += at::exp(lses[i][p] - l).unsqueeze(-1) * outs[i][p];
+      out.push_back(o.to(q.scalar_type()));
+      lse.push_back(l);
+    }
+    const at::Tensor o = at::cat(out, 2), l = at::cat(lse, 2);
+    ctx->save_for_backward({q, k, v, o, l});
+    ctx->saved_data["cp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(cp));
+    return o;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto* cp = reinterpret_cast<const ContextParallelOptions*>(static_cast<intptr_t>(ctx->saved_data["cp"].toInt()));
+    Communicator& g = *cp->group;
+    const variable_list s = ctx->get_saved_variables();
+    const at::Tensor &q = s[0], &out = s[3], &lse = s[4];
+    const at::Tensor dout = grad[0].contiguous();
+    const int64_t n = cp->size(), r = cp->rank(), H = q.size(1), K = s[1].size(1), Sl = q.size(2);
+    const auto acc = torch::TensorOptions().dtype(at::promote_types(q.scalar_type(), at::kFloat)).device(q.device());
+    at::Tensor dq = at::zeros(q.sizes(), acc);
+    at::Tensor kb = s[1].contiguous(), vb = s[2].contiguous();
+    at::Tensor dkb = at::zeros(kb.sizes(), acc), dvb = at::zeros(vb.sizes(), acc);
+    const std::vector<Chunk> qchunks = chunks_of(*cp, r, Sl);
+    for (int64_t t = 0; t < n; ++t) {
+      for (const Chunk& qc : qchunks)
+        for (const Chunk& kc : chunks_of(*cp, (r - t + n) % n, Sl)) {
+          if (kc.global > qc.global) continue;
+          auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+              dout.narrow(2, qc.offset, qc.length), q.narrow(2, qc.offset, qc.length),
+              expand_heads(kb.narrow(2, kc.offset, kc.length), H), expand_heads(vb.narrow(2, kc.offset, kc.length), H),
+              out.narrow(2, qc.offset, qc.length), lse.narrow(2, qc.offset, qc.length), 0.0, kc.global == qc.global);
+          dq.narrow(2, qc.offset, qc.length) += gq;
+          dkb.narrow(2, kc.offset, kc.length) += reduce_heads(gk, K);
+          dvb.narrow(2, kc.offset, kc.length) += reduce_heads(gv, K);
+        }
+      // The block moves on with its gradient sums (K/V only while another rank needs them).
+      at::Tensor kn, vn, dkn, dvn;
+      std::vector<WorkPtr> works =
+          t + 1 < n ? pass(g, {kb, vb, dkb, dvb}, {&kn, &vn, &dkn, &dvn}, static_cast<int>(4 * t))
+                    : pass(g, {dkb, dvb}, {&dkn, &dvn}, static_cast<int>(4 * t + 2));
+      for (const WorkPtr& w : works) wait_exposed(w, g);
+      if (t + 1 < n) kb = kn, vb = vn;
+      dkb = dkn, dvb = dvn;
+    }
+    return {dq.to(q.scalar_type()), dkb.to(q.scalar_type()), dvb.to(q.scalar_type()), at::Tensor()};
+  }
+
+ private:
+  // Sends each of `send` to rank r+1 and receives as many from rank r-1
+  // into fresh tensors of the same shapes; tags from `tag` on. Returns the
+  // works to wait for.
+  static std::vector<WorkPtr> pass(Communicator& g, const std::vector<at::Tensor>& send,
+                                   const std::vector<at::Tensor*>& recv, int tag) {
+    const int n = static_cast<int>(g.size()), r = static_cast<int>(g.rank());
+    std::vector<WorkPtr> works;
+    for (size_t i = 0; i < send.size(); ++i) {
+      *recv[i] = at::empty_like(send[i]);
+      works.push_back(g.send(send[i], (r + 1) % n, tag + static_cast<int>(i)));
+      works.push_back(g.recv(*recv[i], (r - 1 + n) % n, tag + static_cast<int>(i)));
+    }
+    return works;
+  }
+};
+
+}  // namespace
+
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const at::Tensor& positions, const ContextParallelOptions& cp) {
+  if (!q.device().is_cpu()) return masked_attention(q, k, v, positions, cp);
+  if (cp.rotate_method == "alltoall") return RingAttention::apply(q, k, v, &cp);
+  // allgather: every rank's keys and values, rank-major (backward reduce-scatters).
   Communicator& g = *cp.group;
-  const int64_t n = cp.size(), r = cp.rank(), H = q.size(1), Sl = q.size(2);
-  const int64_t S = Sl * n;
-  const at::Tensor qpos = positions.to(q.device()).view({Sl, 1});
-  if (cp.rotate_method == "allgather") {
-    // Rank-major blocks of every rank's keys; the mask compares positions,
-    // so their order does not matter.
-    const at::Tensor k_all = gather_from_sp(k, g, 2), v_all = gather_from_sp(v, g, 2);
-    std::vector<at::Tensor> pos;
-    for (int64_t s = 0; s < n; ++s) pos.push_back(cp_positions(cp.load_balancer, n, s, S));
-    const at::Tensor kpos = torch::cat(pos).to(q.device()).view({1, S});
-    const at::Tensor visible = kpos.le(qpos);  // [Sl, S]
-    return at::scaled_dot_product_attention(q, expand_heads(k_all, H), expand_heads(v_all, H), visible, 0.0,
-                                            /*is_causal=*/false);
+  const int64_t Sl = q.size(2);
+  const at::Tensor k_all = gather_from_sp(k, g, 2), v_all = gather_from_sp(v, g, 2);
+  std::vector<std::pair<at::Tensor, at::Tensor>> blocks;
+  std::vector<int64_t> block_rank;
+  for (int64_t s = 0; s < cp.size(); ++s) {
+    blocks.emplace_back(k_all.narrow(2, s * Sl, Sl), v_all.narrow(2, s * Sl, Sl));
+    block_rank.push_back(s);
   }
-  // The ring: at step t this rank holds the K/V block of rank r - t.
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-  at::Tensor kb = k, vb = v;
-  std::vector<at::Tensor> outs, lses;
-  for (int64_t t = 0; t < n; ++t) {
-    if (t > 0) {
-      kb = ring_pass(kb, g);
-      vb = ring_pass(vb, g);
-    }
-    const int64_t src = (r - t + n) % n;
-    const at::Tensor kpos = cp_positions(cp.load_balancer, n, src, S).to(q.device()).view({1, Sl});
-    at::Tensor scores = at::matmul(q, expand_heads(kb, H).transpose(-2, -1)) * scale;  // [B, H, Sl, Sl]
-    scores = scores.masked_fill(kpos.gt(qpos), kMasked);
-    const at::Tensor lse = at::logsumexp(scores, -1, /*keepdim=*/true);  // [B, H, Sl, 1]
-    outs.push_back(at::matmul(at::exp(scores - lse), expand_heads(vb, H)));
-    lses.push_back(lse);
-  }
-  // Merge by log-sum-exp: out = Σ_b exp(lse_b - lse) · out_b.
-  const at::Tensor lse = at::logsumexp(at::stack(lses), 0);
-  at::Tensor out = at::zeros_like(outs[0]);
-  for (size_t b = 0; b < outs.size(); ++b) out = out + at::exp(lses[b] - lse) * outs[b];
-  return out;
+  return attend_blocks(q, blocks, block_rank, cp);
 }
 
 }  // namespace ctitan

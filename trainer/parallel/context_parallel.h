@@ -10,14 +10,16 @@
 //
 // Attention (context_parallel_rotate_method, TorchTitan's names):
 //   allgather  all-gather K and V over cp (KV heads only under GQA; backward
-//              reduce-scatters dK, dV), then causal attention of the local
-//              queries over the whole sequence by position;
+//              reduce-scatters dK, dV);
 //   alltoall   the ring: K/V blocks pass around the cp ring (cp-1 steps of
-//              send/recv); each block's partial attention (scores masked by
-//              position) keeps its log-sum-exp, and the blocks merge by it.
-//              Backward runs the ring the other way (dK/dV return to their
-//              owners) through autograd.
-// Both are exact: the same softmax over the same keys as one process.
+//              send/recv; backward runs the ring the other way, dK/dV
+//              returning to their owners).
+// Either way each local query chunk attends the key chunks before it
+// (wholly) and its own (causally) — the chunks after it are skipped — one
+// flash-attention call per chunk pair, merged by their log-sum-exp, with
+// the flash backward against the merged result (no mask or score matrix
+// kept). Exact: the same softmax over the same keys as one process. On
+// devices without ATen's CPU flash kernel, masked attention instead.
 //
 // Not thread-safe (one per rank).
 #pragma once

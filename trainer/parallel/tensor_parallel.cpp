@@ -106,28 +106,6 @@ class Gather : public torch::autograd::Function<Gather> {
   }
 };
 
-// Sends x to rank + shift and receives from rank - shift (mod size).
-at::Tensor shifted(const at::Tensor& x, Communicator& g, int64_t shift) {
-  const int64_t n = g.size(), r = g.rank();
-  const at::Tensor in = x.contiguous();
-  at::Tensor out = at::empty_like(in);
-  WorkPtr send = g.send(in, static_cast<int>((r + shift + n) % n), 0);
-  timed_wait(g.recv(out, static_cast<int>((r - shift + n) % n), 0), g);
-  timed_wait(send, g);
-  return out;
-}
-
-class RingPass : public torch::autograd::Function<RingPass> {
- public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* g) {
-    keep(ctx, *g);
-    return shifted(x, *g, 1);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list g) {
-    return {shifted(g[0], comm(ctx), -1), at::Tensor()};
-  }
-};
-
 class ScatterToSp : public torch::autograd::Function<ScatterToSp> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* tp, int64_t dim) {
@@ -351,7 +329,7 @@ at::Tensor scatter_to_sp(const at::Tensor& x, Communicator& tp, int64_t dim) {
   return tp.size() == 1 ? x : ScatterToSp::apply(x, &tp, wrap(dim, x));
 }
 
-at::Tensor ring_pass(const at::Tensor& x, Communicator& g) { return g.size() == 1 ? x : RingPass::apply(x, &g); }
+void wait_exposed(const WorkPtr& w, Communicator& g) { timed_wait(w, g); }
 
 at::Tensor gather_from_tp(const at::Tensor& x, Communicator& tp, int64_t dim) {
   return tp.size() == 1 ? x : Gather::apply(x, &tp, wrap(dim, x), false);

@@ -101,11 +101,10 @@ at::Tensor async_gather_linear(const at::Tensor& x_shard, const at::Tensor& w_sh
                                int64_t chunks);
 at::Tensor async_linear_scatter(const at::Tensor& x, const at::Tensor& w_shard, Communicator& tp, int64_t chunks);
 
-// Ring step over any group (context parallelism's K/V rotation): forward
-// sends x to rank r+1 and returns what rank r-1 sent; backward sends the
-// gradient back to r-1 and returns what r+1 sent. Exposed time is counted
-// for `g` as for the functions above.
-at::Tensor ring_pass(const at::Tensor& x, Communicator& g);
+// Waits for `w`, counting the time as exposed communication of `g` (read
+// by take_tp_exposed_seconds): for other regions over other groups, such
+// as context parallelism's ring.
+void wait_exposed(const WorkPtr& w, Communicator& g);
 
 // Seconds the calling ranks spent blocked in `tp`'s collectives issued by
 // the functions above (exposed TP communication) since the last call.
