@@ -124,6 +124,15 @@ TEST(Sweep, RunsEveryPointRecordsInfeasibleOnesAndASecondRunRunsNothing) {
   EXPECT_EQ(runs(db).size(), rows.size());
 }
 
+// The shipped long-context sweep: seq_len x cp with the cp ranks the whole
+// world, so each cp runs at its own world size only.
+TEST(Sweep, ShippedLongContextSweepPlans) {
+  auto r = run_ctitan({"sweep", (fs::path(source_dir()) / "recipes/sweeps/long_context.toml").string(), "--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("27 points at world sizes 1, 2, 4: 9 to run x 1 repeat, 18 infeasible"), std::string::npos)
+      << r.out;
+}
+
 // The shipped debug sweep plans as docs/sweeps.md says (it runs in about two
 // minutes on two cores: too long for this suite, run by hand).
 TEST(Sweep, ShippedDebugSweepPlans) {
