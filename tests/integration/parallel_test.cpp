@@ -238,6 +238,9 @@ Layout pp_layout(const std::string& name, const std::string& schedule, int pp, s
 TEST_F(DataParallelRun, Pp2LoopedBfsMatchesSingleProcess) {
   expect_matches_single_process(pp_layout("pp2_looped", "LoopedBFS", 2));
 }
+TEST_F(DataParallelRun, Pp4LoopedBfsMatchesSingleProcess) {
+  expect_matches_single_process(pp_layout("pp4_looped", "LoopedBFS", 4));
+}
 TEST_F(DataParallelRun, Pp4Interleaved1F1BFullAcMatchesSingleProcess) {
   expect_matches_single_process(
       pp_layout("pp4_interleaved", "Interleaved1F1B", 4, {"--activation_checkpoint.mode", "full"}));
