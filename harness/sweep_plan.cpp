@@ -11,6 +11,7 @@
 #include <set>
 
 #include "common/errors.h"
+#include "trainer/parallel/context_parallel.h"
 #include "trainer/parallel/pipeline.h"
 #include "common/build_identity.h"
 #include "profiling/gpu_info.h"
@@ -239,14 +240,15 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
     need(!p.enable_async_tensor_parallel || p.enable_sequence_parallel,
          "async TP needs sequence parallelism (enable_sequence_parallel = false)");
   }
+  // The trainer's own checks, where they need no processes.
+  const auto trainer_says = [&](const std::function<void()>& check) {
+    try {
+      check();
+    } catch (const InputError& e) {
+      why.push_back(e.what());
+    }
+  };
   if (shape.pp > 1) {
-    const auto trainer_says = [&](const std::function<void()>& check) {
-      try {
-        check();
-      } catch (const InputError& e) {
-        why.push_back(e.what());
-      }
-    };
     const bool whole_microbatches = t.local_batch_size % p.pipeline_parallel_microbatch_size == 0;
     need(whole_microbatches, "local_batch_size " + std::to_string(t.local_batch_size) +
                                  " is not divisible by the pipeline microbatch size " +
@@ -268,14 +270,12 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
     });
   }
   if (shape.cp > 1) {  // TorchTitan's head-tail load balancing splits the sequence into 2·cp chunks
-    const bool headtail = p.context_parallel_load_balancer == "headtail";
-    need(t.seq_len % ((headtail ? 2 : 1) * shape.cp) == 0,
-         "seq_len " + std::to_string(t.seq_len) + " is not divisible by " + (headtail ? "2 x " : "") + "cp " + cp);
+    trainer_says([&] {
+      check_context_parallel(p.context_parallel_rotate_method, p.context_parallel_load_balancer, shape.cp, t.seq_len);
+    });
     need(shape.tp == 1 || !p.enable_sequence_parallel || (t.seq_len / shape.cp) % shape.tp == 0,
          "seq_len / cp = " + std::to_string(t.seq_len / shape.cp) + " is not divisible by tp " + tp +
              " (sequence parallelism)");
-    need(p.context_parallel_rotate_method == "allgather" || p.context_parallel_rotate_method == "alltoall",
-         "context_parallel_rotate_method '" + p.context_parallel_rotate_method + "' is not allgather or alltoall");
   }
   const int64_t dp = shape.dp_replicate * shape.dp_shard;
   need(t.global_batch_size <= 0 || t.global_batch_size % (t.local_batch_size * dp) == 0,

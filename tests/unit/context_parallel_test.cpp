@@ -21,12 +21,17 @@ TEST(ContextParallel, HeadTailGivesRankRChunksRAndTwoCpMinusOneMinusR) {
                            torch::tensor({0, 1, 2, 3, 12, 13, 14, 15}, torch::kLong)));
   EXPECT_TRUE(torch::equal(cp_positions("headtail", 2, 1, 16), torch::arange(4, 12, torch::kLong)));
   EXPECT_TRUE(torch::equal(cp_positions("none", 4, 3, 16), torch::arange(12, 16, torch::kLong)));
-  ContextParallelOptions cp;
-  cp.rotate_method = "ring";
-  EXPECT_THROW(check_context_parallel(cp, 16), InputError);
-  cp.rotate_method = "alltoall";
-  cp.load_balancer = "ptrr";
-  EXPECT_THROW(check_context_parallel(cp, 16), InputError);
+  EXPECT_THROW(check_context_parallel("ring", "headtail", 2, 16), InputError);
+  EXPECT_THROW(check_context_parallel("alltoall", "ptrr", 2, 16), InputError);
+  EXPECT_NO_THROW(check_context_parallel("alltoall", "headtail", 4, 16));
+  EXPECT_NO_THROW(check_context_parallel("allgather", "none", 4, 12));
+  try {
+    check_context_parallel("allgather", "headtail", 4, 12);
+    FAIL() << "seq 12 over 2 x 4 chunks accepted";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "training.seq_len 12 is not divisible by 2 x context_parallel_degree 4 = 8 (each rank holds "
+                           "two chunks of every sequence); choose a multiple");
+  }
 }
 
 struct Case {

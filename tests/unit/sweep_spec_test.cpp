@@ -214,7 +214,7 @@ TEST(SweepPruning, TensorPipelineContextParallelNeedDivisibility) {
                 .find("local_batch_size 3 is not divisible by the pipeline microbatch size 2"),
             std::string::npos);
   EXPECT_NE(reason("parallelism.context_parallel_degree = 2\ntraining.seq_len = 126\n", 2)
-                .find("seq_len 126 is not divisible by 2 x cp 2"),
+                .find("training.seq_len 126 is not divisible by 2 x context_parallel_degree 2 = 4"),
             std::string::npos);
   EXPECT_EQ(reason("parallelism.context_parallel_degree = 2\n", 2), "");  // CP runs
   EXPECT_EQ(reason("parallelism.context_parallel_degree = 2\nparallelism.tensor_parallel_degree = 2\n", 8), "");

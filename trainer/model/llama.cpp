@@ -201,7 +201,7 @@ void Llama3::init_weights(uint64_t seed) {
 }
 
 void Llama3::set_context_parallel(ContextParallelOptions cp) {
-  check_context_parallel(cp, cp.size() * 2);  // the method and balancer; seq_len is checked by the caller
+  check_context_parallel(cp.rotate_method, cp.load_balancer, 1, 0);  // seq_len is the caller's
   cp_ = std::move(cp);
 }
 

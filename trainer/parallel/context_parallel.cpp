@@ -21,21 +21,22 @@ std::string ContextParallelOptions::describe() const {
   return "CP " + std::to_string(size()) + " (" + rotate_method + ", " + load_balancer + ")";
 }
 
-void check_context_parallel(const ContextParallelOptions& cp, int64_t seq_len) {
-  if (cp.rotate_method != "allgather" && cp.rotate_method != "alltoall")
-    throw InputError("parallelism.context_parallel_rotate_method '" + cp.rotate_method +
+void check_context_parallel(const std::string& rotate_method, const std::string& load_balancer, int64_t cp,
+                            int64_t seq_len) {
+  if (rotate_method != "allgather" && rotate_method != "alltoall")
+    throw InputError("parallelism.context_parallel_rotate_method '" + rotate_method +
                      "' is not one of TorchTitan's (allgather, alltoall)");
-  if (cp.load_balancer != "headtail" && cp.load_balancer != "none")
-    throw InputError("parallelism.context_parallel_load_balancer '" + cp.load_balancer +
+  if (load_balancer != "headtail" && load_balancer != "none")
+    throw InputError("parallelism.context_parallel_load_balancer '" + load_balancer +
                      "' is not one ctitan runs (headtail, or none for no load balancing; TorchTitan's ptrr is for "
                      "FlexAttention, which ctitan does not have)");
-  if (!cp.on()) return;
-  const int64_t chunks = cp.load_balancer == "headtail" ? 2 * cp.size() : cp.size();
+  if (cp <= 1) return;
+  const bool headtail = load_balancer == "headtail";
+  const int64_t chunks = headtail ? 2 * cp : cp;
   if (seq_len % chunks != 0)
     throw InputError("training.seq_len " + std::to_string(seq_len) + " is not divisible by " +
-                     (cp.load_balancer == "headtail" ? "2 x " : "") + "context_parallel_degree " +
-                     std::to_string(cp.size()) + " = " + std::to_string(chunks) +
-                     " (each rank holds " + (cp.load_balancer == "headtail" ? "two chunks" : "one chunk") +
+                     (headtail ? "2 x " : "") + "context_parallel_degree " + std::to_string(cp) + " = " +
+                     std::to_string(chunks) + " (each rank holds " + (headtail ? "two chunks" : "one chunk") +
                      " of every sequence); choose a multiple");
 }
 
@@ -73,6 +74,18 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// Partial attentions of one query chunk over several key blocks, merged by
+// their log-sum-exp: out = Σ_p exp(lse_p - lse) · out_p (in the lse's
+// precision), lse = logsumexp_p lse_p. Returns {out in `dtype`, lse}.
+std::pair<at::Tensor, at::Tensor> merge_by_lse(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& lses,
+                                               at::ScalarType dtype) {
+  if (outs.size() == 1) return {outs[0], lses[0]};
+  const at::Tensor lse = at::logsumexp(at::stack(lses), 0);  // [B, H, L]
+  at::Tensor out = at::zeros(outs[0].sizes(), outs[0].options().dtype(lse.scalar_type()));
+  for (size_t p = 0; p < outs.size(); ++p) out += at::exp(lses[p] - lse).unsqueeze(-1) * outs[p];
+  return {out.to(dtype), lse};
+}
+
 // softmax(q·Kᵀ)·V of one query chunk over several key blocks at once:
 // blocks = [K0, V0, K1, V1, ...], block p causal (the query chunk's own
 // positions, square) when causal[p], else wholly visible. Each block runs
@@ -91,13 +104,7 @@ class MergedAttention : public torch::autograd::Function<MergedAttention> {
       outs.push_back(o);
       lses.push_back(lse);
     }
-    at::Tensor lse = lses.size() == 1 ? lses[0] : at::logsumexp(at::stack(lses), 0);  // [B, H, L] fp32
-    at::Tensor out = outs[0];
-    if (outs.size() > 1) {
-      out = at::zeros(outs[0].sizes(), outs[0].options().dtype(lse.scalar_type()));
-      for (size_t p = 0; p < outs.size(); ++p) out += at::exp(lses[p] - lse).unsqueeze(-1) * outs[p];
-      out = out.to(q.scalar_type());
-    }
+    auto [out, lse] = merge_by_lse(outs, lses, q.scalar_type());
     std::vector<at::Tensor> saved{q, out, lse};
     saved.insert(saved.end(), blocks.begin(), blocks.end());
     ctx->save_for_backward(saved);
@@ -196,10 +203,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     }
     std::vector<at::Tensor> out, lse;
     for (size_t i = 0; i < qchunks.size(); ++i) {
-      at::Tensor l = lses[i].size() == 1 ? lses[i][0] : at::logsumexp(at::stack(lses[i]), 0);
-      at::Tensor o = at::zeros(outs[i][0].sizes(), outs[i][0].options().dtype(l.scalar_type()));
-      for (size_t p = 0; p < outs[i].size(); ++p) o += at::exp(lses[i][p] - l).unsqueeze(-1) * outs[i][p];
-      out.push_back(o.to(q.scalar_type()));
+      auto [o, l] = merge_by_lse(outs[i], lses[i], q.scalar_type());
+      out.push_back(o);
       lse.push_back(l);
     }
     const at::Tensor o = at::cat(out, 2), l = at::cat(lse, 2);

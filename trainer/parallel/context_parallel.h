@@ -43,8 +43,10 @@ struct ContextParallelOptions {
 };
 
 // InputError, one line, for an unknown rotate method or balancer, or a
-// seq_len the chunks do not divide (2·cp with headtail, cp without).
-void check_context_parallel(const ContextParallelOptions& cp, int64_t seq_len);
+// seq_len the chunks of `cp` ranks do not divide (2·cp with headtail, cp
+// without). The trainer's check, and the sweeps' pruning rule.
+void check_context_parallel(const std::string& rotate_method, const std::string& load_balancer, int64_t cp,
+                            int64_t seq_len);
 
 // Positions (int64 [seq_len / cp]) of rank `rank`'s tokens in a sequence of
 // seq_len, in the order the rank holds them.

@@ -25,13 +25,9 @@ at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tens
   // Context parallelism: this rank's tokens of every sequence (the loss is
   // the mean over them; the loss group averages over cp).
   const ContextParallelOptions& cp = model_->context_parallel();
-  if (cp.on()) {
-    const at::Tensor t = cp_shard(tokens, cp), l = cp_shard(labels, cp);
-    if (pp_.on()) return run_pipeline(t, l, scale, first_micro, last_micro);
-    return hooks_ ? run_units(t, l, scale, first_micro, last_micro) : run_whole(t, l, scale);
-  }
-  if (pp_.on()) return run_pipeline(tokens, labels, scale, first_micro, last_micro);
-  return hooks_ ? run_units(tokens, labels, scale, first_micro, last_micro) : run_whole(tokens, labels, scale);
+  const at::Tensor t = cp_shard(tokens, cp), l = cp_shard(labels, cp);  // unchanged without CP
+  if (pp_.on()) return run_pipeline(t, l, scale, first_micro, last_micro);
+  return hooks_ ? run_units(t, l, scale, first_micro, last_micro) : run_whole(t, l, scale);
 }
 
 // The schedule's actions on this rank's stages. A forward takes the
@@ -358,7 +354,7 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
   cp.group = &rt.mesh->group("cp");
   cp.rotate_method = cfg.parallelism.context_parallel_rotate_method;
   cp.load_balancer = cfg.parallelism.context_parallel_load_balancer;
-  check_context_parallel(cp, cfg.training.seq_len);
+  check_context_parallel(cp.rotate_method, cp.load_balancer, cp.size(), cfg.training.seq_len);
   if (cp.on() && tp.on() && tp.sequence_parallel && (cfg.training.seq_len / cp.size()) % tp.size() != 0)
     throw InputError("training.seq_len " + std::to_string(cfg.training.seq_len) + " / context_parallel_degree " +
                      std::to_string(cp.size()) + " is not divisible by tensor_parallel_degree " +
