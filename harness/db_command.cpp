@@ -106,6 +106,11 @@ std::vector<size_t> sample_rows(size_t n) {
   return idx;
 }
 
+// A number column: `format` applied, "-" for NULL.
+std::string num(const nlohmann::json& v, const char* format) {
+  return v.is_number() ? fmt(format, v.get<double>()) : std::string("-");
+}
+
 void show_run(const std::string& db_path, int64_t run_id, bool with_config) {
   require_existing(db_path);
   ResultsDb db(db_path);
@@ -177,9 +182,6 @@ void show_run(const std::string& db_path, int64_t run_id, bool with_config) {
     TextTable t{{"rank", "step", "loss", "grad_norm", "tps", "mfu_%", "step_time_s", "data_time_s", "mem_peak"},
                 {true, true, true, true, true, true, true, true, true},
                 {}};
-    auto num = [](const nlohmann::json& v, const char* format) {
-      return v.is_number() ? fmt(format, v.get<double>()) : std::string("-");
-    };
     for (size_t i : shown) {
       const nlohmann::json& s = steps[i];
       const auto mem = s["mem_peak_bytes"].is_number() ? std::optional<int64_t>(s["mem_peak_bytes"].get<int64_t>())
@@ -188,6 +190,15 @@ void show_run(const std::string& db_path, int64_t run_id, bool with_config) {
                         num(s["tps"], "%.0f"), num(s["mfu"], "%.2f"), num(s["step_time_s"], "%.4f"),
                         num(s["data_time_s"], "%.4f"), bytes(mem)});
     }
+    t.print(std::cout, "  ");
+  }
+  const auto validation = db.validation(r.id);
+  if (!validation.empty()) {
+    std::cout << "\nvalidation (" << validation.size() << " passes)\n";
+    TextTable t{{"step", "loss", "perplexity", "tokens", "time_s"}, {true, true, true, true, true}, {}};
+    for (const nlohmann::json& v : validation)
+      t.rows.push_back({v["step"].dump(), num(v["loss"], "%.4f"), num(v["perplexity"], "%.4g"), v["tokens"].dump(),
+                        num(v["time_s"], "%.3f")});
     t.print(std::cout, "  ");
   }
   if (with_config) std::cout << "\nconfig.toml\n" << r.config_toml << (r.config_toml.ends_with('\n') ? "" : "\n");
@@ -206,7 +217,7 @@ int run_db_command(const std::vector<std::string>& args) {
                                           "tps median, MFU, peak memory, final loss");
   ls->add_option("--db", db_path, "results database file")->required();
   ls->add_option("--sweep", sweep_name, "only the runs of this sweep");
-  CLI::App* show = app.add_subcommand("show", "one run: its row, summary, env, artifacts and a compact step table");
+  CLI::App* show = app.add_subcommand("show", "one run: its row, summary, env, artifacts, a compact step table and its validation passes");
   show->add_option("run_id", run_id, "the run's id (see `ctitan db ls`)")->required();
   show->add_option("--db", db_path, "results database file")->required();
   show->add_flag("--config", with_config, "also print the run's resolved config.toml");

@@ -224,6 +224,21 @@ std::vector<nlohmann::json> ResultsDb::steps(int64_t run_id) const {
   return out;
 }
 
+std::vector<nlohmann::json> ResultsDb::validation(int64_t run_id) const {
+  Statement q(db_, path_,
+              "SELECT step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes FROM validation WHERE run_id = ?1 "
+              "ORDER BY step");
+  q.bind_all(run_id);
+  std::vector<nlohmann::json> out;
+  while (q.step()) {
+    const auto real = [&q](int c) { return q.is_null(c) ? nlohmann::json(nullptr) : nlohmann::json(q.real(c)); };
+    const auto integer = [&q](int c) { return q.is_null(c) ? nlohmann::json(nullptr) : nlohmann::json(q.int64(c)); };
+    out.push_back({{"run_id", run_id}, {"step", q.int64(0)}, {"loss", real(1)}, {"perplexity", real(2)},
+                   {"tokens", integer(3)}, {"time_s", real(4)}, {"tps", real(5)}, {"mem_peak_bytes", integer(6)}});
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, std::string>> ResultsDb::env(int64_t run_id) const {
   Statement q(db_, path_, "SELECT key, value FROM env WHERE run_id = ?1 ORDER BY key");
   q.bind_all(run_id);

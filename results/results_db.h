@@ -10,6 +10,7 @@
 //         data_time_s, mem_peak_bytes)
 //   summaries(run_id, tps_median, tps_p10, tps_p90, tflops, mfu,
 //             mem_peak_bytes, loss_final, compute_s, comm_s, exposed_comm_s, idle_s)
+//   validation(run_id, step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes)
 //   env(run_id, key, value)
 //   hardware(host_fingerprint, dtype, peak_flops, measured_at)
 //   artifacts(run_id, kind, path)
@@ -66,6 +67,7 @@ struct SummaryRow {
 
 struct IngestReport {
   int64_t steps = 0;            // step rows stored
+  int64_t validations = 0;      // validation rows stored
   int64_t artifacts = 0;        // artifact rows stored
   bool partial = false;         // summary.json or metrics.jsonl missing/truncated
   std::vector<std::string> notes;  // what was missing, one line each
@@ -84,7 +86,7 @@ struct ArtifactRow {
 // still locked after the busy timeout) throw std::runtime_error naming the file.
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
   // How long a statement waits for another process's write to finish.
   static constexpr int kBusyTimeoutMs = 10000;
   // Opens (creating if absent) and migrates. InputError for a file that is
@@ -124,6 +126,7 @@ class ResultsDb {
   void put_summary(const SummaryRow& s);
   std::optional<SummaryRow> summary(int64_t run_id) const;
   std::vector<nlohmann::json> steps(int64_t run_id) const;  // one object per row
+  std::vector<nlohmann::json> validation(int64_t run_id) const;  // one object per validation pass, by step
   std::vector<std::pair<std::string, std::string>> env(int64_t run_id) const;  // sorted by key
   std::vector<ArtifactRow> artifacts(int64_t run_id) const;                  // sorted by path
 

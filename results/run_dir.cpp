@@ -52,7 +52,7 @@ void read_metrics(const fs::path& file, RunDirContents& c) {
                                      : " is not a JSON object with a step: skipped"));
       continue;
     }
-    c.steps.push_back(std::move(j));
+    (j.contains("validation_loss") ? c.validation : c.steps).push_back(std::move(j));
   }
 }
 
@@ -200,7 +200,7 @@ IngestReport ResultsDb::ingest_run_dir(int64_t run_id, const std::string& run_di
   }
   for (const char* sql : {"DELETE FROM steps WHERE run_id = ?1", "DELETE FROM summaries WHERE run_id = ?1",
                           "DELETE FROM env WHERE run_id = ?1", "DELETE FROM artifacts WHERE run_id = ?1",
-                          "DELETE FROM comm_dims WHERE run_id = ?1"}) {
+                          "DELETE FROM comm_dims WHERE run_id = ?1", "DELETE FROM validation WHERE run_id = ?1"}) {
     Statement del(db_, path_, sql);
     del.bind_all(run_id).run();
   }
@@ -218,6 +218,17 @@ IngestReport ResultsDb::ingest_run_dir(int64_t run_id, const std::string& run_di
                   results_detail::integer(j, "mem_peak_bytes"));
     step.run();
     step.reset();
+  }
+  Statement val(db_, path_,
+                "INSERT OR REPLACE INTO validation(run_id, step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  for (const nlohmann::json& j : c.validation) {
+    val.bind_all(run_id, *results_detail::integer(j, "step"), results_detail::number(j, "validation_loss"),
+                 results_detail::number(j, "validation_perplexity"), results_detail::integer(j, "validation_tokens"),
+                 results_detail::number(j, "validation_time_s"), results_detail::number(j, "validation_tps"),
+                 results_detail::integer(j, "validation_mem_peak_bytes"));
+    val.run();
+    val.reset();
   }
   if (c.summary) {
     c.summary->run_id = run_id;
@@ -242,6 +253,9 @@ IngestReport ResultsDb::ingest_run_dir(int64_t run_id, const std::string& run_di
   Statement count(db_, path_, "SELECT count(*) FROM steps WHERE run_id = ?1");
   count.bind_all(run_id).step();
   c.report.steps = count.int64(0);
+  Statement vcount(db_, path_, "SELECT count(*) FROM validation WHERE run_id = ?1");
+  vcount.bind_all(run_id).step();
+  c.report.validations = vcount.int64(0);
   c.report.artifacts = static_cast<int64_t>(c.artifacts.size());
   tx.commit();
   return c.report;

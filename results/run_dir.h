@@ -19,7 +19,8 @@
 namespace ctitan::results_detail {
 
 struct RunDirContents {
-  std::vector<nlohmann::json> steps;  // metrics.jsonl lines that parsed, in file order
+  std::vector<nlohmann::json> steps;  // metrics.jsonl step lines that parsed, in file order
+  std::vector<nlohmann::json> validation;  // its validation lines ("validation_loss")
   std::optional<SummaryRow> summary;
   // summary.json's comm_by_dim: mesh dimension -> (comm_s, exposed_comm_s).
   std::vector<std::tuple<std::string, std::optional<double>, std::optional<double>>> comm_dims;

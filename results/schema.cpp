@@ -103,6 +103,14 @@ CREATE TABLE comm_dims(
     // Pipeline parallelism: the measured and the schedule's bubble fraction.
     {4, "ALTER TABLE summaries ADD COLUMN pipeline_bubble REAL;"
         "ALTER TABLE summaries ADD COLUMN pipeline_bubble_theory REAL;"},
+    // [validation]: each pass's loss (metrics.jsonl's validation lines).
+    {5, R"sql(
+CREATE TABLE validation(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  loss REAL, perplexity REAL, tokens INTEGER, time_s REAL, tps REAL, mem_peak_bytes INTEGER,
+  PRIMARY KEY(run_id, step));
+)sql"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 

@@ -3,6 +3,8 @@
 # re-checks (a few seconds) and lets ninja rebuild what changed.
 #   Debian packages  -> apt-get (only the missing ones)
 #   LibTorch         -> PyPI's torch wheel in .venv (pinned, scripts/requirements.txt)
+#   test readers     -> tensorboard, transformers in .venv (pinned, scripts/requirements-test.txt;
+#                       tests only: ctitan never runs Python)
 #   build            -> CMake + Ninja in build/ (ccache when present)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,6 +15,7 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 debs=(build-essential cmake ninja-build ccache pkg-config git
       python3 python3-venv
       nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsqlite3-dev zlib1g-dev
+      libprotobuf-dev protobuf-compiler libisal-dev
       googletest libgtest-dev libbenchmark-dev libgloo-dev chromium)
 missing=()
 for p in "${debs[@]}"; do
@@ -33,6 +36,7 @@ fi
 # --- LibTorch (torch wheel) in the project's virtual environment ----------------
 venv="$root/.venv"
 req="$root/scripts/requirements.txt"
+req_test="$root/scripts/requirements-test.txt"
 stamp="$venv/.ctitan-requirements"
 if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
@@ -42,6 +46,14 @@ if ! cmp -s "$req" "$stamp"; then
   log "installing $(grep -v '^#' "$req" | tr '\n' ' ')(first time: a few GB, cached by pip afterwards)"
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
   cp "$req" "$stamp"
+fi
+# The readers the tests check ctitan's files with (TensorBoard event files,
+# Hugging Face checkpoints). CTITAN_SKIP_TEST_PYTHON=1 leaves them out; the
+# tests that need them then skip with a message.
+if [ "${CTITAN_SKIP_TEST_PYTHON:-0}" != 1 ] && ! cmp -s "$req_test" "$stamp-test"; then
+  log "installing test readers: $(grep -v '^#' "$req_test" | tr '\n' ' ')"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req_test"
+  cp "$req_test" "$stamp-test"
 fi
 
 # --- configure + build ---------------------------------------------------------

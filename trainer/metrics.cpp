@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 
@@ -12,6 +13,7 @@
 #include "profiling/memory.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama_args.h"
+#include "trainer/tensorboard/tb_writer.h"
 
 namespace ctitan {
 
@@ -47,12 +49,60 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+nlohmann::json number_or_null(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
+
 }  // namespace
 
+std::string tensorboard_folder(const std::string& dump_folder, const std::string& save_tb_folder, int64_t unix_time,
+                               int rank) {
+  const auto t = static_cast<std::time_t>(unix_time);
+  std::tm local{};
+  localtime_r(&t, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M", &local);  // TorchTitan's datetime.now() format
+  std::filesystem::path p = std::filesystem::path(dump_folder) / save_tb_folder / stamp;
+  if (rank >= 0) {
+    std::string dir = "rank_";
+    dir += std::to_string(rank);
+    p /= dir;
+  }
+  return p.string();
+}
+
 MetricsLogger::MetricsLogger(MetricsOptions opts) : opts_(std::move(opts)) {
+  // First, so a folder that cannot be written stops the run before any file is touched.
+  if (!opts_.tensorboard_folder.empty()) tb_ = std::make_unique<TensorBoardWriter>(opts_.tensorboard_folder);
   if (!opts_.write_files) return;
   std::filesystem::create_directories(opts_.dump_folder);
   jsonl_.open(std::filesystem::path(opts_.dump_folder) / "metrics.jsonl", std::ios::out | std::ios::app);
+}
+
+MetricsLogger::~MetricsLogger() = default;  // closes the TensorBoard file (flush, fsync)
+
+// What TorchTitan's DeviceMemoryMonitor reports, from what ctitan measures:
+//   max_active   = MemoryStats::peak_bytes, the peak of live tensor bytes
+//                  (CUDA: the caching allocator's active bytes, as TorchTitan);
+//   max_reserved = MemoryStats::reserved_peak_bytes on CUDA (the allocator's
+//                  reserved peak); on the CPU, which has no caching
+//                  allocator, the live peak again — the figure the console
+//                  line shows;
+//   num_alloc_retries / num_ooms: CUDA only (TorchTitan reads them there too).
+// Percentages are of DeviceMonitor::capacity_bytes (left out when unknown).
+void MetricsLogger::add_memory_scalars(const std::string& prefix, const MemoryStats& mem, int64_t step) {
+  const bool cuda_alloc = mem.reserved_peak_bytes >= 0;
+  const int64_t reserved = cuda_alloc ? mem.reserved_peak_bytes : mem.peak_bytes;
+  const int64_t capacity = opts_.monitor.capacity_bytes();
+  const auto add = [&](const char* name, double v) { tb_->add_scalar(prefix + "memory/" + name, v, step); };
+  add("max_active(GiB)", mem.peak_bytes / kGiB);
+  add("max_reserved(GiB)", reserved / kGiB);
+  if (capacity > 0) {
+    add("max_active(%)", 100.0 * mem.peak_bytes / capacity);
+    add("max_reserved(%)", 100.0 * reserved / capacity);
+  }
+  if (cuda_alloc && prefix.empty()) {
+    add("num_alloc_retries", static_cast<double>(mem.alloc_retries));
+    add("num_ooms", static_cast<double>(mem.ooms));
+  }
 }
 
 void MetricsLogger::record(const StepRecord& r, bool force) {
@@ -107,8 +157,9 @@ void MetricsLogger::log_interval() {
                       {"lr", last.lr},
                       {"tps", tps},
                       {"tflops", tflops},
-                      {"mfu", std::isnan(mfu) ? nlohmann::json(nullptr) : nlohmann::json(mfu)},
-                      {"hfu", std::isnan(hfu) ? nlohmann::json(nullptr) : nlohmann::json(hfu)},
+                      {"max_loss", number_or_null(last.max_loss)},
+                      {"mfu", number_or_null(mfu)},
+                      {"hfu", number_or_null(hfu)},
                       {"mem_peak_bytes", mem.peak_bytes},
                       {"mem_current_bytes", mem.current_bytes},
                       {"rss_bytes", process_rss_bytes()},
@@ -125,7 +176,58 @@ void MetricsLogger::log_interval() {
   pending_ = nlohmann::json::object();
   jsonl_ << j.dump() << "\n";
   jsonl_.flush();
+  if (tb_) {
+    // TorchTitan's MetricsProcessor.log tags (with lr from its extra_metrics).
+    const int64_t s = last.step;
+    tb_->add_scalar("loss_metrics/global_avg_loss", last.loss, s);
+    if (!std::isnan(last.max_loss)) tb_->add_scalar("loss_metrics/global_max_loss", last.max_loss, s);
+    tb_->add_scalar("grad_norm", last.grad_norm, s);
+    tb_->add_scalar("throughput(tps)", tps, s);
+    tb_->add_scalar("tflops", tflops, s);
+    if (!std::isnan(mfu)) tb_->add_scalar("mfu(%)", mfu, s);
+    tb_->add_scalar("time_metrics/end_to_end(s)", time / interval_.size(), s);
+    tb_->add_scalar("time_metrics/data_loading(s)", data / interval_.size(), s);
+    tb_->add_scalar("time_metrics/data_loading(%)", 100.0 * data / time, s);
+    add_memory_scalars("", mem, s);
+    tb_->add_scalar("lr", last.lr, s);
+    tb_->flush();
+  }
   interval_.clear();
+  run_peak_bytes_ = std::max(run_peak_bytes_, mem.peak_bytes);
+  opts_.monitor.reset_peak();
+}
+
+void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens, double seconds) {
+  const double perplexity = std::exp(loss);
+  const double tps = seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0;
+  const MemoryStats mem = opts_.monitor.memory();
+  const bool c = opts_.color;
+  auto col = [c](const char* code) { return c ? code : ""; };
+  char buf[384];
+  std::snprintf(buf, sizeof(buf), "%svalidate step %lld: %sloss %7.4f  perplexity %.4g  %stps %s  %smemory %.2fGiB%s",
+                col("\033[33m"), static_cast<long long>(step), col("\033[32m"), loss, perplexity, col("\033[34m"),
+                with_commas(static_cast<int64_t>(std::llround(tps))).c_str(), col("\033[36m"), mem.peak_bytes / kGiB,
+                col("\033[0m"));
+  std::cout << buf << std::endl;
+  if (jsonl_.is_open()) {
+    const nlohmann::json j = {{"step", step},
+                              {"validation_loss", loss},
+                              {"validation_perplexity", perplexity},
+                              {"validation_tokens", tokens},
+                              {"validation_time_s", seconds},
+                              {"validation_tps", tps},
+                              {"validation_mem_peak_bytes", mem.peak_bytes}};
+    jsonl_ << j.dump() << "\n";
+    jsonl_.flush();
+  }
+  if (tb_) {
+    // TorchTitan's MetricsProcessor.log_validation tags, and the perplexity.
+    tb_->add_scalar("validation_metrics/loss", loss, step);
+    tb_->add_scalar("validation_metrics/perplexity", perplexity, step);
+    tb_->add_scalar("validation_metrics/throughput(tps)", tps, step);
+    add_memory_scalars("validation_metrics/", mem, step);
+    tb_->flush();
+  }
   run_peak_bytes_ = std::max(run_peak_bytes_, mem.peak_bytes);
   opts_.monitor.reset_peak();
 }

@@ -8,6 +8,12 @@
 // (as TorchTitan does). Lines go to the console and, as JSON, to
 // <dump_folder>/metrics.jsonl. Every step's tps is also kept in memory for
 // summary.json's steady-state statistics.
+//
+// With a TensorBoard folder, each logged step is also written as
+// TensorBoard scalars under TorchTitan's tags (loss_metrics/global_avg_loss,
+// grad_norm, throughput(tps), ..., lr; validation_metrics/... for
+// log_validation), flushed at every log; the file is synced and closed when
+// the logger is destroyed.
 #pragma once
 
 #include "profiling/device_monitor.h"
@@ -15,6 +21,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -25,6 +33,7 @@ namespace ctitan {
 
 struct LlamaArgs;
 struct ActivationCheckpointPolicy;
+class TensorBoardWriter;
 
 // Hardware FLOPs per token: the model FLOPs (TorchTitan's flops_per_token)
 // plus the forward FLOPs that activation checkpointing runs again in
@@ -42,6 +51,9 @@ struct StepRecord {
   double loss = 0, grad_norm = 0, lr = 0;
   double step_time_s = 0, data_time_s = 0;
   int64_t tokens = 0;
+  // TorchTitan's global_max_loss: the largest data-parallel rank's loss
+  // (NaN: not read this step).
+  double max_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct MetricsOptions {
@@ -53,15 +65,31 @@ struct MetricsOptions {
   double peak_flops = 0;        // 0: MFU and HFU not reported
   int64_t warmup_steps = kDefaultMetricsWarmupSteps;  // excluded from the summary statistics
   bool write_files = true;      // metrics.jsonl (rank 0 only in a multi-rank run)
+  std::string tensorboard_folder;  // where this rank writes TensorBoard events; empty: none
   DeviceMonitor monitor;        // where memory is read (CPU by default)
 };
 
+// TorchTitan's TensorBoard folder: <dump_folder>/<save_tb_folder>/<local
+// time as %Y%m%d-%H%M>, then rank_<rank> when every rank writes its own
+// (rank >= 0; -1: rank 0 alone writes, in the folder itself).
+std::string tensorboard_folder(const std::string& dump_folder, const std::string& save_tb_folder, int64_t unix_time,
+                               int rank);
+
 class MetricsLogger {
  public:
+  // Throws InputError (one line, nothing left behind) when the TensorBoard
+  // folder cannot be written.
   explicit MetricsLogger(MetricsOptions opts);
+  ~MetricsLogger();
   // Records one step; logs when step % log_freq == 0 or `force`.
   void record(const StepRecord& r, bool force);
   bool logs_step(int64_t step, bool force) const { return force || step % opts_.log_freq == 0; }
+  // One validation pass at `step`: its mean loss over `tokens` tokens (per
+  // device, as tps) that took `seconds`. A console line, a metrics.jsonl line
+  // {"step", "validation_loss", "validation_perplexity", ...} and TorchTitan's
+  // validation_metrics/* TensorBoard scalars. Resets the memory peak, as
+  // TorchTitan's log_validation does.
+  void log_validation(int64_t step, double loss, int64_t tokens, double seconds);
   // Adds key: value to the next metrics.jsonl line (e.g. float8 SQNR).
   void attach(const std::string& key, nlohmann::json value) { pending_[key] = std::move(value); }
   // summary.json: steady-state tps median/p10/p90, MFU, HFU, memory, final loss.
@@ -73,11 +101,14 @@ class MetricsLogger {
 
  private:
   void log_interval();
+  // TorchTitan's memory/* scalars under `prefix` (empty or "validation_metrics/").
+  void add_memory_scalars(const std::string& prefix, const MemoryStats& mem, int64_t step);
   double hardware_flops() const {
     return opts_.hardware_flops_per_token > 0 ? opts_.hardware_flops_per_token : opts_.flops_per_token;
   }
   MetricsOptions opts_;
   std::ofstream jsonl_;
+  std::unique_ptr<TensorBoardWriter> tb_;
   std::vector<StepRecord> all_;
   std::vector<StepRecord> interval_;
   int64_t run_peak_bytes_ = 0;  // max over logged intervals

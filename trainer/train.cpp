@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -29,17 +30,19 @@
 #include "profiling/profiler_session.h"
 #include "profiling/trace.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/hf_checkpoint.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/data/batch_stager.h"
 #include "trainer/data/dataset.h"
 #include "trainer/dry_run.h"
-#include "trainer/kernels/fused_ops.h"  // aten_cpu_is_avx512
 #include "trainer/metrics.h"
+#include "trainer/model/gemm.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/parallel/pipeline.h"
 #include "trainer/parallel/train_model.h"
 #include "trainer/runtime.h"
+#include "trainer/validate.h"
 
 namespace fs = std::filesystem;
 
@@ -86,6 +89,7 @@ int write_seed_checkpoint(const JobConfig& cfg, const Runtime& rt, TrainModel& t
   SaveGroup group{rt.env.rank, rt.env.world_size, [&rt] { rt.mesh->group("world").barrier(); }};
   ckpt.save_sharded(0, tm.checkpoint_pieces(opt, true), {{"step", 0}}, nlohmann::json::object(),
                     cfg.checkpoint.last_save_model_only, group);
+  ckpt.wait_for_save();
   if (rt.rank0())
     std::cout << "ctitan: seed checkpoint written to " << (fs::path(ckpt.folder()) / "step-0").string()
               << (cfg.checkpoint.last_save_model_only ? " (weights only)" : "") << "; not training" << std::endl;
@@ -179,10 +183,11 @@ void configure_threads() {
 class TrainLoop {
  public:
   TrainLoop(const JobConfig& cfg, Runtime& rt, TrainModel& tm, AdamW& opt, DataLoader& loader,
-            Checkpointer& ckpt, int64_t accum)
-      : cfg_(cfg), rt_(rt), tm_(tm), opt_(opt), loader_(loader), ckpt_(ckpt), accum_(accum),
+            Checkpointer& ckpt, Validator& validator, int64_t accum)
+      : cfg_(cfg), rt_(rt), tm_(tm), opt_(opt), loader_(loader), ckpt_(ckpt), validator_(validator), accum_(accum),
         non_data_parallel_(rt.shape.tp * rt.shape.cp * rt.shape.pp),
-        schedule_(cfg.training.steps, cfg.lr_scheduler.warmup_steps, cfg.lr_scheduler.decay_ratio,
+        schedule_(cfg.lr_scheduler.total_steps.value_or(cfg.training.steps), cfg.lr_scheduler.warmup_steps,
+                  cfg.lr_scheduler.decay_ratio,
                   cfg.lr_scheduler.decay_type, cfg.lr_scheduler.min_lr_factor),
         save_pieces_(tm.checkpoint_pieces(opt, true)),
         stager_(rt.device, cfg.training.local_batch_size, cfg.training.seq_len) {}
@@ -201,6 +206,7 @@ class TrainLoop {
   bool stop_requested();
   void log_float8_sqnr(int64_t step, bool last, std::string& line);
   void save_checkpoint(int64_t step);
+  void validate(int64_t step);
   nlohmann::json summary_extra(int64_t resident_bytes);
   void gather_rank_memory(nlohmann::json& extra, int64_t resident_bytes);
   void add_pipeline_bubble(nlohmann::json& extra);
@@ -211,6 +217,7 @@ class TrainLoop {
   AdamW& opt_;
   DataLoader& loader_;
   Checkpointer& ckpt_;
+  Validator& validator_;
   const int64_t accum_;
   const int64_t non_data_parallel_;  // ranks that share one rank's tokens (tp·cp·pp)
   LrSchedule schedule_;
@@ -289,7 +296,24 @@ void TrainLoop::save_checkpoint(int64_t step) {
   const bool model_only = step == cfg_.training.steps && cfg_.checkpoint.last_save_model_only;
   SaveGroup group{rt_.env.rank, rt_.env.world_size, [this] { rt_.mesh->group("world").barrier(); }};
   TraceRange r(trace_cat::kCheckpoint, "checkpoint");
+  if (step == cfg_.training.steps && cfg_.checkpoint.last_save_in_hf) {  // TorchTitan: the last save, in HF format
+    export_hf_checkpoint(ckpt_.folder(), step, save_pieces_, tm_.model().args(), hf_export_options(cfg_), group);
+    if (rt_.rank0())
+      std::cout << "ctitan: Hugging Face checkpoint written to " << ckpt_.folder() << "/step-" << step << " ("
+                << cfg_.checkpoint.export_dtype << ")" << std::endl;
+    return;
+  }
   ckpt_.save_sharded(step, save_pieces_, state, {{"data_loader", loader_.state()}}, model_only, group);
+}
+
+// [validation] after the step (outside its timing): the pass's loss on the
+// console, in metrics.jsonl and TensorBoard. Its communication is not the
+// step's: dropped from the per-step sums.
+void TrainLoop::validate(int64_t step) {
+  if (!validator_.due(step)) return;
+  const ValidationResult v = validator_.run(tm_);
+  tm_.take_comm_times();
+  metrics_->log_validation(step, v.loss, v.tokens / non_data_parallel_, v.seconds);
 }
 
 // The start-up lines: what trains, where, and (several ranks) this rank's
@@ -297,16 +321,13 @@ void TrainLoop::save_checkpoint(int64_t step) {
 void TrainLoop::print_header(const PeakFlops& peak, int64_t resident_bytes) {
   const Llama3& m = tm_.model();
   if (!peak.warning.empty() && rt_.rank0()) std::cerr << "ctitan: warning: " << peak.warning << std::endl;
-  if (rt_.rank0() && rt_.device.is_cpu() && m.compute_dtype() == at::kBFloat16 && !aten_cpu_is_avx512())
-    std::cerr << "ctitan: warning: ATen runs this CPU at " << at::get_cpu_capability()
-              << ", where bf16 GEMMs take a slow reference path; --training.mixed_precision_param float32 trains faster here"
-              << std::endl;
   std::cout << "ctitan: llama3 " << cfg_.model.flavor << ", " << count_params(m.args()).total << " params, "
             << c10::toString(m.compute_dtype()) << " on " << rt_.monitor.name() << ", activation checkpointing "
             << m.activation_checkpointing().describe() << ", " << m.techniques() << ", batch "
             << cfg_.training.local_batch_size << " x seq " << cfg_.training.seq_len << " (x" << accum_
             << " accumulation), " << at::get_num_threads() << " threads, data: " << loader_.describe() << ", peak "
             << peak.flops / 1e12 << " TFLOPs (" << peak.source << ")" << std::endl;
+  if (validator_.enabled() && rt_.rank0()) std::cout << "ctitan: validation " << validator_.describe() << std::endl;
   if (rt_.env.world_size > 1)
     std::cout << "ctitan: rank " << rt_.env.rank << "/" << rt_.env.world_size << ", " << tm_.describe() << ", mesh "
               << rt_.shape.describe() << ", parameters + gradients + optimizer state "
@@ -332,6 +353,15 @@ void TrainLoop::start_metrics(const PeakFlops& peak) {
   mo.warmup_steps = cfg_.metrics.warmup_steps;
   mo.write_files = rt_.rank0();
   mo.monitor = rt_.monitor;
+  if (cfg_.metrics.enable_tensorboard) {
+    // TorchTitan's layout; every rank names the same minute (the latest clock).
+    const bool all_ranks = cfg_.metrics.save_for_all_ranks;
+    at::Tensor now = torch::full({1}, static_cast<int64_t>(std::time(nullptr)), torch::kLong);
+    if (all_ranks) rt_.mesh->group("world").all_reduce(now, ReduceOp::kMax)->wait();
+    if (all_ranks || rt_.rank0())
+      mo.tensorboard_folder = tensorboard_folder(cfg_.job.dump_folder, cfg_.metrics.save_tb_folder,
+                                                 now.item<int64_t>(), all_ranks ? rt_.env.rank : -1);
+  }
   metrics_ = std::make_unique<MetricsLogger>(mo);
   const ProfilerOptions popts = profiler_options(cfg_, rt_);
   traces_ = popts.traces;
@@ -344,7 +374,8 @@ void TrainLoop::start_metrics(const PeakFlops& peak) {
 
 int TrainLoop::run(int64_t step, int64_t resident_bytes) {
   const int64_t B = cfg_.training.local_batch_size, S = cfg_.training.seq_len;
-  const PeakFlops peak = rt_.monitor.peak_flops(tm_.model().compute_dtype(), cfg_.metrics.peak_tflops);
+  const PeakFlops peak =
+      rt_.monitor.peak_flops(gemm_dtype(tm_.model().compute_dtype(), rt_.device), cfg_.metrics.peak_tflops);
   print_header(peak, resident_bytes);
   start_metrics(peak);
   rt_.monitor.reset_peak();
@@ -393,12 +424,15 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     // The loss is read (and averaged over the ranks) on log steps only.
     const bool read_loss = metrics_->logs_step(step, last) || step == first_step;
     const double loss = read_loss ? tm_.mean_loss(r.loss) : std::nan("");
+    const double max_loss = read_loss ? tm_.max_loss(r.loss) : std::nan("");
     std::string sqnr_line;
     log_float8_sqnr(step, last, sqnr_line);
     // TorchTitan's tps is per device: this rank's tokens over the ranks that
     // share them (the non-data-parallel size, tp·cp·pp).
-    metrics_->record({step, loss, r.grad_norm, r.lr, step_time, r.data_s, B * S * accum_ / non_data_parallel_}, last);
+    metrics_->record(
+        {step, loss, r.grad_norm, r.lr, step_time, r.data_s, B * S * accum_ / non_data_parallel_, max_loss}, last);
     if (!sqnr_line.empty()) std::cout << sqnr_line << std::endl;
+    if (!stop) validate(step);
     save_checkpoint(step);
     profiler_->step_end(step, step_time);
     if (stop) {
@@ -406,6 +440,7 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
       break;
     }
   }
+  ckpt_.wait_for_save();  // checkpoint.async_mode: the last save in flight, also after a signal
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
   profiler_->finish(step);
@@ -428,7 +463,8 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
                           {"activation_checkpoint", m.activation_checkpointing().describe()},
                           {"techniques", m.techniques()},
                           {"tokens_per_step", cfg_.training.local_batch_size * cfg_.training.seq_len * accum_},
-                          {"peak_flops_source", rt_.monitor.peak_flops(m.compute_dtype(), cfg_.metrics.peak_tflops).source},
+                          {"peak_flops_source",
+                           rt_.monitor.peak_flops(gemm_dtype(m.compute_dtype(), rt_.device), cfg_.metrics.peak_tflops).source},
                           {"world_size", rt_.env.world_size},
                           {"mesh", rt_.shape.describe()},
                           {"state_bytes", tm_.state_bytes()},
@@ -519,7 +555,15 @@ void TrainLoop::gather_rank_memory(nlohmann::json& extra, int64_t resident_bytes
 int train(const JobConfig& cfg) {
   install_accounting_allocator();
   check_run_options(cfg);
+  if (cfg.debug.deterministic) {  // TorchTitan's set_determinism
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
+    at::globalContext().setDeterministicAlgorithms(true, cfg.debug.deterministic_warn_only);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+  }
   Runtime rt = init_runtime(cfg);
+  if (rt.rank0())
+    for (const std::string& line : config_warnings(cfg)) std::cerr << line << std::endl;
   const LlamaArgs args = llama3_flavor(cfg.model.flavor);
   const int64_t accum = accumulation_steps(cfg, rt);
   std::unique_ptr<TrainModel> tm = parallelize_llama(args, rt, cfg);
@@ -532,8 +576,12 @@ int train(const JobConfig& cfg) {
   if (cfg.checkpoint.create_seed_checkpoint) return write_seed_checkpoint(cfg, rt, *tm, optimizer);
 
   auto loader = build_data_loader(cfg, args, rt);
+  Validator validator(cfg, args, rt);
   Checkpointer checkpointer(cfg.checkpoint, cfg.job.dump_folder);
-  const int64_t step = resume(checkpointer, tm->checkpoint_pieces(optimizer, false), *loader, rt);
+  const TensorPieces load_pieces = tm->checkpoint_pieces(optimizer, false);
+  const int64_t step = initial_load_hf(cfg, checkpointer, args, load_pieces, rt.rank0())
+                           ? 0
+                           : resume(checkpointer, load_pieces, *loader, rt);
   {
     MemoryCategoryScope mem(MemoryCategory::kParameters);  // FSDP: the compute copy of the shard
     tm->begin_step();
@@ -551,7 +599,7 @@ int train(const JobConfig& cfg) {
     if (rt.device.is_cuda()) env["nccl_version"] = nccl_version();
     write_text_atomically(dump / "env.json", env.dump(2) + "\n");
   }
-  TrainLoop loop(cfg, rt, *tm, optimizer, *loader, checkpointer, accum);
+  TrainLoop loop(cfg, rt, *tm, optimizer, *loader, checkpointer, validator, accum);
   return loop.run(step, resident_bytes);
 }
 

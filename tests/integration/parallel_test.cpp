@@ -33,6 +33,7 @@ namespace ctitan {
 namespace {
 
 constexpr int kSteps = 10, kGlobalBatch = 8, kSeq = 64;
+constexpr int kValidationBatch = 4;  // sequences per validation batch over all data-parallel ranks
 
 struct Layout {
   std::string name;
@@ -56,15 +57,21 @@ std::vector<std::string> train_args(const Layout& l, const fs::path& dump, int s
       "--parallelism.data_parallel_shard_degree", std::to_string(l.shard), "--parallelism.tensor_parallel_degree",
       std::to_string(l.tp), "--parallelism.pipeline_parallel_degree", std::to_string(l.pp),
       "--parallelism.context_parallel_degree", std::to_string(l.cp), "--job.dump_folder",
-      dump.string()};
+      dump.string(),
+      // [validation] at steps 1, 5 and 10: the same loss in every layout.
+      "--validation.enable", "--validation.dataset", "markov", "--validation.freq", "5", "--validation.steps", "2",
+      "--validation.seq_len", std::to_string(kSeq), "--validation.local_batch_size",
+      std::to_string(kValidationBatch / l.dp())};
   a.insert(a.end(), rest.begin(), rest.end());
   a.insert(a.end(), l.extra.begin(), l.extra.end());
   return a;
 }
 
-std::map<int64_t, double> losses(const fs::path& dump) {
+// metrics.jsonl's `key` per step: "loss" (training steps) or "validation_loss".
+std::map<int64_t, double> losses(const fs::path& dump, const char* key = "loss") {
   std::map<int64_t, double> out;
-  for (const auto& row : read_jsonl(dump / "metrics.jsonl")) out[row.at("step").get<int64_t>()] = row.at("loss");
+  for (const auto& row : read_jsonl(dump / "metrics.jsonl"))
+    if (row.contains(key)) out[row.at("step").get<int64_t>()] = row.at(key);
   return out;
 }
 
@@ -100,6 +107,8 @@ class DataParallelRun : public ::testing::Test {
     auto r = run_ctitan(train_args({"single"}, *root_ / "single", kSteps));
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     reference_ = new std::map<int64_t, double>(losses(*root_ / "single"));
+    validation_reference_ = new std::map<int64_t, double>(losses(*root_ / "single", "validation_loss"));
+    ASSERT_EQ(validation_reference_->size(), 3u) << "validation at steps 1, 5 and 10";
   }
   static void TearDownTestSuite() {
     unsetenv("OMP_NUM_THREADS");
@@ -112,6 +121,12 @@ class DataParallelRun : public ::testing::Test {
     auto r = run_ctitan(train_args(layout, dump, kSteps));
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     expect_same_losses(dump, 1);
+    const auto validation = losses(dump, "validation_loss");
+    EXPECT_EQ(validation.size(), validation_reference_->size()) << dump;
+    for (const auto& [step, want] : *validation_reference_) {
+      ASSERT_TRUE(validation.count(step)) << dump << " has no validation loss at step " << step;
+      EXPECT_NEAR(validation.at(step), want, 1e-5 * want) << dump << " validation at step " << step;
+    }
     expect_same_state(final_state(dump), final_state(*root_ / "single"));
     const auto summary = read_json(dump / "summary.json");
     EXPECT_EQ(summary.at("world_size"), layout.world());
@@ -160,9 +175,11 @@ class DataParallelRun : public ::testing::Test {
 
   static fs::path* root_;
   static std::map<int64_t, double>* reference_;
+  static std::map<int64_t, double>* validation_reference_;
 };
 fs::path* DataParallelRun::root_ = nullptr;
 std::map<int64_t, double>* DataParallelRun::reference_ = nullptr;
+std::map<int64_t, double>* DataParallelRun::validation_reference_ = nullptr;
 
 TEST_F(DataParallelRun, Fsdp2MatchesSingleProcess) { expect_matches_single_process({"fsdp2", 1, 2}); }
 TEST_F(DataParallelRun, Fsdp4MatchesSingleProcess) { expect_matches_single_process({"fsdp4", 1, 4}); }

@@ -37,8 +37,11 @@ inline std::string source_dir() {
 
 // Runs `ctitan args...`. on_stdout_line sees each stdout line as it arrives
 // and may signal the child through the pid it is given.
-inline ProcessResult run_ctitan(const std::vector<std::string>& args,
-                                const std::function<void(const std::string&, pid_t)>& on_stdout_line = {}) {
+// Runs argv[0] (a path) with its arguments, no shell; `cwd`: the child's
+// working directory (empty: this process's).
+inline ProcessResult run_program(const std::vector<std::string>& argv_in,
+                                 const std::function<void(const std::string&, pid_t)>& on_stdout_line = {},
+                                 const std::string& cwd = "") {
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return {};
   const pid_t pid = fork();
@@ -47,8 +50,8 @@ inline ProcessResult run_ctitan(const std::vector<std::string>& args,
     dup2(err_pipe[1], 2);
     close(out_pipe[0]);
     close(err_pipe[0]);
-    std::vector<std::string> full{ctitan_bin()};
-    full.insert(full.end(), args.begin(), args.end());
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
+    std::vector<std::string> full = argv_in;
     std::vector<char*> argv;
     for (auto& a : full) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -79,6 +82,33 @@ inline ProcessResult run_ctitan(const std::vector<std::string>& args,
   waitpid(pid, &status, 0);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+inline ProcessResult run_ctitan(const std::vector<std::string>& args,
+                                const std::function<void(const std::string&, pid_t)>& on_stdout_line = {},
+                                const std::string& cwd = "") {
+  std::vector<std::string> argv{ctitan_bin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv, on_stdout_line, cwd);
+}
+
+// The project's venv Python: the tests' readers of ctitan's files
+// (tensorboard, transformers; scripts/requirements-test.txt).
+inline std::string venv_python() {
+  return (std::filesystem::absolute(source_dir()) / ".venv" / "bin" / "python").string();
+}
+
+// Whether venv_python() imports every module of `modules` ("a, b").
+inline bool python_has(const std::string& modules) {
+  if (!std::filesystem::exists(venv_python())) return false;
+  return run_program({venv_python(), "-c", "import " + modules}).exit_code == 0;
+}
+
+// Runs tests/tools/<script> with `args` under venv_python().
+inline ProcessResult run_python_tool(const std::string& script, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{venv_python(), (std::filesystem::absolute(source_dir()) / "tests" / "tools" / script).string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv);
 }
 
 inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p) {

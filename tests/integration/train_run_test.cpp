@@ -7,6 +7,8 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 
 #include "tests/integration/process.h"
 
@@ -22,6 +24,21 @@ std::vector<std::string> tiny_run(const fs::path& dump, int steps) {
   return {"train", "--model.flavor", "tiny", "--training.seq_len", "32", "--training.local_batch_size", "4",
           "--training.steps", std::to_string(steps), "--metrics.log_freq", "1", "--lr_scheduler.warmup_steps", "2",
           "--metrics.peak_tflops", "1", "--job.dump_folder", dump.string()};
+}
+
+// The uninterrupted run's `steps` losses, bit for bit, in the interrupted
+// and resumed run's metrics.jsonl (the last value logged for a step wins).
+void expect_same_losses(const fs::path& full, const fs::path& split, size_t steps) {
+  std::map<int64_t, double> resumed;
+  for (const auto& row : read_jsonl(split / "metrics.jsonl"))
+    resumed[row["step"].get<int64_t>()] = row["loss"].get<double>();
+  const auto a = read_jsonl(full / "metrics.jsonl");
+  ASSERT_EQ(a.size(), steps);
+  for (const auto& row : a) {
+    const int64_t step = row["step"];
+    ASSERT_TRUE(resumed.count(step)) << "step " << step;
+    EXPECT_EQ(row["loss"].get<double>(), resumed[step]) << "step " << step;
+  }
 }
 
 TEST(TrainRun, WritesTheRunDirectory) {
@@ -105,16 +122,7 @@ TEST(TrainRun, ResumeAfterInterruptIsBitExact) {
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
   EXPECT_NE(r2.out.find("resumed from"), std::string::npos) << r2.out;
 
-  auto a = read_jsonl(full / "metrics.jsonl");
-  auto b = read_jsonl(split / "metrics.jsonl");
-  std::map<int64_t, double> resumed;  // the last value logged for each step wins
-  for (const auto& row : b) resumed[row["step"].get<int64_t>()] = row["loss"].get<double>();
-  ASSERT_EQ(a.size(), 10u);
-  for (const auto& row : a) {
-    const int64_t step = row["step"];
-    ASSERT_TRUE(resumed.count(step)) << "step " << step;
-    EXPECT_EQ(row["loss"].get<double>(), resumed[step]) << "step " << step;
-  }
+  expect_same_losses(full, split, 10);
 }
 
 // checkpoint.create_seed_checkpoint writes step 0 and exits; a run that
@@ -238,6 +246,134 @@ TEST(TrainBadInputFiles, CorruptCheckpointIsDetectedByChecksum) {
   auto r = run_ctitan(args);
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("checksum"), std::string::npos) << r.err;
+}
+
+// --- TorchTitan keys ctitan implements or refuses (issue 17) ---
+
+// Every file of a step folder, by name, as bytes.
+std::map<std::string, std::string> step_files(const fs::path& step_dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(step_dir)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    out[e.path().filename().string()].assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return out;
+}
+
+std::vector<std::string> with_checkpoints(std::vector<std::string> a, const std::string& interval,
+                                          const std::string& async_mode) {
+  for (std::string s : {"--checkpoint.enable", "--checkpoint.interval", interval.c_str(),
+                        "--checkpoint.no_last_save_model_only", "--checkpoint.async_mode", async_mode.c_str()})
+    a.push_back(s);
+  return a;
+}
+
+// checkpoint.async_mode: the checkpoints an asynchronous run leaves are the
+// synchronous run's, byte for byte — one process, and FSDP 2 (whose ranks
+// finish each save with barriers on the main thread).
+TEST(TrainRunKeys, AsyncCheckpointFilesEqualSyncOnes) {
+  for (const int nproc : {1, 2}) {
+    SCOPED_TRACE("nproc " + std::to_string(nproc));
+    const std::string async_mode = nproc == 1 ? "async" : "async_with_pinned_mem";
+    auto sync_dir = fresh_dir("ckpt_sync_" + std::to_string(nproc));
+    auto async_dir = fresh_dir("ckpt_async_" + std::to_string(nproc));
+    auto args = [&](const fs::path& dir, const std::string& mode) {
+      auto a = with_checkpoints(tiny_run(dir, 6), "2", mode);
+      if (nproc == 2)
+        a.insert(a.end(), {"--nproc", "2", "--parallelism.data_parallel_shard_degree", "2",
+                           "--training.local_batch_size", "2"});
+      return a;
+    };
+    auto r_sync = run_ctitan(args(sync_dir, "disabled"));
+    ASSERT_EQ(r_sync.exit_code, 0) << r_sync.out << r_sync.err;
+    auto r_async = run_ctitan(args(async_dir, async_mode));
+    ASSERT_EQ(r_async.exit_code, 0) << r_async.out << r_async.err;
+    for (const std::string step : {"step-2", "step-4", "step-6"}) {
+      const auto a = step_files(sync_dir / "checkpoint" / step), b = step_files(async_dir / "checkpoint" / step);
+      EXPECT_EQ(a.size(), 1u + 2u * nproc) << step;
+      EXPECT_TRUE(a == b) << step << ": the asynchronous checkpoint differs from the synchronous one";
+    }
+    for (const auto& e : fs::directory_iterator(async_dir / "checkpoint"))
+      EXPECT_EQ(e.path().filename().string().rfind(".step", 0), std::string::npos) << e.path();
+  }
+}
+
+// SIGTERM while the step-4 checkpoint is being written in the background:
+// the run waits for it before exiting, and resuming from it logs the
+// uninterrupted run's losses bit for bit.
+TEST(TrainRunKeys, ResumeFromAsyncCheckpointIsBitExact) {
+  auto full = fresh_dir("async_full"), split = fresh_dir("async_split");
+  auto r_full = run_ctitan(with_checkpoints(tiny_run(full, 10), "4", "disabled"));
+  ASSERT_EQ(r_full.exit_code, 0) << r_full.err;
+  bool signalled = false;
+  auto r1 = run_ctitan(with_checkpoints(tiny_run(split, 10), "4", "async"), [&](const std::string& line, pid_t pid) {
+    if (!signalled && line.find("step:  4") != std::string::npos) {
+      kill(pid, SIGTERM);
+      signalled = true;
+    }
+  });
+  ASSERT_TRUE(signalled);
+  ASSERT_EQ(r1.exit_code, 130) << r1.out << r1.err;
+  ASSERT_TRUE(fs::exists(split / "checkpoint" / "step-4" / "metadata.json"));
+  auto r2 = run_ctitan(with_checkpoints(tiny_run(split, 10), "4", "async"));
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_NE(r2.out.find("resumed from"), std::string::npos) << r2.out;
+  EXPECT_TRUE(step_files(full / "checkpoint" / "step-10") == step_files(split / "checkpoint" / "step-10"));
+  expect_same_losses(full, split, 10);
+}
+
+// checkpoint.load_only: resumes from the newest checkpoint, saves nothing.
+// (With debug.deterministic, which only has to run here.)
+TEST(TrainRunKeys, LoadOnlyResumesAndNeverSaves) {
+  auto dir = fresh_dir("load_only");
+  ASSERT_EQ(run_ctitan(with_checkpoints(tiny_run(dir, 4), "2", "disabled")).exit_code, 0);
+  auto args = with_checkpoints(tiny_run(dir, 6), "2", "disabled");
+  args.push_back("--checkpoint.load_only");
+  args.push_back("--debug.deterministic");  // ATen's deterministic algorithms: every op here has one
+  auto r = run_ctitan(args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+  std::vector<std::string> steps;
+  for (const auto& e : fs::directory_iterator(dir / "checkpoint")) steps.push_back(e.path().filename().string());
+  std::sort(steps.begin(), steps.end());
+  EXPECT_EQ(steps, (std::vector<std::string>{"step-2", "step-4"}));
+}
+
+// A key without effect set to a non-default value: one warning line each,
+// on rank 0 only; none at the defaults. lr_scheduler.total_steps is acted
+// on: the schedule spans 8 steps in a 4-step run.
+TEST(TrainRunKeys, InertKeysWarnOnceAndTotalStepsShapesTheSchedule) {
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  auto plain = fresh_dir("warn_none");
+  auto r0 = run_ctitan(tiny_run(plain, 4));
+  ASSERT_EQ(r0.exit_code, 0) << r0.err;
+  EXPECT_EQ(count(r0.err, "has no effect"), 0u) << r0.err;
+
+  auto dir = fresh_dir("warn_two");
+  auto args = tiny_run(dir, 4);
+  args.insert(args.end(), {"--training.gc_freq", "10", "--metrics.enable_wandb", "--lr_scheduler.total_steps", "8",
+                           "--nproc", "2"});
+  auto r = run_ctitan(args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(count(r.err, "has no effect"), 2u) << r.err;
+  EXPECT_EQ(count(r.err, "ctitan: warning: training.gc_freq = 10 has no effect: "), 1u) << r.err;
+  EXPECT_EQ(count(r.err, "ctitan: warning: metrics.enable_wandb = true has no effect: "), 1u) << r.err;
+  // warmup 2 of 8 steps, then linear decay over 6: step 4's factor is 1 - 2/7.
+  const auto rows = read_jsonl(dir / "metrics.jsonl");
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_NEAR(rows[3]["lr"].get<double>(), 8e-4 * 5.0 / 7.0, 1e-12);
+  EXPECT_NEAR(read_jsonl(plain / "metrics.jsonl")[3]["lr"].get<double>(), 8e-4 / 3.0, 1e-12);
+}
+
+TEST(TrainRunKeys, FullBf16TrainingIsRefusedWithWhatToUse) {
+  auto dir = fresh_dir("dtype_bf16");
+  auto args = tiny_run(dir, 2);
+  args.insert(args.end(), {"--training.dtype", "bfloat16"});
+  ctitan::testing::expect_one_line_exit2(run_ctitan(args), "training.mixed_precision_param = \"bfloat16\"");
 }
 
 }  // namespace

@@ -245,13 +245,13 @@ TEST_F(ConfigFiles, ConfigTomlValidationErrorNamesFileLine) {
 TEST_F(ConfigFiles, ConfigTomlUnsupportedTorchTitanKeys) {
   // Sub-keys of a disabled feature are inert and accepted at any value.
   const JobConfig c = load_toml_file(write(
-      "ok.toml", "[validation]\nenable = false\nfreq = 500\n[compile]\nbackend = \"aot_eager\"\n"));
-  EXPECT_EQ(c.validation.freq, 500);
+      "ok.toml", "[fault_tolerance]\nenable = false\nreplica_id = 3\n[compile]\nbackend = \"aot_eager\"\n"));
+  EXPECT_EQ(c.fault_tolerance.replica_id, 3);
   EXPECT_EQ(c.compile.backend, "aot_eager");
   // Switching the feature on is refused with the key and its line.
-  const std::string on = write("on.toml", "[validation]\nfreq = 5\nenable = true\n");
+  const std::string on = write("on.toml", "[fault_tolerance]\nreplica_id = 1\nenable = true\n");
   const std::string msg = error_of([&] { load_toml_file(on); });
-  EXPECT_NE(msg.find(on + ":3: validation.enable is not supported by ctitan"), std::string::npos)
+  EXPECT_NE(msg.find(on + ":3: fault_tolerance.enable is not supported by ctitan"), std::string::npos)
       << msg;
   EXPECT_NE(error_of([&] {
               load_toml_file(write("d.toml", "[training]\ndtype = \"bfloat16\"\n"));

@@ -58,7 +58,7 @@ TEST(ConfigValidate, RejectsImpossibleValues) {
       {"metrics.log_freq", "0", "metrics.log_freq must be > 0"},
       {"checkpoint.interval", "0", "checkpoint.interval must be > 0"},
       {"checkpoint.keep_latest_k", "-1", "checkpoint.keep_latest_k must be >= 0"},
-      {"training.dataset", "c4", "training.dataset must be one of synthetic|markov|text|bin"},
+      {"training.dataset", "fineweb", "training.dataset must be one of synthetic|markov|text|bin|c4|c4_test|c4_validation"},
       {"training.dataset", "text",
        "training.dataset_path is required when training.dataset is "
        "\"text\""},
@@ -74,6 +74,14 @@ TEST(ConfigValidate, RejectsImpossibleValues) {
       {"fault_tolerance.enable", "true", "fault_tolerance.enable is not supported by ctitan"},
       {"memory_estimation.enable", "true", "memory_estimation.enable is not supported by ctitan"},
       {"model.tokenizer_path", "t.model", "model.tokenizer_path is not supported by ctitan"},
+      {"training.dtype", "bfloat16",
+       "config error: training.dtype is not supported by ctitan: full-bf16 training (no float32 master weights) is "
+       "not implemented: parameters, gradients and AdamW state stay float32; training.mixed_precision_param = "
+       "\"bfloat16\" (the default) runs forward and backward in bf16; only the default \"float32\" is accepted, "
+       "got \"bfloat16\""},
+      {"training.mixed_precision_reduce", "bfloat16",
+       "training.mixed_precision_reduce must be one of float32, got \"bfloat16\""},
+      {"lr_scheduler.total_steps", "0", "lr_scheduler.total_steps must be > 0, got 0"},
   };
   for (const BadValue& b : cases) {
     JobConfig c;

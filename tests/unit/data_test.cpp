@@ -2,6 +2,7 @@
 // state(), disjoint data-parallel windows, file formats and their errors.
 // Expected windows are computed here from the files' contents directly.
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -312,6 +313,84 @@ TEST(DataText, ResumesExactlyAndStridesRanks) {
   expect_dp_strided(c.opts(2, 13), 3, 4);
 }
 
+// gzip with zlib's own file writer (not the reader under test): one
+// member per entry of `members`, concatenated as `cat a.gz b.gz` does.
+std::string gzip_members(const std::vector<std::string>& members) {
+  std::string out;
+  for (const std::string& m : members) {
+    z_stream zs{};
+    EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    std::string buf(deflateBound(&zs, m.size()) + 64, '\0');
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(m.data()));
+    zs.avail_in = static_cast<uInt>(m.size());
+    zs.next_out = reinterpret_cast<Bytef*>(buf.data());
+    zs.avail_out = static_cast<uInt>(buf.size());
+    EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    buf.resize(zs.total_out);
+    deflateEnd(&zs);
+    out += buf;
+  }
+  return out;
+}
+
+std::string jsonl_text(const std::vector<std::string>& docs) {
+  std::string text;
+  for (const std::string& d : docs) text += nlohmann::json({{"text", d}, {"url", "https://x"}}).dump() + "\n";
+  return text;
+}
+
+// C4 as published: .json.gz shards of {"text", "timestamp", "url"} lines,
+// read in name order, each document BOS + tokens + EOS, resumable anywhere.
+TEST(DataText, C4GzipShardsReadInNameOrderAndResume) {
+  TextCorpus c;
+  std::vector<std::string> a, b;
+  for (int i = 0; i < 30; ++i) a.push_back("shard zero document " + std::to_string(i));
+  for (int i = 0; i < 30; ++i) b.push_back("shard one, text " + std::to_string(i) + " of C4");
+  // Written out of order; two gzip members in the second shard.
+  c.dir.write("corpus/c4-train.00001-of-01024.json.gz",
+              gzip_members({jsonl_text({b.begin(), b.begin() + 11}), jsonl_text({b.begin() + 11, b.end()})}));
+  c.dir.write("corpus/c4-train.00000-of-01024.json.gz", gzip_members({jsonl_text(a)}));
+  for (const std::string& d : a) c.add_doc(d);
+  for (const std::string& d : b) c.add_doc(d);
+  for (const char* name : {"c4", "c4_test", "c4_validation", "text"}) {
+    DataOptions o = c.opts(2, 31);
+    o.dataset = name;
+    auto loader = make_data_loader(o);
+    EXPECT_NE(loader->describe().find("2 file(s)"), std::string::npos) << loader->describe();
+    expect_windows(*loader, c, 31, 40);  // past the end of both shards: a second epoch
+  }
+  for (int k : {0, 5, 17, 29}) expect_exact_resume(c.opts(2, 31), k, 3);  // 17: inside the second member
+  expect_dp_strided(c.opts(2, 31), 2, 5);
+}
+
+TEST(DataText, CorruptGzipNamesFileAndCompressedOffset) {
+  TextCorpus c;
+  std::vector<std::string> docs;
+  for (int i = 0; i < 400; ++i) docs.push_back("document " + std::to_string(i) + " with some words in it");
+  const std::string gz = gzip_members({jsonl_text(docs)});
+  ASSERT_GT(gz.size(), 1000u);
+  std::string bad = gz;
+  for (size_t i = 600; i < 640; ++i) bad[i] = static_cast<char>(bad[i] ^ 0x5A);
+  const std::string path = c.dir.write("corpus/c4-train.00000-of-01024.json.gz", bad);
+  DataOptions o = c.opts(4, 63);
+  o.dataset = "c4";
+  expect_input_error(
+      [&] {
+        auto loader = make_data_loader(o);
+        TokenBatch b;
+        for (int i = 0; i < 100; ++i) loader->next(b);
+      },
+      {path + ": corrupt gzip data at compressed byte ", "download it again"});
+  c.dir.write("corpus/c4-train.00000-of-01024.json.gz", gz.substr(0, gz.size() / 2));  // cut short
+  expect_input_error(
+      [&] {
+        auto loader = make_data_loader(o);
+        TokenBatch b;
+        for (int i = 0; i < 100; ++i) loader->next(b);
+      },
+      {path + ": corrupt gzip data at compressed byte " + std::to_string(gz.size() / 2), "unexpected end of file"});
+}
+
 TEST(DataText, SharedTokenizerVocabMismatch) {
   const char* src = std::getenv("CTITAN_SOURCE_DIR");
   const fs::path shared = fs::path(src ? src : ".") / ".." / "shared" / "data";
@@ -350,7 +429,7 @@ TEST(DataText, BadFilesStatesAndVocabAreInputErrors) {
   expect_input_error([&] { make_data_loader(o); }, {o.path, "no such file or folder"});
   o.path = c.dir.sub("empty");
   fs::create_directories(o.path);
-  expect_input_error([&] { make_data_loader(o); }, {o.path, "no *.txt, *.jsonl, *.json files"});
+  expect_input_error([&] { make_data_loader(o); }, {o.path, "no *.txt, *.jsonl, *.json, *.txt.gz, *.jsonl.gz, *.json.gz files"});
   o = c.opts(1, 4);
   o.tokenizer_path.clear();
   expect_input_error([&] { make_data_loader(o); }, {"needs a tokenizer"});

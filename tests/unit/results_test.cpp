@@ -371,6 +371,36 @@ TEST(Results, ReingestReplacesTheRunsRows) {
   EXPECT_EQ(f.db.env(other).size(), 8u);
 }
 
+// [validation] lines go to their own table and leave the step rows alone.
+TEST(Results, ValidationLinesBecomeValidationRows) {
+  OneRun f("validation");
+  write_file(f.run_dir / "metrics.jsonl",
+             std::string(kMetricsLines[0]) + "\n" +
+                 R"({"step": 1, "validation_loss": 7.25, "validation_perplexity": 1408.1, "validation_tokens": 512, )"
+                 R"("validation_time_s": 0.5, "validation_tps": 1024.0, "validation_mem_peak_bytes": 4096})" + "\n" +
+                 kMetricsLines[1] + "\n" + kMetricsLines[2] + "\n" +
+                 R"({"step": 3, "validation_loss": 6.5, "validation_perplexity": 665.14, "validation_tokens": 512, )"
+                 R"("validation_time_s": 0.25, "validation_tps": 2048.0, "validation_mem_peak_bytes": 2048})" + "\n");
+  const IngestReport rep = f.ingest();
+  EXPECT_EQ(rep.steps, 3);
+  EXPECT_EQ(rep.validations, 2);
+  const auto steps = f.db.steps(f.id);
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(steps[0]["loss"], 10.5);  // not replaced by the validation line of step 1
+  const auto v = f.db.validation(f.id);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0]["step"], 1);
+  EXPECT_EQ(v[0]["loss"], 7.25);
+  EXPECT_EQ(v[0]["perplexity"], 1408.1);
+  EXPECT_EQ(v[0]["tokens"], 512);
+  EXPECT_EQ(v[0]["time_s"], 0.5);
+  EXPECT_EQ(v[0]["tps"], 1024.0);
+  EXPECT_EQ(v[0]["mem_peak_bytes"], 4096);
+  EXPECT_EQ(v[1]["loss"], 6.5);
+  f.ingest();  // a re-ingest replaces, not duplicates
+  EXPECT_EQ(f.db.validation(f.id).size(), 2u);
+}
+
 TEST(Results, IngestOfATruncatedRunStoresWhatIsThereAndSaysPartial) {
   OneRun f("truncated");
   const std::string third = kMetricsLines[2];
@@ -540,10 +570,10 @@ INSTANTIATE_TEST_SUITE_P(
                     "not a ctitan results database (tables: photos)"},
         ForeignFile{"newer_schema",
                     [](const fs::path& p) {
-                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (5);"
+                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (6);"
                              "CREATE TABLE runs(id INTEGER PRIMARY KEY, shiny_new_column TEXT);");
                     },
-                    "newer ctitan (results schema v5, this ctitan reads up to v4)"},
+                    "newer ctitan (results schema v6, this ctitan reads up to v5)"},
         ForeignFile{"newer_schema_in_wal_mode",
                     [](const fs::path& p) {
                       sql(p, "PRAGMA journal_mode=WAL; CREATE TABLE schema_version(version INTEGER);"

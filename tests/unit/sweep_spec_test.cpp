@@ -341,6 +341,7 @@ TEST(PointKey, EveryOtherKeyChangesTheKey) {
     else if (auto* d = std::get_if<double>(&v)) v = *d * 2 + 1;
     else if (auto* s = std::get_if<std::string>(&v)) v = *s + "x";
     else if (auto* l = std::get_if<std::vector<std::string>>(&v)) l->push_back("x"), v = *l;
+    else if (std::holds_alternative<std::optional<int64_t>>(v)) v = std::optional<int64_t>(7);
     else v = std::optional<double>(0.25);
     f.set(cfg, v);
     EXPECT_TRUE(keys.insert(point_key(cfg, 1, this_build().id)).second) << f.key << " did not change the key";

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <zlib.h>
 
@@ -106,7 +107,7 @@ Checkpointer::Checkpointer(const CheckpointSection& cfg, const std::string& dump
     : cfg_(cfg), folder_((fs::path(dump_folder) / cfg.folder).string()) {}
 
 bool Checkpointer::should_save(int64_t step, int64_t last_step) const {
-  if (!cfg_.enable) return false;
+  if (!cfg_.enable || cfg_.load_only) return false;
   if (step == 1 && cfg_.enable_first_step_checkpoint) return true;
   return step % cfg_.interval == 0 || step == last_step;
 }
@@ -129,30 +130,22 @@ TensorPieces whole_tensors(const NamedTensors& tensors) {
   return pieces;
 }
 
-void Checkpointer::save_sharded(int64_t step, const TensorPieces& pieces, const nlohmann::json& train_state,
-                        const nlohmann::json& rank_state, bool model_only, const SaveGroup& group) {
-  auto barrier = [&] {
-    if (group.world > 1) group.barrier();
-  };
-  const fs::path final_dir = fs::path(folder_) / ("step-" + std::to_string(step));
-  // One temporary folder for all ranks; it becomes step-<N> only once every
-  // rank's file is complete, so a crash never leaves a half-written step.
-  const fs::path tmp_dir = fs::path(folder_) / (".step-" + std::to_string(step) + ".tmp");
-  if (group.rank == 0) {
-    fs::create_directories(folder_);
-    fs::remove_all(tmp_dir);
-    fs::create_directories(tmp_dir);
-  }
-  barrier();
+namespace {
 
-  const std::string bin = "rank" + std::to_string(group.rank) + ".bin";
+// This rank's rank<R>.bin and rank<R>.json in `tmp_dir`, fsync'ed. Given
+// contiguous CPU tensors it is file I/O only, so it may run on a background
+// thread.
+void write_rank_files(const fs::path& tmp_dir, int rank, const TensorPieces& pieces, const nlohmann::json& rank_state,
+                      bool model_only) {
+  const std::string bin = "rank" + std::to_string(rank) + ".bin";
   nlohmann::json index = nlohmann::json::array();
   {
     std::ofstream out(tmp_dir / bin, std::ios::binary);
     int64_t offset = 0;
     for (const auto& p : pieces) {
       if (model_only && p.name.rfind("model.", 0) != 0) continue;
-      const at::Tensor c = p.tensor.contiguous().cpu();  // no copy for a contiguous CPU tensor
+      // A snapshot is already contiguous on the host: no ATen call on the writer thread.
+      const at::Tensor c = p.tensor.is_cpu() && p.tensor.is_contiguous() ? p.tensor : p.tensor.contiguous().cpu();
       const auto nbytes = static_cast<int64_t>(c.nbytes());
       out.write(static_cast<const char*>(c.data_ptr()), nbytes);
       index.push_back({{"name", p.name},
@@ -168,7 +161,7 @@ void Checkpointer::save_sharded(int64_t step, const TensorPieces& pieces, const 
     }
     if (!out) throw std::runtime_error("checkpoint: writing " + (tmp_dir / bin).string() + " failed");
   }
-  const fs::path rank_json = tmp_dir / ("rank" + std::to_string(group.rank) + ".json");
+  const fs::path rank_json = tmp_dir / ("rank" + std::to_string(rank) + ".json");
   {
     std::ofstream out(rank_json);
     out << nlohmann::json{{"tensors", index}, {"rank_state", rank_state}}.dump(1) << "\n";
@@ -176,15 +169,116 @@ void Checkpointer::save_sharded(int64_t step, const TensorPieces& pieces, const 
   }
   fsync_path(tmp_dir / bin);
   fsync_path(rank_json);
-  barrier();
+}
 
+// A copy of the pieces to save that training cannot change: contiguous CPU
+// tensors, in page-locked memory from a GPU when `pinned`.
+TensorPieces snapshot(const TensorPieces& pieces, bool model_only, bool pinned) {
+  torch::NoGradGuard no_grad;
+  TensorPieces out;
+  for (const auto& p : pieces) {
+    if (model_only && p.name.rfind("model.", 0) != 0) continue;
+    at::Tensor copy;
+    if (p.tensor.is_cpu()) {
+      copy = p.tensor.clone(at::MemoryFormat::Contiguous);
+    } else {
+      copy = at::empty(p.tensor.sizes(), p.tensor.options().device(at::kCPU).pinned_memory(pinned));
+      copy.copy_(p.tensor);
+    }
+    out.push_back({p.name, copy, p.global_shape, p.offsets});
+  }
+  return out;
+}
+
+}  // namespace
+
+// A save whose rank files a background thread is writing.
+struct Checkpointer::PendingSave {
+  int64_t step = 0;
+  fs::path tmp_dir, final_dir;
+  nlohmann::json train_state;
+  bool model_only = false;
+  SaveGroup group;
+  TensorPieces files;  // the snapshot the writer reads (freed on the calling thread, at the wait)
+  nlohmann::json rank_state;
+  std::thread writer;
+  std::exception_ptr error;  // what the writer threw
+};
+
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+void Checkpointer::save_sharded(int64_t step, const TensorPieces& pieces, const nlohmann::json& train_state,
+                                const nlohmann::json& rank_state, bool model_only, const SaveGroup& group) {
+  wait_for_save();
+  auto save = std::make_unique<PendingSave>();
+  save->step = step;
+  save->final_dir = fs::path(folder_) / ("step-" + std::to_string(step));
+  // One temporary folder for all ranks; it becomes step-<N> only once every
+  // rank's file is complete, so a crash never leaves a half-written step.
+  save->tmp_dir = fs::path(folder_) / (".step-" + std::to_string(step) + ".tmp");
+  save->train_state = train_state;
+  save->model_only = model_only;
+  save->group = group;
   if (group.rank == 0) {
+    fs::create_directories(folder_);
+    fs::remove_all(save->tmp_dir);
+    fs::create_directories(save->tmp_dir);
+  }
+  if (group.world > 1) group.barrier();
+
+  if (cfg_.async_mode == "disabled") {
+    write_rank_files(save->tmp_dir, group.rank, pieces, rank_state, model_only);
+    finish_save(*save);
+    return;
+  }
+  save->files = snapshot(pieces, model_only, cfg_.async_mode == "async_with_pinned_mem");
+  save->rank_state = rank_state;
+  PendingSave* s = save.get();
+  s->writer = std::thread([s] {
+    try {
+      write_rank_files(s->tmp_dir, s->group.rank, s->files, s->rank_state, s->model_only);
+    } catch (...) {
+      s->error = std::current_exception();
+    }
+  });
+  pending_ = std::move(save);
+}
+
+void Checkpointer::wait_for_save() {
+  if (!pending_) return;
+  std::unique_ptr<PendingSave> save = std::move(pending_);
+  save->writer.join();
+  if (save->error) {
+    const std::string what = "checkpoint: the asynchronous save of step " + std::to_string(save->step) + " failed: ";
+    try {
+      std::rethrow_exception(save->error);
+    } catch (const InputError& e) {
+      throw InputError(what + e.what());
+    } catch (const std::exception& e) {
+      throw std::runtime_error(what + e.what());
+    }
+  }
+  finish_save(*save);
+}
+
+// Every rank's files are complete: rank 0 writes the metadata, renames the
+// folder into place and prunes to keep_latest_k.
+void Checkpointer::finish_save(PendingSave& save) {
+  const SaveGroup& group = save.group;
+  auto barrier = [&] {
+    if (group.world > 1) group.barrier();
+  };
+  barrier();
+  if (group.rank == 0) {
+    const fs::path& tmp_dir = save.tmp_dir;
     nlohmann::json meta;
     meta["format"] = kFormat;
-    meta["step"] = step;
-    meta["model_only"] = model_only;
+    meta["step"] = save.step;
+    meta["model_only"] = save.model_only;
     meta["world_size"] = group.world;
-    meta["train_state"] = train_state;
+    meta["train_state"] = save.train_state;
     meta["tensors"] = nlohmann::json::array();
     for (int r = 0; r < group.world; ++r) {
       std::ifstream in(tmp_dir / ("rank" + std::to_string(r) + ".json"));
@@ -198,8 +292,8 @@ void Checkpointer::save_sharded(int64_t step, const TensorPieces& pieces, const 
     }
     fsync_path(tmp_dir / "metadata.json");
     fsync_path(tmp_dir);
-    fs::remove_all(final_dir);
-    fs::rename(tmp_dir, final_dir);
+    fs::remove_all(save.final_dir);
+    fs::rename(tmp_dir, save.final_dir);
     fsync_path(folder_);
 
     if (cfg_.keep_latest_k > 0) {
@@ -321,6 +415,15 @@ fs::path Checkpointer::step_dir_to_load() const {
     return dir;
   }
   const auto steps = saved_steps();
+  // TorchTitan's initial_load_path: the checkpoint to start from while the
+  // run's own folder holds none (a Hugging Face one is loaded elsewhere).
+  if (steps.empty() && !cfg_.initial_load_path.empty() && !cfg_.initial_load_in_hf) {
+    const fs::path dir = cfg_.initial_load_path;
+    if (!fs::exists(dir / "metadata.json"))
+      throw InputError("checkpoint.initial_load_path: no checkpoint at " + dir.string() +
+                       " (expected a step-<N> folder holding metadata.json)");
+    return dir;
+  }
   if (steps.empty()) return {};
   // Newest full checkpoint; a weights-only export (last_save_model_only)
   // is used only when nothing else exists.
@@ -355,6 +458,10 @@ std::optional<LoadedCheckpoint> Checkpointer::load_impl(const TensorPieces& piec
   LoadedCheckpoint loaded;
   loaded.step = meta.value("step", int64_t{0});
   loaded.model_only = meta.value("model_only", false);
+  // checkpoint.initial_load_model_only: a start from initial_load_path takes
+  // the weights only (and starts at step 0).
+  const bool initial = saved_steps().empty() && cfg_.load_step < 0;
+  if (initial && cfg_.initial_load_model_only) loaded.model_only = true;
   loaded.world_size = meta.value("world_size", 1);
   loaded.train_state = meta.value("train_state", nlohmann::json::object());
   loaded.path = dir.string();

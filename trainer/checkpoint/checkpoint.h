@@ -22,6 +22,16 @@
 // offset and CRC-32; loading checks all of them, so a truncated or corrupt
 // file is an InputError naming the tensor, not a crash. Tensors are stored
 // one per parameter name (TorchTitan FQNs), so a later loader can re-shard.
+//
+// checkpoint.async_mode "async" / "async_with_pinned_mem" (TorchTitan's):
+// save_sharded copies this rank's tensors (to pinned host memory from a GPU
+// for the latter; a plain copy otherwise) and returns; a background thread
+// writes and fsyncs the rank's files into the temporary folder. The thread
+// does file I/O only — never a collective, so training's collectives on the
+// same process group (Gloo) never run concurrently with the save's: the
+// barrier, metadata and rename happen on the calling thread at the next
+// save_sharded or wait_for_save(). The files are byte-identical to a
+// synchronous save's.
 #pragma once
 
 #include <torch/torch.h>
@@ -29,6 +39,7 @@
 #include <nlohmann/json.hpp>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -70,16 +81,29 @@ struct LoadedCheckpoint {
 class Checkpointer {
  public:
   Checkpointer(const CheckpointSection& cfg, const std::string& dump_folder);
+  // Joins a background writer still running without putting its step in
+  // place (no collectives here): the step stays a hidden temporary folder.
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
 
   bool enabled() const { return cfg_.enable; }
   std::string folder() const { return folder_; }
-  // True when `step` is a save step (interval, last step, first step if asked).
+  // True when `step` is a save step (interval, last step, first step if
+  // asked); never under checkpoint.load_only.
   bool should_save(int64_t step, int64_t last_step) const;
   // Writes step-<step> (all ranks of `group` together; rank 0 writes the
   // metadata and renames the folder into place); then prunes to
-  // keep_latest_k. Tensors are read only.
+  // keep_latest_k. Tensors are read only; under async_mode they are copied
+  // before this returns and may change afterwards. First waits for the
+  // previous asynchronous save.
   void save_sharded(int64_t step, const TensorPieces& pieces, const nlohmann::json& train_state,
             const nlohmann::json& rank_state, bool model_only, const SaveGroup& group = {});
+  // Waits for the asynchronous save in flight, if any, and puts its step in
+  // place (every rank of its group calls it: it uses the group's barrier,
+  // on this thread). Throws what the writer hit, as one line.
+  void wait_for_save();
+  bool save_in_flight() const { return pending_ != nullptr; }
   void save(int64_t step, const NamedTensors& tensors, const nlohmann::json& train_state, bool model_only) {
     save_sharded(step, whole_tensors(tensors), train_state, nlohmann::json::object(), model_only);
   }
@@ -92,10 +116,14 @@ class Checkpointer {
 
  private:
   std::optional<LoadedCheckpoint> load_impl(const TensorPieces& pieces, int rank) const;
-  // checkpoint.load_step's folder, or the newest full one; empty: none.
+  // checkpoint.load_step's folder, or the newest full one, or (the folder
+  // holding none) checkpoint.initial_load_path; empty: none.
   std::filesystem::path step_dir_to_load() const;
+  struct PendingSave;
+  void finish_save(PendingSave& save);
   CheckpointSection cfg_;
   std::string folder_;
+  std::unique_ptr<PendingSave> pending_;
 };
 
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);

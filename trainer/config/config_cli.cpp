@@ -156,7 +156,7 @@ std::string config_help() {
     }
     const Value def = f.get(defaults);
     std::string shown = render_value(def);
-    if (std::holds_alternative<std::optional<double>>(def) && shown.empty()) shown = "unset";
+    if (shown.empty()) shown = "unset";  // an unset optional
     std::string line = "  --" + f.key + " " +
                        (std::holds_alternative<bool>(def) ? "[true|false]" : type_name(def)) +
                        " = " + shown;

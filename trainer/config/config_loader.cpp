@@ -62,7 +62,7 @@ std::string describe(const toml::node& n) {
 
 [[noreturn]] void type_error(const std::string& where, const FieldSpec& f, const Value& want,
                              const std::string& got) {
-  fail(where, "'" + f.key + "' expects " + (want.index() == 1 ? "an " : "a ") + type_name(want) +
+  fail(where, "'" + f.key + "' expects " + (type_name(want) == "integer" ? "an " : "a ") + type_name(want) +
                   ", got " + got);
 }
 
@@ -109,6 +109,9 @@ Value from_toml(const toml::node& n, const FieldSpec& f, const Value& want,
         }
         return out;
       }
+      break;
+    case 6:
+      if (auto i = n.as_integer()) return std::optional<int64_t>(i->get());
       break;
     default:
       if (auto d = n.as_floating_point()) return std::optional<double>(d->get());
@@ -181,12 +184,22 @@ void set_from_string(JobConfig& cfg, const FieldSpec& f, const std::string& text
       f.set(cfg, t == "true");
       return;
     }
-    case 1: {
+    case 1:
+    case 6: {
+      const std::string t = lower(trim(text));
+      if (want.index() == 6 && (t.empty() || t == "none" || t == "null")) {
+        f.set(cfg, std::optional<int64_t>());
+        return;
+      }
       char* end = nullptr;
       errno = 0;
       long long v = std::strtoll(text.c_str(), &end, 10);
       if (text.empty() || *end != '\0' || errno == ERANGE) type_error(where, f, want, got);
-      f.set(cfg, static_cast<int64_t>(v));
+      if (want.index() == 1) {
+        f.set(cfg, static_cast<int64_t>(v));
+      } else {
+        f.set(cfg, std::optional<int64_t>(v));
+      }
       return;
     }
     case 2:
@@ -236,8 +249,7 @@ std::string to_toml(const JobConfig& cfg) {
       out += "\n[" + section + "]\n";
     }
     const config::Value v = f.get(cfg);
-    const auto* opt = std::get_if<std::optional<double>>(&v);
-    if (opt && !*opt) {
+    if (config::render_value(v).empty()) {  // an unset optional
       out += "# " + f.name() + " is unset\n";  // TOML has no null
       continue;
     }

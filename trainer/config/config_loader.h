@@ -11,7 +11,8 @@
 // TorchTitan keys ctitan does not implement (e.g. [validation],
 // [fault_tolerance]) are accepted so TorchTitan recipes parse; their on/off
 // switches and feature-changing keys must keep their default ("<key> is not
-// supported by ctitan"), keys that only configure a disabled feature are inert.
+// supported by ctitan" and why), keys without effect are accepted with a
+// start-up warning when set (config_warnings).
 #pragma once
 
 #include <stdexcept>
@@ -55,6 +56,13 @@ void apply_override(JobConfig& cfg, const std::string& dotted_key, const std::st
 
 // Throws InputError for impossible or unsupported values.
 void validate(const JobConfig& cfg);
+
+// One line per TorchTitan key that is set to a non-default value but has no
+// effect in ctitan, naming the key, its value and why:
+//   ctitan: warning: training.gc_freq = 10 has no effect: a Python garbage-collection interval: ...
+// The trainer prints them on rank 0 at start. Keys ctitan cannot honour are
+// errors instead (validate).
+std::vector<std::string> config_warnings(const JobConfig& cfg);
 
 // All dotted keys in registry order, e.g. "quantize.linear.float8.recipe_name".
 std::vector<std::string> config_keys();

@@ -2,6 +2,7 @@
 // its member in job_config.h); parsing, CLI, to_toml and --help follow.
 #include "trainer/config/config_registry.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace ctitan::config {
@@ -25,6 +26,23 @@ FieldSpec field(const char* key, S JobConfig::*sec, T S::*mem, const char* help,
 }
 
 using C = JobConfig;
+
+// [<section>.dataloader]: torch.utils.data.DataLoader's knobs, placed after
+// the section's last key (so the TOML table follows its parent).
+void add_dataloader_keys(std::vector<FieldSpec>& r, const std::string& section,
+                         DataLoaderSection JobConfig::*sec) {
+  const std::string p = section + ".dataloader.";
+  const std::vector<FieldSpec> keys = {
+      field((p + "num_workers").c_str(), sec, &DataLoaderSection::num_workers, "DataLoader worker processes",
+            kInert),
+      field((p + "persistent_workers").c_str(), sec, &DataLoaderSection::persistent_workers,
+            "keep DataLoader workers alive", kInert),
+      field((p + "pin_memory").c_str(), sec, &DataLoaderSection::pin_memory, "DataLoader pinned memory", kInert),
+      field((p + "prefetch_factor").c_str(), sec, &DataLoaderSection::prefetch_factor,
+            "batches prefetched per worker", kInert)};
+  auto last = std::find_if(r.rbegin(), r.rend(), [&](const FieldSpec& f) { return f.section() == section; });
+  r.insert(last.base(), keys.begin(), keys.end());
+}
 
 std::vector<FieldSpec> build_registry() {
   std::vector<FieldSpec> r = {
@@ -57,15 +75,15 @@ std::vector<FieldSpec> build_registry() {
       field("metrics.log_freq", &C::metrics, &MetricsSection::log_freq,
             "steps between metric logs"),
       field("metrics.enable_tensorboard", &C::metrics, &MetricsSection::enable_tensorboard,
-            "log to TensorBoard"),
+            "write TensorBoard event files to dump_folder/save_tb_folder/<%Y%m%d-%H%M>"),
       field("metrics.disable_color_printing", &C::metrics, &MetricsSection::disable_color_printing,
             "plain console output"),
       field("metrics.save_tb_folder", &C::metrics, &MetricsSection::save_tb_folder,
-            "TensorBoard folder"),
+            "TensorBoard folder, under job.dump_folder"),
       field("metrics.save_for_all_ranks", &C::metrics, &MetricsSection::save_for_all_ranks,
-            "log metrics on every rank, not only rank 0"),
+            "TensorBoard: every rank writes its own rank_<r> folder, not only rank 0"),
       field("metrics.enable_wandb", &C::metrics, &MetricsSection::enable_wandb,
-            "log to Weights & Biases"),
+            "log to Weights & Biases", kInert),
       field("metrics.peak_tflops", &C::metrics, &MetricsSection::peak_tflops,
             "peak TFLOPs per device for MFU; 0 = measure (CPU) / table (GPU)"),
       field("metrics.warmup_steps", &C::metrics, &MetricsSection::warmup_steps,
@@ -78,7 +96,7 @@ std::vector<FieldSpec> build_registry() {
       field("model.converters", &C::model, &ModelSection::converters,
             "comma list of model converters, e.g. quantize.linear.float8"),
       field("model.print_after_conversion", &C::model, &ModelSection::print_after_conversion,
-            "print the model after converters"),
+            "print the model after converters", kInert),
       field("model.tokenizer_path", &C::model, &ModelSection::tokenizer_path,
             "deprecated in TorchTitan; use model.hf_assets_path", kDefaultOnly),
       // [optimizer]
@@ -92,10 +110,12 @@ std::vector<FieldSpec> build_registry() {
       field("optimizer.implementation", &C::optimizer, &OptimizerSection::implementation,
             "for_loop | foreach | fused"),
       field("optimizer.early_step_in_backward", &C::optimizer,
-            &OptimizerSection::early_step_in_backward, "step the optimizer inside backward"),
+            &OptimizerSection::early_step_in_backward, "step the optimizer inside backward", kDefaultOnly),
       // [lr_scheduler]
       field("lr_scheduler.warmup_steps", &C::lr_scheduler, &LrSchedulerSection::warmup_steps,
             "linear warmup steps"),
+      field("lr_scheduler.total_steps", &C::lr_scheduler, &LrSchedulerSection::total_steps,
+            "steps the schedule spans; unset = training.steps"),
       field("lr_scheduler.decay_ratio", &C::lr_scheduler, &LrSchedulerSection::decay_ratio,
             "fraction of steps spent decaying (WSD); unset = decay right after warmup"),
       field("lr_scheduler.decay_type", &C::lr_scheduler, &LrSchedulerSection::decay_type,
@@ -104,9 +124,9 @@ std::vector<FieldSpec> build_registry() {
             "final lr as a fraction of optimizer.lr"),
       // [training]
       field("training.dataset", &C::training, &TrainingSection::dataset,
-            "synthetic | markov | text | bin"),
+            "synthetic | markov | text | bin | c4 | c4_test | c4_validation (C4 from disk)"),
       field("training.dataset_path", &C::training, &TrainingSection::dataset_path,
-            "data file for text/bin datasets"),
+            "data file or folder for text, bin and C4 (.json / .json.gz) datasets"),
       field("training.local_batch_size", &C::training, &TrainingSection::local_batch_size,
             "sequences per rank per step"),
       field("training.global_batch_size", &C::training, &TrainingSection::global_batch_size,
@@ -116,24 +136,25 @@ std::vector<FieldSpec> build_registry() {
             "gradient clipping norm"),
       field("training.steps", &C::training, &TrainingSection::steps, "training steps"),
       field("training.enable_cpu_offload", &C::training, &TrainingSection::enable_cpu_offload,
-            "offload FSDP params/grads/optimizer state to CPU"),
+            "offload FSDP params/grads/optimizer state to CPU", kDefaultOnly),
       field("training.device", &C::training, &TrainingSection::device,
             "auto (CUDA when a GPU is seen, else CPU) | cpu | cuda | meta (dry run: shapes only)"),
       field("training.mixed_precision_param", &C::training, &TrainingSection::mixed_precision_param,
             "bfloat16 | float32"),
       field("training.mixed_precision_reduce", &C::training,
-            &TrainingSection::mixed_precision_reduce, "float32 | bfloat16"),
+            &TrainingSection::mixed_precision_reduce,
+            "float32 (TorchTitan's only value: gradients are reduced in float32)"),
       field("training.gc_freq", &C::training, &TrainingSection::gc_freq,
-            "TorchTitan's Python GC interval; no effect in C++"),
+            "TorchTitan's Python GC interval", kInert),
       field("training.dtype", &C::training, &TrainingSection::dtype,
             "full-bf16 training without fp32 master weights", kDefaultOnly),
       field("training.gc_debug", &C::training, &TrainingSection::gc_debug,
-            "Python GC debugging; no effect in C++", kInert),
+            "Python GC debugging", kInert),
       // [parallelism]
       field("parallelism.data_parallel_replicate_degree", &C::parallelism,
             &ParallelismSection::data_parallel_replicate_degree, "DDP / HSDP replicas"),
       field("parallelism.enable_compiled_autograd", &C::parallelism,
-            &ParallelismSection::enable_compiled_autograd, "compiled autograd"),
+            &ParallelismSection::enable_compiled_autograd, "compiled autograd", kInert),
       field("parallelism.data_parallel_shard_degree", &C::parallelism,
             &ParallelismSection::data_parallel_shard_degree, "FSDP shards; -1 = leftover ranks"),
       field("parallelism.fsdp_reshard_after_forward", &C::parallelism,
@@ -166,7 +187,7 @@ std::vector<FieldSpec> build_registry() {
       field("parallelism.context_parallel_rotate_method", &C::parallelism,
             &ParallelismSection::context_parallel_rotate_method, "allgather | alltoall"),
       field("parallelism.expert_parallel_degree", &C::parallelism,
-            &ParallelismSection::expert_parallel_degree, "expert parallel degree"),
+            &ParallelismSection::expert_parallel_degree, "expert parallel degree", kDefaultOnly),
       field("parallelism.pipeline_parallel_first_stage_less_layers", &C::parallelism,
             &ParallelismSection::pipeline_parallel_first_stage_less_layers,
             "layers the embedding counts as in the pipeline split"),
@@ -200,7 +221,7 @@ std::vector<FieldSpec> build_registry() {
       field("checkpoint.last_save_model_only", &C::checkpoint,
             &CheckpointSection::last_save_model_only, "final save holds only the model"),
       field("checkpoint.export_dtype", &C::checkpoint, &CheckpointSection::export_dtype,
-            "float16 | bfloat16 | float32"),
+            "float16 | bfloat16 | float32", kInert),
       field("checkpoint.async_mode", &C::checkpoint, &CheckpointSection::async_mode,
             "disabled | async | async_with_pinned_mem"),
       field("checkpoint.keep_latest_k", &C::checkpoint, &CheckpointSection::keep_latest_k,
@@ -212,17 +233,19 @@ std::vector<FieldSpec> build_registry() {
       field("checkpoint.enable_first_step_checkpoint", &C::checkpoint,
             &CheckpointSection::enable_first_step_checkpoint, "also save after step 1"),
       field("checkpoint.initial_load_in_hf", &C::checkpoint, &CheckpointSection::initial_load_in_hf,
-            "load HF safetensors initially", kDefaultOnly),
+            "start from a Hugging Face Llama checkpoint (safetensors + config.json in initial_load_path, else "
+            "model.hf_assets_path) when the checkpoint folder has no step to resume; weights only, any layout"),
       field("checkpoint.initial_load_in_hf_quantized", &C::checkpoint,
             &CheckpointSection::initial_load_in_hf_quantized, "load quantized HF safetensors",
             kDefaultOnly),
       field("checkpoint.last_save_in_hf", &C::checkpoint, &CheckpointSection::last_save_in_hf,
-            "final save as HF safetensors", kDefaultOnly),
+            "write the last step's checkpoint (step-<N>) as Hugging Face Llama safetensors + config.json in "
+            "export_dtype, loadable by transformers' LlamaForCausalLM"),
       field("checkpoint.create_seed_checkpoint", &C::checkpoint,
             &CheckpointSection::create_seed_checkpoint,
             "write the step-0 checkpoint and exit (ctitan's init is per parameter: a parallel run needs none)"),
       field("checkpoint.load_only", &C::checkpoint, &CheckpointSection::load_only,
-            "load but never save", kDefaultOnly),
+            "load as usual, never save"),
       field("checkpoint.enable_ft_dataloader_checkpoints", &C::checkpoint,
             &CheckpointSection::enable_ft_dataloader_checkpoints,
             "TorchFT dataloader state; no fault tolerance in ctitan", kInert),
@@ -245,8 +268,7 @@ std::vector<FieldSpec> build_registry() {
             &ActivationCheckpointSection::visualize_memory_budget_pareto, "memory budget SVG",
             kDefaultOnly),
       field("activation_checkpoint.preserve_rng_state", &C::activation_checkpoint,
-            &ActivationCheckpointSection::preserve_rng_state, "stash RNG state in recompute",
-            kDefaultOnly),
+            &ActivationCheckpointSection::preserve_rng_state, "stash RNG state in recompute", kInert),
       field("activation_checkpoint.determinism_check", &C::activation_checkpoint,
             &ActivationCheckpointSection::determinism_check, "recompute determinism check",
             kDefaultOnly),
@@ -271,6 +293,18 @@ std::vector<FieldSpec> build_registry() {
             "comma list of modules kept in high precision"),
       field("quantize.linear.float8.emulate", &C::float8, &Float8Section::emulate,
             "emulate float8 matmuls"),
+      // [quantize.linear.mx], [quantize.grouped_mm.*]
+      field("quantize.linear.mx.mxfp8_dim1_cast_kernel_choice", &C::mx,
+            &MxLinearSection::mxfp8_dim1_cast_kernel_choice, "MX cast kernel", kInert),
+      field("quantize.linear.mx.recipe_name", &C::mx, &MxLinearSection::recipe_name, "MX recipe", kInert),
+      field("quantize.linear.mx.filter_fqns", &C::mx, &MxLinearSection::filter_fqns,
+            "modules kept in high precision under MX", kInert),
+      field("quantize.grouped_mm.float8.fqns", &C::grouped_mm, &GroupedMmSection::float8_fqns,
+            "MoE grouped GEMMs in float8", kInert),
+      field("quantize.grouped_mm.mx.recipe_name", &C::grouped_mm, &GroupedMmSection::mx_recipe_name,
+            "MX recipe for MoE grouped GEMMs", kInert),
+      field("quantize.grouped_mm.mx.fqns", &C::grouped_mm, &GroupedMmSection::mx_fqns,
+            "MoE grouped GEMMs in MX", kInert),
       // [comm]
       field("comm.init_timeout_seconds", &C::comm, &CommSection::init_timeout_seconds,
             "collective timeout until the first step ends"),
@@ -279,9 +313,9 @@ std::vector<FieldSpec> build_registry() {
       field("comm.trace_buf_size", &C::comm, &CommSection::trace_buf_size,
             "flight recorder buffer size"),
       field("comm.save_traces_folder", &C::comm, &CommSection::save_traces_folder,
-            "flight recorder folder; no effect in ctitan", kInert),
+            "flight recorder dumps, relative to job.dump_folder"),
       field("comm.save_traces_file_prefix", &C::comm, &CommSection::save_traces_file_prefix,
-            "flight recorder file prefix; no effect in ctitan", kInert),
+            "flight recorder file prefix (<prefix><rank>.json)"),
       field("comm.mode", &C::comm, &CommSection::mode,
             "default | fake_backend (dry run of rank 0 of NGPU ranks on the meta device)"),
       // [memory_estimation]
@@ -311,29 +345,34 @@ std::vector<FieldSpec> build_registry() {
             &ExperimentalSection::custom_args_module, "Python config extension", kDefaultOnly),
       // [validation]
       field("validation.enable", &C::validation, &ValidationSection::enable,
-            "periodic validation loss", kDefaultOnly),
-      field("validation.dataset", &C::validation, &ValidationSection::dataset, "validation option",
-            kInert),
+            "periodic no-grad validation loss (and perplexity)"),
+      field("validation.dataset", &C::validation, &ValidationSection::dataset,
+            "c4_validation | c4 | c4_test | text | bin | markov | synthetic"),
       field("validation.dataset_path", &C::validation, &ValidationSection::dataset_path,
-            "validation option", kInert),
+            "validation data file or folder"),
       field("validation.local_batch_size", &C::validation, &ValidationSection::local_batch_size,
-            "validation option", kInert),
-      field("validation.seq_len", &C::validation, &ValidationSection::seq_len, "validation option",
-            kInert),
-      field("validation.freq", &C::validation, &ValidationSection::freq, "validation option",
-            kInert),
-      field("validation.steps", &C::validation, &ValidationSection::steps, "validation option",
-            kInert),
+            "validation sequences per rank per batch"),
+      field("validation.seq_len", &C::validation, &ValidationSection::seq_len, "validation tokens per sequence"),
+      field("validation.freq", &C::validation, &ValidationSection::freq,
+            "validate at step 1 and every freq steps"),
+      field("validation.steps", &C::validation, &ValidationSection::steps,
+            "batches per validation pass; -1 = the whole set once"),
       // [debug]
       field("debug.seed", &C::debug, &DebugSection::seed, "base RNG seed"),
       field("debug.deterministic", &C::debug, &DebugSection::deterministic,
             "deterministic algorithms"),
       field("debug.deterministic_warn_only", &C::debug, &DebugSection::deterministic_warn_only,
-            "warn instead of failing on nondeterministic ops", kDefaultOnly),
+            "warn instead of failing on nondeterministic ops"),
       field("debug.moe_force_load_balance", &C::debug, &DebugSection::moe_force_load_balance,
             "MoE debugging; no MoE in ctitan", kInert),
   };
+  add_dataloader_keys(r, "training", &C::training_dataloader);
+  add_dataloader_keys(r, "validation", &C::validation_dataloader);
+  const auto& why = unsupported_reasons();
   for (FieldSpec& f : r) {
+    if (auto it = why.find(f.key); it != why.end()) f.why = it->second;
+    if (f.key == "checkpoint.export_dtype")
+      f.has_effect = [](const JobConfig& c) { return c.checkpoint.last_save_in_hf; };
     if (f.key == "optimizer.implementation") f.aliases = {{"for-loop", "for_loop"}};
     if (f.key == "parallelism.context_parallel_load_balancer") f.aliases = {{"None", "none"}};  // TorchTitan's None
   }

@@ -21,12 +21,12 @@ namespace ctitan::config {
 // The value of one key. The alternative held is the key's type; it never
 // changes for a given key.
 using Value = std::variant<bool, int64_t, double, std::string, std::vector<std::string>,
-                           std::optional<double>>;
+                           std::optional<double>, std::optional<int64_t>>;
 
 enum class Support {
   kFull,         // implemented by ctitan
   kDefaultOnly,  // TorchTitan key ctitan does not implement: only its default is accepted
-  kInert,        // TorchTitan key with no effect in ctitan (its feature is off): any value
+  kInert,        // TorchTitan key with no effect in ctitan: any value, a warning when not the default
 };
 
 struct FieldSpec {
@@ -38,10 +38,20 @@ struct FieldSpec {
   // Spellings rewritten on input, e.g. TorchTitan's "for-loop" -> "for_loop",
   // so consumers compare against one canonical string.
   std::vector<std::pair<std::string, std::string>> aliases;
+  // kInert / kDefaultOnly: why ctitan does not act on the key (and what to
+  // use instead) — the warning's or the error's reason, and docs/trainer.md's.
+  std::string why;
+  // kInert keys acted on in some configurations only (export_dtype with a
+  // Hugging Face export): true where the key takes effect, so no warning.
+  std::function<bool(const JobConfig&)> has_effect;
 
   std::string section() const { return key.substr(0, key.rfind('.')); }
   std::string name() const { return key.substr(key.rfind('.') + 1); }
 };
+
+// Why ctitan does not act on a key, by key: every kInert and kDefaultOnly
+// key has an entry (config_warnings.cpp); the registry copies it into `why`.
+const std::map<std::string, std::string>& unsupported_reasons();
 
 // All keys, in TOML output order (sections in TorchTitan's order).
 const std::vector<FieldSpec>& registry();

@@ -79,13 +79,30 @@ void check_training(const Checker& k, const TrainingSection& t) {
   }
   k.non_negative("training.max_norm", t.max_norm);
   k.one_of("training.mixed_precision_param", t.mixed_precision_param, {"bfloat16", "float32"});
-  k.one_of("training.mixed_precision_reduce", t.mixed_precision_reduce, {"float32", "bfloat16"});
-  k.one_of("training.dataset", t.dataset, {"synthetic", "markov", "text", "bin"});
+  // Gradients are reduced in float32 (as TorchTitan, whose only value it is).
+  k.one_of("training.mixed_precision_reduce", t.mixed_precision_reduce, {"float32"});
+  k.one_of("training.dataset", t.dataset, {"synthetic", "markov", "text", "bin", "c4", "c4_test", "c4_validation"});
   k.one_of("training.device", t.device, {"auto", "cpu", "cuda", "meta"});
   if ((t.dataset == "text" || t.dataset == "bin") && t.dataset_path.empty()) {
     k.bad("training.dataset",
           "training.dataset_path is required when training.dataset is \"" + t.dataset + "\"");
   }
+}
+
+void check_validation(const Checker& k, const ValidationSection& v) {
+  if (!v.enable) return;
+  k.one_of("validation.dataset", v.dataset,
+           {"c4_validation", "c4", "c4_test", "text", "bin", "markov", "synthetic"});
+  k.positive("validation.local_batch_size", v.local_batch_size);
+  k.positive("validation.seq_len", v.seq_len);
+  k.positive("validation.freq", v.freq);
+  if (v.steps == 0 || v.steps < -1)
+    k.bad("validation.steps", "validation.steps must be > 0, or -1 for the whole set, got " + std::to_string(v.steps));
+  if (v.steps == -1 && (v.dataset == "markov" || v.dataset == "synthetic"))
+    k.bad("validation.steps", "validation.steps = -1 (the whole set) needs data that ends; the " + v.dataset +
+                                  " dataset does not: set validation.steps to a number of batches");
+  if ((v.dataset == "text" || v.dataset == "bin") && v.dataset_path.empty())
+    k.bad("validation.dataset", "validation.dataset_path is required when validation.dataset is \"" + v.dataset + "\"");
 }
 
 void check_optimizer(const Checker& k, const OptimizerSection& o, const LrSchedulerSection& s) {
@@ -97,6 +114,7 @@ void check_optimizer(const Checker& k, const OptimizerSection& o, const LrSchedu
   k.non_negative("optimizer.weight_decay", o.weight_decay);
   k.one_of("optimizer.implementation", o.implementation, {"for_loop", "foreach", "fused"});
   k.non_negative("lr_scheduler.warmup_steps", s.warmup_steps);
+  if (s.total_steps) k.positive("lr_scheduler.total_steps", *s.total_steps);
   if (s.decay_ratio) k.in_closed_unit("lr_scheduler.decay_ratio", *s.decay_ratio);
   k.one_of("lr_scheduler.decay_type", s.decay_type, {"linear", "sqrt", "cosine"});
   k.in_closed_unit("lr_scheduler.min_lr_factor", s.min_lr_factor);
@@ -121,6 +139,28 @@ void check_parallelism(const Checker& k, const ParallelismSection& p) {
   k.one_of("parallelism.context_parallel_load_balancer", p.context_parallel_load_balancer, {"headtail", "none"});
 }
 
+// Hugging Face checkpoints hold weights only and, as in TorchTitan, are
+// read and written only when checkpointing is on.
+void check_hf_checkpoint(const Checker& k, const JobConfig& c) {
+  const auto& ck = c.checkpoint;
+  if (ck.last_save_in_hf && !ck.enable)
+    k.bad("checkpoint.last_save_in_hf", "checkpoint.last_save_in_hf needs checkpoint.enable = true (the export is the "
+                                        "last step's checkpoint); add --checkpoint.enable");
+  if (ck.last_save_in_hf && !ck.last_save_model_only)
+    k.bad("checkpoint.last_save_in_hf", "checkpoint.last_save_in_hf saves weights only; it needs "
+                                        "checkpoint.last_save_model_only = true");
+  if (!ck.initial_load_in_hf) return;
+  if (!ck.enable)
+    k.bad("checkpoint.initial_load_in_hf", "checkpoint.initial_load_in_hf needs checkpoint.enable = true (checkpoints "
+                                           "load only when enabled); add --checkpoint.enable");
+  if (!ck.initial_load_model_only)
+    k.bad("checkpoint.initial_load_in_hf", "checkpoint.initial_load_in_hf loads weights only; it needs "
+                                           "checkpoint.initial_load_model_only = true");
+  if (ck.initial_load_path.empty() && c.model.hf_assets_path.empty())
+    k.bad("checkpoint.initial_load_in_hf", "checkpoint.initial_load_in_hf needs checkpoint.initial_load_path (or "
+                                           "model.hf_assets_path): the Hugging Face model folder to load");
+}
+
 void check_techniques(const Checker& k, const JobConfig& c) {
   const auto& ac = c.activation_checkpoint;
   k.one_of("activation_checkpoint.mode", ac.mode, {"none", "full", "selective"});
@@ -140,6 +180,7 @@ void check_techniques(const Checker& k, const JobConfig& c) {
   }
   k.one_of("checkpoint.export_dtype", ck.export_dtype, {"float16", "bfloat16", "float32"});
   k.one_of("checkpoint.async_mode", ck.async_mode, {"disabled", "async", "async_with_pinned_mem"});
+  check_hf_checkpoint(k, c);
 }
 
 void check_observability(const Checker& k, const JobConfig& c) {
@@ -162,9 +203,14 @@ void check_unsupported(const Checker& k, const JobConfig& c) {
     if (f.support != Support::kDefaultOnly) continue;
     const Value def = f.get(defaults);
     if (f.get(c) == def) continue;
-    std::string shown = render_value(def);
-    k.bad(f.key, f.key + " is not supported by ctitan (" + f.help + "); only the default " + shown +
-                     " is accepted");
+    std::string what = f.key;
+    what += " is not supported by ctitan: ";
+    what += f.why.empty() ? f.help : f.why;
+    what += "; only the default ";
+    what += render_value(def);
+    what += " is accepted, got ";
+    what += render_value(f.get(c));
+    k.bad(f.key, what);
   }
 }
 
@@ -173,6 +219,7 @@ void check_unsupported(const Checker& k, const JobConfig& c) {
 void validate_with_origins(const JobConfig& cfg, const Origins& origins) {
   const Checker k(origins);
   check_training(k, cfg.training);
+  check_validation(k, cfg.validation);
   check_optimizer(k, cfg.optimizer, cfg.lr_scheduler);
   check_parallelism(k, cfg.parallelism);
   check_techniques(k, cfg);

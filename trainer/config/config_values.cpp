@@ -71,6 +71,8 @@ std::string type_name(const Value& v) {
       return "string";
     case 4:
       return "list of strings";
+    case 6:
+      return "integer";
     default:
       return "float";
   }
@@ -86,6 +88,7 @@ std::string render_value(const Value& v) {
     for (size_t i = 0; i < l->size(); ++i) out += (i ? ", " : "") + escape_toml_string((*l)[i]);
     return out + "]";
   }
+  if (auto* oi = std::get_if<std::optional<int64_t>>(&v)) return *oi ? std::to_string(**oi) : "";
   const auto& o = std::get<std::optional<double>>(v);
   return o ? render_double(*o) : "";
 }

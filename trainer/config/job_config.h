@@ -70,13 +70,14 @@ struct OptimizerSection {
 
 struct LrSchedulerSection {
   int64_t warmup_steps = 200;
+  std::optional<int64_t> total_steps;       // schedule length; unset: training.steps
   std::optional<double> decay_ratio;        // unset: decay right after warmup
   std::string decay_type = "linear";        // linear | sqrt | cosine
   double min_lr_factor = 0.0;
 };
 
 struct TrainingSection {
-  // ctitan datasets: synthetic | markov | text (txt/jsonl) | bin
+  // synthetic | markov | text (txt/jsonl, .gz) | bin | c4, c4_test, c4_validation (C4 from disk)
   std::string dataset = "synthetic";
   std::string dataset_path;
   int64_t local_batch_size = 8;
@@ -87,11 +88,20 @@ struct TrainingSection {
   bool enable_cpu_offload = false;
   std::string mixed_precision_param = "bfloat16";   // bfloat16 | float32
   std::string mixed_precision_reduce = "float32";
-  int64_t gc_freq = 50;
+  int64_t gc_freq = 50;                     // Python GC knob: inert
   std::string dtype = "float32";            // full-bf16 training: default only
-  bool gc_debug = false;                    // Python GC knob: accepted, no effect
+  bool gc_debug = false;                    // Python GC knob: inert
   // ctitan: auto (CUDA when LibTorch sees a GPU, else CPU) | cpu | cuda | meta (dry run)
   std::string device = "auto";
+};
+
+// [training.dataloader], [validation.dataloader]: torch.utils.data.DataLoader
+// knobs; ctitan's loader runs in the training process, so all are inert.
+struct DataLoaderSection {
+  int64_t num_workers = 0;
+  bool persistent_workers = false;
+  bool pin_memory = false;
+  std::optional<int64_t> prefetch_factor;
 };
 
 struct ParallelismSection {
@@ -138,12 +148,11 @@ struct CheckpointSection {
   int64_t load_step = -1;
   std::vector<std::string> exclude_from_loading;
   bool enable_first_step_checkpoint = false;
-  // TorchTitan keys accepted at their default only.
   bool initial_load_in_hf = false;
   bool initial_load_in_hf_quantized = false;
   bool last_save_in_hf = false;
   bool create_seed_checkpoint = false;
-  bool load_only = false;
+  bool load_only = false;                   // load as usual, never save
   bool enable_ft_dataloader_checkpoints = true;  // fault tolerance: inert
 };
 
@@ -156,6 +165,8 @@ struct ActivationCheckpointSection {
   bool early_stop = false;
   double memory_budget = 0.5;
   bool visualize_memory_budget_pareto = false;
+  // TorchTitan's default is true; ctitan keeps false (run hashes stay put):
+  // the model draws no random numbers, so the key is inert either way.
   bool preserve_rng_state = false;
   std::string determinism_check = "default";
   bool debug = false;
@@ -173,6 +184,20 @@ struct Float8Section {                      // [quantize.linear.float8]
   std::string recipe_name = "tensorwise";   // tensorwise|rowwise|rowwise_with_gw_hp
   std::vector<std::string> filter_fqns = {"output"};
   bool emulate = false;
+};
+
+// [quantize.linear.mx] and [quantize.grouped_mm.*]: MX formats and MoE
+// grouped GEMMs, which ctitan lacks (their converters are rejected): inert.
+struct MxLinearSection {
+  std::string mxfp8_dim1_cast_kernel_choice = "triton";
+  std::string recipe_name = "mxfp8_cublas";
+  std::vector<std::string> filter_fqns = {"output"};
+};
+
+struct GroupedMmSection {
+  std::vector<std::string> float8_fqns;     // quantize.grouped_mm.float8.fqns
+  std::string mx_recipe_name = "mxfp8";     // quantize.grouped_mm.mx.recipe_name
+  std::vector<std::string> mx_fqns;         // quantize.grouped_mm.mx.fqns
 };
 
 struct CommSection {
@@ -231,17 +256,21 @@ struct JobConfig {
   OptimizerSection optimizer;
   LrSchedulerSection lr_scheduler;
   TrainingSection training;
+  DataLoaderSection training_dataloader;    // [training.dataloader]
   ParallelismSection parallelism;
   CheckpointSection checkpoint;
   ActivationCheckpointSection activation_checkpoint;
   CompileSection compile;
   Float8Section float8;
+  MxLinearSection mx;                       // [quantize.linear.mx]
+  GroupedMmSection grouped_mm;              // [quantize.grouped_mm.float8], [quantize.grouped_mm.mx]
   CommSection comm;
   DebugSection debug;
   MemoryEstimationSection memory_estimation;
   FaultToleranceSection fault_tolerance;
   ExperimentalSection experimental;
   ValidationSection validation;
+  DataLoaderSection validation_dataloader;  // [validation.dataloader]
 };
 
 }  // namespace ctitan

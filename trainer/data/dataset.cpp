@@ -100,20 +100,21 @@ std::unique_ptr<DataLoader> make_data_loader(const DataOptions& opts) {
   if (d == "synthetic" || d == "markov") return make_synthetic_loader(opts, d == "markov");
   if (d == "text") return make_text_loader(opts);
   if (d == "bin") return make_bin_loader(opts);
-  if (d.rfind("c4", 0) == 0) {
-    // TorchTitan's c4 / c4_test stream from the HF hub; ctitan reads local
-    // C4 json files with the text loader when given a path.
-    if (!opts.path.empty()) {
-      DataOptions text = opts;
-      text.dataset = "text";
-      return make_text_loader(text);
-    }
-    throw InputError("training.dataset \"" + d +
-                     "\" needs local files: download C4 .json files and set "
-                     "training.dataset_path (ctitan does not stream from the Hugging Face hub)");
+  if (d == "c4" || d == "c4_test" || d == "c4_validation") {
+    // TorchTitan streams these from the Hugging Face hub (c4_test from its
+    // tests/assets); ctitan reads the same files from disk and fetches nothing.
+    if (!opts.path.empty()) return make_text_loader(opts);
+    const std::string key = opts.path_key.empty() ? "training.dataset_path" : opts.path_key;
+    const std::string file = d == "c4_validation" ? "en/c4-validation.00000-of-00008.json.gz"
+                             : d == "c4_test"     ? "TorchTitan's tests/assets/c4_test/data.json"
+                                                  : "en/c4-train.00000-of-01024.json.gz";
+    throw InputError("dataset \"" + d + "\" is read from disk and " + key +
+                     " is not set: download " + file +
+                     (d == "c4_test" ? "" : " (and more shards) from https://huggingface.co/datasets/allenai/c4") +
+                     " and set " + key + " to the file or its folder (ctitan downloads nothing at run time)");
   }
   throw InputError("unknown training.dataset \"" + d +
-                   "\": expected synthetic, markov, text or bin");
+                   "\": expected synthetic, markov, text, bin, c4, c4_test or c4_validation");
 }
 
 }  // namespace ctitan

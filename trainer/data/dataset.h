@@ -5,6 +5,9 @@
 //              loss (markov_entropy_nats) so loss curves can be judged
 //   text       .txt / .jsonl ({"text": ...} per line, like C4) files or a
 //              folder of them, tokenized with a Hugging Face tokenizer.json
+//   c4, c4_test, c4_validation
+//              TorchTitan's names: the text loader over local C4 files
+//              (.json / .json.gz shards as allenai/c4 publishes them)
 //   bin        pre-tokenized shards: llm.c's .bin (header) or raw uint16 /
 //              uint32 (".u32.bin") token files, memory-mapped
 //
@@ -31,8 +34,10 @@ struct TokenBatch {
 };
 
 struct DataOptions {
-  std::string dataset;                               // synthetic | markov | text | bin
-  std::string path;                                  // file or folder (text, bin)
+  std::string dataset;                               // synthetic | markov | text | bin | c4*
+  std::string path;                                  // file or folder (text, bin, c4*)
+  std::string path_key;                              // the config key `path` came from (messages);
+                                                     // empty: training.dataset_path
   std::string tokenizer_path;                        // tokenizer.json or its folder (text)
   int64_t batch = 8, seq_len = 256, vocab_size = 0;  // vocab_size 0: unchecked (text, bin)
   uint64_t seed = 0;

@@ -1,4 +1,6 @@
-// The text dataset: .txt / .jsonl files tokenized on the fly.
+// The text dataset: .txt / .jsonl files (each also gzip-compressed, as C4's
+// published .json.gz shards are) tokenized on the fly. TorchTitan's C4
+// datasets (c4, c4_test, c4_validation) are this loader over local files.
 //
 // The token stream is a sequence of chunks. A .jsonl line is one document
 // and one chunk: BOS + tokens + EOS. A .txt file is one document, read in
@@ -11,8 +13,10 @@
 // used, epoch, windows passed): resuming re-reads and re-tokenizes one
 // chunk, so the state stays small.
 #include <fstream>
+#include <istream>
 
 #include "common/errors.h"
+#include "trainer/data/gzip_stream.h"
 #include "trainer/data/loaders.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/data/unicode_class.h"
@@ -48,8 +52,8 @@ class TextLoader : public DataLoader {
   explicit TextLoader(const DataOptions& opts)
       : opts_(opts),
         files_(list_data_files(
-            opts.path, {".txt", ".jsonl", ".json"},
-            "set training.dataset_path to a .txt or .jsonl file or a folder of them")),
+            opts.path, {".txt", ".jsonl", ".json", ".txt.gz", ".jsonl.gz", ".json.gz"},
+            "set training.dataset_path to a .txt, .jsonl or .json(.gz) file or a folder of them")),
         tok_(load_tokenizer(opts)) {
     if (opts.vocab_size > 0 && tok_.vocab_size() > opts.vocab_size) {
       throw InputError("tokenizer " + tok_.path() + " has vocab " +
@@ -162,11 +166,19 @@ class TextLoader : public DataLoader {
     chunk_.clear();
     pos_ = 0;
     const std::string& path = files_[file_];
-    if (open_ != file_ || !in_.is_open()) {
-      in_.close();
-      in_.clear();
-      in_.open(path, std::ios::binary);
-      if (!in_) throw InputError(path + ": cannot open for reading: check the file's permissions");
+    if (open_ != file_ || !buf_) {
+      std::unique_ptr<std::streambuf> next;
+      if (is_gzip_path(path)) {
+        next = std::make_unique<GzipStreamBuf>(path);
+      } else {
+        auto fb = std::make_unique<std::filebuf>();
+        if (!fb->open(path, std::ios::in | std::ios::binary))
+          throw InputError(path + ": cannot open for reading: check the file's permissions");
+        next = std::move(fb);
+      }
+      in_.rdbuf(next.get());  // before the old buffer goes
+      buf_ = std::move(next);
+      in_.exceptions(std::ios::badbit);  // a corrupt .gz surfaces as its InputError
       open_ = file_;
       stream_pos_ = 0;
     }
@@ -175,7 +187,7 @@ class TextLoader : public DataLoader {
       in_.seekg(static_cast<std::streamoff>(offset_));
       stream_pos_ = offset_;
     }
-    if (ends_with(path, ".txt")) {
+    if (ends_with(path, ".txt") || ends_with(path, ".txt.gz")) {
       load_txt_chunk();
     } else {
       load_jsonl_chunk();
@@ -236,7 +248,8 @@ class TextLoader : public DataLoader {
   DataOptions opts_;
   std::vector<std::string> files_;
   Tokenizer tok_;
-  std::ifstream in_;
+  std::unique_ptr<std::streambuf> buf_;  // the open file: std::filebuf or GzipStreamBuf
+  std::istream in_{nullptr};
   size_t open_ = static_cast<size_t>(-1);  // index of the file in_ holds
   // Position (see the file comment).
   size_t file_ = 0;

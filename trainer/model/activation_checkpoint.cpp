@@ -1,4 +1,5 @@
 #include "trainer/model/activation_checkpoint.h"
+#include "trainer/model/gemm.h"
 
 #include "trainer/model/weight_grad.h"
 
@@ -99,9 +100,9 @@ bool replaying() { return torch::GradMode::is_enabled(); }
 }  // namespace
 
 at::Tensor cached_linear(OpCache* cache, bool save, const at::Tensor& x, const at::Tensor& w) {
-  if (cache == nullptr || !save) return at::linear(x, w);
+  if (cache == nullptr || !save) return gemm_linear(x, w);
   if (!replaying()) {
-    cache->saved.push_back(at::linear(x, w));
+    cache->saved.push_back(gemm_linear(x, w));
     return cache->saved.back();
   }
   return CachedLinear::apply(x, w, cache->saved.at(cache->next++));

@@ -1,4 +1,5 @@
 #include "trainer/model/llama.h"
+#include "trainer/model/gemm.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -227,7 +228,7 @@ at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) con
 
 at::Tensor Llama3::linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit,
                           Float8TpSharding tp) const {
-  if (!float8) return split_backward_ ? deferrable_linear(x, w) : at::linear(x, w);
+  if (!float8) return split_backward_ ? deferrable_linear(x, w) : gemm_linear(x, w);
   const std::string name = layer < 0 ? std::string(unit) : "layers." + std::to_string(layer) + "." + unit;
   const auto pre = float8_weights_.find(name);
   at::Tensor y = float8_linear(x, w, float8_recipe_, float8_emulate_,

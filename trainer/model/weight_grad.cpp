@@ -1,4 +1,5 @@
 #include "trainer/model/weight_grad.h"
+#include "trainer/model/gemm.h"
 
 namespace ctitan {
 namespace {
@@ -12,7 +13,7 @@ class DeferrableLinear : public torch::autograd::Function<DeferrableLinear> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
     ctx->save_for_backward({x, w});
-    return at::linear(x, w);
+    return gemm_linear(x, w);
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     const auto saved = ctx->get_saved_variables();
@@ -47,16 +48,16 @@ DeferWeightGrads::~DeferWeightGrads() { current_queue = previous_; }
 WeightGradQueue* deferred_weight_grads() { return current_queue; }
 
 at::Tensor deferrable_linear(const at::Tensor& x, const at::Tensor& w) {
-  if (!at::GradMode::is_enabled() || !w.requires_grad()) return at::linear(x, w);
+  if (!at::GradMode::is_enabled() || !w.requires_grad()) return gemm_linear(x, w);
   return DeferrableLinear::apply(x, w);
 }
 
 at::Tensor linear_grad_input(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& x) {
-  return dy.reshape({-1, w.size(0)}).mm(w).view(x.sizes());
+  return gemm_mm(dy.reshape({-1, w.size(0)}), w).view(x.sizes());
 }
 
 at::Tensor linear_grad_weight(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w) {
-  return x.reshape({-1, w.size(1)}).t().mm(dy.reshape({-1, w.size(0)})).t();
+  return gemm_mm(x.reshape({-1, w.size(1)}).t(), dy.reshape({-1, w.size(0)})).t();
 }
 
 }  // namespace ctitan

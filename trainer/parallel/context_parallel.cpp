@@ -22,7 +22,7 @@ std::string ContextParallelOptions::describe() const {
 }
 
 void check_context_parallel(const std::string& rotate_method, const std::string& load_balancer, int64_t cp,
-                            int64_t seq_len) {
+                            int64_t seq_len, const std::string& seq_key) {
   if (rotate_method != "allgather" && rotate_method != "alltoall")
     throw InputError("parallelism.context_parallel_rotate_method '" + rotate_method +
                      "' is not one of TorchTitan's (allgather, alltoall)");
@@ -34,7 +34,7 @@ void check_context_parallel(const std::string& rotate_method, const std::string&
   const bool headtail = load_balancer == "headtail";
   const int64_t chunks = headtail ? 2 * cp : cp;
   if (seq_len % chunks != 0)
-    throw InputError("training.seq_len " + std::to_string(seq_len) + " is not divisible by " +
+    throw InputError(seq_key + " " + std::to_string(seq_len) + " is not divisible by " +
                      (headtail ? "2 x " : "") + "context_parallel_degree " + std::to_string(cp) + " = " +
                      std::to_string(chunks) + " (each rank holds " + (headtail ? "two chunks" : "one chunk") +
                      " of every sequence); choose a multiple");

@@ -44,9 +44,10 @@ struct ContextParallelOptions {
 
 // InputError, one line, for an unknown rotate method or balancer, or a
 // seq_len the chunks of `cp` ranks do not divide (2·cp with headtail, cp
-// without). The trainer's check, and the sweeps' pruning rule.
+// without). The trainer's check, and the sweeps' pruning rule. `seq_key`
+// names the key seq_len came from in the message.
 void check_context_parallel(const std::string& rotate_method, const std::string& load_balancer, int64_t cp,
-                            int64_t seq_len);
+                            int64_t seq_len, const std::string& seq_key = "training.seq_len");
 
 // Positions (int64 [seq_len / cp]) of rank `rank`'s tokens in a sequence of
 // seq_len, in the order the rank holds them.

@@ -289,6 +289,10 @@ void DataParallel::begin_step() {
   }
 }
 
+void DataParallel::reshard_all() {
+  for (size_t u = 0; u < units_.size(); ++u) reshard(u);
+}
+
 void DataParallel::wait(const WorkPtr& w, const Communicator& group) {
   const auto t0 = Clock::now();
   w->wait();

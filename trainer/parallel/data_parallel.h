@@ -106,6 +106,7 @@ class DataParallel final : public UnitHooks {
   // Mean over the data-parallel ranks (the loss TorchTitan logs).
   double dp_mean(double local);
   void begin_step();  // after the optimizer: refresh the compute copy
+  void reshard_all();  // FSDP: free every gathered unit (after a forward-only pass)
   CommTimes take_comm_times();  // since the last call
 
   // Checkpoint pieces (see checkpoint.h): whole tensors under DDP, this

@@ -1,4 +1,5 @@
 #include "trainer/parallel/tensor_parallel.h"
+#include "trainer/model/gemm.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -200,7 +201,7 @@ class AsyncGatherLinear : public torch::autograd::Function<AsyncGatherLinear> {
       if (k + 1 < ps.size()) issue(k + 1);  // in flight during this piece's GEMM
       timed_wait(work[k], *tp);
       piece_of_whole(x_whole, T, ps[k]).copy_(got[k]);
-      piece_of_whole(y, T, ps[k]).copy_(at::linear(got[k], w));
+      piece_of_whole(y, T, ps[k]).copy_(gemm_linear(got[k], w));
       got[k] = at::Tensor();
     }
     ctx->save_for_backward({x_whole, w});
@@ -216,11 +217,11 @@ class AsyncGatherLinear : public torch::autograd::Function<AsyncGatherLinear> {
     std::vector<at::Tensor> out(ps.size());
     std::vector<WorkPtr> work(ps.size());
     for (size_t k = 0; k < ps.size(); ++k) {  // the GEMM of piece k+1 runs while k's reduce-scatter is in flight
-      const at::Tensor dx = at::matmul(piece_of_whole(gy, T, ps[k]), w).contiguous();  // [T, B, len, I]
+      const at::Tensor dx = gemm_matmul(piece_of_whole(gy, T, ps[k]), w).contiguous();  // [T, B, len, I]
       out[k] = at::empty({B, ps[k].second, I}, dx.options());
       work[k] = tp.reduce_scatter(out[k], dx);
     }
-    const at::Tensor dw = at::mm(gy.flatten(0, 1).t(), x_whole.flatten(0, 1));
+    const at::Tensor dw = gemm_mm(gy.flatten(0, 1).t(), x_whole.flatten(0, 1));
     for (auto& wk : work) timed_wait(wk, tp);
     return {at::cat(out, 1), dw, at::Tensor(), at::Tensor()};
   }
@@ -241,7 +242,7 @@ class AsyncLinearScatter : public torch::autograd::Function<AsyncLinearScatter> 
     std::vector<at::Tensor> out(ps.size());
     std::vector<WorkPtr> work(ps.size());
     for (size_t k = 0; k < ps.size(); ++k) {
-      const at::Tensor partial = at::linear(piece_of_whole(xc, T, ps[k]), w).contiguous();  // [T, B, len, O]
+      const at::Tensor partial = gemm_linear(piece_of_whole(xc, T, ps[k]), w).contiguous();  // [T, B, len, O]
       out[k] = at::empty({B, ps[k].second, w.size(0)}, partial.options());
       work[k] = tp->reduce_scatter(out[k], partial);
     }
@@ -270,10 +271,10 @@ class AsyncLinearScatter : public torch::autograd::Function<AsyncLinearScatter> 
       if (k + 1 < ps.size()) issue(k + 1);
       timed_wait(work[k], tp);
       piece_of_whole(g_whole, T, ps[k]).copy_(got[k]);
-      piece_of_whole(dx, T, ps[k]).copy_(at::matmul(got[k], w));
+      piece_of_whole(dx, T, ps[k]).copy_(gemm_matmul(got[k], w));
       got[k] = at::Tensor();
     }
-    const at::Tensor dw = at::mm(g_whole.flatten(0, 1).t(), x.flatten(0, 1));
+    const at::Tensor dw = gemm_mm(g_whole.flatten(0, 1).t(), x.flatten(0, 1));
     return {dx, dw, at::Tensor(), at::Tensor()};
   }
 };
@@ -357,12 +358,12 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits_shard, const at
 
 at::Tensor async_gather_linear(const at::Tensor& x_shard, const at::Tensor& w_shard, Communicator& tp,
                                int64_t chunks) {
-  if (tp.size() == 1) return at::linear(x_shard, w_shard);
+  if (tp.size() == 1) return gemm_linear(x_shard, w_shard);
   return AsyncGatherLinear::apply(x_shard, w_shard, &tp, chunks);
 }
 
 at::Tensor async_linear_scatter(const at::Tensor& x, const at::Tensor& w_shard, Communicator& tp, int64_t chunks) {
-  if (tp.size() == 1) return at::linear(x, w_shard);
+  if (tp.size() == 1) return gemm_linear(x, w_shard);
   return AsyncLinearScatter::apply(x, w_shard, &tp, chunks);
 }
 
@@ -387,12 +388,12 @@ std::string TensorParallelOptions::describe() const {
 at::Tensor column_parallel_linear(const at::Tensor& x, const at::Tensor& w_shard, Communicator& tp,
                                   bool sequence_parallel, int64_t seq_dim) {
   const at::Tensor in = sequence_parallel ? gather_from_sp(x, tp, seq_dim) : copy_to_tp(x, tp);
-  return at::linear(in, w_shard);
+  return gemm_linear(in, w_shard);
 }
 
 at::Tensor row_parallel_linear(const at::Tensor& x_shard, const at::Tensor& w_shard, Communicator& tp,
                                bool sequence_parallel, int64_t seq_dim) {
-  const at::Tensor partial = at::linear(x_shard, w_shard);
+  const at::Tensor partial = gemm_linear(x_shard, w_shard);
   return sequence_parallel ? scatter_to_sp(partial, tp, seq_dim) : reduce_from_tp(partial, tp);
 }
 

@@ -14,9 +14,15 @@ namespace ctitan {
 
 TrainModel::TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataParallelOptions dp_options,
                        PipelineOptions pp)
-    : model_(std::move(model)), pp_(std::move(pp)) {
+    : model_(std::move(model)), pp_(std::move(pp)), loss_group_(&mesh.group("loss")) {
   dp_ = std::make_unique<DataParallel>(*model_, mesh, std::move(dp_options));
   if (dp_->needs_hooks()) hooks_ = dp_.get();
+}
+
+double TrainModel::max_loss(const at::Tensor& local) {
+  at::Tensor t = torch::full({1}, local.item<double>(), torch::kDouble);
+  loss_group_->all_reduce(t, ReduceOp::kMax)->wait();
+  return t.item<double>();
 }
 
 at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale,
@@ -28,6 +34,81 @@ at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tens
   const at::Tensor t = cp_shard(tokens, cp), l = cp_shard(labels, cp);  // unchanged without CP
   if (pp_.on()) return run_pipeline(t, l, scale, first_micro, last_micro);
   return hooks_ ? run_units(t, l, scale, first_micro, last_micro) : run_whole(t, l, scale);
+}
+
+// A no-grad forward in the training layout: the same units, hooks and
+// collectives as a training forward, then every gathered unit freed.
+at::Tensor TrainModel::evaluate(const at::Tensor& tokens, const at::Tensor& labels) {
+  torch::NoGradGuard no_grad;
+  MemoryCategoryScope mem(MemoryCategory::kActivations);
+  const ContextParallelOptions& cp = model_->context_parallel();
+  const at::Tensor t = cp_shard(tokens, cp), l = cp_shard(labels, cp);
+  at::Tensor loss = pp_.on() ? evaluate_pipeline(t, l) : at::Tensor();
+  if (!pp_.on()) {
+    Llama3& m = *model_;
+    at::Tensor h = t;
+    for (size_t u = 0; u < m.units().size(); ++u) {
+      if (hooks_) hooks_->before_forward(u);
+      h = m.run_unit(u, h, l);
+    }
+    loss = h;
+  }
+  dp_->reshard_all();
+  return loss.detach();
+}
+
+// Forward-only pipeline: this rank's stages in ascending order, each over
+// every micro-batch. A stage waits only for lower stages, which every rank
+// runs first, so the order cannot deadlock; any number of micro-batches
+// runs (the training schedule's count does not apply). The last stage's
+// mean loss reaches every stage.
+at::Tensor TrainModel::evaluate_pipeline(const at::Tensor& tokens, const at::Tensor& labels) {
+  Llama3& m = *model_;
+  Communicator& pp = *pp_.group;
+  const PipelineSchedule& sched = pp_.schedule;
+  const int64_t B = tokens.size(0), last_stage = sched.stages() - 1, mb = pp_.microbatch_size;
+  if (B % mb != 0)
+    throw InputError("validation.local_batch_size " + std::to_string(B) +
+                     " is not divisible by parallelism.pipeline_parallel_microbatch_size " + std::to_string(mb) +
+                     "; the pipeline runs whole micro-batches");
+  const int64_t n = B / mb;
+  const TensorParallelOptions& tp = m.tensor_parallel();
+  const int64_t S = tokens.size(1) / (tp.on() && tp.sequence_parallel ? tp.size() : 1);
+  const auto token_mb = tokens.split(mb, 0), label_mb = labels.split(mb, 0);
+  const std::vector<int64_t> mine = sched.stages_of(pp.rank());
+  if (hooks_)
+    for (size_t u = 0; u < m.units().size(); ++u) hooks_->before_forward(u);
+  std::vector<at::Tensor> held(static_cast<size_t>(n)), sent;  // the previous local stage's outputs
+  std::vector<WorkPtr> sends;
+  int64_t held_stage = -1;
+  at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(m.device()));
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const int64_t st = mine[k];
+    const auto [first_unit, end_unit] = m.part_units(k);
+    for (int64_t i = 0; i < n; ++i) {
+      at::Tensor x = token_mb[i];
+      if (st > 0 && held_stage == st - 1) {
+        x = held[static_cast<size_t>(i)];
+      } else if (st > 0) {
+        x = at::empty({mb, S, m.args().dim}, torch::TensorOptions().dtype(m.compute_dtype()).device(m.device()));
+        pp.recv(x, static_cast<int>(sched.rank_of(st - 1)), static_cast<int>(st * n + i))->wait();
+      }
+      for (size_t u = first_unit; u < end_unit; ++u) x = m.run_unit(u, x, label_mb[i]);
+      if (st == last_stage) {
+        loss_sum += x;
+      } else if (k + 1 < mine.size() && mine[k + 1] == st + 1) {
+        held[static_cast<size_t>(i)] = x;  // the next stage is here too (the V's turn)
+      } else {
+        sent.push_back(x.contiguous());
+        sends.push_back(pp.send(sent.back(), static_cast<int>(sched.rank_of(st + 1)), static_cast<int>((st + 1) * n + i)));
+      }
+    }
+    held_stage = st;
+  }
+  for (const WorkPtr& w : sends) w->wait();
+  at::Tensor loss = (loss_sum / static_cast<double>(n)).reshape({1}).contiguous();
+  pp.broadcast(loss, static_cast<int>(sched.rank_of(last_stage)))->wait();
+  return loss.reshape({});
 }
 
 // The schedule's actions on this rank's stages. A forward takes the
@@ -291,6 +372,20 @@ bool float8_converter(const JobConfig& cfg) {
   return float8;
 }
 
+// InputError unless a sequence of S tokens (the value of `key`) can be cut
+// as tensor (sequence) and context parallelism cut it.
+void check_sequence_length(const std::string& key, int64_t S, const TensorParallelOptions& tp,
+                           const ContextParallelOptions& cp) {
+  if (tp.on() && tp.sequence_parallel && S % tp.size() != 0)
+    throw InputError(key + " " + std::to_string(S) + " is not divisible by tensor_parallel_degree " +
+                     std::to_string(tp.size()) + " (sequence parallelism shards the sequence); choose a multiple");
+  check_context_parallel(cp.rotate_method, cp.load_balancer, cp.size(), S, key);
+  if (cp.on() && tp.on() && tp.sequence_parallel && (S / cp.size()) % tp.size() != 0)
+    throw InputError(key + " " + std::to_string(S) + " / context_parallel_degree " + std::to_string(cp.size()) +
+                     " is not divisible by tensor_parallel_degree " + std::to_string(tp.size()) +
+                     " (sequence parallelism shards each rank's part); choose a multiple");
+}
+
 // TorchTitan's apply_ac, apply_compile and float8 converter, on one model part.
 void apply_techniques(Llama3& m, const JobConfig& cfg, bool float8) {
   m.set_activation_checkpointing(
@@ -321,10 +416,6 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
   tp.sequence_parallel = cfg.parallelism.enable_sequence_parallel;
   tp.loss_parallel = !cfg.parallelism.disable_loss_parallel;
   tp.async = cfg.parallelism.enable_async_tensor_parallel;
-  if (tp.on() && tp.sequence_parallel && cfg.training.seq_len % tp.size() != 0)
-    throw InputError("training.seq_len " + std::to_string(cfg.training.seq_len) +
-                     " is not divisible by tensor_parallel_degree " + std::to_string(tp.size()) +
-                     " (sequence parallelism shards the sequence); choose a multiple");
   // Pipeline parallelism: this rank's stages of TorchTitan's split.
   PipelineOptions pp;
   std::vector<ModelPart> parts{ModelPart{}};
@@ -347,18 +438,17 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
     parts.clear();
     for (int64_t stage : pp.schedule.stages_of(pp.group->rank())) parts.push_back(split.parts[static_cast<size_t>(stage)]);
   }
-  auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), cfg.training.seq_len, rt.device, parts, storage, tp);
+  // The RoPE table covers the longest sequence run: training's or validation's.
+  const int64_t max_seq_len = std::max(cfg.training.seq_len, cfg.validation.enable ? cfg.validation.seq_len : 0);
+  auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), max_seq_len, rt.device, parts, storage, tp);
   apply_techniques(*model, cfg, float8);
   model->set_split_backward(pp.on() && pp.schedule.splits_backward());
   ContextParallelOptions cp;
   cp.group = &rt.mesh->group("cp");
   cp.rotate_method = cfg.parallelism.context_parallel_rotate_method;
   cp.load_balancer = cfg.parallelism.context_parallel_load_balancer;
-  check_context_parallel(cp.rotate_method, cp.load_balancer, cp.size(), cfg.training.seq_len);
-  if (cp.on() && tp.on() && tp.sequence_parallel && (cfg.training.seq_len / cp.size()) % tp.size() != 0)
-    throw InputError("training.seq_len " + std::to_string(cfg.training.seq_len) + " / context_parallel_degree " +
-                     std::to_string(cp.size()) + " is not divisible by tensor_parallel_degree " +
-                     std::to_string(tp.size()) + " (sequence parallelism shards each rank's part); choose a multiple");
+  check_sequence_length("training.seq_len", cfg.training.seq_len, tp, cp);
+  if (cfg.validation.enable) check_sequence_length("validation.seq_len", cfg.validation.seq_len, tp, cp);
   model->set_context_parallel(cp);
   DataParallelOptions dpo;
   dpo.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;

@@ -71,6 +71,10 @@ class TrainModel {
   // the device here (read it with mean_loss on log steps).
   at::Tensor forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
                               bool last_micro);
+  // The mean loss of a no-grad forward over this rank's tokens (a device
+  // scalar, as forward_backward's), in the same layout; nothing is
+  // accumulated and nothing stays gathered. Validation's forward.
+  at::Tensor evaluate(const at::Tensor& tokens, const at::Tensor& labels);
   // The true global L2 norm of the gradients (every shard counted once),
   // gradients clipped to max_norm.
   double clip_grad_norm(double max_norm) { return dp_->clip_grad_norm(max_norm); }
@@ -79,6 +83,8 @@ class TrainModel {
   void begin_step() { dp_->begin_step(); }
   // The loss TorchTitan logs: `local` averaged over the data-parallel ranks.
   double mean_loss(const at::Tensor& local) { return dp_->dp_mean(local.item<double>()); }
+  // TorchTitan's global_max_loss: the largest `local` over the same ranks.
+  double max_loss(const at::Tensor& local);
 
   // The optimizer's view: this rank's fp32 master parameters and gradients.
   at::Tensor& params() { return dp_->params(); }
@@ -117,12 +123,14 @@ class TrainModel {
                        bool last_micro);
   at::Tensor run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
                           bool last_micro);
+  at::Tensor evaluate_pipeline(const at::Tensor& tokens, const at::Tensor& labels);
 
   std::unique_ptr<Llama3> model_;
   std::unique_ptr<DataParallel> dp_;
   UnitHooks* hooks_ = nullptr;  // null: one autograd pass, no unit boundaries needed
   PipelineOptions pp_;
   PipelineTimes pp_times_;
+  Communicator* loss_group_ = nullptr;  // the mesh's "loss" group (dp x cp), as mean_loss averages over
 };
 
 std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runtime& rt, const JobConfig& cfg);

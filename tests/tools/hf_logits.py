@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""transformers' side of ctitan's Hugging Face checkpoint tests.
+
+  hf_logits.py random FLAVOR OUT_DIR SEED   a random LlamaForCausalLM shaped like ctitan's
+                                            llama3 FLAVOR (tiny | debugmodel), save_pretrained
+  hf_logits.py logits MODEL_DIR OUT B S     load MODEL_DIR in float32, run a fixed [B, S] token
+                                            batch, save {"tokens", "logits"} as safetensors
+
+The flavors' numbers are written out here from trainer/model/llama_args.cpp
+(TorchTitan's definitions), not read from ctitan, so a wrong config.json or a
+wrong name/permutation on ctitan's side shows up as different logits.
+"""
+import sys
+
+import torch
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+# dim, layers, heads, kv heads, vocab, ffn hidden (TorchTitan's rule), as ctitan's flavors.
+FLAVORS = {
+    "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 vocab_size=64, intermediate_size=96),
+    "debugmodel": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=16, num_key_value_heads=16,
+                       vocab_size=2048, intermediate_size=768),
+}
+# Every ctitan flavor: norm eps 1e-5, rope theta 500000, Llama 3.1 rope scaling.
+COMMON = dict(rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=False,
+              rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+              attention_bias=False, mlp_bias=False, hidden_act="silu")
+
+
+def tokens(vocab, batch, seq):
+    return ((torch.arange(batch * seq, dtype=torch.int64) * 7919 + 13) % vocab).view(batch, seq)
+
+
+def random_model(flavor, out_dir, seed):
+    torch.manual_seed(int(seed))
+    model = LlamaForCausalLM(LlamaConfig(**FLAVORS[flavor], **COMMON)).float()
+    with torch.no_grad():  # larger than init's 0.02, so that every weight moves the logits
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, 1.0 / p.shape[1] ** 0.5 if "embed" not in name else 1.0)
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def logits(model_dir, out, batch, seq):
+    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    t = tokens(model.config.vocab_size, int(batch), int(seq))
+    with torch.no_grad():
+        out_logits = model(input_ids=t).logits.float().contiguous()
+    save_file({"tokens": t, "logits": out_logits}, out)
+
+
+if __name__ == "__main__":
+    commands = {"random": random_model, "logits": logits}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        sys.exit(__doc__)
+    commands[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,441 @@
+#include "trainer/checkpoint/hf_checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+#include "common/errors.h"
+#include "trainer/checkpoint/safetensors.h"
+#include "trainer/data/tokenizer.h"
+#include "trainer/model/llama.h"
+
+namespace fs = std::filesystem;
+
+namespace ctitan {
+namespace {
+
+// A block's parameters: TorchTitan suffix → Hugging Face suffix.
+const std::vector<std::pair<std::string, std::string>>& layer_names() {
+  static const std::vector<std::pair<std::string, std::string>> t = {
+      {"attention.wq.weight", "self_attn.q_proj.weight"},    {"attention.wk.weight", "self_attn.k_proj.weight"},
+      {"attention.wv.weight", "self_attn.v_proj.weight"},    {"attention.wo.weight", "self_attn.o_proj.weight"},
+      {"feed_forward.w1.weight", "mlp.gate_proj.weight"},    {"feed_forward.w3.weight", "mlp.up_proj.weight"},
+      {"feed_forward.w2.weight", "mlp.down_proj.weight"},    {"attention_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"}};
+  return t;
+}
+const std::vector<std::pair<std::string, std::string>>& top_names() {
+  static const std::vector<std::pair<std::string, std::string>> t = {
+      {"tok_embeddings.weight", "model.embed_tokens.weight"},
+      {"norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  return t;
+}
+
+// "<prefix><N>.<rest>" → (N, rest); nullopt when it is not of that form.
+std::optional<std::pair<std::string, std::string>> split_layer(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return std::nullopt;
+  const size_t dot = name.find('.', prefix.size());
+  if (dot == std::string::npos || dot == prefix.size()) return std::nullopt;
+  const std::string n = name.substr(prefix.size(), dot - prefix.size());
+  if (n.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::make_pair(n, name.substr(dot + 1));
+}
+
+// Heads whose rows RoPE rotates: wq (query heads) and wk (KV heads); 0 otherwise.
+int64_t rotary_heads(const std::string& fqn, const LlamaArgs& args) {
+  const auto layer = split_layer(fqn, "layers.");
+  if (!layer) return 0;
+  if (layer->second == "attention.wq.weight") return args.n_heads;
+  if (layer->second == "attention.wk.weight") return args.n_kv_heads;
+  return 0;
+}
+
+std::string dims_text(const std::vector<int64_t>& s) { return nlohmann::json(s).dump(); }
+
+void fsync_path(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Tensors in shards of at most `max_bytes` (a larger tensor alone), in order.
+std::vector<std::vector<size_t>> plan_shards(const std::vector<SafetensorsWriter::Spec>& specs, int64_t max_bytes) {
+  std::vector<std::vector<size_t>> shards(1);
+  int64_t in_shard = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int64_t n = SafetensorsWriter::nbytes(specs[i]);
+    if (!shards.back().empty() && in_shard + n > max_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(i);
+    in_shard += n;
+  }
+  return shards;
+}
+
+std::string shard_file_name(size_t k, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", k + 1, n);
+  return buf;
+}
+
+// The safetensors files of a Hugging Face model folder and which holds each tensor.
+class HfFolder {
+ public:
+  explicit HfFolder(const fs::path& dir) : dir_(dir) {
+    const fs::path index = dir / "model.safetensors.index.json";
+    if (fs::exists(index)) {
+      nlohmann::json j;
+      try {
+        std::ifstream in(index);
+        j = nlohmann::json::parse(in);
+        for (const auto& [name, file] : j.at("weight_map").items()) where_[name] = file.get<std::string>();
+      } catch (const nlohmann::json::exception& e) {
+        throw InputError(index.string() + " is not a safetensors index (" + e.what() +
+                         "); it needs {\"weight_map\": {tensor: file}}");
+      }
+    } else if (fs::exists(dir / "model.safetensors")) {
+      open("model.safetensors");
+      for (const auto& [name, _] : files_.at("model.safetensors")->entries()) where_[name] = "model.safetensors";
+    } else {
+      throw InputError("Hugging Face checkpoint " + dir.string() +
+                       " holds neither model.safetensors nor model.safetensors.index.json; point "
+                       "checkpoint.initial_load_path at a folder saved by save_pretrained");
+    }
+    for (const auto& [name, file] : where_) {
+      const SafetensorsFile& f = open(file);
+      if (!f.find(name))
+        throw InputError("Hugging Face checkpoint " + dir.string() + ": model.safetensors.index.json puts '" + name +
+                         "' in " + file + ", which does not hold it; re-download the checkpoint");
+    }
+  }
+
+  // The file holding `name`; nullptr when none does.
+  const SafetensorsFile* file_of(const std::string& name) const {
+    auto it = where_.find(name);
+    return it == where_.end() ? nullptr : files_.at(it->second).get();
+  }
+  const std::map<std::string, std::string>& names() const { return where_; }
+
+ private:
+  const SafetensorsFile& open(const std::string& file) {
+    auto& f = files_[file];
+    if (!f) {
+      if (!fs::exists(dir_ / file))
+        throw InputError("Hugging Face checkpoint " + dir_.string() + ": shard " + file +
+                         " named by model.safetensors.index.json is missing; re-download the checkpoint");
+      f = std::make_unique<SafetensorsFile>((dir_ / file).string());
+    }
+    return *f;
+  }
+
+  fs::path dir_;
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::string> where_;  // tensor → file
+};
+
+// Reads config.json (when present) and checks what shapes cannot show: the
+// head counts the q/k permutation depends on.
+void check_config(const fs::path& dir, const LlamaArgs& args) {
+  const fs::path path = dir / "config.json";
+  if (!fs::exists(path)) return;
+  nlohmann::json c;
+  try {
+    std::ifstream in(path);
+    c = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception&) {
+    throw InputError(path.string() + " is not JSON; restore it or delete it (the tensors' shapes are checked anyway)");
+  }
+  const auto check = [&](const char* key, int64_t want) {
+    if (c.contains(key) && c[key].is_number_integer() && c[key].get<int64_t>() != want)
+      throw InputError(path.string() + ": " + key + " = " + std::to_string(c[key].get<int64_t>()) +
+                       " but the model has " + std::to_string(want) +
+                       "; the checkpoint is for another model: check "
+                       "model.flavor");
+  };
+  check("num_attention_heads", args.n_heads);
+  check("num_key_value_heads", args.n_kv_heads);
+}
+
+// `name` through the tables: TorchTitan → Hugging Face (to_hf) or back.
+std::string map_name(const std::string& name, bool to_hf) {
+  for (const auto& [tt, hf] : top_names())
+    if (name == (to_hf ? tt : hf)) return to_hf ? hf : tt;
+  const std::string from = to_hf ? "layers." : "model.layers.", to = to_hf ? "model.layers." : "layers.";
+  if (const auto layer = split_layer(name, from)) {
+    for (const auto& [tt, hf] : layer_names())
+      if (layer->second == (to_hf ? tt : hf)) return to + layer->first + "." + (to_hf ? hf : tt);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string hf_name_of(const std::string& fqn) { return map_name(fqn, true); }
+std::string fqn_of_hf(const std::string& hf_name) { return map_name(hf_name, false); }
+
+at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const LlamaArgs& args) {
+  const int64_t n = rotary_heads(fqn, args), Dh = args.head_dim();
+  if (n == 0) return whole;
+  // Row h·Dh + 2i + j (ctitan's pair i) → h·Dh + j·Dh/2 + i (rotate_half's halves).
+  return whole.view({n, Dh / 2, 2, whole.size(1)}).transpose(1, 2).reshape(whole.sizes());
+}
+
+at::Tensor from_hf_layout(const std::string& fqn, const at::Tensor& hf, const LlamaArgs& args) {
+  const int64_t n = rotary_heads(fqn, args), Dh = args.head_dim();
+  if (n == 0) return hf;
+  return hf.reshape({n, 2, Dh / 2, hf.size(1)}).transpose(1, 2).reshape(hf.sizes());
+}
+
+const std::vector<std::pair<std::string, at::ScalarType>>& export_dtypes() {
+  static const std::vector<std::pair<std::string, at::ScalarType>> t = {
+      {"float32", at::kFloat}, {"bfloat16", at::kBFloat16}, {"float16", at::kHalf}};
+  return t;
+}
+
+at::ScalarType export_dtype(const std::string& name) {
+  for (const auto& [n, t] : export_dtypes())
+    if (n == name) return t;
+  throw std::invalid_argument("checkpoint.export_dtype '" + name + "' is not float32|bfloat16|float16");
+}
+
+std::string export_dtype_name(at::ScalarType dtype) {
+  for (const auto& [n, t] : export_dtypes())
+    if (t == dtype) return n;
+  throw std::invalid_argument(std::string("hf export: no Hugging Face name for ") + c10::toString(dtype));
+}
+
+HfExportOptions hf_export_options(const JobConfig& cfg) {
+  HfExportOptions o;
+  o.dtype = export_dtype(cfg.checkpoint.export_dtype);
+  // BOS/EOS ids come from the run's tokenizer, when it has one.
+  const std::string& assets = cfg.model.hf_assets_path;
+  if (!assets.empty() && (fs::exists(fs::path(assets) / "tokenizer.json") || fs::is_regular_file(assets))) {
+    try {
+      const Tokenizer tok = Tokenizer::from_file(assets);
+      o.bos_id = tok.bos_id();
+      o.eos_id = tok.eos_id();
+    } catch (const InputError&) {
+      // The data loader reports a bad tokenizer; config.json just omits the ids.
+    }
+  }
+  return o;
+}
+
+nlohmann::json hf_config_json(const LlamaArgs& args, const HfExportOptions& opts) {
+  const RopeScaling& r = args.rope_scaling;
+  nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}},
+                      {"model_type", "llama"},
+                      {"hidden_size", args.dim},
+                      {"intermediate_size", args.ffn_hidden_dim()},
+                      {"num_hidden_layers", args.n_layers},
+                      {"num_attention_heads", args.n_heads},
+                      {"num_key_value_heads", args.n_kv_heads},
+                      {"head_dim", args.head_dim()},
+                      {"vocab_size", args.vocab_size},
+                      {"hidden_act", "silu"},
+                      {"rms_norm_eps", args.norm_eps},
+                      {"rope_theta", args.rope_theta},
+                      // ctitan (like TorchTitan) always applies Llama 3.1's frequency scaling.
+                      {"rope_scaling",
+                       {{"rope_type", "llama3"},
+                        {"factor", r.factor},
+                        {"low_freq_factor", r.low_freq_factor},
+                        {"high_freq_factor", r.high_freq_factor},
+                        {"original_max_position_embeddings", r.original_max_position_embeddings}}},
+                      {"max_position_embeddings", 131072},  // TorchTitan's TransformerModelArgs.max_seq_len
+                      {"attention_bias", false},
+                      {"attention_dropout", 0.0},
+                      {"mlp_bias", false},
+                      {"initializer_range", 0.02},
+                      {"tie_word_embeddings", false},
+                      {"use_cache", true},
+                      {"torch_dtype", export_dtype_name(opts.dtype)}};
+  // transformers 5 spells these rope_parameters and dtype; 4.x reads the keys above.
+  c["rope_parameters"] = c["rope_scaling"];
+  c["rope_parameters"]["rope_theta"] = args.rope_theta;
+  c["dtype"] = c["torch_dtype"];
+  if (opts.bos_id >= 0) c["bos_token_id"] = opts.bos_id;
+  if (opts.eos_id >= 0) c["eos_token_id"] = opts.eos_id;
+  return c;
+}
+
+void write_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args,
+                         const std::function<at::Tensor(const std::string& fqn)>& whole, const HfExportOptions& opts) {
+  const fs::path dir = fs::absolute(dir_in).lexically_normal();
+  const std::vector<ParamSpec> params = llama3_param_specs(args, ModelPart{});
+  std::vector<SafetensorsWriter::Spec> specs;
+  int64_t total = 0;
+  for (const auto& p : params) {
+    specs.push_back({hf_name_of(p.name), opts.dtype, p.global_shape});
+    total += SafetensorsWriter::nbytes(specs.back());
+  }
+  const auto shards = plan_shards(specs, opts.max_shard_bytes);
+
+  const fs::path tmp = dir.parent_path() / ("." + dir.filename().string() + ".hf.tmp");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  nlohmann::json weight_map = nlohmann::json::object();
+  torch::NoGradGuard no_grad;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const std::string file = shards.size() == 1 ? "model.safetensors" : shard_file_name(k, shards.size());
+    std::vector<SafetensorsWriter::Spec> in_shard;
+    for (size_t i : shards[k]) in_shard.push_back(specs[i]);
+    SafetensorsWriter out((tmp / file).string(), in_shard);
+    for (size_t i : shards[k]) {
+      const at::Tensor t = whole(params[i].name);
+      if (t.sizes().vec() != params[i].global_shape)
+        throw std::logic_error("hf export: '" + params[i].name + "' is " + dims_text(t.sizes().vec()) + ", expected " +
+                               dims_text(params[i].global_shape));
+      out.add(to_hf_layout(params[i].name, t.cpu(), args).to(opts.dtype));
+      weight_map[specs[i].name] = file;
+    }
+    out.finish();
+  }
+  const auto write_json = [&](const std::string& name, const nlohmann::json& j) {
+    std::ofstream out(tmp / name);
+    out << j.dump(2) << "\n";
+    if (!out) throw std::runtime_error("hf export: writing " + (tmp / name).string() + " failed");
+    out.close();
+    fsync_path(tmp / name);
+  };
+  if (shards.size() > 1)
+    write_json("model.safetensors.index.json", {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+  write_json("config.json", hf_config_json(args, opts));
+  fsync_path(tmp);
+  fs::remove_all(dir);
+  fs::rename(tmp, dir);
+  fsync_path(dir.parent_path());
+}
+
+void export_hf_checkpoint(const std::string& checkpoint_folder, int64_t step, const TensorPieces& pieces,
+                          const LlamaArgs& args, const HfExportOptions& opts, const SaveGroup& group) {
+  // Every rank's boxes go to a hidden ctitan checkpoint; its loader
+  // assembles whole tensors from them, whatever the layout was.
+  const fs::path staging = fs::absolute(fs::path(checkpoint_folder) / (".hf-export-step-" + std::to_string(step)));
+  CheckpointSection c;
+  c.enable = true;
+  c.folder = staging.string();
+  c.keep_latest_k = 0;
+  c.load_step = step;
+  Checkpointer boxes(c, "");
+  TensorPieces model;
+  for (const auto& p : pieces)
+    if (p.name.rfind("model.", 0) == 0) model.push_back(p);
+  boxes.save_sharded(step, model, {{"step", step}}, nlohmann::json::object(), true, group);
+  if (group.rank == 0) {
+    const at::ScalarType master = model.empty() ? at::kFloat : model.front().tensor.scalar_type();
+    const std::vector<ParamSpec> params = llama3_param_specs(args, ModelPart{});
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto& p : params) shapes[p.name] = p.global_shape;
+    write_hf_checkpoint((fs::path(checkpoint_folder) / ("step-" + std::to_string(step))).string(), args,
+                        [&](const std::string& fqn) {
+                          const std::vector<int64_t>& shape = shapes.at(fqn);
+                          at::Tensor t = torch::empty(shape, at::TensorOptions().dtype(master));
+                          boxes.load_sharded({{"model." + fqn, t, shape, {}}});
+                          return t;
+                        },
+                        opts);
+    fs::remove_all(staging);
+  }
+  if (group.world > 1) group.barrier();
+}
+
+void load_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args, const TensorPieces& pieces) {
+  const fs::path dir(dir_in);
+  const std::string where = "Hugging Face checkpoint " + dir.string();
+  HfFolder folder(dir);
+
+  // Everything is checked before anything loads, in model order.
+  const std::vector<ParamSpec> params = llama3_param_specs(args, ModelPart{});
+  std::map<std::string, std::string> source;  // fqn → Hugging Face name
+  for (const auto& p : params) {
+    std::string hf = hf_name_of(p.name);
+    if (!folder.file_of(hf) && p.name == "output.weight") hf = "model.embed_tokens.weight";  // tied embeddings
+    const SafetensorsFile* f = folder.file_of(hf);
+    if (!f)
+      throw InputError(where + " has no tensor '" + hf + "' (the model's " + p.name +
+                       "); check model.flavor or the checkpoint's architecture");
+    const auto& shape = f->find(hf)->shape;
+    if (shape != p.global_shape)
+      throw InputError(where + ": tensor '" + hf + "' has shape " + dims_text(shape) + " but the model expects " +
+                       dims_text(p.global_shape) + " (" + p.name +
+                       "); the checkpoint is for another model size: check model.flavor");
+    source[p.name] = hf;
+  }
+  for (const auto& [hf, file] : folder.names()) {
+    if (hf.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    const std::string fqn = fqn_of_hf(hf);
+    if (fqn.empty() || !source.count(fqn))
+      throw InputError(where + ": tensor '" + hf + "' in " + file + " has no place in the model (" +
+                       std::to_string(args.n_layers) +
+                       " layers); the checkpoint is for another model: check model.flavor");
+  }
+  check_config(dir, args);
+
+  torch::NoGradGuard no_grad;
+  for (const auto& piece : pieces) {
+    if (piece.name.rfind("model.", 0) != 0) continue;
+    const std::string fqn = piece.name.substr(6);
+    auto it = source.find(fqn);
+    if (it == source.end()) throw std::logic_error("hf load: the model has no parameter '" + fqn + "'");
+    at::Tensor src = folder.file_of(it->second)->tensor(it->second);
+    const at::Tensor& dst = piece.tensor;
+    std::vector<int64_t> lo = piece.offsets;
+    if (lo.empty()) lo.assign(dst.dim(), 0);
+    const int64_t heads = rotary_heads(fqn, args);
+    if (heads == 0) {
+      for (int64_t d = 0; d < dst.dim(); ++d) src = src.narrow(d, lo[d], dst.size(d));
+    } else {
+      // Only the heads the box touches are un-permuted (rows of a head are
+      // contiguous in both layouts).
+      const int64_t Dh = args.head_dim(), rows = dst.size(0);
+      const int64_t h0 = lo[0] / Dh, h1 = (lo[0] + rows + Dh - 1) / Dh;
+      src = src.view({heads, 2, Dh / 2, src.size(1)})
+                .narrow(0, h0, h1 - h0)
+                .narrow(3, lo[1], dst.size(1))
+                .transpose(1, 2)
+                .reshape({(h1 - h0) * Dh, dst.size(1)})
+                .narrow(0, lo[0] - h0 * Dh, rows);
+    }
+    dst.copy_(src);
+  }
+}
+
+bool initial_load_hf(const JobConfig& cfg, const Checkpointer& ckpt, const LlamaArgs& args, const TensorPieces& pieces,
+                     bool rank0) {
+  if (!cfg.checkpoint.initial_load_in_hf || !ckpt.enabled()) return false;
+  if (!ckpt.saved_steps().empty()) {
+    if (rank0)
+      std::cerr << "ctitan: warning: checkpoint.initial_load_in_hf is set but " << ckpt.folder()
+                << " holds checkpoints; resuming from those, not from the Hugging Face weights (as TorchTitan)"
+                << std::endl;
+    return false;
+  }
+  const std::string dir =
+      cfg.checkpoint.initial_load_path.empty() ? cfg.model.hf_assets_path : cfg.checkpoint.initial_load_path;
+  const char* key = cfg.checkpoint.initial_load_path.empty() ? "model.hf_assets_path" : "checkpoint.initial_load_path";
+  if (dir.empty() || !fs::is_directory(dir))
+    throw InputError(std::string(key) + " '" + dir +
+                     "' is not a folder; point checkpoint.initial_load_path at a Hugging Face model folder");
+  load_hf_checkpoint(dir, args, pieces);
+  if (rank0)
+    std::cout << "ctitan: loaded the model from Hugging Face checkpoint " << dir << " (" << key
+              << "; weights only, training starts at step 1)" << std::endl;
+  return true;
+}
+
+}  // namespace ctitan

@@ -1,0 +1,91 @@
+// Hugging Face Llama checkpoints in and out (TorchTitan's
+// checkpoint.last_save_in_hf / checkpoint.initial_load_in_hf).
+//
+//   <folder>/config.json                     LlamaForCausalLM config (hf_config_json)
+//           /model.safetensors               one file, or above the shard size:
+//           /model-0000K-of-0000N.safetensors + model.safetensors.index.json
+//
+// Names follow TorchTitan's Llama3StateDictAdapter (tok_embeddings.weight ↔
+// model.embed_tokens.weight, layers.N.attention.wq.weight ↔
+// model.layers.N.self_attn.q_proj.weight, ...). ctitan's RoPE rotates the
+// pairs (x[2i], x[2i+1]) of a head; Hugging Face's rotate_half pairs x[i]
+// with x[i + Dh/2]. So the rows of wq and wk are permuted inside every head
+// on the way out (row 2i+j → row j·Dh/2 + i) and back on the way in, exactly
+// the adapter's _permute / _reverse_permute.
+//
+// Export gathers whole tensors from any parallel layout through the
+// checkpoint's box re-sharding: every rank writes its boxes to a hidden
+// ctitan checkpoint, rank 0 assembles each tensor from them, converts it and
+// writes the Hugging Face files into a temporary folder that is fsync'ed and
+// renamed into place. Import: every rank maps the safetensors files and
+// copies out only its own boxes. Errors in the files or a checkpoint of
+// another model are InputErrors of one line.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/config/job_config.h"
+#include "trainer/model/llama_args.h"
+
+namespace ctitan {
+
+// Above this many bytes of tensors an export is split into shards (each at
+// most this size unless one tensor alone is larger): transformers'
+// save_pretrained default, "5GB".
+constexpr int64_t kHfShardBytes = 5'000'000'000;
+
+struct HfExportOptions {
+  at::ScalarType dtype = at::kFloat;  // checkpoint.export_dtype
+  int64_t max_shard_bytes = kHfShardBytes;
+  int64_t bos_id = -1, eos_id = -1;  // written to config.json when >= 0
+};
+
+// TorchTitan FQN (no "model." prefix) ↔ Hugging Face name; empty when the
+// name has no counterpart (e.g. rotary_emb.inv_freq).
+std::string hf_name_of(const std::string& fqn);
+std::string fqn_of_hf(const std::string& hf_name);
+
+// The whole tensor `fqn` in Hugging Face's layout (wq/wk rows permuted), and back.
+at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const LlamaArgs& args);
+at::Tensor from_hf_layout(const std::string& fqn, const at::Tensor& hf, const LlamaArgs& args);
+
+// config.json for transformers' LlamaForCausalLM.
+nlohmann::json hf_config_json(const LlamaArgs& args, const HfExportOptions& opts);
+// "float32" | "bfloat16" | "float16" ↔ dtype (std::invalid_argument otherwise).
+at::ScalarType export_dtype(const std::string& name);
+std::string export_dtype_name(at::ScalarType dtype);
+// The run's export options: checkpoint.export_dtype, and BOS/EOS from the
+// model.hf_assets_path tokenizer when there is one.
+HfExportOptions hf_export_options(const JobConfig& cfg);
+
+// Writes a Hugging Face checkpoint of the whole model into `dir` (replaced
+// atomically). `whole(fqn)` returns each TorchTitan parameter whole; it is
+// asked once per tensor, in order, so at most one tensor is held at a time.
+void write_hf_checkpoint(const std::string& dir, const LlamaArgs& args,
+                         const std::function<at::Tensor(const std::string& fqn)>& whole, const HfExportOptions& opts);
+
+// checkpoint.last_save_in_hf: all ranks of `group` call this with their
+// "model." pieces (any layout); rank 0 writes <checkpoint_folder>/step-<step>.
+void export_hf_checkpoint(const std::string& checkpoint_folder, int64_t step, const TensorPieces& pieces,
+                          const LlamaArgs& args, const HfExportOptions& opts, const SaveGroup& group);
+
+// Fills the "model." pieces (this rank's boxes of any layout) from the Hugging
+// Face checkpoint in `dir`; other pieces are left alone. Every tensor of the
+// model is checked first (missing, wrong shape, one the model lacks), so
+// every rank fails alike with the first mismatch in model order.
+void load_hf_checkpoint(const std::string& dir, const LlamaArgs& args, const TensorPieces& pieces);
+
+// TorchTitan's rule for checkpoint.initial_load_in_hf: when checkpointing is
+// on and the checkpoint folder has no step to resume from, load the model
+// from initial_load_path (or, without one, model.hf_assets_path). Returns
+// whether it loaded; rank0 prints what it did.
+bool initial_load_hf(const JobConfig& cfg, const Checkpointer& ckpt, const LlamaArgs& args, const TensorPieces& pieces,
+                     bool rank0);
+
+}  // namespace ctitan
