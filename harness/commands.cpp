@@ -9,6 +9,7 @@
 #include "harness/db_command.h"
 #include "harness/gate_command.h"
 #include "harness/launch.h"
+#include "harness/plan_command.h"
 #include "harness/report_command.h"
 #include "harness/sweep_command.h"
 #include "harness/trace_command.h"
@@ -29,6 +30,8 @@ const char* kUsage =
     "            (`ctitan sweep --help`)\n"
     "  report    tables and charts of a results database: md, self-contained html, csv, json\n"
     "            (`ctitan report --help`)\n"
+    "  plan      predict a recipe's per-rank memory, step time, tokens/s and MFU on a hardware spec;\n"
+    "            calibrate a spec from a results database; check published tables (`ctitan plan --help`)\n"
     "  gate      compare a candidate with a baseline; exit 0 pass, 1 regression, 3 needs action\n"
     "            (`ctitan gate --help`)\n"
     "  trace     merge the ranks' profiler traces of a run, and break steps down into compute,\n"
@@ -70,6 +73,7 @@ int run_command(const std::vector<std::string>& args) {
   }
   if (cmd == "sweep") return sweep_command(rest);
   if (cmd == "report") return report_command(rest);
+  if (cmd == "plan") return plan_command(rest);
   if (cmd == "gate") return gate_command(rest);
   if (cmd == "trace") return run_trace_command(rest);
   if (cmd == "train") {

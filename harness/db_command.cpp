@@ -165,6 +165,18 @@ void show_run(const std::string& db_path, int64_t run_id, bool with_config) {
     std::cout << "  none (no summary.json was ingested: the run did not finish or was not ingested)\n";
   }
 
+  if (const auto p = db.prediction(r.id)) {  // schema v6: made when the sweep planned the run
+    std::cout << "\nprediction (" << text_or_dash(p->hardware) << "; " << text_or_dash(p->calibration) << ")\n";
+    TextTable t{{"", ""}, {false, true}, {}, false};
+    t.rows.push_back({"tps (tokens/s/device)", or_dash(p->tps, "%.1f")});
+    t.rows.push_back({"step_time_s", or_dash(p->step_time_s, "%.4f")});
+    t.rows.push_back({"mfu (%)", or_dash(p->mfu, "%.3f")});
+    t.rows.push_back(
+        {"mem_peak_bytes (per rank)",
+         p->mem_peak_bytes ? std::to_string(*p->mem_peak_bytes) + " (" + bytes(p->mem_peak_bytes) + ")" : "-"});
+    t.print(std::cout, "  ");
+  }
+
   const auto env = db.env(r.id);
   std::cout << "\nenv (" << env.size() << ")\n";
   for (const auto& [k, v] : env) std::cout << "  " << k << " = " << v << "\n";

@@ -24,6 +24,7 @@
 
 #include "common/errors.h"
 #include "harness/launch.h"  // train_command: this binary's `ctitan train` argv
+#include "planner/plan.h"
 #include "results/results_db.h"
 #include "trainer/config/config_loader.h"
 
@@ -344,6 +345,25 @@ Outcome classify(const ChildExit& e, double timeout_s) {
 
 namespace {
 
+// What the planner predicted for a point, as the database keeps it beside
+// each of the point's runs (a predicted throughput of 0 — a stand-in spec —
+// is none; a point the planner rejected keeps only its place in the plan).
+PredictionRow prediction_row(const SweepPoint& pt) {
+  PredictionRow row;
+  row.plan_index = pt.plan_index;
+  if (!pt.prediction) return row;
+  const Prediction& p = *pt.prediction;
+  const auto positive = [](double v) { return v > 0 ? std::optional<double>(v) : std::nullopt; };
+  row.hardware = p.hardware;
+  row.calibration = p.calibration;
+  row.tps = positive(p.tps_per_device);
+  row.step_time_s = row.tps ? positive(p.time.step) : std::nullopt;
+  row.mfu = row.tps ? positive(p.mfu) : std::nullopt;
+  row.mem_peak_bytes = static_cast<int64_t>(p.memory.total);
+  row.detail_json = to_json(p).dump();
+  return row;
+}
+
 // One invocation of a sweep against the database.
 class SweepRunner {
  public:
@@ -363,7 +383,7 @@ class SweepRunner {
     row.status = "infeasible";
     row.error = pt.infeasible;
     row.started_at = row.ended_at = utc_now();
-    db_.insert_run(row);
+    db_.insert_run(row, prediction_row(pt));
   }
 
   // What to do with (pt, repeat) given the database; runs it when needed.
@@ -384,7 +404,7 @@ class SweepRunner {
       row.sweep_id = sweep_id_;
       row.label = pt.label;
       row.error = "shared: the results of run " + std::to_string(ok_elsewhere->id) + " of another sweep";
-      row.id = db_.insert_run(row);
+      row.id = db_.insert_run(row, prediction_row(pt));
       ingest(row.id, row.run_dir);
       return finish(progress, pt, "ok", 0, false);
     }
@@ -420,7 +440,7 @@ class SweepRunner {
     row.status = "running";
     row.run_dir = dir;
     row.started_at = utc_now();
-    row.id = db_.insert_run(row);
+    row.id = db_.insert_run(row, prediction_row(pt));
     progress.begin(pt, repeat, spec_.repeats);
     const ChildExit e = supervise(argv, dir + "/stdout.log", dir + "/stderr.log", spec_.timeout_s, opts_.grace,
                                   [&] { progress.tick(); });

@@ -3,7 +3,8 @@
 // recorded in the results database so that a rerun resumes.
 //
 // Contract of run_sweep():
-//   - runs are ordered repeat-major (A B C A B C): machine drift spreads
+//   - runs go in the order of `points` (`ctitan sweep`: order_by_prediction),
+//     repeat-major (A B C A B C): machine drift spreads
 //     over every point instead of landing on one;
 //   - a (point, repeat) with an ok run in the database (this sweep or any
 //     other: the key says it is the same measurement) is not run again; a

@@ -6,12 +6,13 @@
 #include "common/errors.h"
 #include "harness/sweep.h"
 #include "harness/sweep_spec.h"
+#include "planner/hardware.h"
 
 namespace ctitan {
 namespace {
 
 struct SweepArgs {
-  std::string spec, db;
+  std::string spec, db, hardware;
   bool dry_run = false, retry_failed = false;
 };
 
@@ -28,6 +29,14 @@ SweepArgs parse_sweep_args(const std::vector<std::string>& args) {
         throw InputError("--db needs a file: the results database, e.g. --db results.db");
       }
       if (a.db.empty()) throw InputError("--db needs a file: the results database, e.g. --db results.db");
+    } else if (s == "--hardware" || s.rfind("--hardware=", 0) == 0) {
+      if (s != "--hardware") {
+        a.hardware = s.substr(11);
+      } else if (i + 1 < args.size()) {
+        a.hardware = args[++i];
+      }
+      if (a.hardware.empty())
+        throw InputError("--hardware needs a spec: a name from recipes/hardware/ (h100_sxm, cpu, ...) or a .toml path");
     } else if (s == "--dry-run") {
       a.dry_run = true;
     } else if (s == "--retry-failed") {
@@ -60,27 +69,46 @@ void print_plan(const SweepSpec& spec, const std::vector<SweepPoint>& points, co
             << spec.repeats << (spec.repeats == 1 ? " repeat" : " repeats") << ", " << infeasible
             << " infeasible; timeout " << format_duration(spec.timeout_s) << " per run; memory budget "
             << gib(budget.memory_bytes) << " (" << budget.source << ")\n";
-  std::printf("%4s  %-16s  %2s  %-10s  %s\n", "#", "key", "ws", "plan", "point");
+  std::printf("%4s  %-16s  %2s  %14s  %9s  %-10s  %s\n", "#", "key", "ws", "pred. tokens/s", "pred. mem", "plan",
+              "point");
+  std::string on;  // the specs the predictions were made on
   for (size_t i = 0; i < points.size(); ++i) {
     const SweepPoint& p = points[i];
-    std::printf("%4zu  %-16s  %2d  %-10s  %s\n", i + 1, p.key.c_str(), p.world_size,
-                p.infeasible.empty() ? "run" : "infeasible", p.label.empty() ? "(base)" : p.label.c_str());
+    std::string tps = "-", mem = "-";
+    if (p.prediction) {
+      char buf[32];
+      if (p.prediction->tps_per_device > 0) {
+        std::snprintf(buf, sizeof buf, "%.0f", p.prediction->tps_per_device * p.world_size);
+        tps = buf;
+      }
+      mem = gib(static_cast<int64_t>(p.prediction->memory.total));
+      const std::string spec_of = p.prediction->hardware + " (" + p.prediction->calibration + ")";
+      if (on.find(spec_of) == std::string::npos) on += (on.empty() ? "" : "; ") + spec_of;
+    }
+    std::printf("%4zu  %-16s  %2d  %14s  %9s  %-10s  %s\n", i + 1, p.key.c_str(), p.world_size, tps.c_str(),
+                mem.c_str(), p.infeasible.empty() ? "run" : "infeasible", p.label.empty() ? "(base)" : p.label.c_str());
     if (!p.infeasible.empty()) std::printf("%40s why: %s\n", "", p.infeasible.c_str());
   }
+  std::printf("in run order: the highest predicted tokens/s (all ranks) first; pred. mem is per rank; "
+              "predicted on %s\n",
+              on.empty() ? "nothing (no point could be predicted)" : on.c_str());
   std::fflush(stdout);
 }
 
 }  // namespace
 
 std::string sweep_usage() {
-  return "usage: ctitan sweep SPEC --db FILE [--dry-run] [--retry-failed]\n"
+  return "usage: ctitan sweep SPEC --db FILE [--dry-run] [--retry-failed] [--hardware NAME]\n"
          "Expands a sweep spec (recipes/sweeps/*.toml; docs/sweeps.md) into points (config x world size),\n"
-         "prunes the infeasible ones with their reason, and runs the rest: world size 1 as `ctitan train`,\n"
+         "prunes the infeasible ones with their reason (the planner's predicted memory among them), and runs\n"
+         "the rest, the highest predicted tokens/s first: world size 1 as `ctitan train`,\n"
          "N as `ctitan launch --nproc N`, each in <FILE>.runs/<sweep>/<point key>-r<repeat>/.\n"
          "A rerun resumes: finished points are skipped; failed ones are retried with --retry-failed.\n"
          "  --db FILE        the SQLite results database (created if absent)\n"
          "  --dry-run        print the points and the reasons for the infeasible ones; run nothing\n"
          "  --retry-failed   run again the points whose last run failed, timed out or ran out of memory\n"
+         "  --hardware NAME  the planner's hardware spec to predict on (recipes/hardware/NAME.toml or a path;\n"
+         "                   default: [sweep] hardware, else this machine's: cpu, or the GPU's spec)\n"
          "Exit codes: 0 every point ok or infeasible; 3 some runs failed; 130 interrupted; 2 bad input.\n";
 }
 
@@ -91,9 +119,14 @@ int sweep_command(const std::vector<std::string>& args) {
       return 0;
     }
   const SweepArgs a = parse_sweep_args(args);
-  const SweepSpec spec = load_sweep_spec(a.spec);
+  SweepSpec spec = load_sweep_spec(a.spec);
+  if (!a.hardware.empty()) {
+    load_hardware(a.hardware);  // an unknown name: InputError before anything is planned
+    spec.hardware = a.hardware;
+  }
   const DeviceBudget budget = device_budget(spec);
-  const std::vector<SweepPoint> points = plan_sweep(spec, budget);
+  std::vector<SweepPoint> points = plan_sweep(spec, budget);
+  order_by_prediction(points);
   if (points.empty())
     throw InputError("sweep spec error: " + spec.path + ": no points: every grid point is excluded");
   if (a.dry_run) {

@@ -4,6 +4,7 @@
 #include <c10/util/hash.h>  // c10::sha1: a stable digest without another dependency
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -16,6 +17,9 @@
 #include "common/build_identity.h"
 #include "profiling/gpu_info.h"
 #include "harness/sweep_spec.h"
+#include "planner/hardware.h"
+#include "planner/model_desc.h"
+#include "planner/plan.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
 #include "trainer/dist/mesh.h"
@@ -26,9 +30,8 @@ namespace ctitan {
 namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
-// What a rank holds beyond tensors: LibTorch, the allocator's slack, the
-// data loader (measured: ~450 MiB RSS above mem_peak for debugmodel).
-constexpr int64_t kRankOverheadBytes = 512ll << 20;
+// The spec whose figures stand in for a GPU no spec describes (memory only).
+constexpr const char* kStandInGpu = "h100_sxm";
 
 std::string gib(double bytes) {
   char buf[32];
@@ -99,6 +102,80 @@ std::string label_of(const std::vector<Assignment>& sets) {
 
 bool float8_on(const JobConfig& cfg) { return !cfg.model.converters.empty(); }
 
+// On GPUs a world size is a GPU count of this node: device cuda, or auto
+// where LibTorch sees GPUs.
+bool on_gpu(const JobConfig& cfg, const DeviceBudget& budget) {
+  const std::string& dev = cfg.training.device;
+  return dev == "cuda" || (dev == "auto" && budget.gpus > 0);
+}
+
+struct ResolvedHardware {
+  HardwareSpec spec;
+  bool stand_in = false;  // another GPU's figures: only the memory prediction counts
+};
+
+ResolvedHardware resolve_hardware(const DeviceBudget& budget, bool gpu) {
+  if (!budget.hardware.empty()) return {load_hardware(budget.hardware), false};
+  if (!gpu) return {load_hardware("cpu"), false};
+  if (const std::string name = gpu_spec_name(budget.gpu_name, budget.gpu_memory_bytes); !name.empty()) {
+    try {
+      return {load_hardware(name), false};
+    } catch (const InputError&) {  // not in this tree's recipes/hardware: the stand-in below
+    }
+  }
+  ResolvedHardware r{load_hardware(kStandInGpu), true};
+  const std::string gpu_name = budget.gpu_name.empty() ? "an unknown GPU" : budget.gpu_name;
+  r.spec.name = std::string(kStandInGpu) + " as a stand-in for ";
+  r.spec.name += gpu_name;
+  r.spec.title = gpu_name;
+  if (budget.gpu_memory_bytes > 0) r.spec.memory_bytes = static_cast<double>(budget.gpu_memory_bytes);
+  return r;
+}
+
+// Specs read once per plan: one sweep asks for the same two at most.
+class HardwareCache {
+ public:
+  explicit HardwareCache(const DeviceBudget& budget) : budget_(budget) {}
+  const ResolvedHardware& get(bool gpu) {
+    std::optional<ResolvedHardware>& slot = gpu ? gpu_ : cpu_;
+    if (!slot) slot = resolve_hardware(budget_, gpu);
+    return *slot;
+  }
+
+ private:
+  const DeviceBudget& budget_;
+  std::optional<ResolvedHardware> gpu_, cpu_;
+};
+
+Prediction predict_on(const JobConfig& cfg, int world_size, const ResolvedHardware& hw) {
+  PlanRequest req;
+  req.cfg = cfg;
+  req.model = model_from_flavor(cfg.model.flavor);
+  req.world_size = world_size;
+  Prediction p = predict(req, hw.spec);
+  if (hw.stand_in) {  // another GPU's speed says nothing about this one's
+    p.tps_per_device = p.tflops_per_device = p.mfu = 0;
+    p.time = TimeBreakdown{};
+    p.notes.push_back("memory only: no hardware spec describes " + hw.spec.title + "; set [sweep] hardware");
+  }
+  return p;
+}
+
+// "uncalibrated: maker's figures ..." → "uncalibrated";
+// "calibrated from r.db (12 runs, ...)" → "calibrated from r.db".
+std::string calibration_word(const std::string& calibration) {
+  const size_t cut = std::min(calibration.find(':'), calibration.find(" ("));
+  return calibration.substr(0, cut);
+}
+
+std::string predicted_on(const Prediction& p) {
+  std::string out = " [predicted on ";
+  out += p.hardware;
+  const std::string cal = calibration_word(p.calibration);
+  if (!cal.empty()) out += ", " + cal;
+  return out + "]";
+}
+
 }  // namespace
 
 const std::vector<std::string>& keys_outside_the_key() {
@@ -141,48 +218,6 @@ std::string point_key(const JobConfig& cfg, int world_size, const std::string& b
       .substr(0, 16);
 }
 
-int64_t predicted_rank_bytes(const JobConfig& cfg, int world_size) {
-  const LlamaArgs a = llama3_flavor(cfg.model.flavor);
-  MeshShape shape;
-  try {
-    shape = resolve_mesh_shape(cfg.parallelism, world_size);
-  } catch (const InputError&) {
-    shape.dp_shard = 1;  // an infeasible layout: predict the unsharded rank
-  }
-  const double params = static_cast<double>(count_params(a).total);
-  // FSDP shards over dp_shard x cp.
-  const double state = params * 16 / static_cast<double>(shape.dp_shard * shape.cp * shape.tp * shape.pp);
-  // Activations kept for backward, per layer (B batch, S sequence, D model
-  // dim, F SwiGLU hidden): norm inputs, fused QKV, attention output,
-  // residuals (≈ 6·D + 2·kv_dim) and gate|up plus silu·mul (3·F).
-  const double elem = cfg.training.mixed_precision_param == "float32" ? 4 : 2;
-  const double B = static_cast<double>(cfg.training.local_batch_size);
-  const double S = static_cast<double>(cfg.training.seq_len) / static_cast<double>(shape.cp);
-  const double L = std::ceil(static_cast<double>(a.n_layers) / static_cast<double>(shape.pp));
-  // Under TP the heads' and the FFN's activations split over tp; the norm
-  // inputs and residuals too with sequence parallelism (Korthikanti et al.).
-  const double tp = static_cast<double>(shape.tp);
-  const double seq_split = cfg.parallelism.enable_sequence_parallel ? tp : 1.0;
-  const double layer =
-      B * S * (static_cast<double>(4 * a.dim) / seq_split + static_cast<double>(2 * a.dim + 2 * a.kv_dim() + 3 * a.ffn_hidden_dim()) / tp) * elem;
-  const double layer_input = B * S * static_cast<double>(a.dim) * elem / seq_split;
-  double kept_layers = L;  // activation checkpointing "none"
-  const auto& ac = cfg.activation_checkpoint;
-  if (ac.mode == "full") {
-    kept_layers = 0;
-  } else if (ac.mode == "selective" && ac.selective_ac_option == "op") {
-    kept_layers = L / 2;
-  } else if (ac.mode == "selective") {
-    kept_layers = L - std::floor(L / std::max(1.0, std::atof(ac.selective_ac_option.c_str())));
-  }
-  // Recomputed layers keep their input; one layer is live during backward.
-  const double activations = kept_layers * layer + (L - kept_layers) * layer_input + (kept_layers < L ? layer : 0);
-  // Logits and their gradient: this rank's vocab columns under loss parallelism.
-  const double vocab_split = cfg.parallelism.disable_loss_parallel ? 1.0 : tp;
-  const double logits = B * S * static_cast<double>(a.vocab_size) * elem * 2 / vocab_split;
-  return static_cast<int64_t>(state + activations + logits) + kRankOverheadBytes;
-}
-
 DeviceBudget device_budget(const SweepSpec& spec) {
   DeviceBudget b;
   b.memory_bytes = INT64_MAX;
@@ -209,10 +244,41 @@ DeviceBudget device_budget(const SweepSpec& spec) {
     if (b.gpu_memory_bytes == 0 || g.memory_bytes < b.gpu_memory_bytes) b.gpu_memory_bytes = g.memory_bytes;
   if (b.gpus > 0) b.gpu_name = gpus.devices.front().name;
   if (b.gpus > 0 && spec.memory_budget_gb > 0) b.gpu_memory_bytes = b.memory_bytes;
+  b.hardware = spec.hardware;
   return b;
 }
 
+std::string gpu_spec_name(const std::string& gpu_name, int64_t memory_bytes) {
+  std::string n;
+  for (char c : gpu_name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto has = [&n](const char* s) { return n.find(s) != std::string::npos; };
+  if (has("h100")) return has("pcie") ? "h100_pcie" : "h100_sxm";  // SXM5 and "80GB HBM3" (NVL: PCIe card)
+  if (has("h200") || has("gh200")) return "h200";
+  if (has("a100"))  // "A100-SXM4-40GB", "A100-PCIE-40GB", "A100 80GB PCIe"; else by memory
+    return has("40gb") || (!has("80gb") && memory_bytes > 0 && memory_bytes < (int64_t{60} << 30)) ? "a100_40gb"
+                                                                                                   : "a100_80gb";
+  if (has("b200")) return "b200";
+  if (has("mi300x")) return "mi300x";
+  return "";
+}
+
+HardwareSpec point_hardware(const DeviceBudget& budget, bool gpu) { return resolve_hardware(budget, gpu).spec; }
+
+Prediction predict_point(const JobConfig& cfg, int world_size, const DeviceBudget& budget) {
+  return predict_on(cfg, world_size, resolve_hardware(budget, on_gpu(cfg, budget)));
+}
+
 std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudget& budget) {
+  try {
+    const Prediction p = predict_point(cfg, world_size, budget);
+    return infeasibility(cfg, world_size, budget, &p, "");
+  } catch (const InputError& e) {
+    return infeasibility(cfg, world_size, budget, nullptr, strip_prefix(e.what()));
+  }
+}
+
+std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudget& budget,
+                          const Prediction* prediction, const std::string& prediction_error) {
   std::vector<std::string> why;
   const auto& p = cfg.parallelism;
   MeshShape shape;
@@ -282,30 +348,33 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
        "global_batch_size " + std::to_string(t.global_batch_size) + " is not a multiple of local_batch_size x dp = " +
            std::to_string(t.local_batch_size) + " x " + std::to_string(dp));
   // On GPUs a world size is a GPU count on this node (several nodes come with Slurm).
-  const std::string& dev = cfg.training.device;
-  const bool on_gpu = dev == "cuda" || (dev == "auto" && budget.gpus > 0);
-  if (dev == "cuda" && budget.gpus == 0)
+  const bool gpu = on_gpu(cfg, budget);
+  if (cfg.training.device == "cuda" && budget.gpus == 0)
     why.push_back("training.device = cuda but LibTorch sees no GPU on this node");
-  else if (on_gpu)
+  else if (gpu)
     need(world_size <= budget.gpus, "needs " + std::to_string(world_size) + " GPUs; this node has " +
                                         std::to_string(budget.gpus) + " (" + budget.gpu_name + ")");
-  need(on_gpu || !cfg.compile.enable || fused_kernels_available(),
+  need(gpu || !cfg.compile.enable || fused_kernels_available(),
        "compile.enable: ctitan's fused kernels need AVX-512 and this CPU runs ATen at " + at::get_cpu_capability() +
            " (the run would measure the eager ops)");
   need(!(float8_on(cfg) && shape.dp_shard > 1 && cfg.float8.enable_fsdp_float8_all_gather &&
          cfg.float8.recipe_name != "tensorwise"),
        "the float8 FSDP all-gather needs recipe_name \"tensorwise\", got \"" + cfg.float8.recipe_name + "\"");
-  const int64_t per_rank = predicted_rank_bytes(cfg, world_size);
-  const double total = static_cast<double>(per_rank) * world_size;
-  if (on_gpu && budget.gpus > 0)
-    need(per_rank <= budget.gpu_memory_bytes,
-         "predicted memory " + gib(static_cast<double>(per_rank)) + " per rank > " +
-             gib(static_cast<double>(budget.gpu_memory_bytes)) + " per GPU (" +
-             (budget.source == "memory_budget_gb" ? budget.source : budget.gpu_name) + ")");
-  else if (!on_gpu)
-    need(total <= static_cast<double>(budget.memory_bytes),
-         "predicted memory " + gib(static_cast<double>(per_rank)) + " per rank x " + std::to_string(world_size) +
-             " > " + gib(static_cast<double>(budget.memory_bytes)) + " (" + budget.source + ")");
+  if (prediction) {  // the planner's peak of the largest rank
+    const double per_rank = prediction->memory.total;
+    const double total = per_rank * world_size;
+    if (gpu && budget.gpus > 0)
+      need(per_rank <= static_cast<double>(budget.gpu_memory_bytes),
+           "predicted memory " + gib(per_rank) + " per rank > " + gib(static_cast<double>(budget.gpu_memory_bytes)) +
+               " per GPU (" + (budget.source == "memory_budget_gb" ? budget.source : budget.gpu_name) + ")" +
+               predicted_on(*prediction));
+    else if (!gpu)
+      need(total <= static_cast<double>(budget.memory_bytes),
+           "predicted memory " + gib(per_rank) + " per rank x " + std::to_string(world_size) + " > " +
+               gib(static_cast<double>(budget.memory_bytes)) + " (" + budget.source + ")" + predicted_on(*prediction));
+  } else if (why.empty()) {
+    why.push_back(prediction_error);  // the planner's own check of the layout
+  }
   std::string out;
   for (const auto& w : why) out += (out.empty() ? "" : "; ") + w;
   return out;
@@ -342,6 +411,7 @@ std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& bu
 
   std::vector<SweepPoint> points;
   std::set<std::string> seen;
+  HardwareCache hardware(budget);
   const auto add = [&](std::vector<Assignment> sets, std::string label, int ws, int stack_index,
                        const std::vector<int>& from, bool explicit_point) {
     SweepPoint pt;
@@ -369,8 +439,20 @@ std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& bu
     pt.config_toml = to_toml(pt.config);
     pt.config_hash = config_hash(pt.config);
     pt.key = point_key(pt.config, ws, build_id);
-    pt.infeasible = rejected.empty() ? infeasibility(pt.config, ws, budget) : "the trainer rejects it: " + rejected;
-    if (seen.insert(pt.key).second) points.push_back(std::move(pt));
+    if (!seen.insert(pt.key).second) return;
+    if (!rejected.empty()) {
+      pt.infeasible = "the trainer rejects it: " + rejected;
+    } else {
+      const ResolvedHardware& hw = hardware.get(on_gpu(pt.config, budget));  // an unknown spec: bad input
+      std::string predict_error;
+      try {
+        pt.prediction = predict_on(pt.config, ws, hw);
+      } catch (const InputError& e) {
+        predict_error = strip_prefix(e.what());
+      }
+      pt.infeasible = infeasibility(pt.config, ws, budget, pt.prediction ? &*pt.prediction : nullptr, predict_error);
+    }
+    points.push_back(std::move(pt));
   };
 
   for (int ws : spec.world_sizes) {
@@ -406,7 +488,16 @@ std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& bu
     if (why.rfind(s.where + ": ", 0) == 0) why = why.substr(s.where.size() + 2);  // said once is enough
     throw InputError("sweep spec error: " + s.where + ": " + s.what + " is rejected in every point: " + why);
   }
+  for (size_t i = 0; i < points.size(); ++i) points[i].plan_index = static_cast<int>(i);
   return points;
+}
+
+void order_by_prediction(std::vector<SweepPoint>& points) {
+  const auto speed = [](const SweepPoint& p) {
+    return p.prediction ? p.prediction->tps_per_device * p.world_size : 0.0;
+  };
+  std::stable_sort(points.begin(), points.end(),
+                   [&](const SweepPoint& a, const SweepPoint& b) { return speed(a) > speed(b); });
 }
 
 }  // namespace ctitan

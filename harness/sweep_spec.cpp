@@ -10,12 +10,17 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "planner/hardware.h"
 #include "trainer/config/config_registry.h"
 
 namespace fs = std::filesystem;
 
 namespace ctitan {
 namespace {
+
+// A cluster's GPU count (TorchTitan's published tables run 512 ranks);
+// whether this machine can run a world size is a feasibility rule.
+constexpr int64_t kMaxWorldSize = 65536;
 
 // Parsing state: the spec's path for messages.
 class SpecReader {
@@ -117,9 +122,10 @@ class SpecReader {
   std::vector<int> world_sizes(const toml::node& n) const {
     std::vector<int> out;
     if (auto a = n.as_array()) {
-      for (const toml::node& e : *a) out.push_back(static_cast<int>(integer(e, "world_sizes entries", 1, 64)));
+      for (const toml::node& e : *a)
+        out.push_back(static_cast<int>(integer(e, "world_sizes entries", 1, kMaxWorldSize)));
     } else {
-      out.push_back(static_cast<int>(integer(n, "world_size", 1, 64)));
+      out.push_back(static_cast<int>(integer(n, "world_size", 1, kMaxWorldSize)));
     }
     if (out.empty()) fail(n.source(), "world_sizes is empty; list at least one, e.g. world_sizes = [1, 2]");
     return out;
@@ -167,8 +173,9 @@ std::vector<const toml::table*> rows(const SpecReader& r, const toml::node& n, c
 }
 
 void read_sweep_table(const SpecReader& r, const toml::table& t, SweepSpec& s, std::vector<Assignment>& steps) {
-  static const std::vector<std::string> kKeys = {"name",      "base",          "world_sizes",   "repeats",
-                                                 "timeout_s", "warmup_steps", "measure_steps", "memory_budget_gb"};
+  static const std::vector<std::string> kKeys = {"name",         "base",          "world_sizes",      "repeats",
+                                                 "timeout_s",    "warmup_steps", "measure_steps",    "memory_budget_gb",
+                                                 "hardware"};
   for (auto&& [k, n] : t) {
     const std::string key(k.str());
     const std::string w = r.where(n.source());
@@ -190,6 +197,16 @@ void read_sweep_table(const SpecReader& r, const toml::table& t, SweepSpec& s, s
       if (s.timeout_s <= 0) r.fail(n.source(), "timeout_s must be > 0 seconds");
     } else if (key == "memory_budget_gb") {
       s.memory_budget_gb = r.number(n, key);
+    } else if (key == "hardware") {  // the planner's spec the points are predicted on
+      auto v = n.as_string();
+      if (!v || v->get().empty())
+        r.fail(n.source(), "hardware must be a spec name from recipes/hardware/ (h100_sxm, cpu, ...) or a .toml path");
+      try {
+        load_hardware(v->get());
+      } catch (const InputError& e) {
+        r.fail(n.source(), e.what());
+      }
+      s.hardware = v->get();
     } else if (key == "warmup_steps") {
       steps.push_back({"metrics.warmup_steps", std::to_string(r.integer(n, key, 0, 1000000)), w});
     } else if (key == "measure_steps") {
@@ -211,6 +228,69 @@ std::vector<Assignment> assignments(const SpecReader& r, const toml::table& t, c
     out.push_back({key, r.value_text(f, *n), r.where(n->source())});
   }
   return out;
+}
+
+// [published]: the figures a publication reports for points of this sweep.
+// Only read here; harness/published.cpp resolves each row to its point.
+PublishedSpec read_published(const SpecReader& r, const toml::table& t) {
+  PublishedSpec p;
+  p.where = r.where(t.source());
+  const auto text = [&](const toml::node& n, const std::string& key) {
+    auto v = n.as_string();
+    if (!v || v->get().empty()) r.fail(n.source(), "[published] " + key + " must be a non-empty string");
+    return v->get();
+  };
+  const auto positive = [&](const toml::node& n, const std::string& key) {
+    const double v = r.number(n, key);
+    if (v <= 0) r.fail(n.source(), key + " must be > 0");
+    return v;
+  };
+  for (auto&& [k, n] : t) {
+    const std::string key(k.str());
+    if (key == "source") {
+      p.source = text(n, key);
+    } else if (key == "hardware") {
+      p.hardware = text(n, key);
+    } else if (key == "gpus") {
+      p.gpus = static_cast<int>(r.integer(n, "[published] gpus", 1, kMaxWorldSize));
+    } else if (key == "rows") {
+      for (const toml::table* row : rows(r, n, "published.rows")) {
+        PublishedRowSpec pr;
+        pr.where = r.where(row->source());
+        bool has_tps = false;
+        for (auto&& [rk, rn] : *row) {
+          const std::string rkey(rk.str());
+          if (rkey == "label" || rkey == "stack") {
+            (rkey == "label" ? pr.label : pr.stack) = text(rn, "rows " + rkey);
+          } else if (rkey == "point") {
+            const toml::table& pt = as_table(r, rn, "[[published.rows]] point");
+            if (pt.empty()) r.fail(rn.source(), "point = {} picks nothing; name settings or remove it");
+            pr.point = assignments(r, pt, "published point");
+          } else if (rkey == "gpus") {
+            pr.gpus = static_cast<int>(r.integer(rn, "[[published.rows]] gpus", 1, kMaxWorldSize));
+          } else if (rkey == "tps") {
+            pr.tps = positive(rn, "tps (tokens/s per GPU)"), has_tps = true;
+          } else if (rkey == "mem_gib") {
+            pr.mem_gib = positive(rn, "mem_gib");
+          } else if (rkey == "mfu_pct") {
+            pr.mfu_pct = positive(rn, "mfu_pct");
+          } else {
+            r.fail(rk.source(), "unknown [[published.rows]] key '" + rkey +
+                                    "'; a row takes label, stack, point, gpus, tps, mem_gib, mfu_pct");
+          }
+        }
+        if (!has_tps) r.fail(row->source(), "a [[published.rows]] row needs tps (tokens/s per GPU)");
+        p.rows.push_back(std::move(pr));
+      }
+    } else {
+      r.fail(k.source(), "unknown [published] key '" + key +
+                             "'; [published] takes source, hardware, gpus and [[published.rows]]");
+    }
+  }
+  for (const char* need : {"source", "hardware"})
+    if (!t.contains(need)) r.fail(t.source(), std::string("[published] needs ") + need);
+  if (p.rows.empty()) r.fail(t.source(), "[published] has no [[published.rows]]");
+  return p;
 }
 
 }  // namespace
@@ -279,9 +359,37 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::string& path) {
         st.sets = assignments(r, *row, "stack", {"name"});
         s.stack.push_back(std::move(st));
       }
+    } else if (key == "published") {
+      s.published = read_published(r, as_table(r, n, "[published]"));
     } else {
       r.fail(k.source(), "unknown table '[" + key + "]'; a sweep spec has [sweep], [overrides], [grid], "
-                         "[[exclude]], [[include]] and [[stack]]");
+                         "[[exclude]], [[include]], [[stack]] and [published]");
+    }
+  }
+  if (s.published) {  // rows name this spec's stack rows and world sizes
+    for (const PublishedRowSpec& row : s.published->rows) {
+      const bool known =
+          std::any_of(s.stack.begin(), s.stack.end(), [&](const StackRow& st) { return st.name == row.stack; });
+      if (!s.stack.empty() && !known) {
+        std::string names;
+        for (const StackRow& st : s.stack) {
+          names += names.empty() ? "'" : ", '";
+          names += st.name + "'";
+        }
+        throw InputError("sweep spec error: " + row.where + ": [[published.rows]] stack = '" + row.stack +
+                         "' names no [[stack]] row; the rows are " + names);
+      }
+      if (s.stack.empty() && !row.stack.empty())
+        throw InputError("sweep spec error: " + row.where + ": [[published.rows]] stack '" + row.stack +
+                         "' but the spec has no [[stack]] rows");
+    }
+    for (PublishedRowSpec& row : s.published->rows) {
+      if (row.gpus == 0) row.gpus = s.published->gpus;
+      if (row.gpus == 0)
+        throw InputError("sweep spec error: " + row.where + ": the row needs gpus, or [published] gpus for every row");
+      if (std::find(s.world_sizes.begin(), s.world_sizes.end(), row.gpus) == s.world_sizes.end())
+        throw InputError("sweep spec error: " + row.where + ": the row's gpus = " + std::to_string(row.gpus) +
+                         " is not in [sweep] world_sizes");
     }
   }
   if (s.base_path.empty()) r.fail("[sweep] base is missing: the trainer recipe every point starts from");

@@ -4,13 +4,19 @@
 //
 // A spec (docs/sweeps.md has the full reference):
 //   [sweep]      name, base (trainer TOML, relative to the spec), world_sizes,
-//                repeats, timeout_s, warmup_steps, measure_steps, memory_budget_gb
+//                repeats, timeout_s, warmup_steps, measure_steps, memory_budget_gb,
+//                hardware (the planner's spec the points are predicted on:
+//                a name from recipes/hardware/ or a .toml path; default: this
+//                machine's — see point_hardware())
 //   [overrides]  section.key = value             — every point
 //   [grid]       section.key = [v1, v2, ...]     — crossed, first axis slowest
 //   [[exclude]]  section.key = v | [v..], world_size = n | [n..]  — drop matches
 //   [[include]]  section.key = v, world_size = n | [n..]          — add one point
 //   [[stack]]    name = "+compile", section.key = v — cumulative rows applied
 //                to every grid point (TorchTitan's stacked-optimization tables)
+//   [published]  source, hardware, gpus, [[published.rows]] — the figures a
+//                publication reports for points of this sweep
+//                (recipes/published/, harness/published.h); not swept
 //
 // Resolution order of one point: base file < [overrides] < warmup/measure
 // steps < grid (or include) values < stack rows 1..k.
@@ -24,9 +30,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "planner/plan.h"
 #include "trainer/config/job_config.h"
 
 namespace ctitan {
@@ -59,6 +67,27 @@ struct IncludeRow {
   std::vector<int> world_sizes;  // empty: the spec's world_sizes
 };
 
+// One row of a published table: the point it describes (its [[stack]] row
+// by name and/or settings the point's resolved config has) and the figures.
+struct PublishedRowSpec {
+  std::string where;                 // "spec.toml:31", the row's line
+  std::string label;                 // as the publication names it; default: stack name + settings
+  std::string stack;                 // a [[stack]] name ("" when the spec has none)
+  std::vector<Assignment> point;     // settings that pick the point among the rest
+  int gpus = 0;                      // its world size; 0: the table's
+  double tps = 0;                    // tokens/s per GPU
+  std::optional<double> mem_gib;     // peak memory per GPU, GiB
+  std::optional<double> mfu_pct;     // against the bf16 dense peak
+};
+
+struct PublishedSpec {
+  std::string where;     // the [published] table's line
+  std::string source;    // where the figures were published (file, commit, table)
+  std::string hardware;  // a hardware spec name (recipes/hardware/NAME.toml)
+  int gpus = 0;          // the world size of the rows that do not set their own
+  std::vector<PublishedRowSpec> rows;
+};
+
 struct SweepSpec {
   std::string path;       // as given
   std::string text;       // the spec file's bytes (stored with the sweep)
@@ -68,11 +97,13 @@ struct SweepSpec {
   int repeats = 1;
   double timeout_s = 1800;
   double memory_budget_gb = 0;  // 0: this machine's MemTotal
+  std::string hardware;         // [sweep] hardware (or --hardware); "": this machine's spec
   std::vector<Assignment> overrides;  // [overrides] + warmup/measure steps
   std::vector<SweepAxis> grid;
   std::vector<std::vector<Condition>> exclude;  // a point matching every condition of a rule is dropped
   std::vector<IncludeRow> include;
   std::vector<StackRow> stack;
+  std::optional<PublishedSpec> published;  // recipes/published/ specs only
 };
 
 // Reads and checks a spec (see the error policy above).
@@ -89,6 +120,11 @@ struct SweepPoint {
   std::string config_hash;       // hash of the canonical config alone
   std::string key;               // point key: canonical config + world size + build id
   std::string infeasible;        // why it cannot run here; empty = it can
+  // The planner's prediction (planner/plan.h) on point_hardware(); absent
+  // when predict() rejects the layout (its message is then in `infeasible`).
+  // tps_per_device 0: throughput not predicted (a stand-in spec, memory only).
+  std::optional<Prediction> prediction;
+  int plan_index = 0;  // its place in plan_sweep's (spec) order, kept when the points are reordered
 };
 
 // What a machine can hold: total bytes for all ranks of one point on the
@@ -101,15 +137,33 @@ struct DeviceBudget {
   int gpus = 0;                   // GPUs LibTorch sees on this node
   int64_t gpu_memory_bytes = 0;   // the smallest of their memories (memory_budget_gb when set)
   std::string gpu_name;           // the first GPU's name
+  std::string hardware;           // the spec's `hardware` ("": chosen per point by point_hardware())
 };
 DeviceBudget device_budget(const SweepSpec& spec);
 
+// The planner's hardware spec a point is predicted on: budget.hardware when
+// set; else, for a point on GPUs, the spec gpu_spec_name() finds for the
+// GPU (none found: h100_sxm's figures as a stand-in with this GPU's memory,
+// trusted for memory only — tps_per_device is then 0); else "cpu".
+// InputError for a `hardware` load_hardware() does not know.
+HardwareSpec point_hardware(const DeviceBudget& budget, bool on_gpu);
+// The spec name for a GPU as LibTorch names it ("NVIDIA H100 80GB HBM3" →
+// h100_sxm, "NVIDIA A100-SXM4-40GB" → a100_40gb, "AMD Instinct MI300X" →
+// mi300x, ...) by substring rules; "" when none applies.
+std::string gpu_spec_name(const std::string& gpu_name, int64_t memory_bytes);
+
 // Expands the spec into points (grid × stack rows × world sizes, minus
-// excluded ones, plus included ones), in run order; duplicates (same key)
-// are kept once. Every point is resolved and checked for feasibility.
+// excluded ones, plus included ones), in spec order; duplicates (same key)
+// are kept once. Every point is resolved, predicted (SweepPoint::prediction)
+// and checked for feasibility.
 std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& budget);
 // The same for runs of another build's trainer (its BuildIdentity::id).
 std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& budget, const std::string& build_id);
+// `ctitan sweep`'s run order: the fastest points first — descending
+// predicted throughput of the whole point (tps_per_device x world size);
+// points without a predicted throughput after them; ties in spec order
+// (a stable sort, so a rerun visits the points in the same order).
+void order_by_prediction(std::vector<SweepPoint>& points);
 
 // --- the pieces plan_sweep is made of (tested on their own) ---------------
 
@@ -131,11 +185,19 @@ std::string config_hash(const JobConfig& cfg);
 // in this order, every failing one reported ("; "-joined): degrees multiply
 // to the world size; heads / KV heads / layers / sequence / batch divisible
 // as TP, PP, CP and data parallelism need; TP/PP/CP not in this build;
-// techniques this device or build lacks; predicted memory over `budget`.
+// techniques this device or build lacks; the planner's predicted memory
+// per rank over `budget` (on the CPU: per rank x world size over the
+// host's memory; on GPUs: per rank over one GPU's), the figure and the
+// spec in the reason; predict()'s own InputError when no rule above fired.
+// `prediction` null: predict() threw `prediction_error`.
+std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudget& budget,
+                          const Prediction* prediction, const std::string& prediction_error);
+// The same, predicting on point_hardware() itself.
 std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudget& budget);
 
-// Predicted peak bytes of one rank: params·16 B / dp_shard (fp32 weight,
-// gradient, Adam m and v) + activations + logits + a fixed runtime overhead.
-int64_t predicted_rank_bytes(const JobConfig& cfg, int world_size);
+// The planner's prediction for `cfg` at `world_size` on point_hardware()
+// (the point's device decides GPU or CPU). InputError (predict()'s one
+// line) when the layout does not fit the model.
+Prediction predict_point(const JobConfig& cfg, int world_size, const DeviceBudget& budget);
 
 }  // namespace ctitan

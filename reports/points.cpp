@@ -43,6 +43,7 @@ RunData read_run(const ResultsDb& db, const RunRow& row) {
   d.summary = db.summary(row.id);
   d.warmup_steps = warmup_steps_of(row.config_toml);
   for (const auto& [k, v] : db.env(row.id)) d.env[k] = v;
+  d.prediction = db.prediction(row.id);
   for (const nlohmann::json& s : db.steps(row.id)) {
     if (s.value("rank", 0) != 0) continue;
     const int64_t step = s.value("step", int64_t{0});
@@ -207,7 +208,23 @@ std::vector<PointData> load_points(const ResultsDb& db, const Selection& sel) {
   for (PointData& p : points)
     std::stable_sort(p.runs.begin(), p.runs.end(),
                      [](const RunData& a, const RunData& b) { return a.run.repeat < b.run.repeat; });
-  return points;
+  // Spec order within a sweep: (the sweep's first appearance, has no plan index, plan index).
+  std::map<std::string, size_t> sweep_rank;
+  std::vector<std::tuple<size_t, bool, int64_t>> order;
+  for (const PointData& p : points) {
+    std::optional<int64_t> plan_index;
+    for (const RunData& r : p.runs)
+      if (r.prediction && r.prediction->plan_index) plan_index = r.prediction->plan_index;
+    const size_t sweep = sweep_rank.emplace(p.sweep, sweep_rank.size()).first->second;
+    order.emplace_back(sweep, !plan_index, plan_index.value_or(0));
+  }
+  std::vector<size_t> idx(points.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return order[a] < order[b]; });
+  std::vector<PointData> sorted;
+  sorted.reserve(points.size());
+  for (size_t i : idx) sorted.push_back(std::move(points[i]));
+  return sorted;
 }
 
 }  // namespace ctitan

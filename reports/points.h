@@ -47,6 +47,7 @@ struct RunData {
   std::vector<double> tps, step_time_s, tflops, mfu;
   std::vector<std::pair<int64_t, double>> loss;  // (step, loss) of every logged step
   std::map<std::string, std::string> env;        // env.json, flattened
+  std::optional<PredictionRow> prediction;       // the planner's, stored by the sweep (schema v6)
 };
 
 struct PointData {
@@ -64,9 +65,13 @@ struct PointData {
   std::string first_error() const;
 };
 
-// Points of the selection, in the order their first run was recorded (a
-// sweep's plan order). InputError when the selection names a sweep that is
-// not in the database (the message lists the ones that are).
+// Points of the selection in their sweep's spec order (the plan_index the
+// sweep stored with its runs' predictions; sweeps run the fastest predicted
+// points first), sweeps in the order they were first recorded; points
+// without a plan index (runs before schema v6) after a sweep's others, in
+// the order their first run was recorded. InputError when the selection
+// names a sweep that is not in the database (the message lists the ones
+// that are).
 std::vector<PointData> load_points(const ResultsDb& db, const Selection& sel);
 
 // metrics.warmup_steps of a stored config (the trainer's default when unset

@@ -73,7 +73,15 @@ Table points_table(const SectionReport& sec) {
   if (stacked) t.header.push_back("stack");
   if (sec.key_headers.empty() && !stacked) t.header.push_back("recipe");
   t.right.resize(t.header.size(), false);
-  for (const char* h : {"ws", "tps/device (p10\u2013p90)", "n", "TFLOPs", "MFU", "peak mem/rank", "final loss"}) {
+  // The planner's predictions beside the measured numbers, where the sweep stored some.
+  const bool predicted = has_predictions(sec);
+  std::vector<const char*> measured = {"ws", "tps/device (p10\u2013p90)", "n", "TFLOPs", "MFU", "peak mem/rank",
+                                       "final loss"};
+  if (predicted) {
+    measured.insert(measured.begin() + 6, {"pred. mem", "err"});
+    measured.insert(measured.begin() + 3, {"pred. tps", "err"});
+  }
+  for (const char* h : measured) {
     t.header.push_back(h);
     t.right.push_back(true);
   }
@@ -100,9 +108,14 @@ Table points_table(const SectionReport& sec) {
     for (const std::string& v : p.settings) row.push_back(v.empty() ? "-" : v);
     if (stacked) row.push_back(p.stack_index ? std::to_string(p.stack_index) + ": " + p.stack_name : "-");
     if (sec.key_headers.empty() && !stacked) row.push_back(p.display_label);
-    row.insert(row.end(), {std::to_string(p.world_size), tps_cell(p), std::to_string(p.tps.n),
-                           fmt::or_dash(p.tflops, tflops), fmt::or_dash(p.mfu, fmt::mfu_percent),
-                           fmt::or_dash(p.mem_peak_bytes, fmt::bytes), fmt::or_dash(p.loss_final, loss)});
+    row.insert(row.end(), {std::to_string(p.world_size), tps_cell(p), std::to_string(p.tps.n)});
+    if (predicted)
+      row.insert(row.end(), {fmt::or_dash(p.pred_tps, fmt::grouped), fmt::or_dash(p.pred_tps_error(), pct)});
+    row.insert(row.end(), {fmt::or_dash(p.tflops, tflops), fmt::or_dash(p.mfu, fmt::mfu_percent),
+                           fmt::or_dash(p.mem_peak_bytes, fmt::bytes)});
+    if (predicted)
+      row.insert(row.end(), {fmt::or_dash(p.pred_mem_peak_bytes, fmt::bytes), fmt::or_dash(p.pred_mem_error(), pct)});
+    row.push_back(fmt::or_dash(p.loss_final, loss));
     for (Field f : shown) row.push_back(fmt::or_dash(p.*f, fmt::seconds));
     row.push_back(status_cell(p));
     row.push_back(p.baseline ? "1.00\u00d7 (baseline)" : fmt::or_dash(p.speedup, fmt::ratio));
@@ -110,6 +123,26 @@ Table points_table(const SectionReport& sec) {
     t.points.push_back(i);
   }
   return t;
+}
+
+bool has_predictions(const SectionReport& sec) {
+  return std::any_of(sec.points.begin(), sec.points.end(),
+                     [](const PointStats& p) { return p.row > 0 && !p.predicted_on.empty(); });
+}
+
+std::string prediction_note(const SectionReport& sec) {
+  if (!has_predictions(sec)) return "";
+  std::vector<std::string> specs;
+  for (const PointStats& p : sec.points)
+    if (p.row > 0 && !p.predicted_on.empty() && std::find(specs.begin(), specs.end(), p.predicted_on) == specs.end())
+      specs.push_back(p.predicted_on);
+  std::string on;
+  for (const std::string& s : specs) on += (on.empty() ? "" : "; ") + s;
+  std::string note = "pred. tps, pred. mem: predicted (";  // appended piecewise: GCC 12 warns on "lit" + string
+  note += on;
+  note += ") by ctitan's planner when the sweep planned the point: tokens/s per device and peak memory per rank; "
+          "err = predicted / measured \u2212 1.";
+  return note;
 }
 
 Table stack_table(const SectionReport& sec, const StackTable& st) {
@@ -184,6 +217,34 @@ std::vector<std::string> infeasible_lines(const SectionReport& sec) {
     out.push_back(line);
   }
   return out;
+}
+
+void write_markdown_table(std::ostringstream& out, const Table& t) {
+  out << "|";
+  for (const std::string& h : t.header) out << " " << fmt::md_escape(h) << " |";
+  out << "\n|";
+  for (bool r : t.right) out << (r ? "---:|" : "---|");
+  out << "\n";
+  for (const auto& row : t.rows) {
+    out << "|";
+    for (const std::string& c : row) out << " " << fmt::md_escape(c) << " |";
+    out << "\n";
+  }
+  out << "\n";
+}
+
+void write_html_table(std::ostringstream& out, const Table& t, const std::vector<std::string>& row_classes) {
+  out << "<div class=\"wide\"><table><thead><tr>";
+  for (const std::string& h : t.header) out << "<th>" << fmt::html_escape(h) << "</th>";
+  out << "</tr></thead><tbody>";
+  for (size_t i = 0; i < t.rows.size(); ++i) {
+    const std::string cls = i < row_classes.size() ? row_classes[i] : "";
+    out << (cls.empty() ? "<tr>" : "<tr class=\"" + cls + "\">");
+    for (size_t c = 0; c < t.rows[i].size(); ++c)
+      out << (t.right[c] ? "<td class=\"r\">" : "<td>") << fmt::html_escape(t.rows[i][c]) << "</td>";
+    out << "</tr>";
+  }
+  out << "</tbody></table></div>\n";
 }
 
 }  // namespace ctitan::render

@@ -2,6 +2,7 @@
 // same table: the same columns, the same numbers, the same status text.
 #pragma once
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,8 @@ struct Table {
 
 // One row per point that was not pruned as infeasible: #, one column per
 // varying key (or "recipe"), [stack,] ws, tps/device (p10–p90), n, TFLOPs,
-// MFU, peak mem/rank, final loss, [compute, comm, exposed comm, idle — those
+// MFU, peak mem/rank, final loss (with the predicted columns when
+// has_predictions()), [compute, comm, exposed comm, idle — those
 // some point measured,] status, speedup.
 Table points_table(const SectionReport& sec);
 Table stack_table(const SectionReport& sec, const StackTable& t);
@@ -29,6 +31,13 @@ Table paired_table(const SectionReport& sec);
 std::string paired_title(const SectionReport& sec);  // "Paired speedup vs sweep X"
 std::string paired_note();                            // how the numbers were made
 
+// Whether a listed point has the planner's prediction (then points_table
+// has "pred. tps", "err" beside tps/device and "pred. mem", "err" beside
+// peak mem/rank), and the note naming the spec(s) it was predicted on
+// ("" without predictions).
+bool has_predictions(const SectionReport& sec);
+std::string prediction_note(const SectionReport& sec);
+
 std::string status_cell(const PointStats& p);  // "ok", "oom", "ok 2/3 (1 timeout)"
 std::string tps_cell(const PointStats& p);     // "12,345 (11,900–12,700)"
 std::string stack_title(const StackTable& t);  // "world size 2, compile.enable=false"
@@ -37,5 +46,10 @@ std::string stack_title(const StackTable& t);  // "world size 2, compile.enable=
 std::vector<std::string> failure_lines(const SectionReport& sec);
 // Infeasible points grouped by reason: "REASON — N points: a; b; c; …".
 std::vector<std::string> infeasible_lines(const SectionReport& sec);
+
+// A table as Markdown (escaped cells, right-aligned numeric columns), and as
+// an HTML <table> in the report's "wide" div (a class per row, optional).
+void write_markdown_table(std::ostringstream& out, const Table& t);
+void write_html_table(std::ostringstream& out, const Table& t, const std::vector<std::string>& row_classes = {});
 
 }  // namespace ctitan::render

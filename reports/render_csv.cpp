@@ -1,5 +1,8 @@
 // CSV (RFC 4180): one row per point with raw numbers (no units, no
 // thousands separators) for spreadsheets and pandas; empty cell = no value.
+// The planner's prediction comes last: pred_tps (tokens/s per device),
+// pred_mem_peak_bytes (per rank), their errors in percent (predicted /
+// measured − 1) and the spec they were predicted on.
 #include <cstdio>
 #include <sstream>
 
@@ -22,6 +25,8 @@ std::string num(double v) {
 }
 
 std::string num(const std::optional<double>& v) { return v ? num(*v) : ""; }
+// A fraction as a percentage (the predictions' errors): 0.123 → 12.3.
+std::string pct(const std::optional<double>& v) { return v ? num(100 * *v) : ""; }
 
 }  // namespace
 
@@ -29,7 +34,8 @@ std::string render_csv(const Report& r) {
   std::ostringstream out;
   out << "sweep,label,recipe,world_size,repeats,ok_runs,status,tps_median,tps_p10,tps_p90,tps_q1,tps_q3,tps_n,"
          "tflops,mfu_pct,mem_peak_bytes,loss_final,compute_s,comm_s,exposed_comm_s,idle_s,speedup,baseline,"
-         "stack_index,stack_name,point_key,error\n";
+         "stack_index,stack_name,point_key,error,pred_tps,pred_tps_err_pct,pred_mem_peak_bytes,pred_mem_err_pct,"
+         "predicted_on\n";
   for (const SectionReport& sec : r.sections) {
     for (const PointStats& p : sec.points) {
       const bool tps = p.tps.n > 0;
@@ -40,7 +46,8 @@ std::string render_csv(const Report& r) {
           << num(p.mem_peak_bytes) << "," << num(p.loss_final) << "," << num(p.compute_s) << "," << num(p.comm_s) << ","
           << num(p.exposed_comm_s) << "," << num(p.idle_s) << "," << num(p.speedup) << ","
           << (p.baseline ? "true" : "false") << "," << p.stack_index << "," << quote(p.stack_name) << "," << p.point_key
-          << "," << quote(p.error) << "\n";
+          << "," << quote(p.error) << "," << num(p.pred_tps) << "," << pct(p.pred_tps_error()) << ","
+          << num(p.pred_mem_peak_bytes) << "," << pct(p.pred_mem_error()) << "," << quote(p.predicted_on) << "\n";
     }
   }
   return out.str();

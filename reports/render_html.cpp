@@ -24,17 +24,7 @@ constexpr const char* kStyle =
     "tr.bad td{background:#fde8e8}figure{margin:12px 0}svg{max-width:100%;height:auto}";
 
 void write_table(std::ostringstream& out, const render::Table& t, const std::vector<std::string>& row_classes = {}) {
-  out << "<div class=\"wide\"><table><thead><tr>";
-  for (const std::string& h : t.header) out << "<th>" << fmt::html_escape(h) << "</th>";
-  out << "</tr></thead><tbody>";
-  for (size_t i = 0; i < t.rows.size(); ++i) {
-    const std::string cls = i < row_classes.size() ? row_classes[i] : "";
-    out << (cls.empty() ? "<tr>" : "<tr class=\"" + cls + "\">");
-    for (size_t c = 0; c < t.rows[i].size(); ++c)
-      out << (t.right[c] ? "<td class=\"r\">" : "<td>") << fmt::html_escape(t.rows[i][c]) << "</td>";
-    out << "</tr>";
-  }
-  out << "</tbody></table></div>\n";
+  render::write_html_table(out, t, row_classes);
 }
 
 // "#12 ws 2 compile=true local_batch_size=2": the number is the table's row.
@@ -112,7 +102,9 @@ void write_section(std::ostringstream& out, const SectionReport& sec) {
          "every ok repeat; n = steps pooled; p10\u2013p90 in brackets. Peak memory, final loss and the "
          "communication split are medians over repeats. Speedup vs the baseline row"
       << (sec.baseline_label.empty() ? "" : " (" + fmt::html_escape(sec.baseline_label) + ")")
-      << " at the same world size (highlighted).</p>\n";
+      << " at the same world size (highlighted).";
+  if (render::has_predictions(sec)) out << " " << fmt::html_escape(render::prediction_note(sec));
+  out << "</p>\n";
   if (!sec.paired.empty()) {
     out << "<h3>" << fmt::html_escape(render::paired_title(sec)) << "</h3>\n";
     write_table(out, render::paired_table(sec));

@@ -14,6 +14,13 @@ nlohmann::json point_json(const PointStats& p) {
   if (p.tps.n > 0)
     tps = {{"n", p.tps.n},   {"median", p.tps.median}, {"p10", p.tps.p10}, {"p90", p.tps.p90},
            {"q1", p.tps.q1}, {"q3", p.tps.q3},         {"min", p.tps.min}, {"max", p.tps.max}};
+  nlohmann::json predicted = nullptr;  // the planner's, stored by the sweep; errors: predicted / measured - 1
+  if (!p.predicted_on.empty())
+    predicted = {{"on", p.predicted_on},
+                 {"tps", opt(p.pred_tps)},
+                 {"tps_error", opt(p.pred_tps_error())},
+                 {"mem_peak_bytes", opt(p.pred_mem_peak_bytes)},
+                 {"mem_peak_error", opt(p.pred_mem_error())}};
   return {{"label", p.label},
           {"recipe", p.display_label},
           {"point_key", p.point_key},
@@ -35,7 +42,8 @@ nlohmann::json point_json(const PointStats& p) {
           {"baseline", p.baseline},
           {"stack_index", p.stack_index},
           {"stack_name", p.stack_name},
-          {"loss_curve", loss}};
+          {"loss_curve", loss},
+          {"predicted", predicted}};
 }
 
 }  // namespace

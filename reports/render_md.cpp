@@ -9,19 +9,7 @@
 namespace ctitan {
 namespace {
 
-void write_table(std::ostringstream& out, const render::Table& t) {
-  out << "|";
-  for (const std::string& h : t.header) out << " " << fmt::md_escape(h) << " |";
-  out << "\n|";
-  for (bool r : t.right) out << (r ? "---:|" : "---|");
-  out << "\n";
-  for (const auto& row : t.rows) {
-    out << "|";
-    for (const std::string& c : row) out << " " << fmt::md_escape(c) << " |";
-    out << "\n";
-  }
-  out << "\n";
-}
+void write_table(std::ostringstream& out, const render::Table& t) { render::write_markdown_table(out, t); }
 
 }  // namespace
 
@@ -43,7 +31,9 @@ std::string render_markdown(const Report& r) {
            "repeat; n = steps pooled. Peak memory, final loss and the communication split are medians over repeats. "
            "Speedup vs the baseline row"
         << (sec.baseline_label.empty() ? "" : " (" + fmt::md_escape(sec.baseline_label) + ")")
-        << " at the same world size.</sub>\n\n";
+        << " at the same world size.";
+    if (render::has_predictions(sec)) out << " " << fmt::md_escape(render::prediction_note(sec));
+    out << "</sub>\n\n";
     if (!sec.paired.empty()) {
       out << "#### " << fmt::md_escape(render::paired_title(sec)) << "\n\n";
       write_table(out, render::paired_table(sec));

@@ -91,6 +91,17 @@ PointStats point_stats(const PointData& p) {
   s.comm_s = median_over_runs(ok, [](const SummaryRow& r) { return r.comm_s; });
   s.exposed_comm_s = median_over_runs(ok, [](const SummaryRow& r) { return r.exposed_comm_s; });
   s.idle_s = median_over_runs(ok, [](const SummaryRow& r) { return r.idle_s; });
+  for (const RunData& r : p.runs) {  // the newest run's prediction (repeat order)
+    if (!r.prediction || r.prediction->hardware.empty()) continue;
+    const PredictionRow& pr = *r.prediction;
+    s.pred_tps = pr.tps;
+    s.pred_mem_peak_bytes =
+        pr.mem_peak_bytes ? std::optional<double>(static_cast<double>(*pr.mem_peak_bytes)) : std::nullopt;
+    // "uncalibrated: maker's figures" → "uncalibrated"; "calibrated from r.db (12 runs, ...)" → "calibrated from r.db"
+    const std::string& c = pr.calibration;
+    const std::string calibration = c.substr(0, std::min(c.find(':'), c.find(" (")));
+    s.predicted_on = pr.hardware + (calibration.empty() ? "" : ", " + calibration);
+  }
   return s;
 }
 
@@ -259,6 +270,16 @@ std::string build_of(const PointData& p) {
 }
 
 }  // namespace
+
+std::optional<double> PointStats::pred_tps_error() const {
+  if (!pred_tps || tps.n == 0 || tps.median <= 0) return std::nullopt;
+  return *pred_tps / tps.median - 1;
+}
+
+std::optional<double> PointStats::pred_mem_error() const {
+  if (!pred_mem_peak_bytes || !mem_peak_bytes || *mem_peak_bytes <= 0) return std::nullopt;
+  return *pred_mem_peak_bytes / *mem_peak_bytes - 1;
+}
 
 SectionReport build_section(const std::string& title, const std::vector<PointData>& points,
                             const std::string& baseline_label) {

@@ -44,6 +44,14 @@ struct PointStats {
   std::optional<double> speedup;  // vs the baseline row at this world size
   bool baseline = false;
   std::vector<std::pair<int64_t, double>> loss_curve;  // median over ok repeats, per step
+  // The planner's prediction the sweep stored with the point's runs (its
+  // newest run's; none for runs recorded before schema v6): tokens/s per
+  // device and peak bytes per rank, on `predicted_on` ("h100_sxm,
+  // uncalibrated"). Errors: predicted / measured − 1.
+  std::optional<double> pred_tps, pred_mem_peak_bytes;
+  std::string predicted_on;
+  std::optional<double> pred_tps_error() const;
+  std::optional<double> pred_mem_error() const;
 };
 
 struct StackTable {

@@ -122,15 +122,60 @@ void ResultsDb::set_paired_with(const std::string& candidate, const std::string&
   write_one(db_, path_, "UPDATE sweeps SET paired_with = ?2 WHERE name = ?1", candidate, baseline);
 }
 
-int64_t ResultsDb::insert_run(const RunRow& r) {
+int64_t ResultsDb::insert_run(const RunRow& r) { return insert_run(r, std::nullopt); }
+
+int64_t ResultsDb::insert_run(const RunRow& r, const std::optional<PredictionRow>& prediction) {
   check_status(r.status);
-  write_one(db_, path_,
-            "INSERT INTO runs(sweep_id, point_key, label, config_toml, config_hash, world_size, repeat, status, "
-            "exit_code, error, run_dir, host, started_at, ended_at) "
-            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-            sweep_ref(r.sweep_id), r.point_key, r.label, r.config_toml, r.config_hash, r.world_size, r.repeat,
-            r.status, r.exit_code, r.error, r.run_dir, r.host, r.started_at, r.ended_at);
-  return sqlite3_last_insert_rowid(db_);  // this connection's insert, even if another process wrote since
+  WriteTransaction tx(db_, path_);
+  Statement q(db_, path_,
+              "INSERT INTO runs(sweep_id, point_key, label, config_toml, config_hash, world_size, repeat, status, "
+              "exit_code, error, run_dir, host, started_at, ended_at) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+  q.bind_all(sweep_ref(r.sweep_id), r.point_key, r.label, r.config_toml, r.config_hash, r.world_size, r.repeat,
+             r.status, r.exit_code, r.error, r.run_dir, r.host, r.started_at, r.ended_at)
+      .run();
+  const int64_t id = sqlite3_last_insert_rowid(db_);  // this connection's insert, even if another process wrote since
+  if (prediction) {
+    PredictionRow p = *prediction;
+    p.run_id = id;
+    write_prediction(p);
+  }
+  tx.commit();
+  return id;
+}
+
+void ResultsDb::write_prediction(const PredictionRow& p) {
+  Statement q(db_, path_,
+              "INSERT OR REPLACE INTO predictions(run_id, hardware, calibration, step_time_s, tps, mfu, "
+              "mem_peak_bytes, detail_json, plan_index) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+  q.bind_all(p.run_id, p.hardware, p.calibration, p.step_time_s, p.tps, p.mfu, p.mem_peak_bytes, p.detail_json,
+             p.plan_index)
+      .run();
+}
+
+void ResultsDb::put_prediction(const PredictionRow& p) {
+  WriteTransaction tx(db_, path_);
+  write_prediction(p);
+  tx.commit();
+}
+
+std::optional<PredictionRow> ResultsDb::prediction(int64_t run_id) const {
+  Statement q(db_, path_,
+              "SELECT run_id, hardware, calibration, step_time_s, tps, mfu, mem_peak_bytes, detail_json, plan_index "
+              "FROM predictions WHERE run_id = ?1");
+  q.bind_all(run_id);
+  if (!q.step()) return std::nullopt;
+  PredictionRow p;
+  p.run_id = q.int64(0);
+  p.hardware = q.text(1);
+  p.calibration = q.text(2);
+  p.step_time_s = q.opt_real(3);
+  p.tps = q.opt_real(4);
+  p.mfu = q.opt_real(5);
+  p.mem_peak_bytes = q.opt_int64(6);
+  p.detail_json = q.text(7);
+  p.plan_index = q.opt_int64(8);
+  return p;
 }
 
 void ResultsDb::update_run(const RunRow& r) {

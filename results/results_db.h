@@ -11,6 +11,8 @@
 //   summaries(run_id, tps_median, tps_p10, tps_p90, tflops, mfu,
 //             mem_peak_bytes, loss_final, compute_s, comm_s, exposed_comm_s, idle_s)
 //   validation(run_id, step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes)
+//   predictions(run_id, hardware, calibration, step_time_s, tps, mfu,
+//               mem_peak_bytes, detail_json, plan_index)
 //   env(run_id, key, value)
 //   hardware(host_fingerprint, dtype, peak_flops, measured_at)
 //   artifacts(run_id, kind, path)
@@ -65,6 +67,20 @@ struct SummaryRow {
   std::optional<double> pipeline_bubble, pipeline_bubble_theory;  // pipeline parallelism only
 };
 
+// The planner's prediction for a run (planner/plan.h), stored by a sweep
+// for each run it records: what the measurement is compared with. A point
+// the planner could not predict (its layout does not fit the model) has a
+// row with no figures; runs.error says why.
+struct PredictionRow {
+  int64_t run_id = 0;
+  std::string hardware;                         // the hardware spec's name ("" without a prediction)
+  std::string calibration;                      // the spec's calibration source
+  std::optional<double> step_time_s, tps, mfu;  // tps: tokens/s per device; none: throughput not predicted
+  std::optional<int64_t> mem_peak_bytes;        // per rank (the largest)
+  std::string detail_json;                      // to_json(Prediction): every figure broken down
+  std::optional<int64_t> plan_index;            // the point's place in the spec's expansion (0-based)
+};
+
 struct IngestReport {
   int64_t steps = 0;            // step rows stored
   int64_t validations = 0;      // validation rows stored
@@ -86,7 +102,7 @@ struct ArtifactRow {
 // still locked after the busy timeout) throw std::runtime_error naming the file.
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
   // How long a statement waits for another process's write to finish.
   static constexpr int kBusyTimeoutMs = 10000;
   // Opens (creating if absent) and migrates. InputError for a file that is
@@ -107,8 +123,9 @@ class ResultsDb {
   // Records that `candidate`'s runs were paired with `baseline`'s (both exist).
   void set_paired_with(const std::string& candidate, const std::string& baseline);
 
-  // Runs.
+  // Runs. With a prediction, the run and its prediction are one transaction.
   int64_t insert_run(const RunRow& r);       // returns the new id
+  int64_t insert_run(const RunRow& r, const std::optional<PredictionRow>& prediction);
   void update_run(const RunRow& r);          // by id: status, exit code, error, times, run_dir, host
   std::optional<RunRow> run(int64_t id) const;
   std::vector<RunRow> runs(int64_t sweep_id = -1) const;  // -1: all; 0: runs of no sweep
@@ -130,11 +147,18 @@ class ResultsDb {
   std::vector<std::pair<std::string, std::string>> env(int64_t run_id) const;  // sorted by key
   std::vector<ArtifactRow> artifacts(int64_t run_id) const;                  // sorted by path
 
+  // Replaces the prediction of run_id; nullopt for a run without one (a run
+  // recorded before schema v6, or outside a sweep).
+  void put_prediction(const PredictionRow& p);
+  std::optional<PredictionRow> prediction(int64_t run_id) const;
+
   // Measured peak FLOPs per host fingerprint and dtype.
   void put_hardware(const std::string& host_fingerprint, const std::string& dtype, double peak_flops);
   std::optional<double> hardware_peak(const std::string& host_fingerprint, const std::string& dtype) const;
 
  private:
+  void write_prediction(const PredictionRow& p);  // inside the caller's transaction
+
   std::string path_;
   sqlite3* db_ = nullptr;
 };

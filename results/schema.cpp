@@ -111,6 +111,17 @@ CREATE TABLE validation(
   loss REAL, perplexity REAL, tokens INTEGER, time_s REAL, tps REAL, mem_peak_bytes INTEGER,
   PRIMARY KEY(run_id, step));
 )sql"},
+    // The planner's prediction for a sweep's run, made when the sweep planned
+    // it, and the point's place in the spec (reports keep spec order while
+    // sweeps run the fastest points first).
+    {6, R"sql(
+CREATE TABLE predictions(
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+  hardware TEXT, calibration TEXT,
+  step_time_s REAL, tps REAL, mfu REAL, mem_peak_bytes INTEGER,
+  detail_json TEXT,
+  plan_index INTEGER);
+)sql"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 

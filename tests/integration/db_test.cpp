@@ -167,7 +167,12 @@ TEST_F(Db, LsAndShowPrintTheRuns) {
     r.sweep_id = db.upsert_sweep("alpha", "");
     r.world_size = 2;
     r.repeat = 1;
-    a = db.insert_run(r);
+    ctitan::PredictionRow predicted;  // what a sweep stores with its runs (schema v6)
+    predicted.hardware = "cpu";
+    predicted.calibration = "uncalibrated: test";
+    predicted.tps = 1234.5;
+    predicted.mem_peak_bytes = 3 << 20;
+    a = db.insert_run(r, predicted);
     db.ingest_run_dir(a, run_dir().string());
     RunRow other = run_row("float8=tensorwise");
     other.sweep_id = db.upsert_sweep("beta", "");
@@ -206,9 +211,15 @@ TEST_F(Db, LsAndShowPrintTheRuns) {
         std::string("config.toml\n# ctitan resolved config")})
     EXPECT_NE(shown.find(want), std::string::npos) << want << "\n" << show.out;
 
+  EXPECT_NE(shown.find("prediction (cpu; uncalibrated: test)\n tps (tokens/s/device) 1234.5\n step_time_s -\n"),
+            std::string::npos)
+      << show.out;
+  EXPECT_NE(shown.find(" mem_peak_bytes (per rank) 3145728 (3.0 MiB)\n"), std::string::npos) << show.out;
+
   auto show_lone = run_ctitan({"db", "show", std::to_string(lone), "--db", db_file});
   ASSERT_EQ(show_lone.exit_code, 0) << show_lone.err;
   EXPECT_NE(show_lone.out.find("steps (0 of 0 rows)"), std::string::npos) << show_lone.out;
+  EXPECT_EQ(show_lone.out.find("prediction ("), std::string::npos) << show_lone.out;  // a run without one
 
   auto help = run_ctitan({"db", "--help"});
   EXPECT_EQ(help.exit_code, 0);

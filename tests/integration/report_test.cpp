@@ -161,6 +161,9 @@ TEST(Report, RealSweepToMarkdownCsvJsonAndHtmlThatChromiumRenders) {
   EXPECT_NE(md.out.find("| 3 | +Float8 |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("Scaling"), std::string::npos);
   EXPECT_NE(md.out.find("| 1: FSDP | 1 |"), std::string::npos);
+  // The sweep stored the planner's predictions: beside the measured numbers, with their error.
+  EXPECT_NE(md.out.find("| n | pred. tps | err | TFLOPs |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("predicted (cpu, "), std::string::npos) << md.out;
 
   for (const char* ext : {"csv", "json"}) {
     const fs::path out = dir / (std::string("report.") + ext);
@@ -173,6 +176,8 @@ TEST(Report, RealSweepToMarkdownCsvJsonAndHtmlThatChromiumRenders) {
   for (const auto& p : j["sections"][0]["points"]) {
     EXPECT_EQ(p["status"], "ok") << p.dump();
     EXPECT_GT(p["tps"]["median"].get<double>(), 0);
+    EXPECT_GT(p["predicted"]["tps"].get<double>(), 0) << p.dump();
+    EXPECT_TRUE(p["predicted"]["tps_error"].is_number()) << p.dump();
   }
 
   const fs::path html = dir / "report.html";

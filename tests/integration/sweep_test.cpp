@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -68,6 +69,14 @@ std::vector<std::string> started_keys(const std::string& out) {
   return keys;
 }
 
+// Keys of the points the dry run's table says it will run, in its order.
+std::vector<std::string> planned_run_keys(const std::string& dry_out) {
+  std::vector<std::string> keys;
+  const std::regex re(R"(\n\s*\d+\s+([0-9a-f]{16})\s+\d+\s+\S+\s+\S+(?: GiB)?\s+run\s)");
+  for (std::sregex_iterator it(dry_out.begin(), dry_out.end(), re), end; it != end; ++it) keys.push_back((*it)[1]);
+  return keys;
+}
+
 bool integrity_ok(const fs::path& db) {
   sqlite3* h = nullptr;
   if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return false;
@@ -117,11 +126,68 @@ TEST(Sweep, RunsEveryPointRecordsInfeasibleOnesAndASecondRunRunsNothing) {
     EXPECT_EQ(row.exit_code, 0);
   }
   EXPECT_EQ(r.sweeps().size(), 1u);
+  // Every run stores the planner's prediction beside its measurement; the
+  // infeasible point (a layout the planner rejects too) its plan index only.
+  std::set<int64_t> plan_indices;
+  for (const RunRow& row : rows) {
+    const auto p = r.prediction(row.id);
+    ASSERT_TRUE(p) << "run " << row.id << " has no prediction";
+    ASSERT_TRUE(p->plan_index);
+    plan_indices.insert(*p->plan_index);
+    if (row.status == "infeasible") continue;
+    EXPECT_EQ(p->hardware, "cpu");
+    EXPECT_NE(p->calibration, "");
+    ASSERT_TRUE(p->tps && p->mem_peak_bytes);
+    EXPECT_GT(*p->tps, 0);
+    EXPECT_GT(*p->mem_peak_bytes, 0);
+    EXPECT_EQ(nlohmann::json::parse(p->detail_json)["hardware"], "cpu");
+  }
+  EXPECT_EQ(plan_indices, (std::set<int64_t>{0, 1, 2, 3}));
+  // The runs went in the dry run's order: the highest predicted tokens/s first.
+  EXPECT_EQ(started_keys(first.out), planned_run_keys(dry.out)) << dry.out << first.out;
 
   auto second = run_ctitan({"sweep", spec.string(), "--db", db.string()});
   ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
   EXPECT_NE(second.out.find("ran 0 of 3 runs"), std::string::npos) << second.out;
   EXPECT_EQ(runs(db).size(), rows.size());
+  for (const RunRow& row : runs(db)) EXPECT_TRUE(r.prediction(row.id)) << "run " << row.id;  // resumed: kept
+}
+
+// The dry run's table is in run order, the highest predicted tokens/s (all
+// ranks) first; the prediction's figures are in its columns, and a point
+// whose memory does not fit says so with the predicted figure.
+TEST(Sweep, DryRunListsPointsByPredictedThroughputAndPrunesByPredictedMemory) {
+  auto dir = fresh_dir("sweep_predicted");
+  auto spec = write_spec(dir, "pred", "[grid]\ntraining.local_batch_size = [1, 8]\n", "world_sizes = [1, 2]\n");
+  auto dry = run_ctitan({"sweep", spec.string(), "--dry-run"});
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  const std::regex row(
+      R"(\n\s*\d+\s+[0-9a-f]{16}\s+(\d+)\s+(\d+)\s+[\d.]+ GiB\s+run\s+training.local_batch_size=(\d+))");
+  std::vector<double> tps;
+  std::vector<std::string> points;
+  for (std::sregex_iterator it(dry.out.begin(), dry.out.end(), row), end; it != end; ++it) {
+    tps.push_back(std::stod((*it)[2]));
+    points.push_back((*it)[1].str() + "x" + (*it)[3].str());
+  }
+  ASSERT_EQ(tps.size(), 4u) << dry.out;
+  EXPECT_TRUE(std::is_sorted(tps.rbegin(), tps.rend())) << dry.out;
+  EXPECT_NE(points, (std::vector<std::string>{"1x1", "1x8", "2x1", "2x8"})) << "spec order: " << dry.out;
+  EXPECT_NE(dry.out.find("predicted on cpu ("), std::string::npos) << dry.out;
+
+  // 1 MB: nothing fits; the reason carries the planner's figure and spec.
+  auto tight = write_spec(dir, "tight", "[grid]\ntraining.local_batch_size = [1]\n",
+                          "world_sizes = [2]\nmemory_budget_gb = 0.001\n");
+  auto pruned = run_ctitan({"sweep", tight.string(), "--dry-run"});
+  ASSERT_EQ(pruned.exit_code, 0) << pruned.err;
+  EXPECT_TRUE(std::regex_search(pruned.out, std::regex(R"(why: predicted memory \d+\.\d GiB per rank x 2 > 0\.0 GiB )"
+                                                       R"(\(memory_budget_gb\) \[predicted on cpu, [^\]]+\])")))
+      << pruned.out;
+
+  // --hardware: another spec's figures (the budget is still this machine's).
+  auto h100 = run_ctitan({"sweep", spec.string(), "--dry-run", "--hardware", "h100_sxm"});
+  ASSERT_EQ(h100.exit_code, 0) << h100.err;
+  EXPECT_NE(h100.out.find("predicted on h100_sxm ("), std::string::npos) << h100.out;
+  expect_one_line_exit2(run_ctitan({"sweep", spec.string(), "--dry-run", "--hardware", "h900"}), "h900");
 }
 
 // The shipped long-context sweep: seq_len x cp with the cp ranks the whole
@@ -318,7 +384,7 @@ TEST(Sweep, BadInputIsOneLineAndLeavesTheDatabaseAlone) {
       {write_spec(dir, "unknown_key", "[grid]\ncompile.enabel = [false, true]\n"),
        "grid key 'compile.enabel' is not a config key; did you mean 'compile.enable'?"},
       {write_spec(dir, "empty_grid", "[grid]\n"), "[grid] is empty"},
-      {write_spec(dir, "world_zero", kComputeGrid, "world_sizes = [0]\n"), "world_sizes entries must be an integer in 1..64, got 0"},
+      {write_spec(dir, "world_zero", kComputeGrid, "world_sizes = [0]\n"), "world_sizes entries must be an integer in 1..65536, got 0"},
       {dir / "missing.toml", "cannot open"},
   };
   for (const auto& [spec, expect] : cases) {

@@ -1,5 +1,7 @@
 // Config loader: defaults, TOML, CLI, round trip, validation, error messages.
 #include <gtest/gtest.h>
+
+#include "tests/unit/input_error.h"
 #include <unistd.h>
 
 #include <cstdlib>
@@ -17,17 +19,6 @@ namespace ctitan {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The InputError message `fn` throws; a test failure when it throws none.
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
 
 // Each test writes its TOML files into its own folder under TempDir().
 class ConfigFiles : public ::testing::Test {

@@ -257,6 +257,72 @@ TEST_F(ReportDb, RenderersAgreeOnThePoints) {
   EXPECT_NE(html.find("p10\u2013p90 error bars"), std::string::npos);
 }
 
+// The planner's prediction the sweep stored with each run sits beside the
+// measured tps and peak memory, with its error (predicted / measured - 1)
+// and the spec it was predicted on; points keep the spec's order (the
+// stored plan index) although the sweep ran the fastest predicted first.
+TEST_F(ReportDb, PredictedColumnsBesideTheMeasuredOnesInSpecOrder) {
+  const int64_t s = db_->upsert_sweep("predicted", "");
+  const auto predicted = [&](int64_t run, int plan_index, std::optional<double> tps, std::optional<int64_t> mem) {
+    PredictionRow p;
+    p.run_id = run;
+    p.hardware = tps ? "cpu" : "";
+    p.calibration = tps ? "uncalibrated: maker's figures, default efficiencies" : "";
+    p.tps = tps;
+    p.mem_peak_bytes = mem;
+    p.plan_index = plan_index;
+    db_->put_prediction(p);
+  };
+  // Run order (predicted fastest first): a=2, a=1, a=3; spec order a=1, a=2, a=3.
+  predicted(add(s, FakeRun("a=2", 1, 0, 2000)), 1, 1800, 400000000);
+  predicted(add(s, FakeRun("a=1", 1, 0, 1000)), 0, 1100, 200000000);
+  predicted(add(s, FakeRun("a=3", 1, 0, 500)), 2, std::nullopt, std::nullopt);  // the planner rejected its layout
+  const Report r = build_report(*db_, {"predicted", ""});
+  const SectionReport& sec = r.sections.at(0);
+  ASSERT_EQ(sec.points.size(), 3u);
+  EXPECT_EQ(sec.points[0].label, "a=1");
+  EXPECT_EQ(sec.points[1].label, "a=2");
+  EXPECT_EQ(sec.points[2].label, "a=3");
+  EXPECT_TRUE(sec.points[0].baseline);  // the spec's first point, not the first one run
+  EXPECT_EQ(sec.points[0].predicted_on, "cpu, uncalibrated");
+  EXPECT_NEAR(*sec.points[0].pred_tps_error(), 0.1, 1e-12);
+  EXPECT_NEAR(*sec.points[1].pred_tps_error(), -0.1, 1e-12);
+  EXPECT_NEAR(*sec.points[0].pred_mem_error(), -0.5, 1e-12);
+  EXPECT_FALSE(sec.points[2].pred_tps);
+
+  const std::string md = render_markdown(r);
+  EXPECT_NE(md.find("| ws | tps/device (p10\u2013p90) | n | pred. tps | err | TFLOPs | MFU | peak mem/rank | pred. mem | "
+                    "err | final loss |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 1 | 1 | 1 | 1,000 (984\u20131,016) | 5 | 1,100 | +10.0% | 0.0010 | 1.00% | 381.5 MiB | "
+                    "190.7 MiB | \u221250.0% | 3.0000 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 2,000 (1,968\u20132,032) | 5 | 1,800 | \u221210.0% |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 500 (492\u2013508) | 5 | - | - |"), std::string::npos) << md;
+  EXPECT_NE(md.find("predicted (cpu, uncalibrated)"), std::string::npos) << md;
+  EXPECT_NE(render_html(r).find("<th>pred. tps</th><th>err</th>"), std::string::npos);
+
+  const std::string csv = render_csv(r);
+  EXPECT_NE(csv.find(",pred_tps,pred_tps_err_pct,pred_mem_peak_bytes,pred_mem_err_pct,predicted_on\n"),
+            std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find(",1100,10.0000000000000"), std::string::npos) << csv;
+  const nlohmann::json j = render_json(r);
+  const nlohmann::json& p0 = j["sections"][0]["points"][0]["predicted"];
+  EXPECT_EQ(p0["on"], "cpu, uncalibrated");
+  EXPECT_EQ(p0["tps"], 1100.0);
+  EXPECT_NEAR(p0["tps_error"].get<double>(), 0.1, 1e-12);
+  EXPECT_EQ(p0["mem_peak_bytes"], 2e8);
+  EXPECT_TRUE(j["sections"][0]["points"][2]["predicted"].is_null());
+
+  // Runs without predictions (recorded before schema v6): no predicted columns.
+  stacked_sweep();
+  const std::string plain = render_markdown(build_report(*db_, {"stacked", ""}));
+  EXPECT_EQ(plain.find("pred. tps"), std::string::npos) << plain;
+}
+
 TEST_F(ReportDb, NewestRowPerRepeatAndSharedRunsOnce) {
   const int64_t a = db_->upsert_sweep("a", "");
   add(a, FakeRun("x=1").failed("failed", "boom"));

@@ -521,6 +521,60 @@ TEST(Results, MigratesAVersion0DatabaseAndKeepsItsData) {
   EXPECT_EQ(sql_text(path, "PRAGMA integrity_check"), "ok");
 }
 
+// Version 6 adds the planner's predictions. A version-5 file (the current
+// shape less that table) opens with its runs intact and without predictions;
+// new runs store theirs with the run, in one transaction, and deleting a
+// run deletes its prediction.
+TEST(Results, MigratesAVersion5DatabaseToPredictions) {
+  const auto d = fresh_dir("migrate_v5");
+  const auto path = d / "v5.db";
+  int64_t old_run = 0;
+  {
+    ResultsDb db(path.string());
+    old_run = db.insert_run(full_run(db.upsert_sweep("s", ""), "old"));
+  }
+  sql(path, "DROP TABLE predictions; UPDATE schema_version SET version = 5;");
+  ASSERT_EQ(sql_text(path, "SELECT count(*) FROM sqlite_master WHERE name = 'predictions'"), "0");
+
+  ResultsDb db(path.string());
+  EXPECT_EQ(db.schema_version(), 6);
+  ASSERT_TRUE(db.run(old_run));
+  EXPECT_EQ(db.run(old_run)->label, "old");
+  EXPECT_FALSE(db.prediction(old_run));
+
+  ctitan::PredictionRow p;
+  p.hardware = "cpu";
+  p.calibration = "uncalibrated: maker's figures";
+  p.tps = 1234.5;
+  p.step_time_s = 0.25;
+  p.mfu = 1.5;
+  p.mem_peak_bytes = int64_t{3} << 30;
+  p.detail_json = R"({"hardware":"cpu"})";
+  p.plan_index = 4;
+  const int64_t id = db.insert_run(full_run(1, "new"), p);
+  const auto back = db.prediction(id);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->run_id, id);
+  EXPECT_EQ(back->hardware, "cpu");
+  EXPECT_EQ(back->calibration, "uncalibrated: maker's figures");
+  EXPECT_EQ(back->tps, 1234.5);
+  EXPECT_EQ(back->step_time_s, 0.25);
+  EXPECT_EQ(back->mfu, 1.5);
+  EXPECT_EQ(back->mem_peak_bytes, int64_t{3} << 30);
+  EXPECT_EQ(back->detail_json, R"({"hardware":"cpu"})");
+  EXPECT_EQ(back->plan_index, 4);
+  // A point the planner could not predict: a row with no figures.
+  ctitan::PredictionRow none;
+  none.plan_index = 0;
+  const int64_t bare = db.insert_run(full_run(1, "bare"), none);
+  ASSERT_TRUE(db.prediction(bare));
+  EXPECT_FALSE(db.prediction(bare)->tps);
+  EXPECT_FALSE(db.prediction(bare)->mem_peak_bytes);
+  sql(path, "PRAGMA foreign_keys=ON; DELETE FROM runs WHERE id = " + std::to_string(id));
+  EXPECT_EQ(sql_text(path, "SELECT count(*) FROM predictions"), "1");
+  EXPECT_EQ(sql_text(path, "PRAGMA integrity_check"), "ok");
+}
+
 // Files ctitan must not touch: each is rejected with one line naming the
 // file and what to do, and is left byte for byte as it was.
 struct ForeignFile {
@@ -570,10 +624,10 @@ INSTANTIATE_TEST_SUITE_P(
                     "not a ctitan results database (tables: photos)"},
         ForeignFile{"newer_schema",
                     [](const fs::path& p) {
-                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (6);"
+                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (7);"
                              "CREATE TABLE runs(id INTEGER PRIMARY KEY, shiny_new_column TEXT);");
                     },
-                    "newer ctitan (results schema v6, this ctitan reads up to v5)"},
+                    "newer ctitan (results schema v7, this ctitan reads up to v6)"},
         ForeignFile{"newer_schema_in_wal_mode",
                     [](const fs::path& p) {
                       sql(p, "PRAGMA journal_mode=WAL; CREATE TABLE schema_version(version INTEGER);"

@@ -7,6 +7,7 @@
 namespace ctitan {
 
 int64_t LlamaArgs::ffn_hidden_dim() const {
+  if (ffn_hidden) return *ffn_hidden;
   int64_t hidden = 4 * dim;
   hidden = static_cast<int64_t>(2 * hidden / 3);
   if (ffn_dim_multiplier) hidden = static_cast<int64_t>(*ffn_dim_multiplier * hidden);

@@ -31,10 +31,12 @@ struct LlamaArgs {
   double rope_theta = 500000.0;
   RopeScaling rope_scaling;
   bool depth_init = true;  // wo/w2/w3 init std 0.02/sqrt(2(layer+1))
+  std::optional<int64_t> ffn_hidden;  // set: this SwiGLU hidden size (the planner's --model.ffn_hidden)
 
   int64_t head_dim() const { return dim / n_heads; }
   int64_t kv_dim() const { return n_kv_heads * head_dim(); }
-  // TorchTitan's SwiGLU hidden size: 4d → 2/3 → ×multiplier → round up.
+  // TorchTitan's SwiGLU hidden size: 4d → 2/3 → ×multiplier → round up
+  // (or ffn_hidden when set).
   int64_t ffn_hidden_dim() const;
 };
 

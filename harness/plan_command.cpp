@@ -1,0 +1,244 @@
+#include "harness/plan_command.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+
+#include "common/errors.h"
+#include <filesystem>
+#include <fstream>
+
+#include "harness/published.h"
+#include "planner/calibrate.h"
+#include "planner/plan.h"
+#include "trainer/dist/mesh.h"
+#include "trainer/config/config_loader.h"
+
+namespace ctitan {
+namespace {
+
+const char* kHelp =
+    "usage: ctitan plan RECIPE.toml [--hardware NAME|FILE] [--ngpu N | --nodes N --gpus-per-node G]\n"
+    "                   [--model.dim D --model.n_layers L --model.n_heads H --model.n_kv_heads K\n"
+    "                    --model.ffn_hidden F --model.vocab_size V --model.family llama3|gpt]\n"
+    "                   [--section.key value ...] [--json]\n"
+    "       ctitan plan --calibrate RESULTS.db [--hardware NAME|FILE] [--out FILE] [--json]\n"
+    "       ctitan plan --validate recipes/published [--json]\n"
+    "\n"
+    "Predicts one rank's memory (parameters, gradients and optimizer state from the trainer's own\n"
+    "dry-run layout; activations per activation-checkpointing mode; logits; communication buffers;\n"
+    "overhead) and step time (GEMMs and attention at shape-dependent efficiencies, element-wise\n"
+    "traffic, Float8, recomputation, communication per mesh dimension with what overlaps, the\n"
+    "pipeline schedule's bubble), and tokens/s and MFU per device. Every figure is a prediction on\n"
+    "the named hardware spec (recipes/hardware/*.toml, default h100_sxm) with its calibration source.\n"
+    "The world size is --ngpu (or NGPU), else nodes x gpus-per-node, else the product of the\n"
+    "recipe's parallelism degrees, else one node of the spec. Config overrides as for `ctitan train`.\n"
+    "\n"
+    "--calibrate fits the spec's efficiencies to the ok runs of a results database (default spec:\n"
+    "cpu) on two thirds of them and reports the error on the held-out third; the fitted spec is\n"
+    "written to --out (default: <db>.<spec>.toml).\n"
+    "--validate predicts every row of the published tables (recipes/published/*.toml) and prints\n"
+    "predicted vs published tokens/s per GPU and memory with the errors and their medians.\n";
+
+std::string take_value(const std::vector<std::string>& args, size_t& i) {
+  const std::string& flag = args[i];
+  if (i + 1 >= args.size()) throw InputError("ctitan plan: " + flag + " needs a value; see ctitan plan --help");
+  return args[++i];
+}
+
+int parse_count(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  long n = 0;
+  try {
+    n = std::stol(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || n < 1 || n > (1 << 20))
+    throw InputError("ctitan plan: " + flag + " '" + v + "' is not a count between 1 and 1048576");
+  return static_cast<int>(n);
+}
+
+// The published rows of one hardware spec as measured runs: the step time
+// a row's tokens/s per GPU implies, its peak memory when published.
+std::vector<MeasuredRun> published_runs(const std::string& path, const std::string& hardware) {
+  std::vector<MeasuredRun> runs;
+  for (const PublishedRow& row : load_published(path)) {
+    if (row.hardware != hardware) continue;
+    MeasuredRun r;
+    r.run_id = static_cast<int64_t>(runs.size()) + 1;
+    r.label = row.table + ": " + row.label;
+    r.cfg = row.cfg;
+    r.world_size = row.world_size;
+    PlanRequest q;
+    q.cfg = row.cfg;
+    q.model = model_from_flavor(row.cfg.model.flavor);
+    q.world_size = row.world_size;
+    const MeshShape shape = resolve_mesh_shape(row.cfg.parallelism, row.world_size);
+    const int64_t dp = shape.dp_replicate * shape.dp_shard;
+    const auto& t = row.cfg.training;
+    const int64_t accum = t.global_batch_size > 0 ? std::max<int64_t>(1, t.global_batch_size / (t.local_batch_size * dp)) : 1;
+    const double tokens_per_device = static_cast<double>(t.local_batch_size * dp * accum * t.seq_len) / row.world_size;
+    r.step_time_s = tokens_per_device / row.tps;
+    r.mem_peak_bytes = row.mem_gib ? *row.mem_gib * 1073741824.0 : 0;
+    runs.push_back(std::move(r));
+  }
+  if (runs.size() < 3)
+    throw InputError("ctitan plan --calibrate " + path + ": " + std::to_string(runs.size()) + " published rows on " + hardware +
+                     "; fitting needs at least 3");
+  return runs;
+}
+
+// Fits one spec to every published row of its hardware and, to say how well
+// that generalises, predicts each row from a spec fitted without it
+// (leave-one-out).
+int calibrate_published(const std::string& path, const std::string& hardware, const std::string& out_path,
+                        std::ostream& out) {
+  const HardwareSpec start = load_hardware(hardware);
+  const std::vector<MeasuredRun> runs = published_runs(path, start.name);
+  out << "calibrating " << start.name << " from its " << runs.size() << " published rows in " << path
+      << " (and each row left out once) ..." << std::endl;
+  std::vector<double> loo_step, loo_mem, fit_step, fit_mem;
+  HardwareSpec all = fit_spec(start, runs);
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-62s %9s %9s %9s %9s\n", "row", "fit err", "LOO err", "mem err", "LOO mem");
+  out << line;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::vector<MeasuredRun> others = runs;
+    others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+    const RunErrors loo = run_errors(fit_spec(all, others, &start, 1), runs[i]);  // warm start, same prior
+    const RunErrors in = run_errors(all, runs[i]);
+    loo_step.push_back(loo.step), loo_mem.push_back(loo.mem), fit_step.push_back(in.step), fit_mem.push_back(in.mem);
+    // tokens/s error = 1 / (1 + step error) - 1
+    const auto pct = [](double e) {
+      char b[32];
+      if (std::isnan(e)) return std::string("        -");
+      std::snprintf(b, sizeof b, "%+8.1f%%", 100 * e);
+      return std::string(b);
+    };
+    std::snprintf(line, sizeof line, "  %-62s %s %s %s %s\n", runs[i].label.substr(0, 62).c_str(),
+                  pct(1 / (1 + in.step) - 1).c_str(), pct(1 / (1 + loo.step) - 1).c_str(), pct(in.mem).c_str(),
+                  pct(loo.mem).c_str());
+    out << line;
+  }
+  std::vector<double> loo_tps, fit_tps;
+  for (double e : loo_step) loo_tps.push_back(1 / (1 + e) - 1);
+  for (double e : fit_step) fit_tps.push_back(1 / (1 + e) - 1);
+  std::snprintf(line, sizeof line, "median absolute error of tokens/s per GPU: %.1f %% fitted on all rows, %.1f %% leave-one-out",
+                100 * median_abs_error(fit_tps), 100 * median_abs_error(loo_tps));
+  out << line;
+  if (std::any_of(runs.begin(), runs.end(), [](const MeasuredRun& r) { return r.mem_peak_bytes > 0; })) {
+    std::snprintf(line, sizeof line, "; memory %.1f %% / %.1f %%", 100 * median_abs_error(fit_mem), 100 * median_abs_error(loo_mem));
+    out << line;
+  } else {
+    out << "; no published memory";
+  }
+  out << "\n";
+  std::snprintf(line, sizeof line,
+                "calibrated from the %zu published rows of %s in %s (leave-one-out median error of tokens/s %.1f %%)",
+                runs.size(), start.name.c_str(), path.c_str(),
+                100 * median_abs_error(loo_tps));
+  all.calibration = line;
+  const std::string dest = out_path.empty() ? start.name + ".calibrated.toml" : out_path;
+  const std::string tmp = dest + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << hardware_toml(all);
+    f.flush();
+    if (!f) throw InputError("ctitan plan --calibrate: cannot write " + tmp + " (disk full or not writable)");
+  }
+  std::filesystem::rename(tmp, dest);
+  out << "fitted spec written to " << dest << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int plan_command(const std::vector<std::string>& args) {
+  std::string recipe, hardware, calibrate_db, validate_path, out;
+  bool json = false;
+  int ngpu = 0, nodes = 0, per_node = 0;
+  std::vector<std::pair<std::string, std::string>> model_overrides;
+  std::vector<std::string> config_args;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kHelp;
+      return 0;
+    }
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--hardware") {
+      hardware = take_value(args, i);
+    } else if (a == "--calibrate") {
+      calibrate_db = take_value(args, i);
+    } else if (a == "--validate") {
+      validate_path = take_value(args, i);
+    } else if (a == "--out") {
+      out = take_value(args, i);
+    } else if (a == "--ngpu") {
+      ngpu = parse_count(a, take_value(args, i));
+    } else if (a == "--nodes") {
+      nodes = parse_count(a, take_value(args, i));
+    } else if (a == "--gpus-per-node") {
+      per_node = parse_count(a, take_value(args, i));
+    } else if (a.rfind("--model.", 0) == 0 && a != "--model.flavor" && a != "--model.name" &&
+               a != "--model.converters" && a.rfind("--model.hf_assets", 0) != 0 &&
+               a.rfind("--model.tokenizer", 0) != 0 && a.rfind("--model.print", 0) != 0) {
+      model_overrides.emplace_back(a.substr(8), take_value(args, i));
+    } else if (a.rfind("--", 0) == 0) {
+      config_args.push_back(a);
+      if (a.find('=') == std::string::npos && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
+        config_args.push_back(args[++i]);
+    } else if (recipe.empty()) {
+      recipe = a;
+    } else {
+      throw InputError("ctitan plan: unexpected argument '" + a + "'; one recipe at a time (see ctitan plan --help)");
+    }
+  }
+  if (!validate_path.empty()) return validate_published(validate_path, json, std::cout);
+  if (!calibrate_db.empty() && (std::filesystem::is_directory(calibrate_db) || calibrate_db.ends_with(".toml"))) {
+    if (hardware.empty())
+      throw InputError("ctitan plan --calibrate " + calibrate_db + ": name the hardware whose published rows to fit (--hardware NAME)");
+    return calibrate_published(calibrate_db, hardware, out, std::cout);
+  }
+  if (!calibrate_db.empty()) {
+    CalibrationOptions o;
+    o.db_path = calibrate_db;
+    o.hardware = hardware.empty() ? "cpu" : hardware;
+    o.out_path = out;
+    o.json = json;
+    return calibrate_command(o, std::cout);
+  }
+  if (recipe.empty()) throw InputError("ctitan plan: give a recipe (a trainer TOML); see ctitan plan --help");
+  std::vector<std::string> cargs = {"--job.config_file", recipe};
+  cargs.insert(cargs.end(), config_args.begin(), config_args.end());
+  PlanRequest req;
+  req.cfg = parse_job_config(cargs);
+  req.model = model_from_flavor(req.cfg.model.flavor);
+  for (const auto& [k, v] : model_overrides) override_model(req.model, k, v);
+  const HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);
+  if (ngpu == 0)
+    if (const char* env = std::getenv("NGPU")) ngpu = parse_count("NGPU", env);
+  if (ngpu == 0 && nodes > 0) ngpu = nodes * (per_node > 0 ? per_node : hw.devices_per_node);
+  if (ngpu == 0) {
+    const auto& p = req.cfg.parallelism;
+    const int64_t degrees[] = {p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree,
+                               p.pipeline_parallel_degree, p.context_parallel_degree};
+    int64_t product = 1;
+    bool open = false;
+    for (int64_t d : degrees) d < 0 ? open = true : product *= d;
+    ngpu = static_cast<int>(open ? std::max<int64_t>(product, hw.kind == "cpu" ? 1 : hw.devices_per_node) : product);
+  }
+  req.world_size = ngpu;
+  req.nodes = nodes;
+  req.devices_per_node = per_node;
+  const Prediction p = predict(req, hw);
+  if (json)
+    std::cout << to_json(p).dump(2) << "\n";
+  else
+    std::cout << render_prediction(p);
+  return 0;
+}
+
+}  // namespace ctitan

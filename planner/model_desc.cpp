@@ -1,0 +1,116 @@
+#include "planner/model_desc.h"
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "common/errors.h"
+
+namespace ctitan {
+
+int64_t ModelDesc::embedding_params() const { return vocab_size * dim; }
+
+int64_t ModelDesc::params() const {
+  const int64_t D = dim, q = n_heads * head_dim();
+  if (family == "gpt") {
+    // GPT-2/3 block: fused qkv and output projection with biases, a 4·D
+    // (or ffn_hidden) MLP with biases, two LayerNorms (weight and bias).
+    const int64_t attention = D * (q + 2 * kv_dim()) + (q + 2 * kv_dim()) + q * D + D;
+    const int64_t mlp = 2 * D * ffn_hidden + ffn_hidden + D;
+    const int64_t block = attention + mlp + 4 * D;
+    return embedding_params() + max_positions * D + n_layers * block + 2 * D + vocab_size * D;
+  }
+  return count_params(llama_args()).total;
+}
+
+double ModelDesc::flops_per_token(int64_t seq_len) const {
+  // Position embeddings are lookups, like the token embedding: neither is a matmul.
+  const double matmul_params = static_cast<double>(params() - embedding_params() - max_positions * dim);
+  return 6.0 * matmul_params + 12.0 * static_cast<double>(n_layers * n_heads * head_dim()) * static_cast<double>(seq_len);
+}
+
+LlamaArgs ModelDesc::llama_args() const {
+  LlamaArgs a;
+  a.dim = dim;
+  a.n_layers = n_layers;
+  a.n_heads = n_heads;
+  a.n_kv_heads = n_kv_heads;
+  a.vocab_size = vocab_size;
+  a.ffn_hidden = ffn_hidden;
+  return a;
+}
+
+ModelDesc model_from_flavor(const std::string& flavor) {
+  const LlamaArgs a = llama3_flavor(flavor);
+  ModelDesc m;
+  m.name = "llama3 " + flavor;
+  m.dim = a.dim;
+  m.n_layers = a.n_layers;
+  m.n_heads = a.n_heads;
+  m.n_kv_heads = a.n_kv_heads;
+  m.ffn_hidden = a.ffn_hidden_dim();
+  m.vocab_size = a.vocab_size;
+  return m;
+}
+
+void override_model(ModelDesc& m, const std::string& key, const std::string& value) {
+  if (key == "family") {
+    if (value != "llama3" && value != "gpt")
+      throw InputError("--model.family '" + value + "' is unknown; use llama3 (SwiGLU, RoPE) or gpt (4·D MLP, learned positions)");
+    if (value == "gpt" && m.family != "gpt") {
+      m.ffn_hidden = 4 * m.dim;
+      m.n_kv_heads = m.n_heads;
+      if (m.max_positions == 0) m.max_positions = 2048;
+    }
+    m.family = value;
+    m.name = "custom " + value;
+    return;
+  }
+  int64_t* field = key == "dim"             ? &m.dim
+                   : key == "n_layers"      ? &m.n_layers
+                   : key == "n_heads"       ? &m.n_heads
+                   : key == "n_kv_heads"    ? &m.n_kv_heads
+                   : key == "ffn_hidden"    ? &m.ffn_hidden
+                   : key == "vocab_size"    ? &m.vocab_size
+                   : key == "max_positions" ? &m.max_positions
+                                            : nullptr;
+  if (field == nullptr)
+    throw InputError("--model." + key +
+                     " is not a model option of ctitan plan; use --model.flavor, --model.dim, --model.n_layers, "
+                     "--model.n_heads, --model.n_kv_heads, --model.ffn_hidden, --model.vocab_size, "
+                     "--model.family or --model.max_positions");
+  int64_t v = 0;
+  size_t used = 0;
+  try {
+    v = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || v <= 0 || v > (int64_t{1} << 40))
+    throw InputError("--model." + key + " '" + value + "' is not a positive integer");
+  const bool dim_changed = key == "dim" && v != m.dim;
+  *field = v;
+  // A new width keeps the flavor's MLP ratio unless ffn_hidden is given too
+  // (later on the command line, which wins).
+  if (dim_changed) m.ffn_hidden = m.family == "gpt" ? 4 * v : ((8 * v / 3 + 255) / 256) * 256;
+  if (key == "n_heads" && m.family == "gpt") m.n_kv_heads = v;
+  if (m.name.rfind("custom", 0) != 0) m.name = "custom " + m.family;
+  if (m.n_heads > 0 && m.dim % m.n_heads != 0)
+    throw InputError("--model.dim " + std::to_string(m.dim) + " is not divisible by n_heads " + std::to_string(m.n_heads));
+  if (m.n_kv_heads > 0 && m.n_heads % m.n_kv_heads != 0)
+    throw InputError("--model.n_heads " + std::to_string(m.n_heads) + " is not divisible by n_kv_heads " +
+                     std::to_string(m.n_kv_heads));
+}
+
+std::string describe(const ModelDesc& m) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f B", static_cast<double>(m.params()) / 1e9);
+  std::string out = m.name + ": dim " + std::to_string(m.dim) + ", " + std::to_string(m.n_layers) + " layers, " +
+                    std::to_string(m.n_heads) + " heads (" + std::to_string(m.n_kv_heads) + " kv), ffn " +
+                    std::to_string(m.ffn_hidden) + (m.gated_mlp() ? " (SwiGLU)" : " (GELU, learned positions)") +
+                    ", vocab " + std::to_string(m.vocab_size) + ", ";
+  out += buf;
+  out += " parameters";
+  return out;
+}
+
+}  // namespace ctitan

@@ -1,0 +1,42 @@
+// A dense decoder-only transformer, as the planner sees it: the Llama 3
+// flavors are presets, and --model.dim/n_layers/n_heads/n_kv_heads/
+// ffn_hidden/vocab_size describe any other; `gpt` is the GPT-2/3 block
+// (4·D MLP without gate, learned positions, untied head) for checking
+// other trainers' published results.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "trainer/model/llama_args.h"
+
+namespace ctitan {
+
+struct ModelDesc {
+  std::string name;          // "llama3 8B", "custom"
+  std::string family = "llama3";  // "llama3" | "gpt"
+  int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, ffn_hidden = 0, vocab_size = 0;
+  int64_t max_positions = 0;  // gpt: learned position embeddings (0: rope)
+
+  bool gated_mlp() const { return family == "llama3"; }
+  int64_t head_dim() const { return dim / n_heads; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim(); }
+  // Parameters: total and the token embedding (TorchTitan's exclusion).
+  int64_t params() const;
+  int64_t embedding_params() const;
+  // TorchTitan's MFU numerator: 6·(N − N_emb) + 12·L·H·Dh·S.
+  double flops_per_token(int64_t seq_len) const;
+  // The LlamaArgs the trainer builds (family llama3 only).
+  LlamaArgs llama_args() const;
+};
+
+ModelDesc model_from_flavor(const std::string& flavor);
+// "--model.dim" style overrides on top of a preset: key without the
+// "model." prefix (dim, n_layers, n_heads, n_kv_heads, ffn_hidden,
+// vocab_size, family, max_positions). Throws InputError for an unknown key
+// or a value that is not a positive integer.
+void override_model(ModelDesc& m, const std::string& key, const std::string& value);
+// One line: "llama3 8B: dim 4096, 32 layers, 32 heads (8 kv), ffn 14336, vocab 128256, 8.03 B parameters"
+std::string describe(const ModelDesc& m);
+
+}  // namespace ctitan

@@ -1,0 +1,384 @@
+// predict(): the step of one rank, unit by unit, then the mesh's
+// communication and the pipeline schedule on top. See plan.h for what each
+// figure covers; the efficiencies come from the hardware spec.
+#include "planner/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include "common/errors.h"
+#include "planner/plan_internal.h"
+#include "profiling/peak_flops.h"
+#include "trainer/model/activation_checkpoint.h"
+#include "trainer/parallel/context_parallel.h"
+#include "trainer/parallel/pipeline.h"
+
+namespace ctitan {
+namespace {
+
+using planner_detail::Layout;
+using planner_detail::RankLayout;
+
+struct Env {
+  const ModelDesc& m;
+  const JobConfig& cfg;
+  const HardwareSpec& hw;
+  MeshShape shape;
+  double elem = 2;         // compute dtype bytes
+  double peak = 0;         // GEMM FLOP/s of one rank in the compute dtype
+  double fp8_peak = 0;     // 0: float8 GEMMs run at `peak` (emulated)
+  double bandwidth = 0;    // memory bytes/s of one rank
+  double overhead_mult = 1;  // cpu: ranks beyond the cores queue for them
+  bool float8 = false, compiled = false;
+};
+
+double gemm_s(const Env& e, double M, double N, double K, bool fp8) {
+  const double x = std::min({M, N, K});
+  const double sat = x / (x + e.hw.eff.gemm_half_size);
+  const double flops = 2 * M * N * K;
+  if (fp8 && e.fp8_peak > 0) return flops / (e.fp8_peak * e.hw.eff.fp8_gemm * sat);
+  return flops / (e.peak * e.hw.eff.gemm * sat);
+}
+
+// One TransformerBlock (or the embedding/head) for T tokens of this rank.
+struct UnitCost {
+  double gemm_f = 0, gemm_b = 0, attn_f = 0, attn_b = 0, elem_f = 0, elem_b = 0, cast = 0;
+  double kernels_f = 0, kernels_b = 0;
+  double row_gemm_f = 0;  // wo and w2: what op-level checkpointing recomputes
+  double tp_bytes = 0;    // TP activations moved (forward + backward), per collective buffer
+  int tp_collectives = 0;
+  double cp_bytes = 0;    // K/V moved by context parallelism (forward + backward)
+  double f() const { return gemm_f + attn_f + elem_f; }
+  double b() const { return gemm_b + attn_b + elem_b; }
+};
+
+UnitCost block_cost(const Env& e, double T) {
+  const ModelDesc& m = e.m;
+  const double t = static_cast<double>(e.shape.tp), D = static_cast<double>(m.dim);
+  const double H = static_cast<double>(m.n_heads), K = static_cast<double>(m.n_kv_heads);
+  const double Dh = static_cast<double>(m.head_dim()), F = static_cast<double>(m.ffn_hidden);
+  const double S = static_cast<double>(e.cfg.training.seq_len);
+  const bool sp = e.shape.tp > 1 && e.cfg.parallelism.enable_sequence_parallel;
+  UnitCost c;
+  struct G {
+    double n, k;
+    bool row;
+  };
+  std::vector<G> gemms;
+  if (m.gated_mlp()) {
+    gemms = {{H * Dh / t, D, false}, {K * Dh / t, D, false}, {K * Dh / t, D, false}, {D, H * Dh / t, true},
+             {F / t, D, false},      {F / t, D, false},      {D, F / t, true}};
+  } else {
+    gemms = {{(H + 2 * K) * Dh / t, D, false}, {D, H * Dh / t, true}, {F / t, D, false}, {D, F / t, true}};
+  }
+  // Float8 recipes (torchao): tensorwise runs all three GEMMs in fp8;
+  // rowwise scales per row, casts twice as much (both layouts of each
+  // operand) and keeps the weight gradient in bf16 ("rowwise_with_gw_hp" too).
+  const bool rowwise = e.float8 && e.cfg.float8.recipe_name.rfind("rowwise", 0) == 0;
+  for (const G& g : gemms) {
+    const double fwd = gemm_s(e, T, g.n, g.k, e.float8);
+    c.gemm_f += fwd;
+    // Input and weight gradients: the same FLOPs and shapes as the forward.
+    c.gemm_b += rowwise ? fwd + gemm_s(e, T, g.n, g.k, false) : 2 * fwd;
+    if (g.row) c.row_gemm_f += fwd;
+    if (e.float8) {
+      // Scaling: amax, scale and cast of the input and weight in forward
+      // (read 2, write 1, read again for amax), of the output gradient in
+      // backward; fused into neighbours under compile.
+      const double bytes = (5 * (T * g.k + g.k * g.n) + 5 * T * g.n) * (rowwise ? 2 : 1);
+      c.cast += bytes * (e.compiled ? e.hw.eff.fused_traffic : 1.0) / e.bandwidth;
+    }
+  }
+  // Causal flash attention: QKᵀ and PV over S/2 keys on average (CP's
+  // load balancing keeps every rank's share equal); backward recomputes
+  // the scores (2.5x the forward).
+  const double attn_flops = 2 * 2 * T * (S / 2) * (H / t) * Dh;
+  const double attn_eff = e.hw.eff.attention * Dh / (Dh + e.hw.eff.gemm_half_size / 4);
+  c.attn_f = attn_flops / (e.peak * attn_eff);
+  c.attn_b = 2.5 * c.attn_f;
+  if (!e.hw.flash_attention) c.elem_f += 3 * T * S * (H / t) * 4 / e.bandwidth;  // scores written, read, softmax
+  // Element-wise traffic per token: two norms and two residual adds over D
+  // (split by TP under sequence parallelism), RoPE and layout copies of
+  // q/k/v, the SwiGLU (or GELU) product.
+  const double seq_part = sp ? t : 1.0;
+  const double per_token = 10 * D / seq_part + (4 * H + 6 * K) * Dh / t + (m.gated_mlp() ? 3 : 2) * F / t;
+  const double traffic = e.compiled ? e.hw.eff.fused_traffic : 1.0;
+  c.elem_f += T * per_token * e.elem * traffic / (e.bandwidth * e.hw.eff.memory);
+  c.elem_b += 2 * c.elem_f;
+  const double kernels = e.compiled ? 10 : 25;
+  c.kernels_f = (kernels + (e.float8 ? (e.compiled ? 2 : 6) * static_cast<double>(gemms.size()) : 0)) *
+                e.hw.eff.kernel_overhead_s * e.overhead_mult;
+  if (e.shape.tp > 1 && e.cfg.parallelism.enable_async_tensor_parallel && !e.float8)  // each TP GEMM in tp chunks
+    c.kernels_f += 4 * static_cast<double>(e.shape.tp - 1) * 2 * e.hw.eff.kernel_overhead_s * e.overhead_mult;
+  c.kernels_b = 2 * c.kernels_f;
+  if (e.shape.tp > 1) {  // per block: 2 gathers + 2 scatters (SP) or 2 all-reduces, each way
+    c.tp_bytes = T * D * e.elem;
+    c.tp_collectives = sp ? 8 : 4;
+  }
+  if (e.shape.cp > 1) c.cp_bytes = 3 * T * 2 * K * Dh / t * e.elem;  // K,V forward; K,V and their grads backward
+  return c;
+}
+
+UnitCost head_cost(const Env& e, double T) {
+  const double t = static_cast<double>(e.shape.tp), D = static_cast<double>(e.m.dim);
+  const double V = static_cast<double>(e.m.vocab_size);
+  const bool loss_parallel = e.shape.tp > 1 && !e.cfg.parallelism.disable_loss_parallel;
+  const double v = loss_parallel ? V / t : V;
+  UnitCost c;
+  c.gemm_f = gemm_s(e, T, v, D, false);  // the output projection stays in the compute dtype
+  c.gemm_b = 2 * c.gemm_f;
+  // Logits to fp32, log-softmax, loss and its gradient: ~20 bytes per logit.
+  c.elem_f = T * v * 8 / (e.bandwidth * e.hw.eff.memory);
+  c.elem_b = T * v * 12 / (e.bandwidth * e.hw.eff.memory);
+  c.kernels_f = 8 * e.hw.eff.kernel_overhead_s * e.overhead_mult;
+  c.kernels_b = 2 * c.kernels_f;
+  return c;
+}
+
+// A ring collective over n ranks moving `bytes` (the gathered size) on `link`.
+double ring_s(double bytes, int64_t n, const Link& link, double comm_eff, double factor = 1.0) {
+  if (n <= 1 || bytes <= 0) return 0;
+  const double nn = static_cast<double>(n);
+  return factor * ((nn - 1) / nn * bytes / (link.bandwidth * comm_eff) + (nn - 1) * link.latency_s);
+}
+
+int64_t stride_of(const MeshShape& s, const std::string& dim) {
+  if (dim == "tp") return 1;
+  if (dim == "cp") return s.tp;
+  if (dim == "fsdp" || dim == "dp_shard") return s.tp * s.cp;
+  if (dim == "dp_replicate") return s.tp * s.cp * s.dp_shard;
+  return s.tp * s.cp * s.dp_shard * s.dp_replicate;  // pp
+}
+
+}  // namespace
+
+Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
+  const JobConfig& cfg = req.cfg;
+  const ModelDesc& m = req.model;
+  if (req.world_size < 1) throw InputError("world size " + std::to_string(req.world_size) + " is not a rank count");
+  const MeshShape shape = resolve_mesh_shape(cfg.parallelism, req.world_size);
+  const auto& t = cfg.training;
+  if (shape.tp > 1 && cfg.parallelism.enable_sequence_parallel && t.seq_len % shape.tp != 0)
+    throw InputError("training.seq_len " + std::to_string(t.seq_len) + " is not divisible by tensor_parallel_degree " +
+                     std::to_string(shape.tp) + " (sequence parallelism)");
+  if (shape.cp > 1)
+    check_context_parallel(cfg.parallelism.context_parallel_rotate_method, cfg.parallelism.context_parallel_load_balancer,
+                           shape.cp, t.seq_len);
+  const Layout layout = planner_detail::plan_layout(m, cfg, shape);  // the trainer's own rules refuse bad layouts here
+
+  Prediction p;
+  p.hardware = hw.name;
+  p.hardware_title = hw.title;
+  p.calibration = hw.calibration;
+  p.model = describe(m);
+  p.world_size = req.world_size;
+  p.devices_per_node = req.devices_per_node > 0 ? req.devices_per_node : hw.devices_per_node;
+  p.nodes = req.nodes > 0 ? req.nodes : (req.world_size + p.devices_per_node - 1) / p.devices_per_node;
+  if (p.nodes * p.devices_per_node < req.world_size)
+    throw InputError(std::to_string(p.nodes) + " nodes x " + std::to_string(p.devices_per_node) +
+                     " devices hold fewer than the " + std::to_string(req.world_size) + " ranks of this layout");
+  p.layout = shape.describe();
+  p.memory.layout_source = layout.source;
+
+  Env e{m, cfg, hw, shape};
+  const bool fp32 = cfg.training.mixed_precision_param == "float32";
+  e.elem = fp32 ? 4 : 2;
+  e.float8 = !cfg.model.converters.empty();
+  e.compiled = cfg.compile.enable && std::count(cfg.compile.components.begin(), cfg.compile.components.end(), "model") > 0;
+  const bool cpu = hw.kind == "cpu";
+  double cores = hw.cores;
+  if (cpu && cores <= 0) cores = std::max(1u, std::thread::hardware_concurrency());
+  if (cpu) {
+    // The ranks are processes sharing the machine: each gets 1/world of
+    // its GEMM rate and memory bandwidth, and dispatch queues for cores.
+    double peak = hw.peak_fp32_flops;
+    if (peak <= 0) peak = resolve_cpu_peak_flops(at::kFloat, 0).flops;
+    // A rank with several threads (cores / world) syncs them on every op.
+    const double mt = cores / req.world_size > 1 ? hw.eff.multi_thread : 1.0;
+    e.peak = peak / req.world_size * mt;
+    e.bandwidth = hw.memory_bandwidth / req.world_size * mt;
+    e.overhead_mult = std::max(1.0, req.world_size / cores);
+    p.notes.push_back("ranks share " + std::to_string(static_cast<int>(cores)) + " cores: each gets 1/" +
+                      std::to_string(req.world_size) + " of the GEMM rate");
+  } else {
+    e.peak = fp32 ? (hw.peak_fp32_flops > 0 ? hw.peak_fp32_flops : hw.peak_bf16_flops / 2) : hw.peak_bf16_flops;
+    e.fp8_peak = hw.peak_fp8_flops;
+    e.bandwidth = hw.memory_bandwidth;
+    if (e.float8 && e.fp8_peak <= 0) p.notes.push_back(hw.name + " has no fp8 tensor cores: Float8 GEMMs at the bf16 rate");
+  }
+  if (e.peak <= 0 || e.bandwidth <= 0) throw InputError("hardware spec " + hw.name + " has no peak FLOP/s or memory bandwidth to plan with");
+  const double mfu_peak = cpu ? e.peak * req.world_size : (fp32 ? e.peak : hw.peak_bf16_flops);
+
+  // Batch: gradient accumulation over local batches, pipeline micro-batches inside one.
+  const int64_t dp = shape.dp_replicate * shape.dp_shard;
+  const int64_t accum = t.global_batch_size > 0 ? std::max<int64_t>(1, t.global_batch_size / (t.local_batch_size * dp)) : 1;
+  const double S = static_cast<double>(t.seq_len);
+  const int64_t mbs = shape.pp > 1 ? cfg.parallelism.pipeline_parallel_microbatch_size : t.local_batch_size;
+  const int64_t micro = shape.pp > 1 ? t.local_batch_size / mbs : 1;
+  const double T = static_cast<double>(mbs) * S / static_cast<double>(shape.cp);  // tokens of one (pipeline) micro-batch on a rank
+  p.tokens_per_step = static_cast<double>(t.local_batch_size * dp * accum) * S;
+
+  const ActivationCheckpointPolicy ac =
+      ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option);
+  const UnitCost blk = block_cost(e, T), head = head_cost(e, T);
+  UnitCost emb;
+  emb.elem_f = T * static_cast<double>(m.dim) * e.elem * 2 / (e.bandwidth * e.hw.eff.memory);
+  emb.elem_b = 2 * emb.elem_f;
+  emb.kernels_f = 2 * hw.eff.kernel_overhead_s * e.overhead_mult;
+  emb.kernels_b = 2 * emb.kernels_f;
+
+  // Every stage's forward and backward per micro-batch; the recomputation
+  // of checkpointed blocks runs inside the backward.
+  std::vector<double> f, b;
+  std::vector<double> stage_recompute;
+  for (const ModelPart& part : layout.stages) {
+    double fs = 0, bs = 0, rec = 0;
+    if (part.embedding) fs += emb.f() + emb.kernels_f, bs += emb.b() + emb.kernels_b;
+    for (int64_t l = part.first_layer; l < part.first_layer + part.n_layers; ++l) {
+      fs += blk.f() + blk.cast + blk.kernels_f;
+      bs += blk.b() + blk.cast + blk.kernels_b;
+      if (ac.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp)
+        rec += blk.row_gemm_f + blk.elem_f + blk.kernels_f;
+      else if (ac.mode != ActivationCheckpointPolicy::Mode::kNone && ac.checkpoints_layer(l))
+        rec += blk.f() + blk.cast + blk.kernels_f;
+    }
+    if (part.head) fs += head.f() + head.kernels_f, bs += head.b() + head.kernels_b;
+    f.push_back(fs);
+    b.push_back(bs + rec);
+    stage_recompute.push_back(rec);
+  }
+  // This rank's stages (the busiest pipeline rank).
+  const int64_t P = shape.pp, v = layout.stages_per_rank;
+  double rank_f = 0, rank_b = 0, rank_rec = 0;
+  int64_t busiest = 0;
+  for (int64_t r = 0; r < P; ++r) {
+    double fr = 0, br = 0, rr = 0;
+    for (size_t s = 0; s < f.size(); ++s) {
+      const int64_t st = static_cast<int64_t>(s);
+      const bool v_style = v == 2 && cfg.parallelism.pipeline_parallel_schedule == "ZBVZeroBubble";
+      const int64_t owner = v_style ? (st < P ? st : 2 * P - 1 - st) : st % P;
+      if (owner == r) fr += f[s], br += b[s], rr += stage_recompute[s];
+    }
+    if (fr + br > rank_f + rank_b) rank_f = fr, rank_b = br, rank_rec = rr, busiest = r;
+  }
+  const RankLayout& rl = layout.ranks[static_cast<size_t>(busiest)];
+
+  // Communication per mesh dimension, per micro-batch unless said.
+  TimeBreakdown& tb = p.time;
+  const auto link_for = [&](const std::string& dim, int64_t n) -> const Link& {
+    return stride_of(shape, dim) * n > p.devices_per_node ? hw.inter_node : hw.intra_node;
+  };
+  const double ce = hw.eff.comm, ov = hw.eff.overlap;
+  const double units = static_cast<double>(rl.layers + (rl.embedding ? 1 : 0) + (rl.head ? 1 : 0));
+  double exposed_micro = 0, exposed_step = 0;
+  const int64_t fsdp_n = shape.dp_shard * shape.cp;
+  if (fsdp_n > 1) {
+    const Link& l = link_for("fsdp", fsdp_n);
+    const bool f8_gather = e.float8 && cfg.float8.enable_fsdp_float8_all_gather;
+    const double block_bytes = static_cast<double>(rl.block_unit_elems) * (f8_gather ? 1.0 : e.elem);
+    const double other = static_cast<double>(std::max<int64_t>(0, rl.param_elems * fsdp_n - rl.block_unit_elems * rl.layers)) * e.elem;
+    const double gathered = block_bytes * static_cast<double>(rl.layers) + other;
+    const bool reshard = cfg.parallelism.fsdp_reshard_after_forward == "always" ||
+                         (cfg.parallelism.fsdp_reshard_after_forward == "default" && shape.pp == 1);
+    const double ag = ring_s(gathered, fsdp_n, l, ce) + units * (fsdp_n - 1) * l.latency_s * 0;
+    const double ag_b = reshard ? ag : 0;
+    const double rs = ring_s(static_cast<double>(rl.param_elems * fsdp_n) * 4, fsdp_n, l, ce);  // fp32 gradients
+    const double fwd_compute = rank_f * micro, bwd_compute = rank_b * micro;
+    const double per_unit = ag / std::max(1.0, units);
+    const double exposed = per_unit + std::max(0.0, ag - ov * fwd_compute) + std::max(0.0, ag_b + rs - ov * bwd_compute) +
+                           rs / std::max(1.0, units);
+    tb.comm.push_back({shape.cp > 1 ? "fsdp" : "dp_shard", "all-gather + reduce-scatter", l.name,
+                       (gathered * (reshard ? 2 : 1) + static_cast<double>(rl.param_elems * fsdp_n) * 4) * accum,
+                       (ag + ag_b + rs) * accum, exposed * accum});
+    exposed_micro += exposed;
+  }
+  if (shape.dp_replicate > 1) {
+    const Link& l = link_for("dp_replicate", shape.dp_replicate);
+    const double bytes = static_cast<double>(rl.param_elems) * 4;
+    const double ar = ring_s(bytes, shape.dp_replicate, l, ce, 2.0);
+    const double exposed = std::max(ar / std::max(1.0, units), ar - ov * rank_b * micro);
+    tb.comm.push_back({"dp_replicate", "all-reduce", l.name, 2 * bytes, ar, exposed});
+    exposed_step += exposed;
+  }
+  if (shape.tp > 1) {
+    const Link& l = link_for("tp", shape.tp);
+    const bool sp = cfg.parallelism.enable_sequence_parallel;
+    const double one = ring_s(blk.tp_bytes, shape.tp, l, ce, sp ? 1.0 : 2.0);
+    const double per_block = one * blk.tp_collectives;
+    const double layers = static_cast<double>(rl.layers);
+    const double total = per_block * layers * micro;
+    double exposed = total;
+    if (cfg.parallelism.enable_async_tensor_parallel)  // overlapped with the GEMMs it feeds
+      exposed = std::max(0.0, total - ov * (blk.gemm_f + blk.gemm_b) * layers * micro);
+    tb.comm.push_back({"tp", sp ? "all-gather + reduce-scatter (sequence parallel)" : "all-reduce", l.name,
+                       blk.tp_bytes * blk.tp_collectives * layers * micro * accum, total * accum, exposed * accum});
+    exposed_micro += exposed;
+  }
+  if (shape.cp > 1) {
+    const Link& l = link_for("cp", shape.cp);
+    const double layers = static_cast<double>(rl.layers);
+    const double moved = blk.cp_bytes * static_cast<double>(shape.cp - 1);  // every other rank's K/V comes by
+    const double secs = (moved / (l.bandwidth * ce) + 3 * static_cast<double>(shape.cp - 1) * l.latency_s) * layers * micro;
+    const double exposed = std::max(0.0, secs - ov * (blk.attn_f + blk.attn_b) * layers * micro);
+    tb.comm.push_back({"cp", cfg.parallelism.context_parallel_rotate_method + " K/V exchange", l.name,
+                       moved * layers * micro * accum, secs * accum, exposed * accum});
+    exposed_micro += exposed;
+  }
+  double local_batch_s = (rank_f + rank_b) * static_cast<double>(micro);
+  double bubble = 0;
+  if (P > 1) {
+    const Link& l = link_for("pp", P);
+    const double act = T * static_cast<double>(m.dim) * e.elem;
+    const double p2p = act / (l.bandwidth * ce) + l.latency_s;
+    planner_detail::PipelineSim sim = planner_detail::simulate_pipeline(cfg, shape, v, micro, f, b, p2p);
+    bubble = std::max(0.0, sim.step_s - local_batch_s);
+    // On a CPU whose ranks outnumber its cores, a rank idle in the bubble
+    // hands its core to a busy one: only cores/world of the idle time is lost.
+    if (cpu) bubble *= std::min(1.0, cores / req.world_size);
+    sim.step_s = local_batch_s + bubble;
+    tb.comm.push_back({"pp", "send/recv activations and gradients", l.name, 2 * act * micro * accum,
+                       2 * p2p * micro * accum, 0.0});
+    local_batch_s = sim.step_s;
+  }
+  // The optimizer and the step's fixed costs: AdamW reads and writes the
+  // fp32 master, gradient and both moments, the norm reads the gradients,
+  // the compute copy is refreshed.
+  const double opt_bytes = static_cast<double>(rl.param_elems) * (28 + 4 + 4 + (fp32 ? 0 : 6));
+  const double optimizer_s = opt_bytes / (e.bandwidth * hw.eff.memory) + 30 * hw.eff.kernel_overhead_s * e.overhead_mult;
+  // Loss, gradient norm and metrics reductions: latency-bound.
+  const double small = (shape.world() > 1 ? 3 * std::log2(static_cast<double>(shape.world())) : 0) *
+                       link_for("pp", P).latency_s;
+
+  const double a = static_cast<double>(accum), mi = static_cast<double>(micro);
+  tb.gemm = ((blk.gemm_f + blk.gemm_b) * static_cast<double>(rl.layers) + (rl.head ? head.gemm_f + head.gemm_b : 0)) * mi * a;
+  tb.attention = (blk.attn_f + blk.attn_b) * static_cast<double>(rl.layers) * mi * a;
+  tb.elementwise = ((blk.elem_f + blk.elem_b) * static_cast<double>(rl.layers) + (rl.head ? head.elem_f + head.elem_b : 0) +
+                    (rl.embedding ? emb.elem_f + emb.elem_b : 0)) * mi * a + opt_bytes / (e.bandwidth * hw.eff.memory);
+  tb.float8_casts = 2 * blk.cast * static_cast<double>(rl.layers) * mi * a;
+  tb.recompute = rank_rec * mi * a;
+  tb.kernel_overhead = ((blk.kernels_f + blk.kernels_b) * static_cast<double>(rl.layers) + head.kernels_f + head.kernels_b) * mi * a +
+                       30 * hw.eff.kernel_overhead_s * e.overhead_mult;
+  tb.bubble = bubble * a;
+  tb.comm_exposed = exposed_micro * a + exposed_step + small;
+  tb.data = 0;
+  tb.step_overhead = hw.eff.step_overhead_s * e.overhead_mult;
+  tb.step = local_batch_s * a + exposed_micro * a + exposed_step + small + optimizer_s + tb.step_overhead;
+
+  p.tps_per_device = p.tokens_per_step / tb.step / static_cast<double>(req.world_size);
+  p.tflops_per_device = m.flops_per_token(t.seq_len) * p.tps_per_device / 1e12;
+  p.mfu = 100.0 * p.tflops_per_device * 1e12 / mfu_peak;
+
+  // Memory of the busiest rank.
+  MemoryBreakdown& mem = p.memory;
+  const double local = static_cast<double>(rl.param_elems);
+  mem.parameters = local * 4 + (fp32 ? 0 : local * e.elem);
+  mem.gradients = local * 4;
+  mem.optimizer = static_cast<double>(rl.state_bytes) - mem.parameters + (fp32 ? 0 : local * e.elem) - mem.gradients;
+  mem = planner_detail::activation_memory(e.m, cfg, shape, hw, rl, T, micro, ac, e.elem, std::move(mem));
+  p.fits = mem.total <= hw.memory_bytes || hw.memory_bytes <= 0;
+  return p;
+}
+
+}  // namespace ctitan

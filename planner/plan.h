@@ -1,0 +1,94 @@
+// The planner: per-rank memory and step time of one recipe at one world
+// size on one hardware spec, every figure broken down.
+//
+// Memory: parameters, gradients and optimizer state read from the trainer's
+// own dry-run layout (parallelize_llama on the meta device, every pipeline
+// stage; nothing re-derived), activations per activation-checkpointing
+// mode with sequence/context parallelism in Korthikanti et al.'s form,
+// logits and loss buffers, FSDP's gathered units and communication
+// buffers, allocator overhead.
+// Time: GEMMs and attention at shape-dependent efficiencies, element-wise
+// traffic (less under compile), recomputation, Float8 per GEMM size and its
+// casts, communication per mesh dimension (all-gather / reduce-scatter /
+// all-reduce / send-recv / ring attention, bandwidth and latency per link
+// class) with what each technique overlaps (FSDP prefetch, async TP, the
+// pipeline schedule), the pipeline bubble, data loading.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "planner/hardware.h"
+#include "planner/model_desc.h"
+#include "trainer/config/job_config.h"
+
+namespace ctitan {
+
+struct PlanRequest {
+  JobConfig cfg;         // the recipe, fully resolved (parallelism degrees may be -1)
+  ModelDesc model;       // from cfg.model.flavor unless overridden
+  int world_size = 1;    // ranks (GPUs)
+  int nodes = 0;         // 0: ceil(world_size / devices_per_node)
+  int devices_per_node = 0;  // 0: the spec's
+};
+
+struct MemoryBreakdown {  // bytes per rank (the largest rank: every pipeline stage is planned)
+  double parameters = 0;   // fp32 master shards + compute copies gathered at the peak
+  double gradients = 0;
+  double optimizer = 0;
+  double activations = 0;  // kept for backward at the peak, plus one recomputed block
+  double logits = 0;       // logits, their fp32 loss copy and gradient
+  double communication = 0;  // gathered FSDP units in flight, TP/CP buffers
+  double overhead = 0;     // allocator slack and fixed per-rank bytes
+  double total = 0;
+  std::string layout_source;  // "dry-run layout (meta device)" or why it was derived
+};
+
+struct CommDim {
+  std::string dim;         // "fsdp", "dp_replicate", "tp", "pp", "cp"
+  std::string what;        // "all-gather + reduce-scatter", ...
+  std::string link;        // the link class it crosses
+  double bytes = 0;        // per rank per step
+  double seconds = 0;      // on the wire
+  double exposed_s = 0;    // not hidden by compute
+};
+
+struct TimeBreakdown {  // seconds per step on one rank
+  double gemm = 0, attention = 0, elementwise = 0, kernel_overhead = 0;
+  double recompute = 0;    // forward work repeated by activation checkpointing (included above: no)
+  double float8_casts = 0;
+  double comm_exposed = 0;
+  double bubble = 0;       // pipeline idle
+  double data = 0, step_overhead = 0;
+  double step = 0;         // the sum
+  std::vector<CommDim> comm;
+};
+
+struct Prediction {
+  std::string hardware;     // spec name
+  std::string hardware_title;
+  std::string calibration;  // the spec's calibration source
+  std::string model;        // describe(model)
+  std::string layout;       // "FSDP 8 x TP 1 ...": the mesh
+  int world_size = 1, nodes = 1, devices_per_node = 1;
+  MemoryBreakdown memory;
+  TimeBreakdown time;
+  double tokens_per_step = 0;  // global
+  double tps_per_device = 0;   // TorchTitan's tps
+  double tflops_per_device = 0;
+  double mfu = 0;              // percent, against the spec's bf16 peak (fp32 on cpu)
+  bool fits = true;            // memory.total <= the device's memory
+  std::vector<std::string> notes;  // assumptions made for this recipe
+};
+
+// Throws InputError (one line) for a layout that does not fit the model,
+// by the trainer's own rules.
+Prediction predict(const PlanRequest& req, const HardwareSpec& hw);
+
+nlohmann::json to_json(const Prediction& p);
+// The human table: every line says "predicted" and names the spec.
+std::string render_prediction(const Prediction& p);
+
+}  // namespace ctitan

@@ -1,0 +1,59 @@
+// Internal to the planner: the pieces predict() assembles (plan.cpp), the
+// dry-run layout (plan_layout.cpp), memory (plan_memory.cpp) and the
+// pipeline simulation (plan_pipeline.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/plan.h"
+#include "trainer/dist/mesh.h"
+#include "trainer/model/activation_checkpoint.h"
+#include "trainer/model/llama.h"
+
+namespace ctitan::planner_detail {
+
+// One pipeline rank's share of the model as the trainer lays it out.
+struct RankLayout {
+  int64_t param_elems = 0;       // fp32 master elements (storage, padding included)
+  int64_t state_bytes = 0;       // master + gradients + AdamW state
+  int64_t layers = 0;            // TransformerBlocks on this rank
+  bool embedding = false, head = false;
+  int64_t largest_unit_elems = 0;  // one FSDP unit gathered (this TP rank's shard), elements
+  int64_t block_unit_elems = 0;    // one TransformerBlock gathered, elements
+  int64_t head_elems = 0;          // norm + output gathered, elements
+};
+
+struct Layout {
+  std::vector<RankLayout> ranks;  // one per pp rank
+  std::vector<ModelPart> stages;  // every pipeline stage, in stage order
+  int64_t stages_per_rank = 1;
+  std::string source;             // "dry-run layout (meta device)" or why derived
+};
+
+// The trainer's layout: parallelize_llama on the meta device for the first
+// rank of every pipeline coordinate (llama3 family); derived for gpt.
+// Throws InputError for a layout the trainer refuses.
+Layout plan_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape);
+
+// Seconds per step of each rank when its stages cost f[s] forward and b[s]
+// backward per micro-batch (s the global stage), under the trainer's named
+// schedule (its action lists), with `p2p_s` per activation hand-over.
+// Returns {step time, busy time of the busiest rank}.
+struct PipelineSim {
+  double step_s = 0, busy_s = 0;
+};
+PipelineSim simulate_pipeline(const JobConfig& cfg, const MeshShape& shape, int64_t stages_per_rank,
+                              int64_t microbatches, const std::vector<double>& f, const std::vector<double>& b,
+                              double p2p_s);
+
+// Activations, logits, communication buffers and overhead on top of the
+// state already in `mem` (parameters, gradients, optimizer); sets total.
+// T: tokens of one micro-batch on this rank; micro: pipeline micro-batches
+// of one local batch.
+MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
+                                  const HardwareSpec& hw, const RankLayout& rank, double T, int64_t micro,
+                                  const ActivationCheckpointPolicy& ac, double elem, MemoryBreakdown mem);
+
+}  // namespace ctitan::planner_detail

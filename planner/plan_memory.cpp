@@ -1,0 +1,89 @@
+// Per-rank memory beyond the optimizer's state: activations kept for
+// backward in Korthikanti et al.'s form (per layer, per token, the tensors
+// autograd saves, split by TP and by sequence parallelism, cut by CP, per
+// activation-checkpointing mode), the logits and their fp32 loss copies,
+// FSDP's gathered units and gradient buffers, TP's gathered activations,
+// allocator slack.
+#include <algorithm>
+
+#include "planner/plan_internal.h"
+
+namespace ctitan::planner_detail {
+
+MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
+                                  const HardwareSpec& hw, const RankLayout& rank, double T, int64_t micro,
+                                  const ActivationCheckpointPolicy& ac, double elem, MemoryBreakdown mem) {
+  const double t = static_cast<double>(shape.tp), D = static_cast<double>(m.dim);
+  const double H = static_cast<double>(m.n_heads), K = static_cast<double>(m.n_kv_heads);
+  const double Dh = static_cast<double>(m.head_dim()), F = static_cast<double>(m.ffn_hidden);
+  const double V = static_cast<double>(m.vocab_size);
+  const bool sp = shape.tp > 1 && cfg.parallelism.enable_sequence_parallel;
+  const double seq_part = sp ? t : 1.0;
+  const bool float8 = !cfg.model.converters.empty();
+  const double gemm_in = float8 ? 1.0 : elem;  // Float8 keeps its GEMM inputs in fp8
+  // Saved per token of one block (bytes): the two norms' inputs and the
+  // residual (3·D, sequence-parallel), the GEMM inputs (the norm outputs
+  // 2·D, gathered under SP so split by TP only in the heads' and FFN's
+  // parts), q/k/v after the projection and after RoPE, the attention output
+  // and its log-sum-exp, the MLP's hidden activations (gate, up, product).
+  const double norm_io = 3 * D / seq_part * elem;
+  const double gemm_inputs = 2 * D * gemm_in + (H * Dh / t + (m.gated_mlp() ? F : F) / t) * gemm_in;
+  const double qkv = 2 * (H + 2 * K) * Dh / t * elem;
+  const double attn = H * Dh / t * elem + H / t * 4;
+  const double mlp = (m.gated_mlp() ? 3 : 2) * F / t * elem;
+  const double full_block = (norm_io + gemm_inputs + qkv + attn + mlp) * hw.eff.activation_factor;
+  const double block_input = D / seq_part * elem;
+  // Op-level checkpointing keeps the column GEMMs' outputs and attention.
+  const double op_block = block_input + ((H + 2 * K) * Dh / t + 2 * F / t) * elem + attn;
+
+  // Micro-batches alive at once on this rank: every one under GPipe and
+  // looped BFS (all forwards first), at most the pipeline depth otherwise.
+  double in_flight = 1;
+  if (shape.pp > 1) {
+    const std::string& s = cfg.parallelism.pipeline_parallel_schedule;
+    in_flight = (s == "GPipe" || s == "LoopedBFS") ? static_cast<double>(micro)
+                                                   : std::min<double>(static_cast<double>(micro), static_cast<double>(shape.pp));
+  }
+  const double layers = static_cast<double>(rank.layers);
+  double kept = 0;
+  bool any_checkpointed = false;
+  for (int64_t l = 0; l < rank.layers; ++l) {
+    if (ac.mode == ActivationCheckpointPolicy::Mode::kNone) {
+      kept += full_block;
+    } else if (ac.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp) {
+      kept += op_block;
+      any_checkpointed = true;
+    } else if (ac.checkpoints_layer(l)) {
+      kept += block_input;
+      any_checkpointed = true;
+    } else {
+      kept += full_block;
+    }
+  }
+  (void)layers;
+  mem.activations = T * (kept * in_flight + (any_checkpointed ? full_block : 0));
+  if (rank.head) {
+    const bool loss_parallel = shape.tp > 1 && !cfg.parallelism.disable_loss_parallel;
+    const double v = loss_parallel ? V / t : V;
+    mem.logits = T * v * (elem + 4 + 4) * in_flight;  // logits, the fp32 copy for the loss, its gradient
+  }
+  if (rank.embedding) mem.activations += T * D * elem * in_flight;
+  // Communication buffers: FSDP's current and prefetched units (compute
+  // dtype) and one unit's fp32 gradient before its reduce-scatter; TP's
+  // gathered activations; context parallelism's K/V blocks.
+  const int64_t fsdp = shape.dp_shard * shape.cp;
+  if (fsdp > 1) {
+    const double unit = static_cast<double>(rank.largest_unit_elems);
+    mem.communication += unit * (2 * elem + 4);
+  } else {
+    mem.communication += static_cast<double>(rank.param_elems) * elem;  // the compute-dtype gradients before the fp32 update
+  }
+  if (shape.tp > 1) mem.communication += 2 * T * D * elem;
+  if (shape.cp > 1) mem.communication += 2 * T * 2 * K * Dh / t * elem;
+  const double live = mem.parameters + mem.gradients + mem.optimizer + mem.activations + mem.logits + mem.communication;
+  mem.overhead = live * hw.eff.memory_overhead + hw.eff.memory_fixed_bytes;
+  mem.total = live + mem.overhead;
+  return mem;
+}
+
+}  // namespace ctitan::planner_detail

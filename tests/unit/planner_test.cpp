@@ -1,0 +1,196 @@
+// The planner's pieces against values computed here independently: the
+// state a layout holds (parameter shapes and FSDP's ceil-division padding),
+// the pipeline bubble of the classic schedules (closed forms), parameter
+// counts of published models, calibration recovering a known spec, and the
+// one-line errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/errors.h"
+#include "planner/calibrate.h"
+#include "planner/plan.h"
+#include "planner/plan_internal.h"
+#include "trainer/config/config_loader.h"
+
+namespace ctitan {
+namespace {
+
+HardwareSpec gpu_spec() {
+  HardwareSpec h;
+  h.name = "test_gpu";
+  h.title = "test GPU";
+  h.kind = "gpu";
+  h.peak_bf16_flops = 1e15;
+  h.peak_fp8_flops = 2e15;
+  h.peak_fp32_flops = 5e14;
+  h.memory_bytes = 80.0 * (1 << 30);
+  h.memory_bandwidth = 3e12;
+  h.devices_per_node = 8;
+  h.intra_node = {"nvlink", 4e11, 3e-6};
+  h.inter_node = {"ib", 5e10, 1e-5};
+  h.calibration = "test values";
+  return h;
+}
+
+PlanRequest request(const std::string& flavor, int ws, std::vector<std::pair<std::string, std::string>> sets) {
+  PlanRequest q;
+  q.cfg.model.flavor = flavor;
+  q.cfg.training.seq_len = 256;
+  q.cfg.training.local_batch_size = 2;
+  for (const auto& [k, v] : sets) apply_override(q.cfg, k, v);
+  q.model = model_from_flavor(q.cfg.model.flavor);
+  q.world_size = ws;
+  return q;
+}
+
+// Σ over parameters of ceil(rows / n) · cols: FSDP2's padded shard, from
+// the Llama 3 parameter shapes written out here.
+int64_t padded_shard_elems(const ModelDesc& m, int64_t n) {
+  const auto rows = [&](int64_t r, int64_t c) { return (r + n - 1) / n * c; };
+  const int64_t D = m.dim, Dh = m.head_dim();
+  int64_t total = rows(m.vocab_size, D) + rows(D, 1) + rows(m.vocab_size, D);
+  const int64_t per_layer = rows(m.n_heads * Dh, D) + 2 * rows(m.n_kv_heads * Dh, D) + rows(D, m.n_heads * Dh) +
+                            2 * rows(m.ffn_hidden, D) + rows(D, m.ffn_hidden) + 2 * rows(D, 1);
+  return total + m.n_layers * per_layer;
+}
+
+TEST(Planner, StateComesFromTheTrainersLayoutWithFsdpPadding) {
+  for (int n : {1, 3, 4}) {
+    const PlanRequest q = request("debugmodel", n, {});
+    const Prediction p = predict(q, gpu_spec());
+    const double elems = static_cast<double>(padded_shard_elems(q.model, n));
+    EXPECT_DOUBLE_EQ(p.memory.gradients, elems * 4) << "FSDP " << n;
+    EXPECT_DOUBLE_EQ(p.memory.optimizer, elems * 8) << "FSDP " << n;
+    EXPECT_NE(p.memory.layout_source.find("dry-run"), std::string::npos);
+  }
+}
+
+TEST(Planner, TensorParallelSplitsTheLayersState) {
+  const Prediction one = predict(request("debugmodel", 1, {}), gpu_spec());
+  const Prediction tp = predict(request("debugmodel", 2, {{"parallelism.tensor_parallel_degree", "2"}}), gpu_spec());
+  const ModelDesc m = model_from_flavor("debugmodel");
+  // TP shards every matrix (embedding and output too); the norms stay whole.
+  const double norms = static_cast<double>(m.n_layers * 2 * m.dim + m.dim);
+  EXPECT_DOUBLE_EQ(tp.memory.gradients, ((one.memory.gradients / 4 - norms) / 2 + norms) * 4);
+}
+
+TEST(Planner, PipelineBubbleMatchesTheClosedForms) {
+  // Equal stages of forward f and backward b per micro-batch: GPipe and
+  // 1F1B take (m + p - 1)(f + b); interleaved 1F1B with v stages per rank
+  // cuts the bubble by v: m(f + b) + (p - 1)(f + b)/v.
+  const double f = 1.0, b = 2.0;
+  const int64_t p = 4, m = 8;
+  for (const std::string name : {"GPipe", "1F1B"}) {
+    JobConfig cfg;
+    cfg.parallelism.pipeline_parallel_schedule = name;
+    MeshShape shape;
+    shape.pp = p;
+    const auto sim = planner_detail::simulate_pipeline(cfg, shape, 1, m, std::vector<double>(p, f),
+                                                       std::vector<double>(p, b), 0.0);
+    EXPECT_DOUBLE_EQ(sim.step_s, (m + p - 1) * (f + b)) << name;
+    EXPECT_DOUBLE_EQ(sim.busy_s, m * (f + b)) << name;
+  }
+  JobConfig cfg;
+  cfg.parallelism.pipeline_parallel_schedule = "Interleaved1F1B";
+  MeshShape shape;
+  shape.pp = p;
+  const int64_t v = 2;
+  const auto sim = planner_detail::simulate_pipeline(cfg, shape, v, m, std::vector<double>(p * v, f / v),
+                                                     std::vector<double>(p * v, b / v), 0.0);
+  EXPECT_NEAR(sim.step_s, m * (f + b) + (p - 1) * (f + b) / v, 1e-9);
+}
+
+TEST(Planner, PublishedModelSizes) {
+  // Llama 3 facts (shared/published) and GPT-3 175B (Brown et al. 2020: 96
+  // layers, d 12288, 96 heads, vocab 50257, context 2048; 175 B with a tied
+  // head, ~0.6 B more untied).
+  EXPECT_EQ(model_from_flavor("8B").params(), 8030261248);
+  EXPECT_EQ(model_from_flavor("70B").params(), 70553706496);
+  ModelDesc gpt3 = model_from_flavor("8B");
+  override_model(gpt3, "family", "gpt");
+  override_model(gpt3, "dim", "12288");
+  override_model(gpt3, "n_layers", "96");
+  override_model(gpt3, "n_heads", "96");
+  override_model(gpt3, "vocab_size", "50257");
+  const double tied = static_cast<double>(gpt3.params() - gpt3.embedding_params());
+  EXPECT_NEAR(tied / 175e9, 1.0, 0.01);
+  EXPECT_EQ(gpt3.ffn_hidden, 4 * 12288);
+}
+
+TEST(Planner, MoreOfEachCostCostsMoreTime) {
+  const HardwareSpec h = gpu_spec();
+  const auto step = [&](std::vector<std::pair<std::string, std::string>> sets) {
+    return predict(request("8B", 8, sets), h).time.step;
+  };
+  const double base = step({});
+  EXPECT_GT(step({{"activation_checkpoint.mode", "full"}}), base);  // recomputation
+  EXPECT_LT(step({{"compile.enable", "true"}}), base);               // fused element-wise traffic
+  // fp8 GEMMs win on large shapes once compile fuses their casts.
+  EXPECT_LT(step({{"model.converters", "quantize.linear.float8"}, {"compile.enable", "true"}, {"training.seq_len", "8192"}}),
+            step({{"compile.enable", "true"}, {"training.seq_len", "8192"}}));
+  EXPECT_GT(step({{"training.local_batch_size", "4"}}), base);
+}
+
+TEST(Planner, LayoutsTheTrainerRefusesAreOneLineInputErrors) {
+  try {
+    predict(request("debugmodel", 3, {{"parallelism.tensor_parallel_degree", "3"}}), gpu_spec());
+    FAIL() << "TP 3 of 16 heads planned";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_NE(what.find("3"), std::string::npos) << what;
+  }
+  EXPECT_THROW(predict(request("debugmodel", 4, {{"parallelism.data_parallel_shard_degree", "3"}}), gpu_spec()),
+               InputError);
+  ModelDesc m = model_from_flavor("8B");
+  EXPECT_THROW(override_model(m, "dimm", "4"), InputError);
+  EXPECT_THROW(override_model(m, "dim", "-4"), InputError);
+  EXPECT_THROW(override_model(m, "n_heads", "7"), InputError);
+}
+
+TEST(Planner, EveryPrintedFigureIsLabelledPredictedWithItsSpec) {
+  const Prediction p = predict(request("8B", 8, {}), gpu_spec());
+  const std::string text = render_prediction(p);
+  size_t lines = 0, from = 0;
+  while ((from = text.find("predicted", from)) != std::string::npos) ++lines, ++from;
+  EXPECT_GE(lines, 3u);
+  EXPECT_NE(text.find("test_gpu"), std::string::npos);
+  EXPECT_NE(text.find("test values"), std::string::npos);  // the calibration source
+  EXPECT_EQ(to_json(p)["kind"], "predicted");
+}
+
+TEST(Calibration, RecoversTheStepTimesOfAKnownSpec) {
+  // "Measured" step times made by a hidden spec; fitting from a spec whose
+  // efficiencies are all off must predict runs it did not see.
+  HardwareSpec hidden = gpu_spec();
+  hidden.eff.gemm = 0.5, hidden.eff.attention = 0.3, hidden.eff.memory = 0.6, hidden.eff.comm = 0.5;
+  hidden.eff.kernel_overhead_s = 2e-5, hidden.eff.overlap = 0.6, hidden.eff.step_overhead_s = 0.01;
+  hidden.eff.activation_factor = 1.6, hidden.eff.memory_overhead = 0.1;
+  std::vector<MeasuredRun> runs;
+  const std::vector<std::vector<std::pair<std::string, std::string>>> points = {
+      {}, {{"activation_checkpoint.mode", "full"}}, {{"training.local_batch_size", "4"}},
+      {{"parallelism.tensor_parallel_degree", "2"}}, {{"compile.enable", "true"}}, {{"training.seq_len", "1024"}},
+      {{"parallelism.data_parallel_replicate_degree", "2"}}, {{"parallelism.pipeline_parallel_degree", "2"}},
+      {{"training.local_batch_size", "8"}}};
+  for (const auto& sets : points) {
+    MeasuredRun r;
+    const PlanRequest q = request("debugmodel", 4, sets);
+    r.cfg = q.cfg;
+    r.world_size = 4;
+    const Prediction p = predict(q, hidden);
+    r.step_time_s = p.time.step;
+    r.mem_peak_bytes = p.memory.total;
+    r.run_id = static_cast<int64_t>(runs.size()) + 1;
+    runs.push_back(r);
+  }
+  const CalibrationResult res = calibrate(gpu_spec(), runs, "synthetic");
+  EXPECT_LT(res.holdout_time_median_abs, 0.03);
+  EXPECT_LT(res.holdout_mem_median_abs, 0.03);
+  EXPECT_NE(res.spec.calibration.find("synthetic"), std::string::npos);
+  // The uncalibrated spec is far off: the test has something to fix.
+  EXPECT_GT(std::fabs(run_errors(gpu_spec(), runs[0]).step), 0.2);
+}
+
+}  // namespace
+}  // namespace ctitan
