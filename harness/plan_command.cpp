@@ -6,7 +6,6 @@
 
 #include "common/errors.h"
 #include <filesystem>
-#include <fstream>
 
 #include "harness/published.h"
 #include "planner/calibrate.h"
@@ -140,14 +139,7 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
                 100 * median_abs_error(loo_tps));
   all.calibration = line;
   const std::string dest = out_path.empty() ? start.name + ".calibrated.toml" : out_path;
-  const std::string tmp = dest + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << hardware_toml(all);
-    f.flush();
-    if (!f) throw InputError("ctitan plan --calibrate: cannot write " + tmp + " (disk full or not writable)");
-  }
-  std::filesystem::rename(tmp, dest);
+  save_hardware(all, dest);
   out << "fitted spec written to " << dest << "\n";
   return 0;
 }

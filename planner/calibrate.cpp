@@ -306,15 +306,7 @@ int calibrate_command(const CalibrationOptions& o, std::ostream& out) {
   const CalibrationResult r = calibrate(start, runs, fs::path(o.db_path).filename().string());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string path = o.out_path.empty() ? o.db_path + "." + start.name + ".toml" : o.out_path;
-  {
-    const std::string tmp = path + ".tmp";
-    std::ofstream f(tmp, std::ios::trunc);
-    f << hardware_toml(r.spec);
-    f.flush();
-    if (!f) throw InputError("ctitan plan --calibrate: cannot write " + tmp + " (disk full or not writable)");
-    f.close();
-    fs::rename(tmp, path);
-  }
+  save_hardware(r.spec, path);
   if (o.json) {
     nlohmann::json j;
     const auto rows = [&](const std::vector<MeasuredRun>& set, const std::vector<double>& te, const std::vector<double>& me) {

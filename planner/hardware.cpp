@@ -544,4 +544,17 @@ std::string hardware_toml(const HardwareSpec& s) {
   return out;
 }
 
+void save_hardware(const HardwareSpec& spec, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << hardware_toml(spec);
+    f.flush();
+    if (!f) throw InputError("cannot write the hardware spec " + tmp + " (disk full or not writable)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw InputError("cannot move the hardware spec " + tmp + " to " + path + ": " + ec.message());
+}
+
 }  // namespace ctitan

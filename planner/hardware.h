@@ -95,6 +95,10 @@ std::vector<std::string> known_hardware();
 HardwareSpec load_hardware(const std::string& name_or_path);
 // `where` is the file for messages and the default name (its stem); the
 // format is documented at the top of hardware.cpp.
+// Writes hardware_toml(spec) to `path` through a temporary file renamed into
+// place, so a failed write leaves any earlier file whole. InputError (one
+// line naming the file) when it cannot be written.
+void save_hardware(const HardwareSpec& spec, const std::string& path);
 HardwareSpec parse_hardware(const std::string& toml_text, const std::string& where);
 // The TOML text of a spec (round-trips through parse_hardware).
 std::string hardware_toml(const HardwareSpec& spec);

@@ -282,7 +282,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     const double gathered = block_bytes * static_cast<double>(rl.layers) + other;
     const bool reshard = cfg.parallelism.fsdp_reshard_after_forward == "always" ||
                          (cfg.parallelism.fsdp_reshard_after_forward == "default" && shape.pp == 1);
-    const double ag = ring_s(gathered, fsdp_n, l, ce) + units * (fsdp_n - 1) * l.latency_s * 0;
+    const double ag = ring_s(gathered, fsdp_n, l, ce);
     const double ag_b = reshard ? ag : 0;
     const double rs = ring_s(static_cast<double>(rl.param_elems * fsdp_n) * 4, fsdp_n, l, ce);  // fp32 gradients
     const double fwd_compute = rank_f * micro, bwd_compute = rank_b * micro;

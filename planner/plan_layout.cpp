@@ -54,7 +54,7 @@ RankLayout from_model(TrainModel& tm) {
   return r;
 }
 
-Layout derived_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape) {
+Layout derived_layout(const ModelDesc& m, const MeshShape& shape) {
   // GPT blocks: the trainer has no such model, so the shards are counted
   // here the way FSDP2 and Megatron's TP cut them (even splits, no padding).
   Layout out;
@@ -85,7 +85,6 @@ Layout derived_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape&
     part.n_layers = out.ranks[i].layers;
     out.stages.push_back(part);
   }
-  (void)cfg;
   return out;
 }
 
@@ -94,7 +93,7 @@ Layout derived_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape&
 Layout build_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape);
 
 Layout plan_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape) {
-  if (m.family != "llama3") return derived_layout(m, cfg, shape);
+  if (m.family != "llama3") return derived_layout(m, shape);
   // The layout depends on the model, the config and the mesh only: built
   // once per process for each (calibration predicts the same runs often).
   static std::map<std::string, Layout> cache;

@@ -44,7 +44,6 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
     in_flight = (s == "GPipe" || s == "LoopedBFS") ? static_cast<double>(micro)
                                                    : std::min<double>(static_cast<double>(micro), static_cast<double>(shape.pp));
   }
-  const double layers = static_cast<double>(rank.layers);
   double kept = 0;
   bool any_checkpointed = false;
   for (int64_t l = 0; l < rank.layers; ++l) {
@@ -60,7 +59,6 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
       kept += full_block;
     }
   }
-  (void)layers;
   mem.activations = T * (kept * in_flight + (any_checkpointed ? full_block : 0));
   if (rank.head) {
     const bool loss_parallel = shape.tp > 1 && !cfg.parallelism.disable_loss_parallel;
