@@ -24,6 +24,7 @@
 
 #include "common/errors.h"
 #include "harness/launch.h"  // train_command: this binary's `ctitan train` argv
+#include "harness/sweep_book.h"
 #include "planner/plan.h"
 #include "results/results_db.h"
 #include "trainer/config/config_loader.h"
@@ -31,11 +32,8 @@
 namespace fs = std::filesystem;
 
 namespace ctitan {
+namespace sweep_detail {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 std::atomic<int> g_stop_signal{0};
 std::atomic<int> g_stop_count{0};
 extern "C" void on_sweep_signal(int sig) {
@@ -43,25 +41,29 @@ extern "C" void on_sweep_signal(int sig) {
   g_stop_count.fetch_add(1);
 }
 
-// SIGINT/SIGTERM set a flag for the lifetime of the object; the loops poll it.
-class StopSignals {
- public:
-  StopSignals() {
-    struct sigaction sa {};
-    sa.sa_handler = on_sweep_signal;
-    sa.sa_flags = SA_RESTART;  // SQLite and file I/O do not see EINTR
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~StopSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
+std::string hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+}  // namespace
 
- private:
-  struct sigaction old_int_ {}, old_term_ {};
-};
+StopSignals::StopSignals() {
+  g_stop_signal = 0;
+  g_stop_count = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_sweep_signal;
+  sa.sa_flags = SA_RESTART;  // SQLite and file I/O do not see EINTR
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int_);
+  sigaction(SIGTERM, &sa, &old_term_);
+}
+StopSignals::~StopSignals() {
+  sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGTERM, &old_term_, nullptr);
+}
+int stop_requests() { return g_stop_count.load(); }
+int stop_signal() { return g_stop_signal.load(); }
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
@@ -72,13 +74,6 @@ std::string utc_now() {
   return buf;
 }
 
-std::string hostname() {
-  char buf[256] = {};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
-
-// The last `max_lines` non-empty lines of a file (reading at most its last 16 KiB).
 std::string tail_lines(const std::string& path, size_t max_lines) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";
@@ -101,6 +96,30 @@ std::string tail_lines(const std::string& path, size_t max_lines) {
   return out;
 }
 
+Claim::Claim(const fs::path& path) {
+  fs::create_directories(path.parent_path());
+  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw std::runtime_error("cannot open lock file " + path.string() + ": " + std::strerror(errno));
+}
+Claim::~Claim() { close(fd_); }
+bool Claim::try_lock() { return flock(fd_, LOCK_EX | LOCK_NB) == 0; }
+// A blocking flock would restart after SA_RESTART handlers and ignore Ctrl-C.
+bool Claim::lock_unless_stopped() {
+  while (!try_lock()) {
+    if (g_stop_count > 0) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
+}
+
+}  // namespace sweep_detail
+
+namespace {
+using namespace sweep_detail;
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
 bool contains_any(const std::string& text, std::initializer_list<const char*> needles) {
   for (const char* n : needles)
     if (text.find(n) != std::string::npos) return true;
@@ -120,33 +139,6 @@ std::string trainer_error_line(const std::string& tail) {
   }
   return found;
 }
-
-// An exclusive claim on one (point, repeat) across processes. flock dies
-// with its process, so a killed sweep never leaves a stale claim behind.
-class Claim {
- public:
-  explicit Claim(const fs::path& path) {
-    fs::create_directories(path.parent_path());
-    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::runtime_error("cannot open lock file " + path.string() + ": " + std::strerror(errno));
-  }
-  ~Claim() { close(fd_); }
-  Claim(const Claim&) = delete;
-  Claim& operator=(const Claim&) = delete;
-  bool try_lock() { return flock(fd_, LOCK_EX | LOCK_NB) == 0; }
-  // Waits for the claim; false when a stop signal came first (a blocking
-  // flock would restart after SA_RESTART handlers and ignore Ctrl-C).
-  bool lock_unless_stopped() {
-    while (!try_lock()) {
-      if (g_stop_count > 0) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return true;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // Terminal: a status line redrawn in place, finished runs printed above it.
 // Otherwise: one plain log line per run start and end.
@@ -364,136 +356,156 @@ PredictionRow prediction_row(const SweepPoint& pt) {
   return row;
 }
 
-// One invocation of a sweep against the database.
+}  // namespace
+
+namespace sweep_detail {
+
+SweepBook::SweepBook(const SweepSpec& spec, const SweepOptions& opts, ResultsDb& db)
+    : spec_(spec), opts_(opts), db_(db), host_(hostname()), locks_(fs::absolute(opts.db_path + ".runs") / ".locks") {
+  sweep_id_ = db_.upsert_sweep(spec.name, spec.text);
+}
+
+void SweepBook::record_infeasible(const SweepPoint& pt) {
+  Claim claim(lock_path(pt.key, 0));
+  if (!claim.lock_unless_stopped()) return;
+  for (const RunRow& r : db_.runs_of_point(pt.key, "infeasible"))
+    if (r.sweep_id == sweep_id_) return;
+  RunRow row = new_row(pt, 0);
+  row.status = "infeasible";
+  row.error = pt.infeasible;
+  row.started_at = row.ended_at = utc_now();
+  insert(row, pt);
+}
+
+Recorded SweepBook::recorded(const SweepPoint& pt, int repeat) {
+  Recorded out;
+  std::optional<RunRow> ok_elsewhere;
+  for (const RunRow& r : db_.runs_of_point(pt.key)) {  // newest first
+    if (r.repeat != repeat) continue;
+    if (r.sweep_id == sweep_id_ && !out.mine) out.mine = r;
+    if (r.sweep_id == sweep_id_ && r.status == "ok") {
+      out.final_status = "ok";
+      return out;
+    }
+    if (r.status == "ok" && !ok_elsewhere) ok_elsewhere = r;
+  }
+  if (ok_elsewhere && opts_.share) {  // the same measurement, made by another sweep: shared
+    RunRow row = *ok_elsewhere;
+    row.sweep_id = sweep_id_;
+    row.label = pt.label;
+    row.error = "shared: the results of run " + std::to_string(ok_elsewhere->id) + " of another sweep";
+    insert(row, pt);
+    ingest(row.id, row.run_dir);
+    out.final_status = "ok";
+    return out;
+  }
+  const auto& m = out.mine;
+  if (m && (m->status == "infeasible" ||
+            (!opts_.retry_failed && (m->status == "failed" || m->status == "timeout" || m->status == "oom"))))
+    out.final_status = m->status;
+  return out;
+}
+
+std::string SweepBook::prepare_run_dir(const SweepPoint& pt, int repeat) const {
+  const std::string dir = run_dir_of(opts_.db_path, spec_.name, pt.key, repeat);
+  fs::remove_all(dir);  // a cancelled or failed attempt must not be resumed from its checkpoint
+  fs::create_directories(dir);
+  JobConfig cfg = pt.config;
+  cfg.job.dump_folder = dir;
+  std::ofstream(fs::path(dir) / "point.toml") << to_toml(cfg);
+  return dir;
+}
+
+RunRow SweepBook::new_row(const SweepPoint& pt, int repeat) const {
+  RunRow row;
+  row.sweep_id = sweep_id_;
+  row.point_key = pt.key;
+  row.label = pt.label;
+  row.config_toml = pt.config_toml;
+  row.config_hash = pt.config_hash;
+  row.world_size = pt.world_size;
+  row.repeat = repeat;
+  row.host = host_;
+  return row;
+}
+
+void SweepBook::insert(RunRow& row, const SweepPoint& pt) { row.id = db_.insert_run(row, prediction_row(pt)); }
+
+void SweepBook::ingest(int64_t run_id, const std::string& dir) {
+  try {
+    db_.ingest_run_dir(run_id, dir);
+  } catch (const std::exception& e) {  // a partial run dir is still a recorded run
+    std::cerr << "ctitan sweep: warning: run " << run_id << ": " << e.what() << std::endl;
+  }
+}
+
+fs::path SweepBook::lock_path(const std::string& key, int repeat) const {
+  return locks_ / (key + "-r" + std::to_string(repeat) + ".lock");
+}
+
+}  // namespace sweep_detail
+
+namespace {
+
+// One invocation of a sweep against the database, running each point here.
 class SweepRunner {
  public:
-  SweepRunner(const SweepSpec& spec, const SweepOptions& opts, ResultsDb& db)
-      : spec_(spec), opts_(opts), db_(db), host_(hostname()),
-        locks_(fs::absolute(opts.db_path + ".runs") / ".locks") {
-    sweep_id_ = db_.upsert_sweep(spec.name, spec.text);
-  }
+  SweepRunner(const SweepSpec& spec, const SweepOptions& opts, ResultsDb& db) : book_(spec, opts, db) {}
 
-  // Records the infeasible points once per sweep, with their reason.
-  void record_infeasible(const SweepPoint& pt) {
-    Claim claim(lock_path(pt.key, 0));
-    if (!claim.lock_unless_stopped()) return;
-    for (const RunRow& r : db_.runs_of_point(pt.key, "infeasible"))
-      if (r.sweep_id == sweep_id_) return;
-    RunRow row = base_row(pt, 0);
-    row.status = "infeasible";
-    row.error = pt.infeasible;
-    row.started_at = row.ended_at = utc_now();
-    db_.insert_run(row, prediction_row(pt));
-  }
+  void record_infeasible(const SweepPoint& pt) { book_.record_infeasible(pt); }
 
   // What to do with (pt, repeat) given the database; runs it when needed.
   // Returns the final status, or "" when another process holds its claim
   // (or, waiting for it, the sweep was stopped).
   std::string visit(const SweepPoint& pt, int repeat, Progress& progress, bool wait_for_claim) {
-    Claim claim(lock_path(pt.key, repeat));
+    Claim claim(book_.lock_path(pt.key, repeat));
     if (!(wait_for_claim ? claim.lock_unless_stopped() : claim.try_lock())) return "";
-    std::optional<RunRow> mine, ok_elsewhere;
-    for (const RunRow& r : db_.runs_of_point(pt.key)) {  // newest first
-      if (r.repeat != repeat) continue;
-      if (r.sweep_id == sweep_id_ && !mine) mine = r;
-      if (r.sweep_id == sweep_id_ && r.status == "ok") return finish(progress, pt, "ok", 0, false);
-      if (r.status == "ok" && !ok_elsewhere) ok_elsewhere = r;
+    Recorded rec = book_.recorded(pt, repeat);
+    if (rec.final_status) {
+      progress.skipped();
+      return *rec.final_status;
     }
-    if (ok_elsewhere && opts_.share) {  // the same measurement, made by another sweep: shared
-      RunRow row = *ok_elsewhere;
-      row.sweep_id = sweep_id_;
-      row.label = pt.label;
-      row.error = "shared: the results of run " + std::to_string(ok_elsewhere->id) + " of another sweep";
-      row.id = db_.insert_run(row, prediction_row(pt));
-      ingest(row.id, row.run_dir);
-      return finish(progress, pt, "ok", 0, false);
-    }
-    if (mine && mine->status == "running") {  // its claim is free: the sweep that ran it died
-      mine->status = "cancelled";
-      mine->error = "the sweep process stopped before this run ended; a rerun runs it again";
-      mine->ended_at = utc_now();
-      db_.update_run(*mine);
-    } else if (mine && (mine->status == "infeasible" ||
-                        (!opts_.retry_failed && (mine->status == "failed" || mine->status == "timeout" ||
-                                                 mine->status == "oom")))) {
-      return finish(progress, pt, mine->status, 0, false);
+    if (rec.mine && (rec.mine->status == "running" || rec.mine->status == "pending")) {
+      // Its claim is free: the sweep that ran (or submitted) it is gone.
+      rec.mine->status = "cancelled";
+      rec.mine->error = "the sweep process stopped before this run ended; a rerun runs it again";
+      rec.mine->ended_at = utc_now();
+      book_.db().update_run(*rec.mine);
     }
     return execute(pt, repeat, progress);
   }
 
  private:
   std::string execute(const SweepPoint& pt, int repeat, Progress& progress) {
-    const std::string dir = run_dir_of(opts_.db_path, spec_.name, pt.key, repeat);
-    fs::remove_all(dir);  // a cancelled or failed attempt must not be resumed from its checkpoint
-    fs::create_directories(dir);
-    JobConfig cfg = pt.config;
-    cfg.job.dump_folder = dir;
+    const SweepOptions& opts = book_.opts();
+    const std::string dir = book_.prepare_run_dir(pt, repeat);
     const std::string point_toml = (fs::path(dir) / "point.toml").string();
-    std::ofstream(point_toml) << to_toml(cfg);
     // World size 1: `ctitan train`; N: `ctitan launch --nproc N -- <train args>`.
     std::vector<std::string> argv = train_command({"--job.config_file", point_toml});
-    if (!opts_.binary.empty()) argv[0] = opts_.binary;
+    if (!opts.binary.empty()) argv[0] = opts.binary;
     if (pt.world_size > 1)
       argv = {argv[0], "launch", "--nproc", std::to_string(pt.world_size), "--", "--job.config_file", point_toml};
 
-    RunRow row = base_row(pt, repeat);
+    RunRow row = book_.new_row(pt, repeat);
     row.status = "running";
     row.run_dir = dir;
     row.started_at = utc_now();
-    row.id = db_.insert_run(row, prediction_row(pt));
-    progress.begin(pt, repeat, spec_.repeats);
-    const ChildExit e = supervise(argv, dir + "/stdout.log", dir + "/stderr.log", spec_.timeout_s, opts_.grace,
+    book_.insert(row, pt);
+    progress.begin(pt, repeat, book_.spec().repeats);
+    const ChildExit e = supervise(argv, dir + "/stdout.log", dir + "/stderr.log", book_.spec().timeout_s, opts.grace,
                                   [&] { progress.tick(); });
-    const Outcome o = classify(e, spec_.timeout_s);
-    ingest(row.id, dir);  // before the status: "ok" in the database means its numbers are there
+    const Outcome o = classify(e, book_.spec().timeout_s);
+    book_.ingest(row.id, dir);  // before the status: "ok" in the database means its numbers are there
     row.status = o.status;
     row.exit_code = o.exit_code;
     row.error = o.error;
     row.ended_at = utc_now();
-    db_.update_run(row);
-    return finish(progress, pt, o.status, e.seconds, true);
+    book_.db().update_run(row);
+    progress.end(o.status, pt.key, e.seconds);
+    return o.status;
   }
 
-  std::string finish(Progress& progress, const SweepPoint& pt, const std::string& status, double seconds, bool ran) {
-    if (ran) {
-      progress.end(status, pt.key, seconds);
-    } else {
-      progress.skipped();
-    }
-    return status;
-  }
-
-  void ingest(int64_t run_id, const std::string& dir) {
-    try {
-      db_.ingest_run_dir(run_id, dir);
-    } catch (const std::exception& e) {  // a partial run dir is still a recorded run
-      std::cerr << "ctitan sweep: warning: run " << run_id << ": " << e.what() << std::endl;
-    }
-  }
-
-  RunRow base_row(const SweepPoint& pt, int repeat) const {
-    RunRow row;
-    row.sweep_id = sweep_id_;
-    row.point_key = pt.key;
-    row.label = pt.label;
-    row.config_toml = pt.config_toml;
-    row.config_hash = pt.config_hash;
-    row.world_size = pt.world_size;
-    row.repeat = repeat;
-    row.host = host_;
-    return row;
-  }
-
-  fs::path lock_path(const std::string& key, int repeat) const {
-    return locks_ / (key + "-r" + std::to_string(repeat) + ".lock");
-  }
-
-  const SweepSpec& spec_;
-  const SweepOptions& opts_;
-  ResultsDb& db_;
-  const std::string host_;
-  const fs::path locks_;
-  int64_t sweep_id_ = 0;
+  SweepBook book_;
 };
 
 }  // namespace
@@ -526,8 +538,6 @@ int summarize(const std::string& name, std::map<std::string, int>& counts, size_
 int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, const SweepOptions& opts) {
   ResultsDb db(opts.db_path);  // InputError, before anything is written, for a file that is not one
   StopSignals signals;
-  g_stop_signal = 0;
-  g_stop_count = 0;
   const auto t0 = Clock::now();
   SweepRunner runner(spec, opts, db);
   std::map<std::string, int> counts;
@@ -569,8 +579,6 @@ int run_paired(const PairedSide& base, const PairedSide& cand, int pairs, uint64
                        base.points[i].label + "' vs '" + cand.points[i].label + "')");
   ResultsDb db(base.opts.db_path);
   StopSignals signals;
-  g_stop_signal = 0;
-  g_stop_count = 0;
   const auto t0 = Clock::now();
   SweepRunner a(base.spec, base.opts, db), b(cand.spec, cand.opts, db);
   db.set_paired_with(cand.spec.name, base.spec.name);  // the report shows paired speedups

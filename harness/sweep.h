@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/slurm.h"
 #include "harness/sweep_spec.h"
 
 namespace ctitan {
@@ -82,6 +83,24 @@ struct SweepOptions {
 // or infeasible, kExitRunsFailed, or kExitInterrupted. The results database
 // is opened first: a file that is not one is an InputError, untouched.
 int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, const SweepOptions& opts);
+
+// The same sweep with Slurm as the launcher (harness/sweep_slurm.cpp): each
+// (point, repeat) still to run becomes one batch job (harness/slurm.h),
+// at most slurm.max_queued of them in Slurm at once, in the same order and
+// with the same resume rules as run_sweep. Before the database is opened,
+// the Slurm commands and the options are checked (SlurmClient::preflight):
+// InputError, nothing submitted, nothing written. The job ids are stored
+// (slurm_jobs); the driver polls Slurm with back-off, ingests each finished
+// run folder and maps the job's state to the run's status. Stopped
+// (SIGINT/SIGTERM/SIGKILL), it leaves the jobs to Slurm: a rerun follows
+// the recorded jobs instead of submitting them again. Ctrl-C on a terminal
+// asks whether to cancel them. Exit codes as run_sweep.
+int run_sweep_slurm(const SweepSpec& spec, const std::vector<SweepPoint>& points, const SweepOptions& opts,
+                    const SlurmOptions& slurm);
+// `ctitan sweep --cancel`: scancels the jobs of the sweep `spec` names that
+// are queued or running, and records them cancelled. Returns 0 (also when
+// there was nothing to cancel); InputError when the database has no such sweep.
+int cancel_sweep_slurm(const SweepSpec& spec, const std::string& db_path);
 
 // Paired, interleaved A/B runs (ctitan gate --run): each side is a sweep
 // of its own (its spec's name, points planned for its binary's build id);

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <iostream>
+#include <limits>
+#include <optional>
 
 #include "common/errors.h"
 #include "harness/sweep.h"
@@ -12,35 +14,79 @@ namespace ctitan {
 namespace {
 
 struct SweepArgs {
-  std::string spec, db, hardware;
-  bool dry_run = false, retry_failed = false;
+  std::string spec, db, hardware, launcher;
+  bool dry_run = false, retry_failed = false, cancel = false;
+  // Slurm flags: each overrides its [slurm] key when given.
+  std::optional<std::string> partition, account, qos, time;
+  std::optional<int> gpus_per_node, tasks_per_node, cpus_per_task, max_queued;
+  std::vector<std::string> sbatch_lines;
 };
+
+int int_flag(const std::string& flag, const std::string& text, int lo, int hi) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || v < lo || v > hi)
+    throw InputError(flag + " takes an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got '" +
+                     text + "'");
+  return static_cast<int>(v);
+}
 
 SweepArgs parse_sweep_args(const std::vector<std::string>& args) {
   SweepArgs a;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& s = args[i];
-    if (s == "--db" || s.rfind("--db=", 0) == 0) {
-      if (s != "--db") {
-        a.db = s.substr(5);
-      } else if (i + 1 < args.size()) {
-        a.db = args[++i];
+    // "--flag VALUE" or "--flag=VALUE" for the flags that take one.
+    const auto value_of = [&](const std::string& flag, const std::string& what) -> std::optional<std::string> {
+      std::string v;
+      if (s == flag) {
+        if (i + 1 >= args.size()) throw InputError(flag + " needs " + what);
+        v = args[++i];
+      } else if (s.rfind(flag + "=", 0) == 0) {
+        v = s.substr(flag.size() + 1);
       } else {
-        throw InputError("--db needs a file: the results database, e.g. --db results.db");
+        return std::nullopt;
       }
-      if (a.db.empty()) throw InputError("--db needs a file: the results database, e.g. --db results.db");
-    } else if (s == "--hardware" || s.rfind("--hardware=", 0) == 0) {
-      if (s != "--hardware") {
-        a.hardware = s.substr(11);
-      } else if (i + 1 < args.size()) {
-        a.hardware = args[++i];
-      }
-      if (a.hardware.empty())
-        throw InputError("--hardware needs a spec: a name from recipes/hardware/ (h100_sxm, cpu, ...) or a .toml path");
+      if (v.empty()) throw InputError(flag + " needs " + what);
+      return v;
+    };
+    if (auto v = value_of("--db", "a file: the results database, e.g. --db results.db")) {
+      a.db = *v;
+    } else if (auto h = value_of("--hardware", "a spec: a name from recipes/hardware/ (h100_sxm, cpu, ...) or a "
+                                               ".toml path")) {
+      a.hardware = *h;
+    } else if (auto l = value_of("--launcher", "local or slurm")) {
+      if (*l != "local" && *l != "slurm")
+        throw InputError("--launcher takes local (run here) or slurm (one sbatch job per run), got '" + *l + "'");
+      a.launcher = *l;
+    } else if (auto p = value_of("--partition", "a Slurm partition")) {
+      a.partition = *p;
+    } else if (auto ac = value_of("--account", "a Slurm account")) {
+      a.account = *ac;
+    } else if (auto q = value_of("--qos", "a Slurm QOS")) {
+      a.qos = *q;
+    } else if (auto t = value_of("--time", "a Slurm time limit, e.g. 01:00:00")) {
+      a.time = *t;
+    } else if (auto g = value_of("--gpus-per-node", "a GPU count")) {
+      a.gpus_per_node = int_flag("--gpus-per-node", *g, 0, 1024);
+    } else if (auto tn = value_of("--tasks-per-node", "a rank count")) {
+      a.tasks_per_node = int_flag("--tasks-per-node", *tn, 1, 4096);
+    } else if (auto c = value_of("--cpus-per-task", "a CPU count")) {
+      a.cpus_per_task = int_flag("--cpus-per-task", *c, 1, 4096);
+    } else if (auto m = value_of("--max-queued", "a job count")) {
+      a.max_queued = int_flag("--max-queued", *m, 1, 100000);
+    } else if (auto sb = value_of("--sbatch", "an sbatch option, e.g. --sbatch=--exclusive")) {
+      a.sbatch_lines.push_back(*sb);
     } else if (s == "--dry-run") {
       a.dry_run = true;
     } else if (s == "--retry-failed") {
       a.retry_failed = true;
+    } else if (s == "--cancel") {
+      a.cancel = true;
     } else if (s.rfind("-", 0) == 0 || !a.spec.empty()) {
       throw InputError("unknown sweep argument '" + s + "'; run `ctitan sweep --help`");
     } else {
@@ -48,8 +94,24 @@ SweepArgs parse_sweep_args(const std::vector<std::string>& args) {
     }
   }
   if (a.spec.empty()) throw InputError("ctitan sweep needs a spec file, e.g. `ctitan sweep recipes/sweeps/debug.toml --db results.db`");
-  if (a.db.empty() && !a.dry_run) throw InputError("ctitan sweep needs --db FILE (the results database), or --dry-run");
+  if (a.db.empty() && (a.cancel || !a.dry_run))
+    throw InputError("ctitan sweep needs --db FILE (the results database), or --dry-run");
   return a;
+}
+
+// The spec's [slurm] with the flags applied over it.
+SlurmOptions slurm_options(const SweepSpec& spec, const SweepArgs& a) {
+  SlurmOptions o = spec.slurm;
+  if (a.partition) o.partition = *a.partition;
+  if (a.account) o.account = *a.account;
+  if (a.qos) o.qos = *a.qos;
+  if (a.time) o.time = *a.time;
+  if (a.gpus_per_node) o.gpus_per_node = *a.gpus_per_node;
+  if (a.tasks_per_node) o.tasks_per_node = *a.tasks_per_node;
+  if (a.cpus_per_task) o.cpus_per_task = *a.cpus_per_task;
+  if (a.max_queued) o.max_queued = *a.max_queued;
+  o.sbatch_lines.insert(o.sbatch_lines.end(), a.sbatch_lines.begin(), a.sbatch_lines.end());
+  return o;
 }
 
 std::string gib(int64_t bytes) {
@@ -98,7 +160,8 @@ void print_plan(const SweepSpec& spec, const std::vector<SweepPoint>& points, co
 }  // namespace
 
 std::string sweep_usage() {
-  return "usage: ctitan sweep SPEC --db FILE [--dry-run] [--retry-failed] [--hardware NAME]\n"
+  return "usage: ctitan sweep SPEC --db FILE [--dry-run] [--retry-failed] [--hardware NAME] [--launcher local|slurm]\n"
+         "       ctitan sweep SPEC --db FILE --cancel\n"
          "Expands a sweep spec (recipes/sweeps/*.toml; docs/sweeps.md) into points (config x world size),\n"
          "prunes the infeasible ones with their reason (the planner's predicted memory among them), and runs\n"
          "the rest, the highest predicted tokens/s first: world size 1 as `ctitan train`,\n"
@@ -109,6 +172,12 @@ std::string sweep_usage() {
          "  --retry-failed   run again the points whose last run failed, timed out or ran out of memory\n"
          "  --hardware NAME  the planner's hardware spec to predict on (recipes/hardware/NAME.toml or a path;\n"
          "                   default: [sweep] hardware, else this machine's: cpu, or the GPU's spec)\n"
+         "  --launcher slurm one sbatch job per run (srun ctitan train), followed until it ends; a rerun\n"
+         "                   re-attaches to the jobs it recorded ([sweep] launcher; docs/slurm.md)\n"
+         "  --partition P, --account A, --qos Q, --time HH:MM:SS, --gpus-per-node N, --tasks-per-node N,\n"
+         "  --cpus-per-task N, --max-queued N (default 16), --sbatch OPTION (repeatable)\n"
+         "                   the Slurm settings; each overrides its [slurm] key\n"
+         "  --cancel         scancel the sweep's queued and running Slurm jobs, recorded as cancelled\n"
          "Exit codes: 0 every point ok or infeasible; 3 some runs failed; 130 interrupted; 2 bad input.\n";
 }
 
@@ -120,11 +189,25 @@ int sweep_command(const std::vector<std::string>& args) {
     }
   const SweepArgs a = parse_sweep_args(args);
   SweepSpec spec = load_sweep_spec(a.spec);
+  if (a.cancel) return cancel_sweep_slurm(spec, a.db);
+  if (!a.launcher.empty()) spec.launcher = a.launcher;
+  const SlurmOptions slurm = slurm_options(spec, a);
   if (!a.hardware.empty()) {
     load_hardware(a.hardware);  // an unknown name: InputError before anything is planned
     spec.hardware = a.hardware;
   }
-  const DeviceBudget budget = device_budget(spec);
+  DeviceBudget budget = device_budget(spec);
+  if (spec.launcher == "slurm" && slurm.gpus_per_node > 0) {
+    // The GPUs are the cluster's, not this (login) node's: any number of
+    // nodes, each GPU with the memory of memory_budget_gb or of the spec.
+    budget.gpus = std::numeric_limits<int>::max();
+    budget.gpu_name = "Slurm nodes of " + std::to_string(slurm.gpus_per_node) + " GPUs";
+    if (spec.memory_budget_gb <= 0) {
+      const HardwareSpec hw = load_hardware(spec.hardware.empty() ? "h100_sxm" : spec.hardware);
+      budget.gpu_memory_bytes = static_cast<int64_t>(hw.memory_bytes);
+      budget.source = hw.name + "'s memory";
+    }
+  }
   std::vector<SweepPoint> points = plan_sweep(spec, budget);
   order_by_prediction(points);
   if (points.empty())
@@ -136,6 +219,7 @@ int sweep_command(const std::vector<std::string>& args) {
   SweepOptions opts;
   opts.db_path = a.db;
   opts.retry_failed = a.retry_failed;
+  if (spec.launcher == "slurm") return run_sweep_slurm(spec, points, opts, slurm);
   return run_sweep(spec, points, opts);
 }
 

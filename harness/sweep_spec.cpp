@@ -175,7 +175,7 @@ std::vector<const toml::table*> rows(const SpecReader& r, const toml::node& n, c
 void read_sweep_table(const SpecReader& r, const toml::table& t, SweepSpec& s, std::vector<Assignment>& steps) {
   static const std::vector<std::string> kKeys = {"name",         "base",          "world_sizes",      "repeats",
                                                  "timeout_s",    "warmup_steps", "measure_steps",    "memory_budget_gb",
-                                                 "hardware"};
+                                                 "hardware",     "launcher"};
   for (auto&& [k, n] : t) {
     const std::string key(k.str());
     const std::string w = r.where(n.source());
@@ -207,6 +207,11 @@ void read_sweep_table(const SpecReader& r, const toml::table& t, SweepSpec& s, s
         r.fail(n.source(), e.what());
       }
       s.hardware = v->get();
+    } else if (key == "launcher") {
+      auto v = n.as_string();
+      if (!v || (v->get() != "local" && v->get() != "slurm"))
+        r.fail(n.source(), "launcher must be \"local\" (runs here) or \"slurm\" (one sbatch job per run)");
+      s.launcher = v->get();
     } else if (key == "warmup_steps") {
       steps.push_back({"metrics.warmup_steps", std::to_string(r.integer(n, key, 0, 1000000)), w});
     } else if (key == "measure_steps") {
@@ -293,6 +298,51 @@ PublishedSpec read_published(const SpecReader& r, const toml::table& t) {
   return p;
 }
 
+// [slurm]: the Slurm launcher's settings.
+SlurmOptions read_slurm(const SpecReader& r, const toml::table& t) {
+  SlurmOptions o;
+  o.where = r.where(t.source());
+  for (auto&& [k, n] : t) {
+    const std::string key(k.str());
+    const auto text = [&]() {
+      auto v = n.as_string();
+      if (!v || v->get().empty()) r.fail(n.source(), "[slurm] " + key + " must be a non-empty string");
+      return v->get();
+    };
+    if (key == "partition") {
+      o.partition = text();
+    } else if (key == "account") {
+      o.account = text();
+    } else if (key == "qos") {
+      o.qos = text();
+    } else if (key == "time") {
+      o.time = text();
+    } else if (key == "gpus_per_node") {
+      o.gpus_per_node = static_cast<int>(r.integer(n, "[slurm] gpus_per_node", 0, 1024));
+    } else if (key == "tasks_per_node") {
+      o.tasks_per_node = static_cast<int>(r.integer(n, "[slurm] tasks_per_node", 1, 4096));
+    } else if (key == "cpus_per_task") {
+      o.cpus_per_task = static_cast<int>(r.integer(n, "[slurm] cpus_per_task", 1, 4096));
+    } else if (key == "max_queued") {
+      o.max_queued = static_cast<int>(r.integer(n, "[slurm] max_queued", 1, 100000));
+    } else if (key == "sbatch") {
+      const toml::array* a = n.as_array();
+      if (!a) r.fail(n.source(), "[slurm] sbatch must be an array of strings, e.g. [\"--exclusive\", \"--mem=0\"]");
+      for (const toml::node& e : *a) {
+        auto v = e.as_string();
+        if (!v || v->get().empty() || v->get().find_first_of("\n\r") != std::string::npos)
+          r.fail(e.source(), "each [slurm] sbatch entry must be one non-empty line (an sbatch option)");
+        o.sbatch_lines.push_back(v->get());
+      }
+    } else {
+      std::string list;
+      for (const auto& x : slurm_keys()) list += (list.empty() ? "" : ", ") + x;
+      r.fail(k.source(), "unknown [slurm] key '" + key + "'; [slurm] takes " + list);
+    }
+  }
+  return o;
+}
+
 }  // namespace
 
 SweepSpec parse_sweep_spec(const std::string& text, const std::string& path) {
@@ -361,9 +411,11 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::string& path) {
       }
     } else if (key == "published") {
       s.published = read_published(r, as_table(r, n, "[published]"));
+    } else if (key == "slurm") {
+      s.slurm = read_slurm(r, as_table(r, n, "[slurm]"));
     } else {
       r.fail(k.source(), "unknown table '[" + key + "]'; a sweep spec has [sweep], [overrides], [grid], "
-                         "[[exclude]], [[include]], [[stack]] and [published]");
+                         "[[exclude]], [[include]], [[stack]], [slurm] and [published]");
     }
   }
   if (s.published) {  // rows name this spec's stack rows and world sizes

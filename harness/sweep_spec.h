@@ -14,6 +14,10 @@
 //   [[include]]  section.key = v, world_size = n | [n..]          — add one point
 //   [[stack]]    name = "+compile", section.key = v — cumulative rows applied
 //                to every grid point (TorchTitan's stacked-optimization tables)
+//   [slurm]      partition, account, qos, time, gpus_per_node, tasks_per_node,
+//                cpus_per_task, max_queued, sbatch = ["..."] — the Slurm
+//                launcher's settings (harness/slurm.h; used with
+//                [sweep] launcher = "slurm" or --launcher slurm)
 //   [published]  source, hardware, gpus, [[published.rows]] — the figures a
 //                publication reports for points of this sweep
 //                (recipes/published/, harness/published.h); not swept
@@ -34,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/slurm.h"
 #include "planner/plan.h"
 #include "trainer/config/job_config.h"
 
@@ -98,6 +103,8 @@ struct SweepSpec {
   double timeout_s = 1800;
   double memory_budget_gb = 0;  // 0: this machine's MemTotal
   std::string hardware;         // [sweep] hardware (or --hardware); "": this machine's spec
+  std::string launcher = "local";  // [sweep] launcher (or --launcher): local, slurm
+  SlurmOptions slurm;              // [slurm] (flags of `ctitan sweep` override it)
   std::vector<Assignment> overrides;  // [overrides] + warmup/measure steps
   std::vector<SweepAxis> grid;
   std::vector<std::vector<Condition>> exclude;  // a point matching every condition of a rule is dropped

@@ -6,6 +6,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -29,7 +30,38 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// Slurm's special steps (batch script, extern, interactive, pending) have
+// ids above this one; only a normal step's tasks are ranks.
+constexpr unsigned long long kMaxNormalStepId = 0xfffffff0ULL;
+
+bool is_normal_step_id(const std::string& id) {
+  if (id.empty() || id.size() > 10 || id.find_first_not_of("0123456789") != std::string::npos) return false;
+  return std::stoull(id) <= kMaxNormalStepId;
+}
+
+// The Slurm job this run belongs to, as env.json keys (strings, as Slurm
+// set them; ingest stores them as they are in the env table).
+void add_slurm_env(nlohmann::json& env) {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (job == nullptr) return;
+  env["slurm_job_id"] = job;
+  const std::pair<const char*, const char*> keys[] = {{"slurm_job_nodelist", "SLURM_JOB_NODELIST"},
+                                                     {"slurm_ntasks", "SLURM_NTASKS"},
+                                                     {"slurm_cluster_name", "SLURM_CLUSTER_NAME"},
+                                                     {"slurm_partition", "SLURM_JOB_PARTITION"}};
+  for (const auto& [key, var] : keys)
+    if (const char* v = std::getenv(var)) env[key] = v;
+}
+
 }  // namespace
+
+std::string launch_contract() {
+  if (std::getenv("RANK") != nullptr) return "torchrun";
+  if (std::getenv("SLURM_PROCID") == nullptr) return "";
+  const char* step = std::getenv("SLURM_STEP_ID");
+  if (step == nullptr) step = std::getenv("SLURM_STEPID");
+  return step != nullptr && is_normal_step_id(step) ? "srun" : "";
+}
 
 nlohmann::json environment_fingerprint() {
   nlohmann::json env;
@@ -54,6 +86,9 @@ nlohmann::json environment_fingerprint() {
   env["num_threads"] = at::get_num_threads();
   env["cuda_available"] = at::hasCUDA();
   add_gpu_env(env, gpu_inventory());
+  const std::string launcher = launch_contract();
+  env["launcher"] = launcher.empty() ? "none" : launcher;
+  add_slurm_env(env);
   return env;
 }
 

@@ -178,6 +178,39 @@ std::optional<PredictionRow> ResultsDb::prediction(int64_t run_id) const {
   return p;
 }
 
+void ResultsDb::put_slurm_job(const SlurmJobRow& j) {
+  write_one(db_, path_,
+            "INSERT OR REPLACE INTO slurm_jobs(run_id, job_id, job_name, state, reason, script, submitted_at, "
+            "updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            j.run_id, j.job_id, j.job_name, j.state, j.reason, j.script, j.submitted_at, j.updated_at);
+}
+
+namespace {
+constexpr const char* kSlurmColumns =
+    "SELECT j.run_id, j.job_id, j.job_name, j.state, j.reason, j.script, j.submitted_at, j.updated_at "
+    "FROM slurm_jobs j ";
+SlurmJobRow read_slurm_job(const Statement& q) {
+  return {q.int64(0), q.text(1), q.text(2), q.text(3), q.text(4), q.text(5), q.text(6), q.text(7)};
+}
+}  // namespace
+
+std::optional<SlurmJobRow> ResultsDb::slurm_job(int64_t run_id) const {
+  Statement q(db_, path_, (std::string(kSlurmColumns) + "WHERE j.run_id = ?1").c_str());
+  q.bind_all(run_id);
+  if (!q.step()) return std::nullopt;
+  return read_slurm_job(q);
+}
+
+std::vector<SlurmJobRow> ResultsDb::slurm_jobs(int64_t sweep_id) const {
+  Statement q(db_, path_,
+              (std::string(kSlurmColumns) + "JOIN runs r ON r.id = j.run_id WHERE r.sweep_id = ?1 ORDER BY j.run_id")
+                  .c_str());
+  q.bind_all(sweep_id);
+  std::vector<SlurmJobRow> out;
+  while (q.step()) out.push_back(read_slurm_job(q));
+  return out;
+}
+
 void ResultsDb::update_run(const RunRow& r) {
   check_status(r.status);
   const int64_t changed =

@@ -13,10 +13,13 @@
 //   validation(run_id, step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes)
 //   predictions(run_id, hardware, calibration, step_time_s, tps, mfu,
 //               mem_peak_bytes, detail_json, plan_index)
+//   slurm_jobs(run_id, job_id, job_name, state, reason, script, submitted_at,
+//              updated_at)  (runs a sweep submitted with --launcher slurm)
 //   env(run_id, key, value)
 //   hardware(host_fingerprint, dtype, peak_flops, measured_at)
 //   artifacts(run_id, kind, path)
-// status ∈ pending, running, ok, failed, timeout, oom, infeasible, cancelled.
+// status ∈ pending, running, ok, failed, timeout, oom, infeasible, cancelled
+// (pending: recorded and not started; under Slurm, queued).
 //
 // Every write is one transaction; the file is in WAL mode so readers (a
 // report, the sqlite3 shell) never block a running sweep. Opening an older
@@ -71,6 +74,18 @@ struct SummaryRow {
 // for each run it records: what the measurement is compared with. A point
 // the planner could not predict (its layout does not fit the model) has a
 // row with no figures; runs.error says why.
+// The Slurm batch job of a run (`ctitan sweep --launcher slurm`). The row
+// is written with an empty job_id before sbatch runs, so a driver killed
+// between the two finds the job again by its unique name.
+struct SlurmJobRow {
+  int64_t run_id = 0;
+  std::string job_id;        // "" until sbatch answered
+  std::string job_name;      // --job-name, unique per run
+  std::string state, reason;  // Slurm's, as last seen (PENDING / Resources, COMPLETED / None, ...)
+  std::string script;        // the sbatch file
+  std::string submitted_at, updated_at;
+};
+
 struct PredictionRow {
   int64_t run_id = 0;
   std::string hardware;                         // the hardware spec's name ("" without a prediction)
@@ -102,7 +117,7 @@ struct ArtifactRow {
 // still locked after the busy timeout) throw std::runtime_error naming the file.
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 6;
+  static constexpr int kSchemaVersion = 7;
   // How long a statement waits for another process's write to finish.
   static constexpr int kBusyTimeoutMs = 10000;
   // Opens (creating if absent) and migrates. InputError for a file that is
@@ -151,6 +166,11 @@ class ResultsDb {
   // recorded before schema v6, or outside a sweep).
   void put_prediction(const PredictionRow& p);
   std::optional<PredictionRow> prediction(int64_t run_id) const;
+
+  // Slurm jobs: the row of run_id replaced; the jobs of a sweep's runs.
+  void put_slurm_job(const SlurmJobRow& j);
+  std::optional<SlurmJobRow> slurm_job(int64_t run_id) const;
+  std::vector<SlurmJobRow> slurm_jobs(int64_t sweep_id) const;
 
   // Measured peak FLOPs per host fingerprint and dtype.
   void put_hardware(const std::string& host_fingerprint, const std::string& dtype, double peak_flops);

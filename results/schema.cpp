@@ -122,6 +122,19 @@ CREATE TABLE predictions(
   detail_json TEXT,
   plan_index INTEGER);
 )sql"},
+    // The Slurm batch job of each run a sweep submitted (--launcher slurm).
+    {7, R"sql(
+CREATE TABLE slurm_jobs(
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+  job_id TEXT NOT NULL DEFAULT '',
+  job_name TEXT NOT NULL DEFAULT '',
+  state TEXT NOT NULL DEFAULT '',
+  reason TEXT NOT NULL DEFAULT '',
+  script TEXT NOT NULL DEFAULT '',
+  submitted_at TEXT NOT NULL DEFAULT '',
+  updated_at TEXT NOT NULL DEFAULT '');
+CREATE INDEX slurm_jobs_by_job ON slurm_jobs(job_id);
+)sql"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 

@@ -17,6 +17,10 @@ debs=(build-essential cmake ninja-build ccache pkg-config git
       nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsqlite3-dev zlib1g-dev
       libprotobuf-dev protobuf-compiler libisal-dev
       googletest libgtest-dev libbenchmark-dev libgloo-dev chromium)
+# The `slurm` tests start their own one-node cluster from these (as root, in a
+# temporary folder; tests/slurm/slurm_cluster.h). CTITAN_SKIP_SLURM=1 leaves
+# them out (the package scripts enable system services); the tests then skip.
+[ "${CTITAN_SKIP_SLURM:-0}" = 1 ] || debs+=(slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

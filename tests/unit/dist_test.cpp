@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -417,7 +419,7 @@ TEST(DistMesh, RendezvousThenAllReduceOverTcpStore) {
   const int port = ntohs(addr.sin_port);
   ::close(fd);
 
-  DistEnv alone{0, 2, 0, 2, "127.0.0.1", port, true};
+  DistEnv alone{0, 2, 0, 2, "127.0.0.1", port, true, "torchrun"};
   try {
     rendezvous(alone, std::chrono::milliseconds(300));
     ADD_FAILURE() << "rank 0 met nobody";
@@ -426,7 +428,7 @@ TEST(DistMesh, RendezvousThenAllReduceOverTcpStore) {
                                          " timed out after 0.3 s waiting for 2 ranks");
   }
   run_threads(2, [&](int r) {
-    DistEnv env{r, 2, r, 2, "127.0.0.1", port, true};
+    DistEnv env{r, 2, r, 2, "127.0.0.1", port, true, "torchrun"};
     MeshShape shape;
     shape.dp_shard = 2;
     auto mesh = DeviceMesh::create(shape, r, rendezvous(env, std::chrono::seconds(20)), {});
@@ -484,20 +486,31 @@ TEST(DistMeshShape, BadDegreesAreOneLineErrors) {
 
 // ---- Launch contract ----
 
-// Sets the torchrun variables for one test and restores them after.
+// Clears the launch variables (torchrun's, every SLURM_*, and PATH for the
+// scontrol cases) for one test and restores them after, so neither the
+// environment ctest runs in (an srun step, say) nor a test leaks into
+// another.
 class DistEnvTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : kVars) {
-      if (const char* old = std::getenv(v)) saved_[v] = old;
-      ::unsetenv(v);
+    for (const std::string& v : launch_variables()) {
+      if (const char* old = std::getenv(v.c_str())) saved_[v] = old;
+      ::unsetenv(v.c_str());
     }
   }
   void TearDown() override {
-    for (const char* v : kVars) {
-      ::unsetenv(v);
-      if (saved_.count(v)) ::setenv(v, saved_[v].c_str(), 1);
+    for (const std::string& v : launch_variables()) ::unsetenv(v.c_str());
+    for (const auto& [name, value] : saved_) ::setenv(name.c_str(), value.c_str(), 1);
+    if (!scratch_.empty()) fs::remove_all(scratch_);
+  }
+  // The torchrun variables, PATH, and every SLURM_* set now.
+  static std::vector<std::string> launch_variables() {
+    std::vector<std::string> names(std::begin(kVars), std::end(kVars));
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      if (kv.rfind("SLURM_", 0) == 0) names.push_back(kv.substr(0, kv.find('=')));
     }
+    return names;
   }
   std::string error() {
     try {
@@ -507,9 +520,42 @@ class DistEnvTest : public ::testing::Test {
     }
     return "no error";
   }
-  static constexpr const char* kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                                          "MASTER_PORT"};
+  // The environment of task `rank` of an srun step (job 123456) of `world`
+  // tasks, 4 per node (the last node the rest), rank 0 on node7.
+  static void set_srun_task(int rank, int world) {
+    const int per_node = std::min(world, 4), full = world / per_node, rest = world % per_node;
+    const std::string tasks_per_node = std::to_string(per_node) + (full > 1 ? "(x" + std::to_string(full) + ")" : "") +
+                                       (rest > 0 ? "," + std::to_string(rest) : "");
+    ::setenv("SLURM_JOB_ID", "123456", 1);
+    ::setenv("SLURM_STEP_ID", "0", 1);
+    ::setenv("SLURM_PROCID", std::to_string(rank).c_str(), 1);
+    ::setenv("SLURM_NTASKS", std::to_string(world).c_str(), 1);
+    ::setenv("SLURM_NPROCS", std::to_string(world).c_str(), 1);
+    ::setenv("SLURM_LOCALID", std::to_string(rank % per_node).c_str(), 1);
+    ::setenv("SLURM_NODEID", std::to_string(rank / per_node).c_str(), 1);
+    ::setenv("SLURM_STEP_TASKS_PER_NODE", tasks_per_node.c_str(), 1);
+    ::setenv("SLURM_TASKS_PER_NODE", tasks_per_node.c_str(), 1);
+    ::setenv("SLURM_STEP_NODELIST", "node7,node8", 1);
+    ::setenv("SLURM_JOB_NODELIST", "node7,node8", 1);
+  }
+  // A folder put first on PATH holding a stand-in `scontrol` that runs
+  // `script` (sh) and records its arguments in args.txt.
+  fs::path fake_scontrol(const std::string& script) {
+    scratch_ = fs::path(::testing::TempDir()) / ("dist_scontrol_" + std::to_string(::getpid()));
+    fs::remove_all(scratch_);
+    fs::create_directories(scratch_);
+    {
+      std::ofstream f(scratch_ / "scontrol");
+      f << "#!/bin/sh\necho \"$@\" > '" << (scratch_ / "args.txt").string() << "'\n" << script << "\n";
+    }
+    fs::permissions(scratch_ / "scontrol", fs::perms::owner_all);
+    ::setenv("PATH", scratch_.c_str(), 1);
+    return scratch_;
+  }
+  static constexpr const char* kVars[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                          "MASTER_ADDR", "MASTER_PORT", "PATH"};
   std::map<std::string, std::string> saved_;
+  fs::path scratch_;
 };
 
 TEST_F(DistEnvTest, WithoutRankIsASingleProcess) {
@@ -550,6 +596,185 @@ TEST_F(DistEnvTest, MalformedVariablesAreOneLineErrors) {
                      "(torchrun does)");
   ::unsetenv("RANK");
   EXPECT_EQ(error(), "WORLD_SIZE=4 is set but RANK is not; launch each rank with RANK (torchrun does)");
+}
+
+TEST_F(DistEnvTest, SrunTaskTakesSlurmsVariables) {
+  set_srun_task(5, 8);
+  auto e = DistEnv::from_environment();
+  EXPECT_TRUE(e.launched);
+  EXPECT_EQ(e.launcher, "srun");
+  EXPECT_EQ(e.rank, 5);
+  EXPECT_EQ(e.world_size, 8);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world_size, 4);
+  EXPECT_EQ(e.master_addr, "node7");  // no brackets: the text before the first comma, no scontrol
+  EXPECT_EQ(e.master_port, 33456);    // 10000 + 123456 % 50000
+  ::unsetenv("SLURM_NTASKS");         // older Slurm: SLURM_NPROCS only
+  EXPECT_EQ(DistEnv::from_environment().world_size, 8);
+  ::unsetenv("SLURM_STEP_NODELIST");  // the job's list when the step's is missing
+  ::setenv("SLURM_JOB_NODELIST", "gpu3", 1);
+  EXPECT_EQ(DistEnv::from_environment().master_addr, "gpu3");
+}
+
+TEST_F(DistEnvTest, TasksPerNodeIsReadInSlurmsCompressedForm) {
+  set_srun_task(6, 7);
+  ::unsetenv("SLURM_STEP_TASKS_PER_NODE");
+  ::setenv("SLURM_TASKS_PER_NODE", "2(x3),1", 1);  // nodes 0..2 run 2 tasks, node 3 runs 1
+  ::setenv("SLURM_NODEID", "3", 1);
+  ::setenv("SLURM_LOCALID", "0", 1);
+  EXPECT_EQ(DistEnv::from_environment().local_world_size, 1);
+  ::setenv("SLURM_NODEID", "2", 1);
+  EXPECT_EQ(DistEnv::from_environment().local_world_size, 2);
+  // The step's layout wins over the job's request: an `srun -n 2` in a job
+  // of --ntasks-per-node=4 inherits SLURM_NTASKS_PER_NODE=4.
+  set_srun_task(1, 2);
+  ::setenv("SLURM_NTASKS_PER_NODE", "4", 1);
+  ::setenv("SLURM_STEP_TASKS_PER_NODE", "2", 1);
+  EXPECT_EQ(DistEnv::from_environment().local_world_size, 2);
+  set_srun_task(5, 8);  // no list: the per-node request
+  ::unsetenv("SLURM_STEP_TASKS_PER_NODE");
+  ::unsetenv("SLURM_TASKS_PER_NODE");
+  ::setenv("SLURM_NTASKS_PER_NODE", "4", 1);
+  EXPECT_EQ(DistEnv::from_environment().local_world_size, 4);
+}
+
+TEST_F(DistEnvTest, TorchrunVariablesWinOverSlurms) {
+  set_srun_task(5, 8);
+  // RANK set: torchrun's contract entirely (an sbatch script exporting it keeps working).
+  ::setenv("RANK", "2", 1);
+  ::setenv("WORLD_SIZE", "3", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  auto t = DistEnv::from_environment();
+  EXPECT_EQ(t.launcher, "torchrun");
+  EXPECT_EQ(t.rank, 2);
+  EXPECT_EQ(t.world_size, 3);
+  EXPECT_EQ(t.local_world_size, 3);
+  EXPECT_EQ(t.master_addr, "127.0.0.1");
+  EXPECT_EQ(t.master_port, 29500);
+  // Without RANK each torchrun variable that is set overrides its Slurm counterpart.
+  ::unsetenv("RANK");
+  ::setenv("WORLD_SIZE", "16", 1);
+  ::setenv("LOCAL_WORLD_SIZE", "8", 1);
+  ::setenv("LOCAL_RANK", "6", 1);
+  ::setenv("MASTER_ADDR", "head", 1);
+  auto s = DistEnv::from_environment();
+  EXPECT_EQ(s.launcher, "srun");
+  EXPECT_EQ(s.rank, 5);  // SLURM_PROCID
+  EXPECT_EQ(s.world_size, 16);
+  EXPECT_EQ(s.local_world_size, 8);
+  EXPECT_EQ(s.local_rank, 6);
+  EXPECT_EQ(s.master_addr, "head");
+  EXPECT_EQ(s.master_port, 29500);
+}
+
+TEST_F(DistEnvTest, BatchScriptOfAJobIsASingleProcess) {
+  // sbatch's batch step: SLURM_PROCID=0 and the job's task count, but no job step.
+  ::setenv("SLURM_JOB_ID", "77", 1);
+  ::setenv("SLURM_PROCID", "0", 1);
+  ::setenv("SLURM_NTASKS", "16", 1);
+  ::setenv("SLURM_TASKS_PER_NODE", "8(x2)", 1);
+  EXPECT_FALSE(DistEnv::from_environment().launched);
+  ::setenv("SLURM_STEP_ID", "4294967294", 1);  // Slurm's id for the batch step
+  EXPECT_FALSE(DistEnv::from_environment().launched);
+  ::setenv("SLURM_STEP_ID", "3", 1);  // a task of step 3
+  ::setenv("SLURM_JOB_NODELIST", "n1,n2", 1);
+  EXPECT_EQ(DistEnv::from_environment().world_size, 16);
+}
+
+TEST_F(DistEnvTest, OneTaskStepIsAPlainSingleProcess) {
+  // srun -n 1: no rendezvous, so neither the node list (which would need
+  // scontrol, absent from this PATH) nor a port is read.
+  set_srun_task(0, 1);
+  ::setenv("SLURM_STEP_TASKS_PER_NODE", "1", 1);
+  ::setenv("SLURM_STEP_NODELIST", "node[01-02]", 1);
+  ::setenv("PATH", "/nonexistent", 1);
+  ::unsetenv("SLURM_JOB_ID");
+  auto e = DistEnv::from_environment();
+  EXPECT_EQ(e.launcher, "srun");
+  EXPECT_EQ(e.world_size, 1);
+  EXPECT_EQ(e.master_port, 0);
+}
+
+TEST_F(DistEnvTest, BadSlurmValuesAreOneLineErrors) {
+  const std::vector<std::pair<std::function<void()>, std::string>> cases = {
+      {[] { ::setenv("SLURM_PROCID", "first", 1); },
+       "SLURM_PROCID='first' is not an integer; the launcher (torchrun, srun) must set it"},
+      {[] { ::setenv("SLURM_PROCID", "8", 1); }, "SLURM_PROCID=8 is not below SLURM_NTASKS=8; ranks are 0..7"},
+      {[] { ::setenv("SLURM_NTASKS", "0", 1); }, "SLURM_NTASKS=0 is out of range [1, 2147483647]"},
+      {[] {
+         ::unsetenv("SLURM_NTASKS");
+         ::unsetenv("SLURM_NPROCS");
+       },
+       "SLURM_PROCID=5 is set but SLURM_NTASKS is not; start ctitan train with srun (or set WORLD_SIZE)"},
+      {[] { ::setenv("SLURM_STEP_TASKS_PER_NODE", "4(x2", 1); },
+       "SLURM_STEP_TASKS_PER_NODE='4(x2' is not Slurm's tasks-per-node list (like 2(x3),1); start ctitan train "
+       "with srun or set LOCAL_WORLD_SIZE"},
+      {[] { ::setenv("SLURM_STEP_TASKS_PER_NODE", "4,,4", 1); },
+       "SLURM_STEP_TASKS_PER_NODE='4,,4' is not Slurm's tasks-per-node list (like 2(x3),1); start ctitan train "
+       "with srun or set LOCAL_WORLD_SIZE"},
+      {[] { ::setenv("SLURM_NODEID", "2", 1); },
+       "SLURM_NODEID=2 is beyond SLURM_STEP_TASKS_PER_NODE=4(x2) (2 nodes); set LOCAL_WORLD_SIZE"},
+      {[] { ::setenv("SLURM_LOCALID", "4", 1); },
+       "SLURM_LOCALID=4 is not below this node's 4 tasks (SLURM_STEP_TASKS_PER_NODE=4(x2) at SLURM_NODEID=1)"},
+      {[] { ::setenv("SLURM_STEP_TASKS_PER_NODE", "9(x2)", 1); },
+       "SLURM_STEP_TASKS_PER_NODE=9(x2) at SLURM_NODEID=1 gives 9 tasks on this node, more than SLURM_NTASKS=8; set "
+       "LOCAL_WORLD_SIZE"},
+      {[] { ::setenv("SLURM_JOB_ID", "12x", 1); },
+       "SLURM_JOB_ID='12x' is not an integer; the launcher (torchrun, srun) must set it"},
+      {[] { ::unsetenv("SLURM_JOB_ID"); },
+       "MASTER_PORT is not set and neither is SLURM_JOB_ID to derive it from; set MASTER_PORT to a free TCP port "
+       "on node7"},
+      {[] {
+         ::unsetenv("SLURM_STEP_NODELIST");
+         ::unsetenv("SLURM_JOB_NODELIST");
+       },
+       "MASTER_ADDR is not set and neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST names rank 0's node; set "
+       "MASTER_ADDR to rank 0's host name"},
+      {[] { ::setenv("SLURM_STEP_NODELIST", ",node8", 1); },
+       "SLURM_STEP_NODELIST=',node8' names no host; set MASTER_ADDR to rank 0's host name"},
+  };
+  for (const auto& [set, expected] : cases) {
+    set_srun_task(5, 8);
+    set();
+    const std::string message = error();
+    EXPECT_EQ(message, expected);
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+TEST_F(DistEnvTest, BracketedNodeListIsExpandedByScontrol) {
+  set_srun_task(5, 8);
+  ::setenv("SLURM_STEP_NODELIST", "node[01-02]", 1);
+  const fs::path dir = fake_scontrol("printf 'node01\\nnode02\\n'");
+  EXPECT_EQ(DistEnv::from_environment().master_addr, "node01");
+  std::ifstream args(dir / "args.txt");
+  std::string line;
+  std::getline(args, line);
+  EXPECT_EQ(line, "show hostnames node[01-02]");
+  fake_scontrol("echo 'scontrol: error: Unable to create hostlist from node[01-02]' >&2; exit 1");
+  EXPECT_EQ(error(), "scontrol show hostnames 'node[01-02]' failed with exit code 1: scontrol: error: Unable to "
+                     "create hostlist from node[01-02]; set MASTER_ADDR to rank 0's host name");
+  fake_scontrol("exit 0");
+  EXPECT_EQ(error(), "scontrol show hostnames 'node[01-02]' printed no host name; set MASTER_ADDR to rank 0's host "
+                     "name");
+  ::setenv("PATH", (dir / "empty").c_str(), 1);
+  EXPECT_EQ(error(), "cannot expand SLURM_STEP_NODELIST=node[01-02]: scontrol: not found on PATH; set MASTER_ADDR "
+                     "to rank 0's host name");
+  ::setenv("MASTER_ADDR", "head", 1);  // an explicit address needs no scontrol
+  EXPECT_EQ(DistEnv::from_environment().master_addr, "head");
+}
+
+TEST_F(DistEnvTest, MasterPortIsDerivedFromTheJobId) {
+  EXPECT_EQ(slurm_master_port(0), 10000);
+  EXPECT_EQ(slurm_master_port(1), 10001);
+  EXPECT_EQ(slurm_master_port(49999), 59999);
+  EXPECT_EQ(slurm_master_port(50000), 10000);
+  EXPECT_EQ(slurm_master_port(4294967295ull), 10000 + 4294967295ull % 50000);  // 27295: job ids are 32-bit
+  set_srun_task(0, 2);
+  ::setenv("SLURM_JOB_ID", "987654", 1);
+  EXPECT_EQ(DistEnv::from_environment().master_port, 47654);
+  ::setenv("MASTER_PORT", "29555", 1);  // set: kept
+  EXPECT_EQ(DistEnv::from_environment().master_port, 29555);
 }
 
 // ---- Flight recorder ----

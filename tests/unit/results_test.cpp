@@ -525,6 +525,46 @@ TEST(Results, MigratesAVersion0DatabaseAndKeepsItsData) {
 // shape less that table) opens with its runs intact and without predictions;
 // new runs store theirs with the run, in one transaction, and deleting a
 // run deletes its prediction.
+// A version-6 file (no slurm_jobs) gains the table; a run's job row is
+// replaced by run id, listed per sweep, and deleted with its run.
+TEST(Results, MigratesAVersion6DatabaseToSlurmJobs) {
+  const auto d = fresh_dir("migrate_v6");
+  const auto path = d / "v6.db";
+  int64_t sweep = 0, run = 0;
+  {
+    ResultsDb db(path.string());
+    sweep = db.upsert_sweep("s", "");
+    run = db.insert_run(full_run(sweep, "old"));
+  }
+  sql(path, "DROP TABLE slurm_jobs; UPDATE schema_version SET version = 6;");
+  ResultsDb db(path.string());
+  EXPECT_EQ(db.schema_version(), 7);
+  EXPECT_FALSE(db.slurm_job(run));
+  ctitan::SlurmJobRow j;
+  j.run_id = run;
+  j.job_name = "ctitan-k-r0-s1-1";
+  db.put_slurm_job(j);  // recorded before sbatch answers
+  EXPECT_EQ(db.slurm_job(run)->job_id, "");
+  j.job_id = "42";
+  j.state = "PENDING";
+  j.reason = "Resources";
+  j.script = "/x/job.sbatch";
+  j.submitted_at = j.updated_at = "2026-11-24T00:00:00Z";
+  db.put_slurm_job(j);
+  const auto back = db.slurm_job(run);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->job_id, "42");
+  EXPECT_EQ(back->job_name, "ctitan-k-r0-s1-1");
+  EXPECT_EQ(back->state, "PENDING");
+  EXPECT_EQ(back->reason, "Resources");
+  EXPECT_EQ(back->script, "/x/job.sbatch");
+  EXPECT_EQ(db.slurm_jobs(sweep).size(), 1u);
+  EXPECT_TRUE(db.slurm_jobs(sweep + 1).empty());
+  sql(path, "PRAGMA foreign_keys=ON; DELETE FROM runs WHERE id = " + std::to_string(run));
+  EXPECT_EQ(sql_text(path, "SELECT count(*) FROM slurm_jobs"), "0");
+  EXPECT_EQ(sql_text(path, "PRAGMA integrity_check"), "ok");
+}
+
 TEST(Results, MigratesAVersion5DatabaseToPredictions) {
   const auto d = fresh_dir("migrate_v5");
   const auto path = d / "v5.db";
@@ -533,11 +573,11 @@ TEST(Results, MigratesAVersion5DatabaseToPredictions) {
     ResultsDb db(path.string());
     old_run = db.insert_run(full_run(db.upsert_sweep("s", ""), "old"));
   }
-  sql(path, "DROP TABLE predictions; UPDATE schema_version SET version = 5;");
+  sql(path, "DROP TABLE predictions; DROP TABLE slurm_jobs; UPDATE schema_version SET version = 5;");
   ASSERT_EQ(sql_text(path, "SELECT count(*) FROM sqlite_master WHERE name = 'predictions'"), "0");
 
   ResultsDb db(path.string());
-  EXPECT_EQ(db.schema_version(), 6);
+  EXPECT_EQ(db.schema_version(), ResultsDb::kSchemaVersion);
   ASSERT_TRUE(db.run(old_run));
   EXPECT_EQ(db.run(old_run)->label, "old");
   EXPECT_FALSE(db.prediction(old_run));
@@ -624,10 +664,10 @@ INSTANTIATE_TEST_SUITE_P(
                     "not a ctitan results database (tables: photos)"},
         ForeignFile{"newer_schema",
                     [](const fs::path& p) {
-                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (7);"
+                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (8);"
                              "CREATE TABLE runs(id INTEGER PRIMARY KEY, shiny_new_column TEXT);");
                     },
-                    "newer ctitan (results schema v7, this ctitan reads up to v6)"},
+                    "newer ctitan (results schema v8, this ctitan reads up to v7)"},
         ForeignFile{"newer_schema_in_wal_mode",
                     [](const fs::path& p) {
                       sql(p, "PRAGMA journal_mode=WAL; CREATE TABLE schema_version(version INTEGER);"

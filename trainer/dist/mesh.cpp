@@ -1,4 +1,4 @@
-// The launch contract (torchrun's variables), the mesh shape from
+// The launch contract (torchrun's or srun's variables), the mesh shape from
 // [parallelism], the device mesh's groups, and the TCPStore rendezvous.
 #include "trainer/dist/mesh.h"
 
@@ -9,10 +9,14 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "common/errors.h"
+#include "common/subprocess.h"
+#include "profiling/env_info.h"
 #include "trainer/dist/comm_internal.h"
 
 namespace ctitan {
@@ -59,7 +63,20 @@ std::optional<std::string> env(const char* name) {
   return std::string(v);
 }
 
-int parse_int(const char* name, const std::string& value, int min, int max) {
+// A launch variable as found: its name (for messages) and its text.
+struct Found {
+  std::string name, value;
+};
+
+// The first of `names` that is set: a torchrun variable listed before its
+// Slurm counterparts wins over them.
+std::optional<Found> first_set(std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (auto v = env(n)) return Found{n, *v};
+  return std::nullopt;
+}
+
+int64_t parse_integer(const std::string& name, const std::string& value, int64_t min, int64_t max) {
   size_t used = 0;
   long long v = 0;
   try {
@@ -68,34 +85,71 @@ int parse_int(const char* name, const std::string& value, int min, int max) {
     used = 0;
   }
   if (used == 0 || used != value.size()) {
-    throw InputError(std::string(name) + "='" + value +
-                     "' is not an integer; the launcher (torchrun, srun) must set it");
+    throw InputError(name + "='" + value + "' is not an integer; the launcher (torchrun, srun) must set it");
   }
   if (v < min || v > max) {
-    throw InputError(std::string(name) + "=" + value + " is out of range [" + std::to_string(min) + ", " +
-                     std::to_string(max) + "]");
+    throw InputError(name + "=" + value + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) +
+                     "]");
   }
-  return static_cast<int>(v);
+  return v;
 }
 
-}  // namespace
+int parse_int(const std::string& name, const std::string& value, int min, int max) {
+  return static_cast<int>(parse_integer(name, value, min, max));
+}
 
-DistEnv DistEnv::from_environment() {
-  DistEnv e;
-  const auto rank = env("RANK"), world = env("WORLD_SIZE");
-  if (!rank) {
-    if (world && *world != "1") {
-      throw InputError("WORLD_SIZE=" + *world + " is set but RANK is not; launch each rank with RANK (torchrun does)");
+constexpr int kMaxInt = std::numeric_limits<int>::max();
+
+// This node's entry of Slurm's compressed tasks-per-node list: "2(x3),1" is
+// 2 tasks on each of nodes 0..2 and 1 on node 3.
+int tasks_on_node(const Found& list, int node) {
+  const auto bad = [&] {
+    return InputError(list.name + "='" + list.value +
+                      "' is not Slurm's tasks-per-node list (like 2(x3),1); start ctitan train with srun or set "
+                      "LOCAL_WORLD_SIZE");
+  };
+  const auto count = [&](const std::string& digits) {
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
+      throw bad();
+    const int n = std::stoi(digits);
+    if (n < 1) throw bad();
+    return n;
+  };
+  std::vector<std::pair<int, int>> runs;  // (tasks per node, nodes)
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = std::min(list.value.find(',', pos), list.value.size());
+    const std::string item = list.value.substr(pos, comma - pos);
+    const size_t open = item.find('(');
+    if (open == std::string::npos) {
+      runs.emplace_back(count(item), 1);
+    } else {
+      if (item.compare(open, 2, "(x") != 0 || item.back() != ')') throw bad();
+      runs.emplace_back(count(item.substr(0, open)), count(item.substr(open + 2, item.size() - open - 3)));
     }
-    return e;
+    if (comma == list.value.size()) break;
+    pos = comma + 1;
   }
-  if (!world) throw InputError("RANK=" + *rank + " is set but WORLD_SIZE is not; set both (torchrun does)");
-  constexpr int kMaxInt = std::numeric_limits<int>::max();
+  int64_t first = 0;
+  for (const auto& [tasks, nodes] : runs) {
+    if (node < first + nodes) return tasks;
+    first += nodes;
+  }
+  throw InputError("SLURM_NODEID=" + std::to_string(node) + " is beyond " + list.name + "=" + list.value + " (" +
+                   std::to_string(first) + " node" + (first == 1 ? "" : "s") + "); set LOCAL_WORLD_SIZE");
+}
+
+// The variables torchrun (and `ctitan launch`) sets.
+DistEnv torchrun_env(const std::string& rank) {
+  DistEnv e;
+  const auto world = env("WORLD_SIZE");
+  if (!world) throw InputError("RANK=" + rank + " is set but WORLD_SIZE is not; set both (torchrun does)");
   e.launched = true;
+  e.launcher = "torchrun";
   e.world_size = parse_int("WORLD_SIZE", *world, 1, kMaxInt);
-  e.rank = parse_int("RANK", *rank, 0, kMaxInt);
+  e.rank = parse_int("RANK", rank, 0, kMaxInt);
   if (e.rank >= e.world_size) {
-    throw InputError("RANK=" + *rank + " is not below WORLD_SIZE=" + *world + "; ranks are 0.." +
+    throw InputError("RANK=" + rank + " is not below WORLD_SIZE=" + *world + "; ranks are 0.." +
                      std::to_string(e.world_size - 1));
   }
   // Single-node defaults when a launcher sets only the global variables.
@@ -117,6 +171,123 @@ DistEnv DistEnv::from_environment() {
                      "; set it to a free TCP port on MASTER_ADDR (torchrun does)");
   }
   return e;
+}
+
+// A task of an srun step: Slurm's variables, each overridden by its torchrun
+// counterpart when that is set (RANK is not: it would have chosen torchrun_env).
+DistEnv srun_env() {
+  DistEnv e;
+  e.launched = true;
+  e.launcher = "srun";
+  const Found rank{"SLURM_PROCID", *env("SLURM_PROCID")};
+  const auto world = first_set({"WORLD_SIZE", "SLURM_NTASKS", "SLURM_NPROCS"});
+  if (!world) {
+    throw InputError("SLURM_PROCID=" + rank.value +
+                     " is set but SLURM_NTASKS is not; start ctitan train with srun (or set WORLD_SIZE)");
+  }
+  e.world_size = parse_int(world->name, world->value, 1, kMaxInt);
+  e.rank = parse_int(rank.name, rank.value, 0, kMaxInt);
+  if (e.rank >= e.world_size) {
+    throw InputError(rank.name + "=" + rank.value + " is not below " + world->name + "=" + world->value +
+                     "; ranks are 0.." + std::to_string(e.world_size - 1));
+  }
+  // The step's own layout first: SLURM_NTASKS_PER_NODE is the job's request,
+  // which a step that runs fewer tasks inherits unchanged.
+  std::string local_world_source;  // for messages: where the node's task count came from
+  if (const auto lws = env("LOCAL_WORLD_SIZE")) {
+    e.local_world_size = parse_int("LOCAL_WORLD_SIZE", *lws, 1, e.world_size);
+    local_world_source = "LOCAL_WORLD_SIZE=" + *lws;
+  } else if (const auto list = first_set({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
+    const auto node_text = env("SLURM_NODEID");
+    const int node = node_text ? parse_int("SLURM_NODEID", *node_text, 0, kMaxInt) : 0;
+    e.local_world_size = tasks_on_node(*list, node);
+    local_world_source = list->name + "=" + list->value + " at SLURM_NODEID=" + std::to_string(node);
+    if (e.local_world_size > e.world_size) {
+      throw InputError(local_world_source + " gives " + std::to_string(e.local_world_size) +
+                       " tasks on this node, more than " + world->name + "=" + world->value +
+                       "; set LOCAL_WORLD_SIZE");
+    }
+  } else if (const auto per_node = env("SLURM_NTASKS_PER_NODE")) {
+    e.local_world_size = parse_int("SLURM_NTASKS_PER_NODE", *per_node, 1, e.world_size);
+    local_world_source = "SLURM_NTASKS_PER_NODE=" + *per_node;
+  } else {
+    e.local_world_size = e.world_size;
+    local_world_source = world->name + "=" + world->value;
+  }
+  if (const auto local = first_set({"LOCAL_RANK", "SLURM_LOCALID"})) {
+    e.local_rank = parse_int(local->name, local->value, 0, kMaxInt);
+    if (e.local_rank >= e.local_world_size) {
+      throw InputError(local->name + "=" + local->value + " is not below this node's " +
+                       std::to_string(e.local_world_size) + " task" + (e.local_world_size == 1 ? "" : "s") + " (" +
+                       local_world_source + ")");
+    }
+  } else {
+    e.local_rank = e.rank % e.local_world_size;
+  }
+  if (const auto addr = env("MASTER_ADDR")) {
+    if (addr->empty()) throw InputError("MASTER_ADDR is empty; set it to rank 0's host name or address");
+    e.master_addr = *addr;
+  } else if (e.world_size > 1) {
+    const auto nodes = first_set({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+    if (!nodes) {
+      throw InputError("MASTER_ADDR is not set and neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST names "
+                       "rank 0's node; set MASTER_ADDR to rank 0's host name");
+    }
+    e.master_addr = slurm_first_host(nodes->name, nodes->value);
+  }
+  if (const auto port = env("MASTER_PORT")) {
+    e.master_port = parse_int("MASTER_PORT", *port, 1, 65535);
+  } else if (e.world_size > 1) {
+    const auto job = first_set({"SLURM_JOB_ID", "SLURM_JOBID"});
+    if (!job) {
+      throw InputError("MASTER_PORT is not set and neither is SLURM_JOB_ID to derive it from; set MASTER_PORT to "
+                       "a free TCP port on " + e.master_addr);
+    }
+    e.master_port = slurm_master_port(
+        static_cast<uint64_t>(parse_integer(job->name, job->value, 0, std::numeric_limits<int64_t>::max())));
+  }
+  return e;
+}
+
+}  // namespace
+
+std::string slurm_first_host(const std::string& variable, const std::string& nodelist) {
+  const std::string fix = "; set MASTER_ADDR to rank 0's host name";
+  if (nodelist.find('[') == std::string::npos) {
+    const std::string first = nodelist.substr(0, nodelist.find(','));
+    if (first.empty()) throw InputError(variable + "='" + nodelist + "' names no host" + fix);
+    return first;
+  }
+  const std::vector<std::string> argv = {"scontrol", "show", "hostnames", nodelist};
+  const std::string cmd = describe_command(argv);
+  const CommandResult r = run_command(argv, std::chrono::seconds(30));
+  if (!r.started) throw InputError("cannot expand " + variable + "=" + nodelist + ": " + r.error + fix);
+  if (r.timed_out) {
+    const std::string said = r.first_line();
+    throw InputError(cmd + " did not finish within 30 s" + (said.empty() ? "" : " (" + said + ")") + fix);
+  }
+  if (r.exit_code != 0) {
+    throw InputError(cmd + " failed with exit code " + std::to_string(r.exit_code) + ": " + r.first_line() + fix);
+  }
+  std::istringstream lines(r.out);
+  std::string host;
+  while (std::getline(lines, host)) {
+    host.erase(0, host.find_first_not_of(" \t\r"));
+    host.erase(host.find_last_not_of(" \t\r") + 1);
+    if (!host.empty()) return host;
+  }
+  throw InputError(cmd + " printed no host name" + fix);
+}
+
+int slurm_master_port(uint64_t job_id) { return static_cast<int>(10000 + job_id % 50000); }
+
+DistEnv DistEnv::from_environment() {
+  if (const auto rank = env("RANK")) return torchrun_env(*rank);
+  if (launch_contract() == "srun") return srun_env();
+  if (const auto world = env("WORLD_SIZE"); world && *world != "1") {
+    throw InputError("WORLD_SIZE=" + *world + " is set but RANK is not; launch each rank with RANK (torchrun does)");
+  }
+  return DistEnv{};
 }
 
 std::string MeshShape::describe() const {

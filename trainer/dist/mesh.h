@@ -1,8 +1,31 @@
 // Process launch contract and the device mesh.
 //
-// DistEnv reads torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); without RANK the process is a
-// single-process run (world size 1, no store, no process groups).
+// DistEnv reads the launch contract: torchrun's environment (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; `ctitan
+// launch` sets the same) or, when RANK is not set and the process is a task
+// of an srun step, Slurm's (docs/slurm.md):
+//   RANK             SLURM_PROCID
+//   WORLD_SIZE       SLURM_NTASKS, else SLURM_NPROCS
+//   LOCAL_RANK       SLURM_LOCALID
+//   LOCAL_WORLD_SIZE this node's (SLURM_NODEID) entry of the step's
+//                    SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE
+//                    (compressed: "2(x3),1"), else SLURM_NTASKS_PER_NODE
+//   MASTER_ADDR      the first host of SLURM_STEP_NODELIST, else
+//                    SLURM_JOB_NODELIST (`scontrol show hostnames` expands a
+//                    list with brackets)
+//   MASTER_PORT      10000 + SLURM_JOB_ID % 50000: every task of the job
+//                    agrees without talking, and jobs sharing a node rarely
+//                    collide (two steps of one job running at once do:
+//                    give them MASTER_PORT)
+// A torchrun variable that is set wins over its Slurm counterpart, so an
+// sbatch script that exports them keeps working. A task of an srun step has
+// SLURM_PROCID and a job step's SLURM_STEP_ID; the batch script of an sbatch
+// job has SLURM_PROCID=0 and SLURM_NTASKS of the whole job but no step, so a
+// `ctitan train` started there without srun stays a single process. Under
+// srun the addresses are read only when WORLD_SIZE > 1: `srun -n 1` is a
+// single-process run that needs no rendezvous (and no scontrol).
+// Without either contract the process is a single-process run (world size
+// 1, no store, no process groups).
 //
 // The mesh follows TorchTitan's dimension order, outermost first:
 //   pp, dp_replicate, dp_shard, cp, tp
@@ -17,6 +40,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -31,11 +55,22 @@ struct DistEnv {
   int rank = 0, world_size = 1, local_rank = 0, local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
-  bool launched = false;  // RANK/WORLD_SIZE present
+  bool launched = false;  // RANK/WORLD_SIZE present, or an srun task
+  std::string launcher;   // whose variables: "torchrun", "srun", "" (a single process)
   // Throws InputError for malformed or inconsistent variables (one line,
-  // naming the variable).
+  // naming the variable) and when scontrol cannot expand the node list (one
+  // line naming the command and its error).
   static DistEnv from_environment();
 };
+
+// The first host of a Slurm node list ("node[01-04,07],gpu9" -> "node01"):
+// without brackets the text before the first comma; otherwise the first line
+// of `scontrol show hostnames NODELIST` (run by argument vector, 30 s limit).
+// `variable` names where the list came from, for messages. Throws InputError.
+std::string slurm_first_host(const std::string& variable, const std::string& nodelist);
+
+// MASTER_PORT of an srun task that was not given one: 10000 + job_id % 50000.
+int slurm_master_port(uint64_t job_id);
 
 struct MeshShape {
   int64_t pp = 1, dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1;
