@@ -62,6 +62,13 @@ inline int free_port() {
   return port;
 }
 
+// 1000..40999, so that jobs of clusters started side by side get
+// different ids (the trainer derives MASTER_PORT from the job id).
+inline int first_job_id() {
+  std::random_device rd;
+  return 1000 + static_cast<int>(rd() % 40000);
+}
+
 inline std::string host_name() {
   char buf[256] = {};
   gethostname(buf, sizeof buf - 1);
@@ -131,6 +138,9 @@ class SlurmCluster {
          << "SlurmdParameters=config_overrides\n"
          // Quick time-limit kills and a short grace for the tests.
          << "KillWait=2\nOverTimeLimit=0\nMinJobAge=600\n"
+         // Job ids from a random start: two clusters of concurrent tests
+         // (ctest -j) then derive different MASTER_PORTs for their jobs.
+         << "FirstJobId=" << slurm_detail::first_job_id() << "\n"
          << "NodeName=" << node_ << " NodeAddr=127.0.0.1 CPUs=" << cpus << " RealMemory=8000 State=UNKNOWN\n"
          << "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n";
     conf.close();
