@@ -65,7 +65,7 @@ void require_existing(const std::string& db_path) {
 
 void list_runs(const std::string& db_path, const std::string& sweep_name) {
   require_existing(db_path);
-  ResultsDb db(db_path);
+  ResultsDb db(db_path, ResultsDb::Access::read_only);
   std::map<int64_t, std::string> sweep_names;
   for (const SweepRow& s : db.sweeps()) sweep_names[s.id] = s.name;
   std::vector<RunRow> runs;
@@ -113,7 +113,7 @@ std::string num(const nlohmann::json& v, const char* format) {
 
 void show_run(const std::string& db_path, int64_t run_id, bool with_config) {
   require_existing(db_path);
-  ResultsDb db(db_path);
+  ResultsDb db(db_path, ResultsDb::Access::read_only);
   const auto run = db.run(run_id);
   if (!run) {
     const auto all = db.runs();

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/file_io.h"
 #include "harness/gate_run.h"
 #include "harness/report_command.h"
 #include "harness/sweep.h"
@@ -137,7 +138,7 @@ GateArgs parse_gate_args(const std::vector<std::string>& args) {
 // The points of `selection` in db_path; InputError when it selects nothing.
 std::vector<PointData> points_from_db(const std::string& db_path, const std::string& selection) {
   require_database(db_path);
-  const ResultsDb db(db_path);
+  const ResultsDb db(db_path, ResultsDb::Access::read_only);
   const Selection sel = parse_selection(selection);
   std::vector<PointData> points = load_points(db, sel);
   if (points.empty()) throw InputError("gate: " + sel.describe() + " has no runs in " + db_path);
@@ -154,8 +155,7 @@ GateSide side_from_db(const std::string& db_path, const std::string& selection) 
 }
 
 void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  if (!(out << text)) throw InputError("gate: cannot write " + path);
+  write_file_atomic(path, text);
 }
 
 // --calibrate: A/A pairs of one build, then per point and per-step metric

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "common/errors.h"
+#include "common/file_io.h"
 #include "harness/published.h"
 #include "reports/published.h"
 #include "reports/report.h"
@@ -112,7 +113,7 @@ int report_command(const std::vector<std::string>& args) {
                               : render_published_json(pub).dump(2) + "\n";
   } else {
     require_database(db_path);
-    const ResultsDb db(db_path);
+    const ResultsDb db(db_path, ResultsDb::Access::read_only);
     report = build_report(db, opts);
     if (published) measure_published(db, pub);
     if (format == "json") {
@@ -136,8 +137,7 @@ int report_command(const std::vector<std::string>& args) {
     std::cout << text;
     return 0;
   }
-  std::ofstream out(out_path, std::ios::binary);
-  if (!(out << text)) throw InputError("report: cannot write " + out_path);
+  write_file_atomic(out_path, text);  // a full disk leaves the old report, not half a new one
   size_t points = 0;
   for (const SectionReport& s : report.sections) points += s.points.size();
   std::cout << "wrote " << out_path << " (" << format << ", " << points << " points in " << report.sections.size()

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>       // open, O_CLOEXEC
 #include <sys/file.h>    // flock
+#include <sys/statvfs.h> // statvfs: free space where a run failed
 #include <sys/ioctl.h>   // TIOCGWINSZ
 #include <sys/prctl.h>   // PR_SET_PDEATHSIG
 #include <sys/wait.h>    // waitid, waitpid
@@ -20,9 +21,13 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
+#include <toml++/toml.h>
+
 #include "common/errors.h"
+#include "common/file_io.h"
 #include "harness/launch.h"  // train_command: this binary's `ctitan train` argv
 #include "harness/sweep_book.h"
 #include "planner/plan.h"
@@ -97,9 +102,11 @@ std::string tail_lines(const std::string& path, size_t max_lines) {
 }
 
 Claim::Claim(const fs::path& path) {
-  fs::create_directories(path.parent_path());
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) throw InputError(write_error_line(path.parent_path().string(), ec.value()));
   fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw std::runtime_error("cannot open lock file " + path.string() + ": " + std::strerror(errno));
+  if (fd_ < 0) throw InputError(write_error_line(path.string(), errno));
 }
 Claim::~Claim() { close(fd_); }
 bool Claim::try_lock() { return flock(fd_, LOCK_EX | LOCK_NB) == 0; }
@@ -110,6 +117,29 @@ bool Claim::lock_unless_stopped() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return true;
+}
+
+fs::path sweep_runs_folder(const std::string& db_path, const std::string& sweep) {
+  check_sweep_name(sweep);
+  const fs::path root = fs::absolute(db_path + ".runs");
+  const fs::path folder = root / sweep;
+  std::error_code ec_root, ec_folder;
+  const fs::path real_root = fs::weakly_canonical(root, ec_root);
+  const fs::path real = fs::weakly_canonical(folder, ec_folder);
+  if (ec_root || ec_folder || real.parent_path() != real_root) {
+    std::string line = "sweep '" + sweep + "': its run folder " + folder.string() + " leads outside " + root.string();
+    if (!ec_folder) line += " (to " + real.string() + ")";
+    line += "; run folders stay inside <db>.runs: remove that link, or rename the sweep";
+    throw InputError(line);
+  }
+  return folder;
+}
+
+bool disk_full(const std::string& text, const std::string& dir) {
+  for (const char* says : {"No space left on device", "Disk quota exceeded", "database or disk is full"})
+    if (text.find(says) != std::string::npos) return true;
+  struct statvfs st {};
+  return statvfs(dir.c_str(), &st) == 0 && static_cast<uint64_t>(st.f_bavail) * st.f_frsize < (uint64_t{1} << 20);
 }
 
 }  // namespace sweep_detail
@@ -232,9 +262,12 @@ ChildExit supervise(const std::vector<std::string>& argv, const std::string& std
   const int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (out < 0 || err < 0 || dev_null < 0)
-    throw std::runtime_error("cannot open the run's log files in " + fs::path(stdout_path).parent_path().string() +
-                             ": " + std::strerror(errno));
+  if (out < 0 || err < 0 || dev_null < 0) {
+    const int open_errno = errno;
+    for (int fd : {out, err, dev_null})
+      if (fd >= 0) close(fd);
+    throw InputError(write_error_line(out < 0 ? stdout_path : stderr_path, open_errno));
+  }
   std::vector<std::string> args = argv;
   std::vector<char*> c_argv;
   for (auto& a : args) c_argv.push_back(a.data());
@@ -322,9 +355,10 @@ Outcome classify(const ChildExit& e, double timeout_s) {
   if (e.term_signal == SIGKILL || e.exit_code == 128 + SIGKILL)
     return {"oom", e.exit_code, "killed by SIGKILL, which the sweep did not send: most likely the kernel's OOM killer" +
                                     tail};
-  if (e.exit_code == 2 && e.term_signal == 0) {
+  if (e.exit_code == 2 && e.term_signal == 0) {  // bad input met at run time: the planner could not know
     const std::string line = trainer_error_line(e.stderr_tail);
-    return {"infeasible", e.exit_code, "the trainer rejects it: " + (line.empty() ? "exit code 2 (bad input)" : line) + tail};
+    return {"failed", e.exit_code,
+            "the trainer rejected its input (exit code 2): " + (line.empty() ? std::string("see stderr.log") : line) + tail};
   }
   if (e.term_signal == SIGINT || e.term_signal == SIGTERM || e.exit_code == 130 || e.exit_code == 143)
     return {"cancelled", e.exit_code, "stopped by a signal from outside the sweep (exit code " +
@@ -356,20 +390,92 @@ PredictionRow prediction_row(const SweepPoint& pt) {
   return row;
 }
 
+// What a resumed sweep may change in its spec: how long and where its runs
+// go, how many repeats, what its points are checked against. Everything
+// else (base, world_sizes, steps, [overrides], [grid], [[exclude]],
+// [[include]], [[stack]]) says which points the sweep is.
+constexpr const char* kResumeKeys[] = {"name", "timeout_s", "memory_budget_gb", "hardware", "launcher", "repeats"};
+constexpr const char* kResumeTables[] = {"slurm", "published"};
+
+// The first part of spec text `now` that differs from `before` outside what
+// a resume may change ("[grid]", "[sweep] world_sizes"); "" when none does,
+// or when `before` is not a spec (a sweep made through the API).
+std::string spec_difference(const std::string& before, const std::string& now) {
+  if (before.empty()) return "";
+  toml::table a, b;
+  try {
+    check_toml_nesting(before, "the stored spec");
+    a = toml::parse(before);
+    b = toml::parse(now);
+  } catch (const std::exception&) {  // not a spec, or too deep to compare: nothing to hold it to
+    return "";
+  }
+  for (toml::table* t : {&a, &b}) {
+    if (toml::table* sweep = (*t)["sweep"].as_table())
+      for (const char* key : kResumeKeys) sweep->erase(key);
+    for (const char* table : kResumeTables) t->erase(table);
+  }
+  std::set<std::string> tables;
+  for (const toml::table* t : {&a, &b})
+    for (const auto& [key, node] : *t) tables.insert(std::string(key.str()));
+  for (const std::string& table : tables) {
+    const toml::table* sa = a[table].as_table();
+    const toml::table* sb = b[table].as_table();
+    if (table == "sweep" && sa && sb) {
+      std::set<std::string> keys;
+      for (const toml::table* t : {sa, sb})
+        for (const auto& [key, node] : *t) keys.insert(std::string(key.str()));
+      for (const std::string& key : keys)
+        if (!((*sa)[key] == (*sb)[key])) return "[sweep] " + key;
+    } else if (!(a[table] == b[table])) {
+      return "[" + table + "]";
+    }
+  }
+  return "";
+}
+
+// The spec file as stored with the sweep: absolute, symlinks resolved.
+std::string spec_file(const SweepSpec& spec) {
+  if (spec.path.empty()) return "";
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(spec.path), ec);
+  return ec ? fs::absolute(spec.path).string() : p.string();
+}
+
 }  // namespace
 
 namespace sweep_detail {
 
 SweepBook::SweepBook(const SweepSpec& spec, const SweepOptions& opts, ResultsDb& db)
     : spec_(spec), opts_(opts), db_(db), host_(hostname()), locks_(fs::absolute(opts.db_path + ".runs") / ".locks") {
-  sweep_id_ = db_.upsert_sweep(spec.name, spec.text);
+  const std::string file = spec_file(spec);
+  const SweepRow row = db_.open_sweep(spec.name, spec.text, file, [&](const SweepRow& was) {
+    const std::string differs = spec_difference(was.spec_toml, spec.text);
+    if (differs.empty()) return;
+    std::string line = "sweep '" + spec.name + "' in " + opts.db_path + " was run from ";
+    if (!was.spec_path.empty() && was.spec_path == file) {
+      line += file + " with another " + differs + " (the file has changed since)";
+    } else {
+      line += was.spec_path.empty() ? std::string("another spec") : was.spec_path;
+      line += "; " + (file.empty() ? spec.name : file) + " is a different spec with the same name (its " + differs +
+              " differs)";
+    }
+    line += "; a resumed sweep may change only timeout_s, memory_budget_gb, hardware, launcher, repeats, [slurm] "
+            "and [published]: rename this sweep ([sweep] name; ok runs of the same points are shared, not rerun) "
+            "or pass another --db";
+    throw InputError(line);
+  });
+  sweep_id_ = row.id;
 }
 
 void SweepBook::record_infeasible(const SweepPoint& pt) {
   Claim claim(lock_path(pt.key, 0));
   if (!claim.lock_unless_stopped()) return;
-  for (const RunRow& r : db_.runs_of_point(pt.key, "infeasible"))
-    if (r.sweep_id == sweep_id_) return;
+  for (const RunRow& r : db_.runs_of_point(pt.key)) {  // newest first: this sweep's last word on the point
+    if (r.sweep_id != sweep_id_ || r.repeat != 0) continue;
+    if (r.status == "ok" || (r.status == "infeasible" && r.error == pt.infeasible)) return;
+    break;
+  }
   RunRow row = new_row(pt, 0);
   row.status = "infeasible";
   row.error = pt.infeasible;
@@ -394,25 +500,31 @@ Recorded SweepBook::recorded(const SweepPoint& pt, int repeat) {
     row.sweep_id = sweep_id_;
     row.label = pt.label;
     row.error = "shared: the results of run " + std::to_string(ok_elsewhere->id) + " of another sweep";
+    row.status = "running";  // ok once its numbers are in: a fault in between leaves it to be redone
     insert(row, pt);
     ingest(row.id, row.run_dir);
+    row.status = "ok";
+    db_.update_run(row);
     out.final_status = "ok";
     return out;
   }
   const auto& m = out.mine;
-  if (m && (m->status == "infeasible" ||
-            (!opts_.retry_failed && (m->status == "failed" || m->status == "timeout" || m->status == "oom"))))
+  if (m && !opts_.retry_failed && (m->status == "failed" || m->status == "timeout" || m->status == "oom"))
     out.final_status = m->status;
   return out;
 }
 
 std::string SweepBook::prepare_run_dir(const SweepPoint& pt, int repeat) const {
   const std::string dir = run_dir_of(opts_.db_path, spec_.name, pt.key, repeat);
-  fs::remove_all(dir);  // a cancelled or failed attempt must not be resumed from its checkpoint
-  fs::create_directories(dir);
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // a cancelled or failed attempt must not be resumed from its checkpoint
+  if (!ec) fs::create_directories(dir, ec);
+  if (ec) throw InputError(write_error_line(dir, ec.value()));
   JobConfig cfg = pt.config;
   cfg.job.dump_folder = dir;
-  std::ofstream(fs::path(dir) / "point.toml") << to_toml(cfg);
+  // Checked, synced and renamed into place: a point file cut short by a full
+  // disk must never reach the trainer (which would refuse it anyway).
+  write_file_atomic((fs::path(dir) / "point.toml").string(), to_toml(cfg));
   return dir;
 }
 
@@ -431,11 +543,37 @@ RunRow SweepBook::new_row(const SweepPoint& pt, int repeat) const {
 
 void SweepBook::insert(RunRow& row, const SweepPoint& pt) { row.id = db_.insert_run(row, prediction_row(pt)); }
 
-void SweepBook::ingest(int64_t run_id, const std::string& dir) {
+IngestReport SweepBook::ingest(int64_t run_id, const std::string& dir) {
   try {
-    db_.ingest_run_dir(run_id, dir);
+    return db_.ingest_run_dir(run_id, dir);
+  } catch (const ResultsDbError&) {
+    throw;
   } catch (const std::exception& e) {  // a partial run dir is still a recorded run
     std::cerr << "ctitan sweep: warning: run " << run_id << ": " << e.what() << std::endl;
+    IngestReport none;
+    none.partial = true;
+    none.notes.push_back(e.what());
+    return none;
+  }
+}
+
+Outcome SweepBook::vet(Outcome o, const IngestReport& ingested) {
+  if (o.status != "ok" || !ingested.summary_status.empty()) return o;
+  std::string why;
+  for (const std::string& note : ingested.notes) why += (why.empty() ? "" : "; ") + note;
+  return {"failed", o.exit_code,
+          "exited 0 but left no readable summary.json (" + (why.empty() ? std::string("no summary") : why) +
+              "), so its numbers are not there; rerun with --retry-failed"};
+}
+
+void SweepBook::abandon(RunRow& row, const std::string& why) noexcept {
+  try {
+    row.status = "cancelled";
+    row.exit_code.reset();
+    row.error = "the sweep stopped during this run (" + why + "); a rerun runs it again";
+    row.ended_at = utc_now();
+    db_.update_run(row);
+  } catch (...) {  // the database cannot be written either: the row stays running, unclaimed
   }
 }
 
@@ -461,16 +599,17 @@ class SweepRunner {
     Claim claim(book_.lock_path(pt.key, repeat));
     if (!(wait_for_claim ? claim.lock_unless_stopped() : claim.try_lock())) return "";
     Recorded rec = book_.recorded(pt, repeat);
-    if (rec.final_status) {
-      progress.skipped();
-      return *rec.final_status;
-    }
     if (rec.mine && (rec.mine->status == "running" || rec.mine->status == "pending")) {
-      // Its claim is free: the sweep that ran (or submitted) it is gone.
+      // Its claim is free: the sweep that ran (or submitted) it is gone
+      // (killed, or stopped by a full disk before it could say so).
       rec.mine->status = "cancelled";
       rec.mine->error = "the sweep process stopped before this run ended; a rerun runs it again";
       rec.mine->ended_at = utc_now();
       book_.db().update_run(*rec.mine);
+    }
+    if (rec.final_status) {
+      progress.skipped();
+      return *rec.final_status;
     }
     return execute(pt, repeat, progress);
   }
@@ -491,17 +630,43 @@ class SweepRunner {
     row.run_dir = dir;
     row.started_at = utc_now();
     book_.insert(row, pt);
-    progress.begin(pt, repeat, book_.spec().repeats);
-    const ChildExit e = supervise(argv, dir + "/stdout.log", dir + "/stderr.log", book_.spec().timeout_s, opts.grace,
-                                  [&] { progress.tick(); });
-    const Outcome o = classify(e, book_.spec().timeout_s);
-    book_.ingest(row.id, dir);  // before the status: "ok" in the database means its numbers are there
-    row.status = o.status;
-    row.exit_code = o.exit_code;
-    row.error = o.error;
-    row.ended_at = utc_now();
-    book_.db().update_run(row);
-    progress.end(o.status, pt.key, e.seconds);
+    Outcome o;
+    double seconds = 0;
+    bool full = false;
+    try {
+      progress.begin(pt, repeat, book_.spec().repeats);
+      const ChildExit e = supervise(argv, dir + "/stdout.log", dir + "/stderr.log", book_.spec().timeout_s,
+                                    opts.grace, [&] { progress.tick(); });
+      seconds = e.seconds;
+      o = classify(e, book_.spec().timeout_s);
+      // Before the status: "ok" in the database means its numbers are there.
+      const IngestReport ingested = book_.ingest(row.id, dir);
+      o = SweepBook::vet(o, ingested);
+      std::string notes;
+      for (const std::string& n : ingested.notes) notes += n + "\n";
+      if (o.status == "failed" && disk_full(o.error + "\n" + notes, dir)) {
+        // Not the point's fault: it runs again once there is space.
+        full = true;
+        o.status = "cancelled";
+        o.error = "its run folder could not be written: the disk is full; the sweep stopped, and a rerun runs it "
+                  "again\n" + o.error;
+      }
+      row.status = o.status;
+      row.exit_code = o.exit_code;
+      row.error = o.error;
+      row.ended_at = utc_now();
+      book_.db().update_run(row);
+    } catch (const std::exception& ex) {
+      progress.clear();
+      book_.abandon(row, ex.what());
+      throw;
+    }
+    progress.end(o.status, pt.key, seconds);
+    if (full)
+      throw InputError("sweep " + book_.spec().name + " stopped: the disk holding " + dir +
+                       " is full (run " + std::to_string(row.id) +
+                       " could not write its folder and is recorded cancelled); free space and run the same command "
+                       "again: it runs that point again and continues");
     return o.status;
   }
 
@@ -536,6 +701,7 @@ int summarize(const std::string& name, std::map<std::string, int>& counts, size_
 }  // namespace
 
 int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, const SweepOptions& opts) {
+  sweep_runs_folder(opts.db_path, spec.name);  // InputError, before anything is written
   ResultsDb db(opts.db_path);  // InputError, before anything is written, for a file that is not one
   StopSignals signals;
   const auto t0 = Clock::now();
@@ -577,6 +743,8 @@ int run_paired(const PairedSide& base, const PairedSide& cand, int pairs, uint64
     if (base.points[i].label != cand.points[i].label || base.points[i].world_size != cand.points[i].world_size)
       throw InputError("gate --run: point " + std::to_string(i + 1) + " differs between the sides ('" +
                        base.points[i].label + "' vs '" + cand.points[i].label + "')");
+  sweep_runs_folder(base.opts.db_path, base.spec.name);
+  sweep_runs_folder(cand.opts.db_path, cand.spec.name);
   ResultsDb db(base.opts.db_path);
   StopSignals signals;
   const auto t0 = Clock::now();

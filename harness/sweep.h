@@ -6,9 +6,16 @@
 //   - runs go in the order of `points` (`ctitan sweep`: order_by_prediction),
 //     repeat-major (A B C A B C): machine drift spreads
 //     over every point instead of landing on one;
+//   - every invocation plans the points again: infeasible means "the
+//     planner proves it cannot run" now, so a point recorded infeasible
+//     before and feasible now runs, and one infeasible now is recorded;
 //   - a (point, repeat) with an ok run in the database (this sweep or any
 //     other: the key says it is the same measurement) is not run again; a
 //     failed / timeout / oom one is retried only with retry_failed;
+//   - a sweep name already in the database with a different spec (outside
+//     what a resume may change: timeout_s, memory_budget_gb, hardware,
+//     launcher, repeats, [slurm], [published]) is an InputError, before
+//     anything is written; run folders stay inside <db>.runs;
 //   - each (point, repeat) is claimed with an flock on
 //     <db>.runs/.locks/<key>-r<repeat>.lock, so two sweeps on one database
 //     never run the same thing twice; a "running" row whose lock is free was
@@ -16,7 +23,12 @@
 //   - SIGINT/SIGTERM stop the current run (SIGTERM to its group, SIGKILL
 //     after a grace period; a second signal kills at once), mark it
 //     cancelled and return kExitInterrupted; every database write is one
-//     transaction, so the file is consistent at any moment.
+//     transaction, so the file is consistent at any moment;
+//   - a full disk (the database's, or a run that could not write its
+//     folder) ends the sweep with one InputError line: the run under way is
+//     recorded cancelled where the database can still be written (else its
+//     row stays running, unclaimed, and the next invocation marks it), and
+//     the same command continues once there is space.
 // Installs SIGINT/SIGTERM handlers for its duration (restored on return).
 #pragma once
 
@@ -63,8 +75,9 @@ struct Outcome {
 // Rules, first match wins: stopped by the sweep → cancelled; past the
 // deadline → timeout; exit 0 → ok; an allocation failure in stderr, or
 // SIGKILL we did not send (the kernel's OOM killer) → oom; exit 2 (the
-// trainer's "bad input") → infeasible, with the trainer's one line as the
-// reason; SIGINT/SIGTERM from elsewhere → cancelled; anything else → failed.
+// trainer's "bad input": a data file not there yet, ...) → failed, with the
+// trainer's one line first (infeasible is the planner's word only);
+// SIGINT/SIGTERM from elsewhere → cancelled; anything else → failed.
 Outcome classify(const ChildExit& e, double timeout_s);
 
 struct SweepOptions {
@@ -80,8 +93,9 @@ struct SweepOptions {
 };
 
 // Runs the sweep (see the contract above); returns 0 when every point is ok
-// or infeasible, kExitRunsFailed, or kExitInterrupted. The results database
-// is opened first: a file that is not one is an InputError, untouched.
+// or infeasible, kExitRunsFailed, or kExitInterrupted. The sweep name and
+// its run folder are checked, then the results database is opened: a file
+// that is not one is an InputError, untouched.
 int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, const SweepOptions& opts);
 
 // The same sweep with Slurm as the launcher (harness/sweep_slurm.cpp): each

@@ -169,7 +169,8 @@ std::string sweep_usage() {
          "A rerun resumes: finished points are skipped; failed ones are retried with --retry-failed.\n"
          "  --db FILE        the SQLite results database (created if absent)\n"
          "  --dry-run        print the points and the reasons for the infeasible ones; run nothing\n"
-         "  --retry-failed   run again the points whose last run failed, timed out or ran out of memory\n"
+         "  --retry-failed   run again the points whose last run failed (a trainer exit 2 included: bad\n"
+         "                   input met at run time), timed out or ran out of memory\n"
          "  --hardware NAME  the planner's hardware spec to predict on (recipes/hardware/NAME.toml or a path;\n"
          "                   default: [sweep] hardware, else this machine's: cpu, or the GPU's spec)\n"
          "  --launcher slurm one sbatch job per run (srun ctitan train), followed until it ends; a rerun\n"
@@ -178,7 +179,9 @@ std::string sweep_usage() {
          "  --cpus-per-task N, --max-queued N (default 16), --sbatch OPTION (repeatable)\n"
          "                   the Slurm settings; each overrides its [slurm] key\n"
          "  --cancel         scancel the sweep's queued and running Slurm jobs, recorded as cancelled\n"
-         "Exit codes: 0 every point ok or infeasible; 3 some runs failed; 130 interrupted; 2 bad input.\n";
+         "Every invocation plans again: a point infeasible before and feasible now runs.\n"
+         "Exit codes: 0 every point ok or infeasible (rejected by the planner); 3 some runs failed; 130 interrupted;\n"
+         "2 bad input, or a fault of the disk or the database (one line; the same command continues afterwards).\n";
 }
 
 int sweep_command(const std::vector<std::string>& args) {

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/errors.h"
+#include "common/file_io.h"
 #include "harness/launch.h"  // train_command
 #include "harness/slurm.h"
 #include "harness/sweep.h"
@@ -78,7 +79,7 @@ Outcome slurm_outcome(const SlurmJobRow& job, const std::string& state, const st
   if (status == "cancelled")
     return {"cancelled", code, name + " was cancelled (scancel, or by an administrator)" + why +
                                    "; a rerun of the sweep submits it again" + tail};
-  if (state == "FAILED") {  // the script's exit status: the trainer's, through srun
+  if (state == "FAILED") {  // the script's exit status: the trainer's, through srun (exit 2: failed, see classify)
     ChildExit e;
     e.exit_code = sig != 0 ? 128 + sig : code;
     e.term_signal = sig;
@@ -207,11 +208,7 @@ class SlurmSweep {
     job.shape = shapes_->at(pt.key);
     job.time = time_;
     t.job.script = dir + "/job.sbatch";
-    {
-      std::ofstream out(t.job.script);
-      out << sbatch_script(slurm_, job);
-      if (!out.flush()) throw std::runtime_error("cannot write " + t.job.script);
-    }
+    write_file_atomic(t.job.script, sbatch_script(slurm_, job));
     // Recorded before sbatch: a driver killed in between finds the job by its name.
     t.job.state.clear();
     book_.db().put_slurm_job(t.job);
@@ -310,7 +307,8 @@ class SlurmSweep {
     Outcome o = state == "UNKNOWN" ? Outcome{"failed", std::nullopt,
                                              "Slurm job " + t.job.job_id + ": " + reason + "; rerun with --retry-failed"}
                                    : slurm_outcome(t.job, state, reason, exit_code, t.row.run_dir, time_);
-    book_.ingest(t.row.id, t.row.run_dir);  // before the status: "ok" in the database means its numbers are there
+    // Before the status: "ok" in the database means its numbers are there.
+    o = SweepBook::vet(o, book_.ingest(t.row.id, t.row.run_dir));
     t.row.status = o.status;
     t.row.exit_code = o.exit_code;
     t.row.error = o.error;
@@ -462,6 +460,7 @@ int run_sweep_slurm(const SweepSpec& spec, const std::vector<SweepPoint>& planne
     distinct[std::to_string(shape.nodes) + "x" + std::to_string(shape.tasks_per_node)] = shape;
   }
   const std::string time_limit = slurm.time.empty() ? slurm_time(spec.timeout_s) : slurm.time;
+  sweep_runs_folder(opts.db_path, spec.name);
   SlurmClient client;
   for (const auto& [name, shape] : distinct) client.preflight(slurm, shape, time_limit);
   ResultsDb db(opts.db_path);

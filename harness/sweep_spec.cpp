@@ -5,11 +5,15 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <iomanip>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/file_io.h"
 #include "planner/hardware.h"
 #include "trainer/config/config_registry.h"
 
@@ -111,11 +115,17 @@ class SpecReader {
     return i->get();
   }
 
-  double number(const toml::node& n, const std::string& key) const {
-    double v = -1;
+  // A number in [lo, hi]; every numeric spec key has a range, so no value
+  // can overflow a clock or a byte count downstream.
+  double number(const toml::node& n, const std::string& key, double lo, double hi) const {
+    double v = std::nan("");
     if (auto i = n.as_integer()) v = static_cast<double>(i->get());
     if (auto d = n.as_floating_point()) v = d->get();
-    if (!(v >= 0)) fail(n.source(), key + " must be a number >= 0, got " + shown(n));
+    if (!(v >= lo && v <= hi)) {
+      std::ostringstream range;
+      range << key << " must be a number from " << lo << " to " << hi << ", got " << shown(n);
+      fail(n.source(), range.str());
+    }
     return v;
   }
 
@@ -181,8 +191,12 @@ void read_sweep_table(const SpecReader& r, const toml::table& t, SweepSpec& s, s
     const std::string w = r.where(n.source());
     if (key == "name") {
       auto v = n.as_string();
-      if (!v || v->get().empty() || v->get().find_first_of("/\\ ") != std::string::npos)
-        r.fail(n.source(), "name must be a non-empty string without '/' or spaces (it names the run folder)");
+      if (!v) r.fail(n.source(), "name must be a string (it names the sweep and its run folder)");
+      try {
+        check_sweep_name(v->get());
+      } catch (const InputError& e) {
+        r.fail(n.source(), e.what());
+      }
       s.name = v->get();
     } else if (key == "base") {
       auto v = n.as_string();
@@ -193,10 +207,10 @@ void read_sweep_table(const SpecReader& r, const toml::table& t, SweepSpec& s, s
     } else if (key == "repeats") {
       s.repeats = static_cast<int>(r.integer(n, key, 1, 1000));
     } else if (key == "timeout_s") {
-      s.timeout_s = r.number(n, key);
-      if (s.timeout_s <= 0) r.fail(n.source(), "timeout_s must be > 0 seconds");
+      // Up to 30 days: a run's deadline stays far inside the clock's range.
+      s.timeout_s = r.number(n, key, 0.001, kMaxTimeoutS);
     } else if (key == "memory_budget_gb") {
-      s.memory_budget_gb = r.number(n, key);
+      s.memory_budget_gb = r.number(n, key, 0, kMaxMemoryBudgetGb);
     } else if (key == "hardware") {  // the planner's spec the points are predicted on
       auto v = n.as_string();
       if (!v || v->get().empty())
@@ -245,8 +259,8 @@ PublishedSpec read_published(const SpecReader& r, const toml::table& t) {
     if (!v || v->get().empty()) r.fail(n.source(), "[published] " + key + " must be a non-empty string");
     return v->get();
   };
-  const auto positive = [&](const toml::node& n, const std::string& key) {
-    const double v = r.number(n, key);
+  const auto positive = [&](const toml::node& n, const std::string& key, double hi) {
+    const double v = r.number(n, key, 0, hi);
     if (v <= 0) r.fail(n.source(), key + " must be > 0");
     return v;
   };
@@ -274,11 +288,11 @@ PublishedSpec read_published(const SpecReader& r, const toml::table& t) {
           } else if (rkey == "gpus") {
             pr.gpus = static_cast<int>(r.integer(rn, "[[published.rows]] gpus", 1, kMaxWorldSize));
           } else if (rkey == "tps") {
-            pr.tps = positive(rn, "tps (tokens/s per GPU)"), has_tps = true;
+            pr.tps = positive(rn, "tps (tokens/s per GPU)", 1e9), has_tps = true;
           } else if (rkey == "mem_gib") {
-            pr.mem_gib = positive(rn, "mem_gib");
+            pr.mem_gib = positive(rn, "mem_gib", kMaxMemoryBudgetGb);
           } else if (rkey == "mfu_pct") {
-            pr.mfu_pct = positive(rn, "mfu_pct");
+            pr.mfu_pct = positive(rn, "mfu_pct", 100);
           } else {
             r.fail(rk.source(), "unknown [[published.rows]] key '" + rkey +
                                     "'; a row takes label, stack, point, gpus, tps, mem_gib, mfu_pct");
@@ -302,7 +316,8 @@ PublishedSpec read_published(const SpecReader& r, const toml::table& t) {
 SlurmOptions read_slurm(const SpecReader& r, const toml::table& t) {
   SlurmOptions o;
   o.where = r.where(t.source());
-  for (auto&& [k, n] : t) {
+  for (auto&& [k, n_binding] : t) {
+    const toml::node& n = n_binding;  // a reference the lambdas below can capture (clang < 16)
     const std::string key(k.str());
     const auto text = [&]() {
       auto v = n.as_string();
@@ -345,14 +360,34 @@ SlurmOptions read_slurm(const SpecReader& r, const toml::table& t) {
 
 }  // namespace
 
+void check_sweep_name(const std::string& name) {
+  const auto bad = [&](const std::string& why) {
+    throw InputError("sweep name '" + (name.size() > 60 ? name.substr(0, 60) + "..." : name) + "' " + why +
+                     "; set [sweep] name to letters, digits, '.', '_' or '-' (at most " +
+                     std::to_string(kMaxSweepNameLength) + " characters, not starting with '.')");
+  };
+  if (name.empty()) bad("is empty");
+  if (name.size() > kMaxSweepNameLength) bad("is " + std::to_string(name.size()) + " characters long");
+  if (name[0] == '.') bad("starts with '.' (it names a folder inside <db>.runs)");
+  for (const char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+      bad("has a character a folder name cannot safely hold");
+}
+
 SweepSpec parse_sweep_spec(const std::string& text, const std::string& path) {
   const SpecReader r(path);
+  try {
+    check_toml_nesting(text, path);
+  } catch (const InputError& e) {
+    throw InputError("sweep spec error: " + std::string(e.what()));
+  }
   toml::table root;
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     std::string what(e.description());
     std::replace(what.begin(), what.end(), '\n', ' ');
+    std::replace(what.begin(), what.end(), '\r', ' ');
     r.fail(e.source(), "invalid TOML: " + what);
   }
   SweepSpec s;
@@ -451,6 +486,28 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::string& path) {
   if (!fs::is_regular_file(base)) r.fail("[sweep] base '" + s.base_path + "' is not a file");
   std::sort(s.world_sizes.begin(), s.world_sizes.end());
   s.world_sizes.erase(std::unique(s.world_sizes.begin(), s.world_sizes.end()), s.world_sizes.end());
+  try {
+    check_sweep_name(s.name);  // from the file name when [sweep] name is not set
+  } catch (const InputError& e) {
+    r.fail(e.what());
+  }
+  // Refused before anything is expanded: points are planned one by one with
+  // the trainer's own config, so a grid's size is its cost in time and memory.
+  double points = static_cast<double>(std::max<size_t>(1, s.world_sizes.size())) *
+                  static_cast<double>(std::max<size_t>(1, s.stack.size()));
+  std::string shape = std::to_string(std::max<size_t>(1, s.world_sizes.size())) + " world sizes";
+  if (!s.stack.empty()) shape += " x " + std::to_string(s.stack.size()) + " stack rows";
+  for (const SweepAxis& g : s.grid) {
+    points *= static_cast<double>(g.values.size());
+    shape += " x " + std::to_string(g.values.size()) + " " + g.key;
+  }
+  points += static_cast<double>(s.include.size());
+  if (points > kMaxSweepPoints) {
+    std::ostringstream line;
+    line << std::fixed << std::setprecision(0) << "the spec expands to " << points << " points (" << shape
+         << "), more than the " << kMaxSweepPoints << " a sweep takes; split it into several specs";
+    r.fail(line.str());
+  }
   // warmup + measure = training.steps, as TorchTitan users read a benchmark.
   for (const Assignment& a : steps)
     if (a.key == "metrics.warmup_steps") warmup = std::stoll(a.text);
@@ -464,11 +521,13 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::string& path) {
 }
 
 SweepSpec load_sweep_spec(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("sweep spec error: cannot open '" + path + "'; give the path of a sweep TOML");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_sweep_spec(text.str(), path);
+  std::string text;
+  try {
+    text = read_file_bounded(path, "sweep spec", kMaxConfigBytes, /*allow_empty=*/false);
+  } catch (const InputError& e) {
+    throw InputError("sweep spec error: " + std::string(e.what()));
+  }
+  return parse_sweep_spec(text, path);
 }
 
 }  // namespace ctitan

@@ -113,6 +113,17 @@ struct SweepSpec {
   std::optional<PublishedSpec> published;  // recipes/published/ specs only
 };
 
+// Limits every spec is held to (docs/sweeps.md): a larger grid is refused
+// before it is expanded, with its size in the message.
+inline constexpr double kMaxSweepPoints = 20000;
+inline constexpr double kMaxTimeoutS = 30.0 * 24 * 3600;
+inline constexpr double kMaxMemoryBudgetGb = 1e6;
+inline constexpr size_t kMaxSweepNameLength = 100;
+
+// A sweep name names a folder inside <db>.runs: letters, digits, '.', '_',
+// '-', not starting with '.', at most kMaxSweepNameLength. Throws InputError.
+void check_sweep_name(const std::string& name);
+
 // Reads and checks a spec (see the error policy above).
 SweepSpec load_sweep_spec(const std::string& path);
 SweepSpec parse_sweep_spec(const std::string& text, const std::string& path);

@@ -157,7 +157,6 @@ std::vector<MeasuredRun> measured_runs(const std::string& db_path) {
     throw InputError("ctitan plan --calibrate: cannot open " + db_path + ": " + why);
   }
   std::vector<MeasuredRun> runs;
-  const fs::path tmp = fs::temp_directory_path() / ("ctitan-calibrate-" + std::to_string(::getpid()) + ".toml");
   try {
     Statement q(db, db_path,
                 "SELECT r.id, r.config_toml, r.world_size, s.mem_peak_bytes FROM runs r JOIN summaries s ON s.run_id = r.id "
@@ -166,11 +165,7 @@ std::vector<MeasuredRun> measured_runs(const std::string& db_path) {
     while (q.step()) {
       MeasuredRun r;
       r.run_id = q.int64(0);
-      {
-        std::ofstream f(tmp);
-        f << q.text(1);
-      }
-      r.cfg = load_toml_file(tmp.string());
+      load_toml_text_into(r.cfg, q.text(1), db_path + ": run " + std::to_string(r.run_id) + "'s config");
       r.world_size = static_cast<int>(q.int64(2));
       r.mem_peak_bytes = static_cast<double>(q.int64(3));
       steps.reset();
@@ -185,11 +180,9 @@ std::vector<MeasuredRun> measured_runs(const std::string& db_path) {
       runs.push_back(std::move(r));
     }
   } catch (const std::exception& e) {
-    fs::remove(tmp, ec);
     sqlite3_close(db);
     throw InputError("ctitan plan --calibrate: " + db_path + ": " + e.what());
   }
-  fs::remove(tmp, ec);
   sqlite3_close(db);
   if (runs.size() < 6)
     throw InputError("ctitan plan --calibrate: " + db_path + " has " + std::to_string(runs.size()) +

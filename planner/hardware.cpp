@@ -48,6 +48,7 @@
 // hardware_toml writes the first spelling of each quantity, or the SI one
 // where the scaled value would not read back bit for bit.
 #include "planner/hardware.h"
+#include "common/file_io.h"
 
 #include <toml++/toml.h>
 
@@ -151,6 +152,7 @@ class SpecReader {
     msg += ": ";
     msg += what;
     std::replace(msg.begin(), msg.end(), '\n', ' ');
+    std::replace(msg.begin(), msg.end(), '\r', ' ');
     throw InputError(msg);
   }
 
@@ -408,6 +410,7 @@ std::vector<std::string> known_hardware() {
 
 HardwareSpec parse_hardware(const std::string& toml_text, const std::string& where) {
   const SpecReader r(where);
+  check_toml_nesting(toml_text, where);
   toml::table root;
   try {
     root = toml::parse(toml_text, where);
@@ -490,22 +493,13 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
                  "), or pass a path to a .toml spec");
       throw InputError(msg);
     }
-  } else if (!fs::is_regular_file(path)) {
+  } else if (!fs::exists(path)) {
     std::string msg = "hardware spec '";
     msg += path;
     msg += cat("' does not exist; pass a .toml spec (see ", hardware_dir(), ") or a name from there");
     throw InputError(msg);
   }
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) {
-    std::string msg = "hardware spec '";
-    msg += path;
-    msg += "' cannot be read; check its permissions";
-    throw InputError(msg);
-  }
-  return parse_hardware(text.str(), path);
+  return parse_hardware(read_file_bounded(path, "hardware spec", kMaxConfigBytes, /*allow_empty=*/false), path);
 }
 
 std::string hardware_toml(const HardwareSpec& s) {
@@ -545,16 +539,7 @@ std::string hardware_toml(const HardwareSpec& s) {
 }
 
 void save_hardware(const HardwareSpec& spec, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << hardware_toml(spec);
-    f.flush();
-    if (!f) throw InputError("cannot write the hardware spec " + tmp + " (disk full or not writable)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw InputError("cannot move the hardware spec " + tmp + " to " + path + ": " + ec.message());
+  write_file_atomic(path, hardware_toml(spec));
 }
 
 }  // namespace ctitan

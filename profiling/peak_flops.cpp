@@ -1,4 +1,6 @@
 #include "profiling/peak_flops.h"
+#include "common/errors.h"
+#include "common/file_io.h"
 
 #include <ATen/Parallel.h>
 #include <torch/version.h>
@@ -106,12 +108,11 @@ PeakFlops resolve_cpu_peak_flops(at::ScalarType dtype, double override_tflops) {
   cache[key] = flops;
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
-  const auto tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp);
-    out << cache.dump(2) << "\n";
+  try {
+    write_file_atomic(path.string(), cache.dump(2) + "\n");
+  } catch (const InputError&) {
+    // The cache only saves a re-measurement next time; a full disk here is not the run's failure.
   }
-  std::filesystem::rename(tmp, path, ec);
   return {flops, "measured", ""};
 }
 

@@ -1,4 +1,6 @@
 #include "profiling/trace.h"
+#include "common/errors.h"
+#include "common/file_io.h"
 
 #include <ATen/record_function.h>
 #include <sys/syscall.h>
@@ -309,14 +311,10 @@ nlohmann::json chrome_trace(const std::vector<TraceEvent>& events, const TraceFi
 
 void write_json_file(const std::string& path, const nlohmann::json& j) {
   const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp);
-    out << j.dump() << "\n";
-    if (!out) throw std::runtime_error("cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, p);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec) throw InputError(write_error_line(p.parent_path().string(), ec.value()));
+  write_file_atomic(path, j.dump() + "\n");
 }
 
 }  // namespace ctitan

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace ctitan::fmt {
 
@@ -46,6 +47,23 @@ std::string or_dash(const std::optional<double>& v, std::string (*f)(double)) { 
 std::string p_value(double p) {
   if (!std::isfinite(p)) return "-";
   return p < 0.001 ? "<0.001" : fixed(p, 3);
+}
+
+namespace {
+bool plain_number(const std::string& s) {
+  if (s.empty() || s.find_first_of(" \t\r\n") != std::string::npos) return false;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(v);
+}
+}  // namespace
+
+std::string csv_cell(const std::string& s) {
+  const bool formula = !s.empty() && std::string("=+-@\t\r").find(s[0]) != std::string::npos && !plain_number(s);
+  if (!formula && s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = formula ? "\"'" : "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
 }
 
 std::string html_escape(const std::string& s) {

@@ -18,6 +18,12 @@ std::string or_dash(const std::optional<double>& v, std::string (*f)(double));
 std::string p_value(double p);  // "0.003", "<0.001"
 
 std::string html_escape(const std::string& s);
+
+// One CSV cell: RFC 4180 quoting, and text a spreadsheet would run as a
+// formula (starting with '=', '+', '-', '@', a tab or a CR; OWASP "CSV
+// injection") gets a leading "'" inside quotes. A cell that is a plain
+// number ("-3", "-1.5e-3") stays a number.
+std::string csv_cell(const std::string& s);
 std::string md_escape(const std::string& s);  // a table cell: pipes, angle brackets and backticks neutralised
 
 }  // namespace ctitan::fmt

@@ -280,12 +280,7 @@ std::string render_published_html(const PublishedReport& r) {
 
 std::string render_published_csv(const PublishedReport& r) {
   const Table t = comparison_table(r);
-  const auto cell = [](const std::string& s) {
-    if (s.find_first_of(",\"\n") == std::string::npos) return s;
-    std::string q = "\"";
-    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return q + "\"";
-  };
+  const auto cell = [](const std::string& s) { return fmt::csv_cell(s); };
   std::ostringstream out;
   std::vector<std::string> header;
   for (const std::string& h : t.header) header.push_back(cell(h));

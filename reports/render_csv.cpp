@@ -3,20 +3,23 @@
 // The planner's prediction comes last: pred_tps (tokens/s per device),
 // pred_mem_peak_bytes (per rank), their errors in percent (predicted /
 // measured − 1) and the spec they were predicted on.
+//
+// Text cells (sweep, labels, stack name, error, predicted_on) carry what a
+// spec or a run wrote: one starting with '=', '+', '-', '@', a tab or a CR
+// would be a formula to Excel / LibreOffice / Sheets (OWASP "CSV
+// injection"), so it gets a leading "'" and quotes. A text cell that is a
+// plain number ("-3", "-1.5e-3") is left as it is, and the number columns
+// are numbers: their negative values stay numbers.
 #include <cstdio>
 #include <sstream>
 
+#include "reports/format.h"
 #include "reports/report.h"
 
 namespace ctitan {
 namespace {
 
-std::string quote(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
+std::string quote(const std::string& s) { return fmt::csv_cell(s); }
 
 std::string num(double v) {
   char buf[64];
@@ -40,12 +43,12 @@ std::string render_csv(const Report& r) {
     for (const PointStats& p : sec.points) {
       const bool tps = p.tps.n > 0;
       out << quote(sec.title) << "," << quote(p.label) << "," << quote(p.display_label) << "," << p.world_size << ","
-          << p.repeats << "," << p.ok_runs << "," << p.status << "," << (tps ? num(p.tps.median) : "") << ","
+          << p.repeats << "," << p.ok_runs << "," << quote(p.status) << "," << (tps ? num(p.tps.median) : "") << ","
           << (tps ? num(p.tps.p10) : "") << "," << (tps ? num(p.tps.p90) : "") << "," << (tps ? num(p.tps.q1) : "")
           << "," << (tps ? num(p.tps.q3) : "") << "," << p.tps.n << "," << num(p.tflops) << "," << num(p.mfu) << ","
           << num(p.mem_peak_bytes) << "," << num(p.loss_final) << "," << num(p.compute_s) << "," << num(p.comm_s) << ","
           << num(p.exposed_comm_s) << "," << num(p.idle_s) << "," << num(p.speedup) << ","
-          << (p.baseline ? "true" : "false") << "," << p.stack_index << "," << quote(p.stack_name) << "," << p.point_key
+          << (p.baseline ? "true" : "false") << "," << p.stack_index << "," << quote(p.stack_name) << "," << quote(p.point_key)
           << "," << quote(p.error) << "," << num(p.pred_tps) << "," << pct(p.pred_tps_error()) << ","
           << num(p.pred_mem_peak_bytes) << "," << pct(p.pred_mem_error()) << "," << quote(p.predicted_on) << "\n";
     }

@@ -65,8 +65,11 @@ std::vector<RunRow> read_runs(Statement& q) {
   return out;
 }
 
+constexpr const char* kSweepColumns =
+    "SELECT id, name, spec_toml, created_at, ctitan_version, git_sha, paired_with, spec_path FROM sweeps ";
+
 SweepRow read_sweep(const Statement& q) {
-  return {q.int64(0), q.text(1), q.text(2), q.text(3), q.text(4), q.text(5), q.text(6)};
+  return {q.int64(0), q.text(1), q.text(2), q.text(3), q.text(4), q.text(5), q.text(6), q.text(7)};
 }
 
 // One statement as one write transaction; returns the rows it changed.
@@ -82,7 +85,9 @@ int64_t write_one(sqlite3* db, const std::string& path, const char* sql, const T
 
 }  // namespace
 
-ResultsDb::ResultsDb(const std::string& path) : path_(path), db_(results_detail::open_and_migrate(path)) {}
+ResultsDb::ResultsDb(const std::string& path, Access access)
+    : path_(path),
+      db_(access == Access::read_only ? results_detail::open_for_reading(path) : results_detail::open_and_migrate(path)) {}
 
 ResultsDb::~ResultsDb() { sqlite3_close(db_); }
 
@@ -102,17 +107,41 @@ int64_t ResultsDb::upsert_sweep(const std::string& name, const std::string& spec
   return out;
 }
 
+SweepRow ResultsDb::open_sweep(const std::string& name, const std::string& spec_toml, const std::string& spec_path,
+                               const std::function<void(const SweepRow&)>& check) {
+  WriteTransaction tx(db_, path_);
+  std::optional<SweepRow> before;
+  {
+    Statement q(db_, path_, (std::string(kSweepColumns) + "WHERE name = ?1").c_str());
+    q.bind_all(name);
+    if (q.step()) before = read_sweep(q);
+  }
+  if (before) {
+    check(*before);
+    Statement up(db_, path_, "UPDATE sweeps SET spec_toml = ?2, spec_path = ?3 WHERE id = ?1");
+    up.bind_all(before->id, spec_toml, spec_path).run();
+  } else {
+    Statement ins(db_, path_,
+                  "INSERT INTO sweeps(name, spec_toml, ctitan_version, git_sha, spec_path) VALUES (?1, ?2, ?3, ?4, ?5)");
+    ins.bind_all(name, spec_toml, CTITAN_VERSION, this_build().short_sha(), spec_path).run();
+    Statement q(db_, path_, (std::string(kSweepColumns) + "WHERE name = ?1").c_str());
+    q.bind_all(name);
+    q.step();
+    before = read_sweep(q);
+  }
+  tx.commit();
+  return *before;
+}
+
 std::optional<SweepRow> ResultsDb::sweep(const std::string& name) const {
-  Statement q(db_, path_,
-              "SELECT id, name, spec_toml, created_at, ctitan_version, git_sha, paired_with FROM sweeps WHERE name = ?1");
+  Statement q(db_, path_, (std::string(kSweepColumns) + "WHERE name = ?1").c_str());
   q.bind_all(name);
   if (!q.step()) return std::nullopt;
   return read_sweep(q);
 }
 
 std::vector<SweepRow> ResultsDb::sweeps() const {
-  Statement q(db_, path_,
-              "SELECT id, name, spec_toml, created_at, ctitan_version, git_sha, paired_with FROM sweeps ORDER BY id");
+  Statement q(db_, path_, (std::string(kSweepColumns) + "ORDER BY id").c_str());
   std::vector<SweepRow> out;
   while (q.step()) out.push_back(read_sweep(q));
   return out;

@@ -3,7 +3,8 @@
 //
 // Schema (docs/results.md documents it for users of the sqlite3 shell):
 //   schema_version(version)
-//   sweeps(id, name, spec_toml, created_at, ctitan_version, git_sha, paired_with)
+//   sweeps(id, name, spec_toml, created_at, ctitan_version, git_sha, paired_with,
+//          spec_path)
 //   runs(id, sweep_id, point_key, label, config_toml, config_hash, world_size,
 //        repeat, status, exit_code, error, run_dir, host, started_at, ended_at)
 //   steps(run_id, rank, step, loss, grad_norm, tps, tflops, mfu, step_time_s,
@@ -26,9 +27,15 @@
 // file migrates it forward inside a transaction; a file that is not a
 // ctitan database (or is newer than this ctitan) is an InputError naming
 // it, and nothing in it is changed. Prepared statements only.
+//
+// Faults of the file itself (disk full, damaged pages or a missing table,
+// a read-only file) are ResultsDbError: one line naming the file and what
+// to do. The transaction that met the fault is rolled back, so the file
+// stays consistent.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,9 +43,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/errors.h"
+
 struct sqlite3;
 
 namespace ctitan {
+
+// A fault of the database file rather than of a value passed in: the disk
+// is full, the file is damaged (a malformed page, a missing table), it is
+// read-only where a write was needed, or an I/O error. what() is one line
+// naming the file and what to do; an InputError, so `ctitan` exits 2.
+class ResultsDbError : public InputError {
+ public:
+  using InputError::InputError;
+};
 
 struct SweepRow {
   int64_t id = 0;
@@ -47,6 +65,9 @@ struct SweepRow {
   // of its runs back to back with the baseline's run of the same point and
   // repeat); "" for a sweep run on its own.
   std::string paired_with;
+  // The spec file the sweep was last run from (absolute); "" when unknown
+  // (recorded before schema v8, or a sweep made through the API).
+  std::string spec_path;
 };
 
 struct RunRow {
@@ -113,16 +134,24 @@ struct ArtifactRow {
 
 // One connection to one file. Not thread-safe: give each thread (and each
 // process) its own ResultsDb; SQLite's file locks and the busy timeout
-// serialise their writes. SQLite failures other than bad input (disk full,
-// still locked after the busy timeout) throw std::runtime_error naming the file.
+// serialise their writes. Faults of the file throw ResultsDbError (above);
+// other SQLite failures (still locked after the busy timeout) throw
+// std::runtime_error naming the file.
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 7;
+  static constexpr int kSchemaVersion = 8;
   // How long a statement waits for another process's write to finish.
   static constexpr int kBusyTimeoutMs = 10000;
-  // Opens (creating if absent) and migrates. InputError for a file that is
-  // not a ctitan results database or was written by a newer schema.
-  explicit ResultsDb(const std::string& path);
+  // read_write: opens (creating if absent) and migrates; a read-only file is
+  // a ResultsDbError. read_only (`ctitan report`, `gate`, `db`): the file
+  // must exist; opened with SQLITE_OPEN_READONLY, nothing is written (no WAL
+  // switch), so a file on a read-only filesystem can be read. A file that
+  // needs a migration is migrated when it is writable, else a one-line
+  // ResultsDbError says so. Either way: InputError for a file that is not a
+  // ctitan results database or was written by a newer schema, and
+  // ResultsDbError for one whose tables are missing (damaged).
+  enum class Access { read_write, read_only };
+  explicit ResultsDb(const std::string& path, Access access = Access::read_write);
   ~ResultsDb();
   ResultsDb(const ResultsDb&) = delete;
   ResultsDb& operator=(const ResultsDb&) = delete;
@@ -133,6 +162,13 @@ class ResultsDb {
   // Sweeps: the same name returns the existing id (a rerun resumes it) and
   // keeps the first spec_toml.
   int64_t upsert_sweep(const std::string& name, const std::string& spec_toml);
+  // The sweep `name` as `ctitan sweep` opens it, in one write transaction:
+  // an existing row is passed to `check` first (which throws to refuse it:
+  // nothing is written), then takes spec_toml and spec_path (the spec as
+  // last run); a new one is created with them. Returns the row as it was
+  // before (id set; for a new sweep, the new values).
+  SweepRow open_sweep(const std::string& name, const std::string& spec_toml, const std::string& spec_path,
+                      const std::function<void(const SweepRow&)>& check);
   std::optional<SweepRow> sweep(const std::string& name) const;
   std::vector<SweepRow> sweeps() const;
   // Records that `candidate`'s runs were paired with `baseline`'s (both exist).

@@ -8,8 +8,11 @@
 #include "results/run_dir.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "common/errors.h"
 #include "results/sqlite_stmt.h"
@@ -19,89 +22,84 @@ namespace fs = std::filesystem;
 namespace ctitan::results_detail {
 namespace {
 
+// env.json is flattened recursively; nothing a run writes nests this deep.
+constexpr int kMaxJsonDepth = 64;
+
 std::optional<double> number(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number()) return std::nullopt;
   return it->get<double>();
 }
 
+// An integer field; a float counts when it is a whole number in int64's
+// range (a cast of anything else would be undefined).
 std::optional<int64_t> integer(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number()) return std::nullopt;
-  return it->is_number_float() ? static_cast<int64_t>(it->get<double>()) : it->get<int64_t>();
+  if (it->is_number_unsigned()) {
+    const auto u = it->get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (it->is_number_integer()) return it->get<int64_t>();
+  const double d = it->get<double>();
+  if (!(d >= -9.2e18 && d <= 9.2e18) || d != std::floor(d)) return std::nullopt;
+  return static_cast<int64_t>(d);
+}
+
+// Parses one document; nullopt (discarded) for invalid JSON or nesting past kMaxJsonDepth.
+std::optional<nlohmann::json> parse_bounded(std::string_view text) {
+  bool too_deep = false;
+  nlohmann::json j = nlohmann::json::parse(
+      text.begin(), text.end(),
+      [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+        too_deep = too_deep || depth > kMaxJsonDepth;
+        return !too_deep;
+      },
+      /*allow_exceptions=*/false);
+  if (too_deep || j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+// A whole file of a run directory; nullopt when it cannot be read, and for
+// anything but a regular file (a FIFO would block the ingest).
+std::optional<std::string> read_text(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return std::nullopt;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 void read_metrics(const fs::path& file, RunDirContents& c) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
+  const auto text = read_text(file);
+  if (!text) {
     c.report.partial = true;
     c.report.notes.push_back("metrics.jsonl is missing: no step rows");
     return;
   }
-  std::string line;
-  int64_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty()) continue;
-    const bool last = in.peek() == std::char_traits<char>::eof();
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || !integer(j, "step")) {
-      c.report.partial = true;
-      c.report.notes.push_back("metrics.jsonl line " + std::to_string(line_no) +
-                               (last ? " is cut short (the run stopped mid-write): skipped"
-                                     : " is not a JSON object with a step: skipped"));
-      continue;
-    }
-    (j.contains("validation_loss") ? c.validation : c.steps).push_back(std::move(j));
-  }
+  parse_metrics_jsonl(*text, c);
 }
 
 void read_summary(const fs::path& file, RunDirContents& c) {
-  std::ifstream in(file);
-  if (!in) {
+  const auto text = read_text(file);
+  if (!text) {
     c.report.partial = true;
     c.report.notes.push_back("summary.json is missing: the run did not finish");
     return;
   }
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    c.report.partial = true;
-    c.report.notes.push_back("summary.json is not a JSON object: no summary row");
-    return;
-  }
-  SummaryRow s;
-  s.tps_median = number(j, "tps_median");
-  s.tps_p10 = number(j, "tps_p10");
-  s.tps_p90 = number(j, "tps_p90");
-  s.tflops = number(j, "tflops");
-  s.mfu = number(j, "mfu");
-  s.mem_peak_bytes = integer(j, "mem_peak_bytes");
-  s.loss_final = number(j, "loss_final");
-  s.compute_s = number(j, "compute_s");
-  s.comm_s = number(j, "comm_s");
-  s.exposed_comm_s = number(j, "exposed_comm_s");
-  s.idle_s = number(j, "idle_s");
-  s.pipeline_bubble = number(j, "pipeline_bubble");
-  s.pipeline_bubble_theory = number(j, "pipeline_bubble_theory");
-  c.summary = s;
-  if (auto it = j.find("comm_by_dim"); it != j.end() && it->is_object())
-    for (auto d = it->begin(); d != it->end(); ++d)
-      if (d->is_object()) c.comm_dims.emplace_back(d.key(), number(*d, "comm_s"), number(*d, "exposed_comm_s"));
-  if (auto it = j.find("status"); it != j.end() && it->is_string()) c.report.summary_status = it->get<std::string>();
+  parse_summary_json(*text, c);
 }
 
 void read_env(const fs::path& file, RunDirContents& c) {
-  std::ifstream in(file);
-  if (!in) {
+  const auto text = read_text(file);
+  if (!text) {
     c.report.notes.push_back("env.json is missing: no env rows");
     return;
   }
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    c.report.notes.push_back("env.json is not a JSON object: no env rows");
-    return;
-  }
-  flatten_json(j, "", c.env);
+  parse_env_json(*text, c);
 }
 
 bool is_checkpoint_step(const fs::path& dir) {
@@ -145,6 +143,67 @@ void find_artifacts(const fs::path& root, RunDirContents& c) {
 }
 
 }  // namespace
+
+void parse_metrics_jsonl(std::string_view text, RunDirContents& c) {
+  int64_t line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    const bool last = end == std::string_view::npos || end + 1 == text.size();
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (line.empty()) continue;
+    std::optional<nlohmann::json> j = parse_bounded(line);
+    if (!j || !j->is_object() || !integer(*j, "step")) {
+      c.report.partial = true;
+      c.report.notes.push_back("metrics.jsonl line " + std::to_string(line_no) +
+                               (last ? " is cut short (the run stopped mid-write): skipped"
+                                     : " is not a JSON object with a step: skipped"));
+      continue;
+    }
+    (j->contains("validation_loss") ? c.validation : c.steps).push_back(std::move(*j));
+  }
+}
+
+void parse_summary_json(std::string_view text, RunDirContents& c) {
+  const std::optional<nlohmann::json> parsed = parse_bounded(text);
+  if (!parsed || !parsed->is_object()) {
+    c.report.partial = true;
+    c.report.notes.push_back("summary.json is not a JSON object: no summary row");
+    return;
+  }
+  const nlohmann::json& j = *parsed;
+  SummaryRow s;
+  s.tps_median = number(j, "tps_median");
+  s.tps_p10 = number(j, "tps_p10");
+  s.tps_p90 = number(j, "tps_p90");
+  s.tflops = number(j, "tflops");
+  s.mfu = number(j, "mfu");
+  s.mem_peak_bytes = integer(j, "mem_peak_bytes");
+  s.loss_final = number(j, "loss_final");
+  s.compute_s = number(j, "compute_s");
+  s.comm_s = number(j, "comm_s");
+  s.exposed_comm_s = number(j, "exposed_comm_s");
+  s.idle_s = number(j, "idle_s");
+  s.pipeline_bubble = number(j, "pipeline_bubble");
+  s.pipeline_bubble_theory = number(j, "pipeline_bubble_theory");
+  c.summary = s;
+  if (auto it = j.find("comm_by_dim"); it != j.end() && it->is_object())
+    for (auto d = it->begin(); d != it->end(); ++d)
+      if (d->is_object()) c.comm_dims.emplace_back(d.key(), number(*d, "comm_s"), number(*d, "exposed_comm_s"));
+  if (auto it = j.find("status"); it != j.end() && it->is_string()) c.report.summary_status = it->get<std::string>();
+}
+
+void parse_env_json(std::string_view text, RunDirContents& c) {
+  const std::optional<nlohmann::json> j = parse_bounded(text);
+  if (!j || !j->is_object()) {
+    c.report.notes.push_back("env.json is not a JSON object (of at most " + std::to_string(kMaxJsonDepth) +
+                             " levels): no env rows");
+    return;
+  }
+  flatten_json(*j, "", c.env);
+}
 
 void flatten_json(const nlohmann::json& j, const std::string& prefix,
                   std::vector<std::pair<std::string, std::optional<std::string>>>& out) {

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <tuple>
 #include <vector>
@@ -30,6 +31,15 @@ struct RunDirContents {
 };
 
 RunDirContents read_run_dir(const std::string& run_dir);
+
+// The three files read_run_dir parses, from their text (tests/fuzz/ feeds
+// these arbitrary bytes). Nothing here throws for bad input: a line or file
+// that does not parse (invalid JSON, nesting past 64 levels, no integer
+// "step") is left out with a one-line note in c.report, and the run is
+// marked partial.
+void parse_metrics_jsonl(std::string_view text, RunDirContents& c);
+void parse_summary_json(std::string_view text, RunDirContents& c);
+void parse_env_json(std::string_view text, RunDirContents& c);
 
 // Nested objects become dotted keys ({"a": {"b": 1}} → "a.b" = "1"); strings
 // are stored as they are, other values as their JSON text, null as NULL.

@@ -13,8 +13,13 @@
 // existing steps never change, because files out there were made by them.
 #include "results/schema.h"
 
+#include <sys/statvfs.h>  // statvfs, ST_RDONLY
+#include <unistd.h>       // access
+
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <iterator>
 #include <string>
@@ -27,6 +32,8 @@
 
 namespace ctitan::results_detail {
 namespace {
+
+namespace fs = std::filesystem;
 
 struct Migration {
   int to_version;
@@ -135,6 +142,9 @@ CREATE TABLE slurm_jobs(
   updated_at TEXT NOT NULL DEFAULT '');
 CREATE INDEX slurm_jobs_by_job ON slurm_jobs(job_id);
 )sql"},
+    // The spec file a sweep was run from: two different specs with one name
+    // are refused, and the message names both files.
+    {8, "ALTER TABLE sweeps ADD COLUMN spec_path TEXT NOT NULL DEFAULT '';"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 
@@ -152,9 +162,7 @@ int recognise(sqlite3* db, const std::string& path) {
     const int code = sqlite3_errcode(db);
     if (code == SQLITE_NOTADB)
       throw InputError(path + " is not an SQLite database (so not a ctitan results database); " + what_to_do);
-    if (code == SQLITE_CORRUPT)
-      throw InputError(path + " is a damaged SQLite database (" + sqlite3_errmsg(db) +
-                       "); restore it from a copy or pass a new file name");
+    throw_file_fault(db, path);  // damaged, or cannot be opened: one line
     throw;
   }
   if (tables.empty()) return kEmpty;
@@ -202,21 +210,113 @@ void use_wal(sqlite3* db, const std::string& path) {
   }
 }
 
+// Why a file cannot be written, in words; "" when nothing says it cannot.
+std::string why_not_writable(const std::string& path) {
+  const std::string dir = fs::absolute(path).parent_path().string();
+  struct statvfs st {};
+  if (statvfs(dir.c_str(), &st) == 0 && (st.f_flag & ST_RDONLY) != 0) return "it is on a read-only filesystem";
+  if (fs::exists(path) && access(path.c_str(), W_OK) != 0) return "the file is not writable";
+  if (access(dir.c_str(), W_OK) != 0) return "its folder " + dir + " is not writable";
+  return "";
+}
+
+// Every table of schema kSchemaVersion; a file missing one was damaged (a
+// table dropped by hand, a partial restore). Checked at every open, so the
+// fault is one line here instead of "no such table" in the middle of a query.
+void check_tables(sqlite3* db, const std::string& path) {
+  static const char* const kTables[] = {"schema_version", "sweeps",     "runs",        "steps",
+                                        "summaries",      "env",        "hardware",    "artifacts",
+                                        "comm_dims",      "validation", "predictions", "slurm_jobs"};
+  Statement q(db, path, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1");
+  for (const char* table : kTables) {
+    q.reset();
+    q.bind_all(table);
+    if (!q.step())
+      throw ResultsDbError("results database " + path + " is damaged: its table '" + table + "' is missing (schema v" +
+                           std::to_string(ResultsDb::kSchemaVersion) +
+                           " has it); restore the file from a copy, or pass a new file name");
+  }
+}
+
+sqlite3* open_flags(const std::string& path, int flags, const std::string& uri = "") {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(uri.empty() ? path.c_str() : uri.c_str(), &db, flags, nullptr) != SQLITE_OK) {
+    const std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    throw ResultsDbError("cannot open results database " + path + " (sqlite: " + msg +
+                         "); check the path and its permissions");
+  }
+  sqlite3_busy_timeout(db, ResultsDb::kBusyTimeoutMs);
+  return db;
+}
+
+// file:PATH?immutable=1, the path percent-encoded (RFC 3986 unreserved and '/' kept).
+std::string immutable_uri(const std::string& path) {
+  std::string uri = "file:";
+  for (const unsigned char c : fs::absolute(path).string()) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+      uri += static_cast<char>(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      uri += buf;
+    }
+  }
+  return uri + "?immutable=1";
+}
+
+// Read-only handle on a file that recognise() accepts; its version in `found`.
+sqlite3* open_reader(const std::string& path, int& found) {
+  sqlite3* db = open_flags(path, SQLITE_OPEN_READONLY);
+  try {
+    exec(db, path, "PRAGMA query_only=ON");
+    found = recognise(db, path);
+    return db;
+  } catch (const ResultsDbError&) {
+    // A WAL file needs its -shm index; where the folder cannot hold one (a
+    // read-only filesystem or folder) and none is there, no process is
+    // writing the file: it is read as immutable.
+    const bool cannot_open = sqlite3_errcode(db) == SQLITE_CANTOPEN;
+    sqlite3_close(db);
+    if (!cannot_open || why_not_writable(path).empty() || fs::exists(path + "-wal")) throw;
+  } catch (...) {
+    sqlite3_close(db);
+    throw;
+  }
+  db = open_flags(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, immutable_uri(path));
+  try {
+    found = recognise(db, path);
+  } catch (...) {
+    sqlite3_close(db);
+    throw;
+  }
+  return db;
+}
+
 }  // namespace
 
 sqlite3* open_and_migrate(const std::string& path) {
-  if (std::filesystem::is_directory(path))
+  if (fs::is_directory(path))
     throw InputError(path + " is a directory; pass a results database file (e.g. results.db)");
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
-    const std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    throw InputError("cannot open results database " + path + ": " + msg + "; check the path and its permissions");
-  }
+  sqlite3* db = open_flags(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   try {
-    sqlite3_busy_timeout(db, ResultsDb::kBusyTimeoutMs);
     exec(db, path, "PRAGMA foreign_keys=ON");
-    const int found = recognise(db, path);
+    // SQLite opens a file it cannot write read-only; a WAL file on a
+    // read-only filesystem cannot even be read without its -shm index.
+    const auto refuse_read_only = [&] {
+      if (sqlite3_db_readonly(db, "main") != 1) return;
+      const std::string why = why_not_writable(path);
+      throw ResultsDbError("results database " + path + " is read-only (" + (why.empty() ? "SQLite opened it so" : why) +
+                           ") and this command records results in it; make it writable or pass another --db");
+    };
+    int found = kEmpty;
+    try {
+      found = recognise(db, path);
+    } catch (const ResultsDbError&) {
+      refuse_read_only();
+      throw;
+    }
+    refuse_read_only();
     use_wal(db, path);
     if (found < ResultsDb::kSchemaVersion) {
       WriteTransaction tx(db, path);
@@ -231,6 +331,37 @@ sqlite3* open_and_migrate(const std::string& path) {
       }
       tx.commit();
     }
+    check_tables(db, path);
+  } catch (...) {
+    sqlite3_close(db);
+    throw;
+  }
+  return db;
+}
+
+sqlite3* open_for_reading(const std::string& path) {
+  if (fs::is_directory(path))
+    throw InputError(path + " is a directory; pass a results database file (e.g. results.db)");
+  if (!fs::exists(path))
+    throw InputError("results database " + path + " does not exist; pass the --db file a sweep wrote");
+  int found = kEmpty;
+  sqlite3* db = open_reader(path, found);
+  if (found < ResultsDb::kSchemaVersion) {
+    // An older (or empty) file: migrated forward where it can be written,
+    // as a read-write open would; read as it is nowhere.
+    sqlite3_close(db);
+    if (const std::string why = why_not_writable(path); !why.empty()) {
+      const std::string what = found == kEmpty ? "has no ctitan tables yet (an empty database)"
+                                               : "is a results schema v" + std::to_string(found) + " file";
+      throw ResultsDbError("results database " + path + " " + what + " and this ctitan reads v" +
+                           std::to_string(ResultsDb::kSchemaVersion) + " after a migration, which cannot be written (" +
+                           why + "); copy the file somewhere writable and pass the copy, or read it with the ctitan that wrote it");
+    }
+    sqlite3_close(open_and_migrate(path));
+    db = open_reader(path, found);
+  }
+  try {
+    check_tables(db, path);
   } catch (...) {
     sqlite3_close(db);
     throw;

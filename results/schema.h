@@ -1,5 +1,6 @@
 // Opening a results database file: recognition, WAL, foreign keys, busy
-// timeout and the migration steps (schema.cpp holds the schema itself).
+// timeout, the migration steps (schema.cpp holds the schema itself) and the
+// check that every table of the schema is there.
 #pragma once
 
 #include <sqlite3.h>
@@ -12,6 +13,10 @@ namespace ctitan::results_detail {
 // ResultsDb::kSchemaVersion. InputError, with the file untouched, for a file
 // that is not a ctitan results database or is newer than this build.
 sqlite3* open_and_migrate(const std::string& path);
+// Opens an existing `path` read-only (SQLITE_OPEN_READONLY; nothing written,
+// not even the switch to WAL). An older file is migrated first where it can
+// be written, else ResultsDbError. Missing tables: ResultsDbError.
+sqlite3* open_for_reading(const std::string& path);
 
 int read_schema_version(sqlite3* db, const std::string& path);
 

@@ -1,10 +1,59 @@
 #include "results/sqlite_stmt.h"
 
+#include <filesystem>
 #include <stdexcept>
 
+#include "results/results_db.h"  // ResultsDbError
+
 namespace ctitan::results_detail {
+namespace {
+
+bool disk_nearly_full(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::space_info space = std::filesystem::space(std::filesystem::absolute(path).parent_path(), ec);
+  return !ec && space.available < (std::uintmax_t{1} << 20);
+}
+
+}  // namespace
+
+void throw_file_fault(sqlite3* db, const std::string& path) {
+  if (!db) return;
+  const int code = sqlite3_errcode(db);  // the primary code: SQLITE_IOERR for every SQLITE_IOERR_*
+  std::string sqlite = "(sqlite: ";
+  sqlite += sqlite3_errmsg(db);
+  sqlite += ")";
+  std::string line;
+  switch (code) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      line = "results database " + path + " is damaged " + sqlite + "; restore it from a copy, or recover what is left with `sqlite3 " +
+             path + " .recover | sqlite3 NEW.db` and pass NEW.db";
+      break;
+    case SQLITE_FULL:
+      line = "results database " + path + ": the disk is full " + sqlite +
+             "; the write was rolled back, so the file is consistent; free space and run the same command again";
+      break;
+    case SQLITE_READONLY:
+      line = "results database " + path + " is read-only " + sqlite +
+             " and this command writes to it; make it writable or pass another --db";
+      break;
+    case SQLITE_IOERR:
+      // A full disk shows as an I/O error where SQLite cannot grow its -shm index.
+      line = "results database " + path + (disk_nearly_full(path) ? ": the disk is full " : ": an I/O error ") + sqlite +
+             "; free space (or check the disk) and run the same command again";
+      break;
+    case SQLITE_CANTOPEN:
+      line = "cannot open results database " + path + " " + sqlite +
+             "; check that its folder exists and is writable (SQLite keeps " + path + "-wal and -shm beside it)";
+      break;
+    default:
+      return;
+  }
+  throw ResultsDbError(line);
+}
 
 void throw_sqlite(sqlite3* db, const std::string& path, const std::string& doing) {
+  throw_file_fault(db, path);
   throw std::runtime_error("results database " + path + ": " + doing + " failed: " +
                            (db ? sqlite3_errmsg(db) : "out of memory"));
 }
@@ -14,6 +63,7 @@ void exec(sqlite3* db, const std::string& path, const char* sql) {
   if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
     const std::string msg = err ? err : sqlite3_errmsg(db);
     sqlite3_free(err);
+    throw_file_fault(db, path);
     throw std::runtime_error("results database " + path + ": " + msg + " (in: " + std::string(sql).substr(0, 60) + ")");
   }
 }

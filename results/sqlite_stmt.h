@@ -1,7 +1,8 @@
 // Thin RAII over SQLite's C API for results/ only: a prepared statement with
-// bound parameters, and a write transaction. Every failure throws
-// std::runtime_error naming the database file, SQLite's message and what
-// was being done, so a caller never checks a return code.
+// bound parameters, and a write transaction. Every failure throws, so a
+// caller never checks a return code: a fault of the file (throw_file_fault)
+// as ResultsDbError, anything else as std::runtime_error naming the
+// database file, SQLite's message and what was being done.
 #pragma once
 
 #include <sqlite3.h>
@@ -13,6 +14,10 @@
 namespace ctitan::results_detail {
 
 [[noreturn]] void throw_sqlite(sqlite3* db, const std::string& path, const std::string& doing);
+// When db's last error is a fault of the file (damaged, disk full,
+// read-only, I/O error, cannot open): throws ResultsDbError, one line
+// naming the file and what to do. Otherwise returns.
+void throw_file_fault(sqlite3* db, const std::string& path);
 
 // Runs fixed SQL text (DDL, pragmas, BEGIN/COMMIT) that never contains a
 // caller's string; everything with values goes through Statement.

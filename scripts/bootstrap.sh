@@ -16,7 +16,8 @@ debs=(build-essential cmake ninja-build ccache pkg-config git
       python3 python3-venv
       nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsqlite3-dev zlib1g-dev
       libprotobuf-dev protobuf-compiler libisal-dev
-      googletest libgtest-dev libbenchmark-dev libgloo-dev chromium)
+      googletest libgtest-dev libbenchmark-dev libgloo-dev chromium
+      clang libclang-rt-14-dev)  # the fuzz targets (ctest -L fuzz; docs/fuzzing.md)
 # The `slurm` tests start their own one-node cluster from these (as root, in a
 # temporary folder; tests/slurm/slurm_cluster.h). CTITAN_SKIP_SLURM=1 leaves
 # them out (the package scripts enable system services); the tests then skip.

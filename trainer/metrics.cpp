@@ -1,5 +1,8 @@
 #include "trainer/metrics.h"
 
+#include "common/errors.h"
+#include "common/file_io.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,8 +76,10 @@ MetricsLogger::MetricsLogger(MetricsOptions opts) : opts_(std::move(opts)) {
   // First, so a folder that cannot be written stops the run before any file is touched.
   if (!opts_.tensorboard_folder.empty()) tb_ = std::make_unique<TensorBoardWriter>(opts_.tensorboard_folder);
   if (!opts_.write_files) return;
-  std::filesystem::create_directories(opts_.dump_folder);
-  jsonl_.open(std::filesystem::path(opts_.dump_folder) / "metrics.jsonl", std::ios::out | std::ios::app);
+  std::error_code ec;
+  std::filesystem::create_directories(opts_.dump_folder, ec);
+  if (ec) throw InputError(write_error_line(opts_.dump_folder, ec.value()));
+  jsonl_ = CheckedAppender((std::filesystem::path(opts_.dump_folder) / "metrics.jsonl").string());
 }
 
 MetricsLogger::~MetricsLogger() = default;  // closes the TensorBoard file (flush, fsync)
@@ -174,8 +179,7 @@ void MetricsLogger::log_interval() {
   }
   for (auto it = pending_.begin(); it != pending_.end(); ++it) j[it.key()] = it.value();
   pending_ = nlohmann::json::object();
-  jsonl_ << j.dump() << "\n";
-  jsonl_.flush();
+  jsonl_.write(j.dump() + "\n");  // a full disk ends the run with one line, not a cut-short log
   if (tb_) {
     // TorchTitan's MetricsProcessor.log tags (with lr from its extra_metrics).
     const int64_t s = last.step;
@@ -217,8 +221,7 @@ void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens, do
                               {"validation_time_s", seconds},
                               {"validation_tps", tps},
                               {"validation_mem_peak_bytes", mem.peak_bytes}};
-    jsonl_ << j.dump() << "\n";
-    jsonl_.flush();
+    jsonl_.write(j.dump() + "\n");
   }
   if (tb_) {
     // TorchTitan's MetricsProcessor.log_validation tags, and the perplexity.
@@ -271,13 +274,7 @@ nlohmann::json MetricsLogger::summary(const std::string& status) const {
 void MetricsLogger::write_summary(const std::string& status, const nlohmann::json& extra) const {
   nlohmann::json s = summary(status);
   for (auto it = extra.begin(); it != extra.end(); ++it) s[it.key()] = it.value();
-  const auto path = std::filesystem::path(opts_.dump_folder) / "summary.json";
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << s.dump(2) << "\n";
-  }
-  std::filesystem::rename(tmp, path);
+  write_file_atomic((std::filesystem::path(opts_.dump_folder) / "summary.json").string(), s.dump(2) + "\n");
 }
 
 }  // namespace ctitan

@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+
+#include "common/file_io.h"
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -107,7 +109,7 @@ class MetricsLogger {
     return opts_.hardware_flops_per_token > 0 ? opts_.hardware_flops_per_token : opts_.flops_per_token;
   }
   MetricsOptions opts_;
-  std::ofstream jsonl_;
+  CheckedAppender jsonl_;
   std::unique_ptr<TensorBoardWriter> tb_;
   std::vector<StepRecord> all_;
   std::vector<StepRecord> interval_;

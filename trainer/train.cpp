@@ -25,6 +25,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "common/errors.h"
+#include "common/file_io.h"
 #include "profiling/env_info.h"
 #include "profiling/memory.h"
 #include "profiling/profiler_session.h"
@@ -56,15 +57,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 int64_t ns_of(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-  }
-  fs::rename(tmp, path);
 }
 
 // Checks that need no model: what the run's options say of each other.
@@ -594,10 +586,10 @@ int train(const JobConfig& cfg) {
   const fs::path dump(cfg.job.dump_folder);
   if (rt.rank0()) {
     fs::create_directories(dump);
-    write_text_atomically(dump / "config.toml", to_toml(cfg));
+    write_file_atomic((dump / "config.toml").string(), to_toml(cfg));
     nlohmann::json env = environment_fingerprint();
     if (rt.device.is_cuda()) env["nccl_version"] = nccl_version();
-    write_text_atomically(dump / "env.json", env.dump(2) + "\n");
+    write_file_atomic((dump / "env.json").string(), env.dump(2) + "\n");
   }
   TrainLoop loop(cfg, rt, *tm, optimizer, *loader, checkpointer, validator, accum);
   return loop.run(step, resident_bytes);

@@ -221,7 +221,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadPublished{"RowWithoutTps", kGoodPublished + "[[published.rows]]\nstack = \"FSDP\"\n",
                      "t.toml:27: a [[published.rows]] row needs tps"},
         BadPublished{"NegativeTps", kGoodPublished + "[[published.rows]]\nstack = \"FSDP\"\ntps = -3\n",
-                     "t.toml:29: tps (tokens/s per GPU) must be a number >= 0, got -3"},
+                     "t.toml:29: tps (tokens/s per GPU) must be a number from 0 to 1e+09, got -3"},
         BadPublished{
             "PointKeyNotAConfigKey",
             kGoodPublished + "[[published.rows]]\nstack = \"FSDP\"\ntps = 1\npoint = { training.seqlen = 4 }\n",

@@ -535,8 +535,10 @@ TEST(SweepClassify, Rules) {
   EXPECT_EQ(classify(k, 60).status, "oom");
   EXPECT_EQ(classify(exited(137, "ctitan launch: rank 1 (pid 5) was killed by signal 9 (SIGKILL)"), 60).status, "oom");
   const Outcome bad = classify(exited(2, "[rank0]: ctitan: unknown model.flavor 'x'\nctitan launch: rank 0 exited"), 60);
-  EXPECT_EQ(bad.status, "infeasible");
-  EXPECT_EQ(bad.error.substr(0, bad.error.find('\n')), "the trainer rejects it: unknown model.flavor 'x'");
+  EXPECT_EQ(bad.status, "failed");  // bad input met at run time; infeasible is the planner's word only
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.error.substr(0, bad.error.find('\n')),
+            "the trainer rejected its input (exit code 2): unknown model.flavor 'x'");
   EXPECT_EQ(classify(exited(130), 60).status, "cancelled");
   const Outcome f = classify(exited(1, "line a\nctitan: internal error: boom"), 60);
   EXPECT_EQ(f.status, "failed");

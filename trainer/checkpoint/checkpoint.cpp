@@ -14,6 +14,8 @@
 #include <zlib.h>
 
 #include "common/errors.h"
+#include "common/file_io.h"
+#include "trainer/checkpoint/checkpoint_metadata.h"
 
 namespace fs = std::filesystem;
 
@@ -38,9 +40,9 @@ std::vector<int64_t> row_box(const std::vector<int64_t>& global_shape, int64_t r
 
 namespace {
 
-const char* kFormat = "ctitan-checkpoint-v3";    // pieces are boxes ("offsets")
-const char* kFormatV2 = "ctitan-checkpoint-v2";  // pieces are dim-0 row ranges ("row_offset")
-const char* kFormatV1 = "ctitan-checkpoint-v1";  // whole tensors, rank0.bin only
+// Pieces are boxes ("offsets"). v2 (dim-0 row ranges, "row_offset") and v1
+// (whole tensors, rank0.bin only) still load: checkpoint_metadata.cpp reads all three.
+const char* kFormat = "ctitan-checkpoint-v3";
 
 // The box [lo, hi) of a piece in every dimension of its global shape; a
 // scalar is a 0-d box of one element.
@@ -101,6 +103,13 @@ std::optional<int64_t> parse_step_dir(const fs::path& p) {
   }
 }
 
+// A step folder's metadata.json, read (bounded, regular file only) and checked.
+CheckpointMetadata read_metadata(const fs::path& dir) {
+  return parse_checkpoint_metadata(
+      read_file_bounded((dir / "metadata.json").string(), "checkpoint metadata", kMaxJsonBytes),
+      "checkpoint " + dir.string());
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(const CheckpointSection& cfg, const std::string& dump_folder)
@@ -132,43 +141,53 @@ TensorPieces whole_tensors(const NamedTensors& tensors) {
 
 namespace {
 
+// Runs a write of the file layer (common/file_io.h: every write checked,
+// fsync'ed, renamed into place), its one-line error prefixed with what was
+// being written: a full disk ends the save with one line, never a short shard.
+template <typename F>
+void checkpoint_write(const std::string& what, F&& write) {
+  try {
+    write();
+  } catch (const InputError& e) {
+    throw InputError("checkpoint: writing " + what + " failed: " + e.what());
+  }
+}
+
+void write_rank_files_unwrapped(const fs::path& tmp_dir, int rank, const TensorPieces& pieces,
+                                const nlohmann::json& rank_state, bool model_only) {
+  const std::string bin = "rank" + std::to_string(rank) + ".bin";
+  nlohmann::json index = nlohmann::json::array();
+  AtomicFile out((tmp_dir / bin).string());
+  int64_t offset = 0;
+  for (const auto& p : pieces) {
+    if (model_only && p.name.rfind("model.", 0) != 0) continue;
+    // A snapshot is already contiguous on the host: no ATen call on the writer thread.
+    const at::Tensor c = p.tensor.is_cpu() && p.tensor.is_contiguous() ? p.tensor : p.tensor.contiguous().cpu();
+    const auto nbytes = static_cast<int64_t>(c.nbytes());
+    out.write(std::string_view(static_cast<const char*>(c.data_ptr()), c.nbytes()));
+    index.push_back({{"name", p.name},
+                     {"dtype", c10::toString(c.scalar_type())},
+                     {"global_shape", p.global_shape},
+                     {"offsets", p.offsets.empty() ? std::vector<int64_t>(p.global_shape.size(), 0) : p.offsets},
+                     {"shape", c.sizes().vec()},
+                     {"file", bin},
+                     {"offset", offset},
+                     {"nbytes", nbytes},
+                     {"crc32", crc32(c.data_ptr(), c.nbytes())}});
+    offset += nbytes;
+  }
+  out.commit();
+  write_file_atomic((tmp_dir / ("rank" + std::to_string(rank) + ".json")).string(),
+                    nlohmann::json{{"tensors", index}, {"rank_state", rank_state}}.dump(1) + "\n");
+}
+
 // This rank's rank<R>.bin and rank<R>.json in `tmp_dir`, fsync'ed. Given
 // contiguous CPU tensors it is file I/O only, so it may run on a background
 // thread.
 void write_rank_files(const fs::path& tmp_dir, int rank, const TensorPieces& pieces, const nlohmann::json& rank_state,
                       bool model_only) {
-  const std::string bin = "rank" + std::to_string(rank) + ".bin";
-  nlohmann::json index = nlohmann::json::array();
-  {
-    std::ofstream out(tmp_dir / bin, std::ios::binary);
-    int64_t offset = 0;
-    for (const auto& p : pieces) {
-      if (model_only && p.name.rfind("model.", 0) != 0) continue;
-      // A snapshot is already contiguous on the host: no ATen call on the writer thread.
-      const at::Tensor c = p.tensor.is_cpu() && p.tensor.is_contiguous() ? p.tensor : p.tensor.contiguous().cpu();
-      const auto nbytes = static_cast<int64_t>(c.nbytes());
-      out.write(static_cast<const char*>(c.data_ptr()), nbytes);
-      index.push_back({{"name", p.name},
-                       {"dtype", c10::toString(c.scalar_type())},
-                       {"global_shape", p.global_shape},
-                       {"offsets", p.offsets.empty() ? std::vector<int64_t>(p.global_shape.size(), 0) : p.offsets},
-                       {"shape", c.sizes().vec()},
-                       {"file", bin},
-                       {"offset", offset},
-                       {"nbytes", nbytes},
-                       {"crc32", crc32(c.data_ptr(), c.nbytes())}});
-      offset += nbytes;
-    }
-    if (!out) throw std::runtime_error("checkpoint: writing " + (tmp_dir / bin).string() + " failed");
-  }
-  const fs::path rank_json = tmp_dir / ("rank" + std::to_string(rank) + ".json");
-  {
-    std::ofstream out(rank_json);
-    out << nlohmann::json{{"tensors", index}, {"rank_state", rank_state}}.dump(1) << "\n";
-    if (!out) throw std::runtime_error("checkpoint: writing " + rank_json.string() + " failed");
-  }
-  fsync_path(tmp_dir / bin);
-  fsync_path(rank_json);
+  checkpoint_write("rank " + std::to_string(rank) + "'s files",
+                   [&] { write_rank_files_unwrapped(tmp_dir, rank, pieces, rank_state, model_only); });
 }
 
 // A copy of the pieces to save that training cannot change: contiguous CPU
@@ -285,12 +304,8 @@ void Checkpointer::finish_save(PendingSave& save) {
       const nlohmann::json rank_index = nlohmann::json::parse(in);
       for (const auto& t : rank_index.at("tensors")) meta["tensors"].push_back(t);
     }
-    {
-      std::ofstream out(tmp_dir / "metadata.json");
-      out << meta.dump(1) << "\n";
-      if (!out) throw std::runtime_error("checkpoint: writing metadata in " + tmp_dir.string() + " failed");
-    }
-    fsync_path(tmp_dir / "metadata.json");
+    checkpoint_write("the metadata",
+                     [&] { write_file_atomic((tmp_dir / "metadata.json").string(), meta.dump(1) + "\n"); });
     fsync_path(tmp_dir);
     fs::remove_all(save.final_dir);
     fs::rename(tmp_dir, save.final_dir);
@@ -323,13 +338,9 @@ namespace {
 // asks for from whichever saved boxes overlap them.
 class SavedPieces {
  public:
-  SavedPieces(fs::path dir, const nlohmann::json& meta) : dir_(std::move(dir)), where_("checkpoint " + dir_.string()) {
-    for (auto t : meta.at("tensors")) {
-      if (!t.contains("global_shape")) t["global_shape"] = t.at("shape");
-      if (!t.contains("offsets"))
-        t["offsets"] = row_box(t.at("global_shape").get<std::vector<int64_t>>(), t.value("row_offset", int64_t{0}));
-      index_[t.at("name").get<std::string>()].push_back(t);
-    }
+  SavedPieces(fs::path dir, const CheckpointMetadata& meta)
+      : dir_(std::move(dir)), where_("checkpoint " + dir_.string()) {
+    for (const SavedPieceEntry& e : meta.tensors) index_[e.name].push_back(e);
   }
 
   void fill(const TensorPiece& want) {
@@ -338,11 +349,10 @@ class SavedPieces {
     if (it == index_.end())
       throw InputError(where_ + ": tensor '" + name + "' is missing (saved by a different model?); check model.flavor");
     const at::Tensor& t = want.tensor;
-    const auto& first = it->second.front();
-    if (first.at("global_shape").get<std::vector<int64_t>>() != want.global_shape ||
-        first.at("dtype").get<std::string>() != c10::toString(t.scalar_type()))
-      throw InputError(where_ + ": tensor '" + name + "' has shape/dtype " + first.at("global_shape").dump() + " " +
-                       first.at("dtype").get<std::string>() + " but the model expects " +
+    const SavedPieceEntry& first = it->second.front();
+    if (first.global_shape != want.global_shape || first.dtype != c10::toString(t.scalar_type()))
+      throw InputError(where_ + ": tensor '" + name + "' has shape/dtype " + nlohmann::json(first.global_shape).dump() +
+                       " " + message_text(first.dtype) + " but the model expects " +
                        nlohmann::json(want.global_shape).dump() + " " + c10::toString(t.scalar_type()) +
                        "; check model.flavor and training.mixed_precision_param");
     const Box want_box = make_box(want.offsets, t.sizes().vec());
@@ -351,18 +361,17 @@ class SavedPieces {
                              " offsets for a " + std::to_string(want.global_shape.size()) + "-d tensor");
     torch::NoGradGuard no_grad;
     int64_t covered = 0;
-    for (const auto& e : it->second) {
-      const auto shape = e.at("shape").get<std::vector<int64_t>>();
-      const Box saved = make_box(e.at("offsets").get<std::vector<int64_t>>(), shape);
-      const std::string in_file = "piece of '" + name + "' in " + e.at("file").get<std::string>();
-      if (saved.lo.size() != want_box.lo.size())
-        throw InputError(where_ + ": " + in_file + " has offsets of the wrong rank; delete this folder");
+    // parse_checkpoint_metadata checked every saved box against its global
+    // shape (the same for all pieces of a name), so this arithmetic is in range.
+    for (const SavedPieceEntry& e : it->second) {
+      const Box saved = make_box(e.offsets, e.shape);
+      const std::string in_file = "piece of '" + name + "' in " + message_text(e.file);
       const Box overlap = want_box.intersect(saved);
       if (overlap.volume() == 0) continue;
-      if (e.at("nbytes").get<int64_t>() != saved.volume() * t.element_size())
+      if (e.nbytes != saved.volume() * t.element_size())
         throw InputError(where_ + ": " + in_file + " has the wrong size; delete this folder");
       auto buf = read(e, name);
-      const at::Tensor src = at::from_blob(buf.data(), shape, at::TensorOptions().dtype(t.scalar_type()));
+      const at::Tensor src = at::from_blob(buf.data(), e.shape, at::TensorOptions().dtype(t.scalar_type()));
       narrow_to(t, want_box, overlap).copy_(narrow_to(src, saved, overlap));
       covered += overlap.volume();
     }
@@ -376,31 +385,32 @@ class SavedPieces {
 
  private:
   // One piece's bytes, checked against the file's size and the CRC-32.
-  std::vector<char> read(const nlohmann::json& e, const std::string& name) {
-    const std::string file = e.at("file").get<std::string>();
-    const fs::path path = dir_ / file;
+  std::vector<char> read(const SavedPieceEntry& e, const std::string& name) {
+    const std::string& file = e.file;
+    const std::string shown = message_text(file);
+    const fs::path path = confined_file(dir_, file, where_, "the entry of tensor '" + name + "'");
     if (!file_sizes_.count(file)) {
       std::error_code ec;
       const auto size = fs::file_size(path, ec);
-      if (ec) throw InputError(where_ + ": " + file + " is missing (a rank's shard); restore it or delete this folder");
+      if (ec)
+        throw InputError(where_ + ": " + shown + " is missing (a rank's shard); restore it or delete this folder");
       file_sizes_[file] = static_cast<int64_t>(size);
     }
-    const int64_t offset = e.at("offset").get<int64_t>(), nbytes = e.at("nbytes").get<int64_t>();
-    if (offset < 0 || nbytes < 0 || offset + nbytes > file_sizes_[file])
-      throw InputError(where_ + ": " + file + " is truncated at tensor '" + name + "'; restore it or delete this folder");
-    std::vector<char> buf(nbytes);
+    if (e.offset + e.nbytes > file_sizes_[file])
+      throw InputError(where_ + ": " + shown + " is truncated at tensor '" + name + "'; restore it or delete this folder");
+    std::vector<char> buf(e.nbytes);
     std::ifstream data(path, std::ios::binary);
-    data.seekg(offset);
-    data.read(buf.data(), nbytes);
-    if (!data || crc32(buf.data(), buf.size()) != e.at("crc32").get<uint32_t>())
-      throw InputError(where_ + ": checksum mismatch in " + file + " at tensor '" + name +
+    data.seekg(e.offset);
+    data.read(buf.data(), e.nbytes);
+    if (!data || crc32(buf.data(), buf.size()) != e.crc32)
+      throw InputError(where_ + ": checksum mismatch in " + shown + " at tensor '" + name +
                        "' (file corrupt); delete this folder or set checkpoint.load_step to another step");
     return buf;
   }
 
   fs::path dir_;
   std::string where_;
-  std::map<std::string, std::vector<nlohmann::json>> index_;
+  std::map<std::string, std::vector<SavedPieceEntry>> index_;
   std::map<std::string, int64_t> file_sizes_;
 };
 
@@ -430,9 +440,8 @@ fs::path Checkpointer::step_dir_to_load() const {
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const fs::path cand = fs::path(folder_) / ("step-" + std::to_string(*it));
     try {
-      std::ifstream in(cand / "metadata.json");
-      if (!nlohmann::json::parse(in).value("model_only", false)) return cand;
-    } catch (const nlohmann::json::exception&) {
+      if (!read_metadata(cand).model_only) return cand;
+    } catch (const InputError&) {
       return cand;  // reported properly by load_impl
     }
   }
@@ -443,32 +452,22 @@ std::optional<LoadedCheckpoint> Checkpointer::load_impl(const TensorPieces& piec
   const fs::path dir = step_dir_to_load();
   if (dir.empty()) return std::nullopt;
   const std::string where = "checkpoint " + dir.string();
-  nlohmann::json meta;
-  try {
-    std::ifstream in(dir / "metadata.json");
-    in >> meta;
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(where + ": metadata.json is not valid JSON (" + e.what() +
-                     "); delete this folder or set checkpoint.load_step to another step");
-  }
-  const std::string format = meta.value("format", "");
-  if (format != kFormat && format != kFormatV2 && format != kFormatV1)
-    throw InputError(where + ": unknown format '" + format + "', expected " + kFormat);
+  const CheckpointMetadata meta = read_metadata(dir);
 
   LoadedCheckpoint loaded;
-  loaded.step = meta.value("step", int64_t{0});
-  loaded.model_only = meta.value("model_only", false);
+  loaded.step = meta.step;
+  loaded.model_only = meta.model_only;
   // checkpoint.initial_load_model_only: a start from initial_load_path takes
   // the weights only (and starts at step 0).
   const bool initial = saved_steps().empty() && cfg_.load_step < 0;
   if (initial && cfg_.initial_load_model_only) loaded.model_only = true;
-  loaded.world_size = meta.value("world_size", 1);
-  loaded.train_state = meta.value("train_state", nlohmann::json::object());
+  loaded.world_size = meta.world_size;
+  loaded.train_state = meta.train_state;
   loaded.path = dir.string();
-  if (rank < loaded.world_size && fs::exists(dir / ("rank" + std::to_string(rank) + ".json"))) {
-    std::ifstream in(dir / ("rank" + std::to_string(rank) + ".json"));
-    loaded.rank_state = nlohmann::json::parse(in).value("rank_state", nlohmann::json::object());
-  }
+  const fs::path rank_file = dir / ("rank" + std::to_string(rank) + ".json");
+  if (rank < loaded.world_size && fs::exists(rank_file))
+    loaded.rank_state =
+        parse_rank_state(read_file_bounded(rank_file.string(), "checkpoint rank file", kMaxJsonBytes), where);
 
   SavedPieces saved(dir, meta);
   for (const auto& want : pieces) {

@@ -20,7 +20,10 @@
 // renamed to step-<N>: a crash leaves either the old set or the new one,
 // never a half-written step. Every tensor carries its dtype, shape, byte
 // offset and CRC-32; loading checks all of them, so a truncated or corrupt
-// file is an InputError naming the tensor, not a crash. Tensors are stored
+// file is an InputError naming the tensor, not a crash. The JSON is checked
+// whole before any tensor byte is read (checkpoint_metadata.h), and a file
+// it names must lie inside the step folder: no absolute path, no "..", no
+// symbolic link out of it. Tensors are stored
 // one per parameter name (TorchTitan FQNs), so a later loader can re-shard.
 //
 // checkpoint.async_mode "async" / "async_with_pinned_mem" (TorchTitan's):

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/file_io.h"
+#include "trainer/checkpoint/checkpoint_metadata.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/model/llama.h"
@@ -98,15 +100,8 @@ class HfFolder {
   explicit HfFolder(const fs::path& dir) : dir_(dir) {
     const fs::path index = dir / "model.safetensors.index.json";
     if (fs::exists(index)) {
-      nlohmann::json j;
-      try {
-        std::ifstream in(index);
-        j = nlohmann::json::parse(in);
-        for (const auto& [name, file] : j.at("weight_map").items()) where_[name] = file.get<std::string>();
-      } catch (const nlohmann::json::exception& e) {
-        throw InputError(index.string() + " is not a safetensors index (" + e.what() +
-                         "); it needs {\"weight_map\": {tensor: file}}");
-      }
+      where_ = parse_safetensors_index(read_file_bounded(index.string(), "safetensors index", kMaxJsonBytes),
+                                       "Hugging Face checkpoint " + dir.string());
     } else if (fs::exists(dir / "model.safetensors")) {
       open("model.safetensors");
       for (const auto& [name, _] : files_.at("model.safetensors")->entries()) where_[name] = "model.safetensors";
@@ -118,8 +113,9 @@ class HfFolder {
     for (const auto& [name, file] : where_) {
       const SafetensorsFile& f = open(file);
       if (!f.find(name))
-        throw InputError("Hugging Face checkpoint " + dir.string() + ": model.safetensors.index.json puts '" + name +
-                         "' in " + file + ", which does not hold it; re-download the checkpoint");
+        throw InputError("Hugging Face checkpoint " + dir.string() + ": model.safetensors.index.json puts '" +
+                         message_text(name) + "' in " + message_text(file) +
+                         ", which does not hold it; re-download the checkpoint");
     }
   }
 
@@ -134,10 +130,12 @@ class HfFolder {
   const SafetensorsFile& open(const std::string& file) {
     auto& f = files_[file];
     if (!f) {
-      if (!fs::exists(dir_ / file))
-        throw InputError("Hugging Face checkpoint " + dir_.string() + ": shard " + file +
+      const std::string where = "Hugging Face checkpoint " + dir_.string();
+      const fs::path path = confined_file(dir_, file, where, "model.safetensors.index.json");
+      if (!fs::exists(path))
+        throw InputError(where + ": shard " + message_text(file) +
                          " named by model.safetensors.index.json is missing; re-download the checkpoint");
-      f = std::make_unique<SafetensorsFile>((dir_ / file).string());
+      f = std::make_unique<SafetensorsFile>(path.string());
     }
     return *f;
   }
@@ -380,8 +378,8 @@ void load_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args, const 
     if (hf.find("rotary_emb.inv_freq") != std::string::npos) continue;
     const std::string fqn = fqn_of_hf(hf);
     if (fqn.empty() || !source.count(fqn))
-      throw InputError(where + ": tensor '" + hf + "' in " + file + " has no place in the model (" +
-                       std::to_string(args.n_layers) +
+      throw InputError(where + ": tensor '" + message_text(hf) + "' in " + message_text(file) +
+                       " has no place in the model (" + std::to_string(args.n_layers) +
                        " layers); the checkpoint is for another model: check model.flavor");
   }
   check_config(dir, args);

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "common/errors.h"
+#include "trainer/checkpoint/safetensors_header.h"
 
 namespace ctitan {
 namespace {
@@ -48,10 +49,14 @@ std::string safetensors_dtype_name(at::ScalarType t) {
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const std::string where = "safetensors file " + path;
   const std::string fix = "; re-export or re-download it";
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: a FIFO in place of the file must not block the open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw InputError(where + " cannot be opened (" + std::strerror(errno) + "); check the path");
   struct stat st {};
-  ::fstat(fd, &st);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw InputError(where + " is not a regular file; point at the .safetensors file itself");
+  }
   const auto file_size = static_cast<int64_t>(st.st_size);
   if (file_size < 8) {
     ::close(fd);
@@ -65,59 +70,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     throw InputError(where + " cannot be mapped (" + std::strerror(errno) + ")");
   }
   try {
-    const auto* bytes = static_cast<const unsigned char*>(map_);
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
-    if (header_len > static_cast<uint64_t>(file_size - 8))
-      throw InputError(where + ": header length " + std::to_string(header_len) + " runs past the end of the file (" +
-                       std::to_string(file_size) + " bytes)" + fix);
-    data_start_ = 8 + static_cast<int64_t>(header_len);
-    const int64_t data_size = file_size - data_start_;
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(bytes + 8, bytes + data_start_);
-    } catch (const nlohmann::json::exception&) {
-      throw InputError(where + ": the header is not JSON" + fix);
-    }
-    if (!header.is_object()) throw InputError(where + ": the header is not a JSON object" + fix);
-    for (const auto& [name, e] : header.items()) {
-      if (name == "__metadata__") {
-        metadata_ = e;
-        continue;
-      }
-      const std::string tensor = where + ", tensor '" + name + "': ";
-      try {
-        const std::string dtype_name = e.at("dtype").get<std::string>();
-        const auto dtype = safetensors_dtype(dtype_name);
-        if (!dtype) throw InputError(tensor + "unknown dtype '" + dtype_name + "'" + fix);
-        Entry entry{*dtype, e.at("shape").get<std::vector<int64_t>>(), 0, 0};
-        const auto offsets = e.at("data_offsets").get<std::vector<int64_t>>();
-        if (offsets.size() != 2) throw InputError(tensor + "data_offsets must hold 2 numbers" + fix);
-        entry.begin = offsets[0];
-        entry.end = offsets[1];
-        if (entry.begin < 0 || entry.end < entry.begin || entry.end > data_size)
-          throw InputError(tensor + "data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
-                           "] run past the end of the file (" + std::to_string(data_size) + " data bytes)" + fix);
-        const int64_t numel = checked_numel(entry.shape);
-        const int64_t elem = static_cast<int64_t>(c10::elementSize(*dtype));
-        if (numel < 0 || numel > INT64_MAX / elem || entry.end - entry.begin != numel * elem)
-          throw InputError(tensor + "data_offsets hold " + std::to_string(entry.end - entry.begin) +
-                           " bytes but shape " + nlohmann::json(entry.shape).dump() + " x " + dtype_name + " needs " +
-                           (numel < 0 ? std::string("an invalid size") : std::to_string(numel * elem)) + fix);
-        entries_.emplace(name, std::move(entry));
-      } catch (const nlohmann::json::exception&) {
-        throw InputError(tensor + "needs dtype, shape and data_offsets" + fix);
-      }
-    }
-    std::vector<std::pair<int64_t, const std::string*>> by_begin;
-    for (const auto& [name, e] : entries_)
-      if (e.end > e.begin) by_begin.emplace_back(e.begin, &name);
-    std::sort(by_begin.begin(), by_begin.end());
-    for (size_t i = 1; i < by_begin.size(); ++i) {
-      const Entry& prev = entries_.at(*by_begin[i - 1].second);
-      if (by_begin[i].first < prev.end)
-        throw InputError(where + ", tensor '" + *by_begin[i].second + "': data_offsets overlap tensor '" +
-                         *by_begin[i - 1].second + "'" + fix);
+    SafetensorsHeader header = parse_safetensors_header(static_cast<const unsigned char*>(map_), map_size_, where);
+    data_start_ = header.data_start;
+    metadata_ = std::move(header.metadata);
+    for (auto& [name, e] : header.entries) {
+      const auto dtype = safetensors_dtype(e.dtype);
+      if (!dtype) throw std::logic_error("safetensors: dtype " + e.dtype + " has a size but no ATen type");
+      entries_.emplace(name, Entry{*dtype, std::move(e.shape), e.begin, e.end});
     }
   } catch (...) {
     ::munmap(map_, map_size_);

@@ -5,12 +5,15 @@
 #include <toml++/toml.h>
 
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "common/errors.h"
+#include "common/file_io.h"
 #include "trainer/config/config_registry.h"
 
 namespace ctitan {
@@ -121,6 +124,29 @@ Value from_toml(const toml::node& n, const FieldSpec& f, const Value& want,
   type_error(where, f, want, describe(n));
 }
 
+// Every number a config holds is range-checked where it is read, before any
+// arithmetic sees it: no key means anything beyond ±1e12 (steps, sizes,
+// seeds, seconds, rates), and inf/nan are never meant. Which values a key
+// takes (steps > 0, ...) is validate()'s, with its own message.
+constexpr double kNumberLimit = 1e12;
+
+void check_number(const FieldSpec& f, double v, bool integer, const std::string& where) {
+  if (std::isfinite(v) && std::abs(v) <= kNumberLimit) return;
+  std::ostringstream line;
+  line << f.key << " = " << v << " is out of range; use " << (integer ? "an integer" : "a finite number")
+       << " between -1e12 and 1e12";
+  fail(where, line.str());
+}
+
+Value checked(const FieldSpec& f, Value v, const std::string& where) {
+  if (const auto* i = std::get_if<int64_t>(&v)) check_number(f, static_cast<double>(*i), true, where);
+  if (const auto* d = std::get_if<double>(&v)) check_number(f, *d, false, where);
+  if (const auto* oi = std::get_if<std::optional<int64_t>>(&v); oi && *oi)
+    check_number(f, static_cast<double>(**oi), true, where);
+  if (const auto* od = std::get_if<std::optional<double>>(&v); od && *od) check_number(f, **od, false, where);
+  return v;
+}
+
 std::string where_of(const std::string& path, const toml::source_region& src) {
   return path + ":" + std::to_string(src.begin.line);
 }
@@ -143,34 +169,49 @@ void walk(const toml::table& t, const std::string& prefix, const std::string& pa
       continue;
     }
     if (!f) fail(where, "unknown key '" + key + "'; did you mean '" + nearest_key(key) + "'?");
-    f->set(cfg, from_toml(node, *f, f->get(cfg), where));
+    f->set(cfg, checked(*f, from_toml(node, *f, f->get(cfg), where), where));
     seen[key] = where;
   }
 }
 
 }  // namespace
 
-void load_toml_into(JobConfig& cfg, const std::string& path, Origins* origins) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("", "cannot open config file '" + path + "': " + std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
+void load_toml_text_into(JobConfig& cfg, const std::string& text, const std::string& path, Origins* origins) {
+  try {
+    check_toml_nesting(text, path);
+  } catch (const InputError& e) {
+    fail("", e.what());
+  }
   toml::table root;
   try {
-    root = toml::parse(text.str(), path);
+    root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     std::string what(e.description());
-    for (char& c : what) c = (c == '\n') ? ' ' : c;  // keep the error on one line
+    for (char& c : what) c = (c == '\n' || c == '\r') ? ' ' : c;  // keep the error on one line
     const auto& b = e.source().begin;
     fail(path + ":" + std::to_string(b.line) + ":" + std::to_string(b.column),
          "invalid TOML: " + what);
   }
+  // Comments alone are as empty as no bytes: never "all defaults".
+  if (root.empty()) fail(path, "the config sets no keys; an empty config is an error, not a request for defaults");
   Origins seen;
   walk(root, "", path, cfg, seen);
   if (!seen.count("job.config_file")) cfg.job.config_file = path;
   if (origins) {
     for (auto& [k, v] : seen) (*origins)[k] = v;
   }
+}
+
+void load_toml_into(JobConfig& cfg, const std::string& path, Origins* origins) {
+  std::string text;
+  try {
+    // A config with nothing in it is an error, never "all defaults": a file
+    // truncated by a full disk must not train a different model.
+    text = read_file_bounded(path, "config file", kMaxConfigBytes, /*allow_empty=*/false);
+  } catch (const InputError& e) {
+    fail("", e.what());
+  }
+  load_toml_text_into(cfg, text, path, origins);
 }
 
 void set_from_string(JobConfig& cfg, const FieldSpec& f, const std::string& text,
@@ -196,9 +237,9 @@ void set_from_string(JobConfig& cfg, const FieldSpec& f, const std::string& text
       long long v = std::strtoll(text.c_str(), &end, 10);
       if (text.empty() || *end != '\0' || errno == ERANGE) type_error(where, f, want, got);
       if (want.index() == 1) {
-        f.set(cfg, static_cast<int64_t>(v));
+        f.set(cfg, checked(f, static_cast<int64_t>(v), where));
       } else {
-        f.set(cfg, std::optional<int64_t>(v));
+        f.set(cfg, checked(f, std::optional<int64_t>(v), where));
       }
       return;
     }
@@ -216,9 +257,9 @@ void set_from_string(JobConfig& cfg, const FieldSpec& f, const std::string& text
       double v = std::strtod(text.c_str(), &end);
       if (text.empty() || *end != '\0' || errno == ERANGE) type_error(where, f, want, got);
       if (want.index() == 2) {
-        f.set(cfg, v);
+        f.set(cfg, checked(f, v, where));
       } else {
-        f.set(cfg, std::optional<double>(v));
+        f.set(cfg, checked(f, std::optional<double>(v), where));
       }
       return;
     }
@@ -238,6 +279,12 @@ JobConfig load_toml_file(const std::string& path) {
   config::load_toml_into(cfg, path, &origins);
   config::validate_with_origins(cfg, origins);
   return cfg;
+}
+
+void load_toml_text_into(JobConfig& cfg, const std::string& text, const std::string& where) {
+  config::Origins origins;
+  config::load_toml_text_into(cfg, text, where, &origins);
+  config::validate_with_origins(cfg, origins);
 }
 
 std::string to_toml(const JobConfig& cfg) {

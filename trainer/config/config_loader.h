@@ -45,6 +45,10 @@ JobConfig parse_job_config(const std::vector<std::string>& args);
 // to_toml keeps naming the recipe it came from).
 JobConfig load_toml_file(const std::string& path);
 
+// `text` (a TOML document; `where` names it in errors) applied over `cfg`,
+// then the whole config validated — load_toml_file without the file.
+void load_toml_text_into(JobConfig& cfg, const std::string& text, const std::string& where);
+
 // The resolved config as TOML, every key, sections in TorchTitan's order.
 // load_toml_file on this text yields a config equal to `cfg`. An unset
 // optional (lr_scheduler.decay_ratio) is written as a comment.

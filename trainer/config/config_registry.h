@@ -82,7 +82,9 @@ std::string nearest_section(const std::string& unknown);
 using Origins = std::map<std::string, std::string>;
 
 // The pieces the public API in config_loader.h is built from.
+// The file must be a regular, non-empty file (config error otherwise).
 void load_toml_into(JobConfig& cfg, const std::string& path, Origins* origins);
+void load_toml_text_into(JobConfig& cfg, const std::string& text, const std::string& where, Origins* origins);
 void set_from_string(JobConfig& cfg, const FieldSpec& f, const std::string& text,
                      const std::string& where);
 void validate_with_origins(const JobConfig& cfg, const Origins& origins);

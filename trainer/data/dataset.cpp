@@ -1,8 +1,10 @@
 // make_data_loader and the helpers every loader shares.
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "common/errors.h"
+#include "common/file_io.h"
 #include "trainer/data/loaders.h"
 
 namespace ctitan {
@@ -16,7 +18,11 @@ std::vector<std::string> list_data_files(const std::string& path,
   std::error_code ec;
   if (path.empty()) throw InputError("training.dataset_path is empty: " + hint);
   if (!fs::exists(path, ec)) throw InputError(path + ": no such file or folder: " + hint);
-  if (!fs::is_directory(path, ec)) return {path};
+  if (!fs::is_directory(path, ec)) {
+    // A FIFO or a device would block or never end: only regular files are data.
+    check_regular_file(path, "dataset file", std::numeric_limits<std::uintmax_t>::max());
+    return {path};
+  }
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     if (!entry.is_regular_file(ec)) continue;

@@ -12,6 +12,7 @@
 // Position = (file, byte offset of the current chunk, tokens of it already
 // used, epoch, windows passed): resuming re-reads and re-tokenizes one
 // chunk, so the state stays small.
+#include <cstdio>
 #include <fstream>
 #include <istream>
 
@@ -213,11 +214,29 @@ class TextLoader : public DataLoader {
       want *= 2;  // no safe cut yet: read more
     }
     if (offset_ == 0 && cut == 0 && at_eof_) return;  // empty file: no document
+    check_text(std::string_view(text).substr(0, cut));
     if (offset_ == 0 && tok_.bos_id() >= 0) chunk_.push_back(tok_.bos_id());
     tok_.encode_append(std::string_view(text).substr(0, cut), chunk_);
     if (at_eof_ && tok_.eos_id() >= 0) chunk_.push_back(tok_.eos_id());
     next_offset_ = offset_ + cut;
     next_line_ = 0;
+  }
+
+  // .txt data is UTF-8 text: a NUL or an ill-formed byte means a binary file
+  // (a token file, an archive) named as text, which would train on noise.
+  void check_text(std::string_view text) const {
+    for (size_t i = 0; i < text.size();) {
+      size_t len = 1;
+      const unsigned char b = static_cast<unsigned char>(text[i]);
+      if (b != 0 && (b < 0x80 || decode_utf8(text, i, len) != kInvalidCodePoint)) {
+        i += len;
+        continue;
+      }
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "0x%02x", b);
+      throw InputError(files_[file_] + ": byte " + std::to_string(offset_ + i) + " (" + hex +
+                       ") is not UTF-8 text; a .txt dataset must be UTF-8 text (token files go in .bin)");
+    }
   }
 
   void load_jsonl_chunk() {

@@ -45,6 +45,15 @@ class Tokenizer {
  public:
   // A tokenizer.json file, or a folder holding one. Throws InputError.
   static Tokenizer from_file(const std::string& path_to_tokenizer_json_or_folder);
+  // The same from the text of a tokenizer.json; `path` names it in messages.
+  // `config_json`, when given, is the text of the tokenizer_config.json
+  // beside it, named `config_path`. Token ids are limited to kMaxTokenId.
+  static Tokenizer from_json_text(const std::string& json_text, const std::string& path,
+                                  const std::string* config_json = nullptr, const std::string& config_path = "");
+  // The largest token id ctitan reads: ids index dense tables (2^22, 16x
+  // the largest public vocabularies), so a stray huge id is an error, not a
+  // huge allocation.
+  static constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
 
   // Token ids of `text`; added/special tokens written in the text are
   // recognised; no BOS/EOS is added. Not thread-safe (per-word cache).
@@ -84,7 +93,7 @@ class Tokenizer {
   void load(const nlohmann::json& j);
   void load_model(const nlohmann::json& model);
   void load_pre_tokenizer(const nlohmann::json& pre);
-  void load_config(const std::string& config_path);
+  void load_config(const std::string& config_json, const std::string& config_path);
   void add_token(const AddedToken& t);
   void set_id(int64_t id, const std::string& token);
   void finish(bool guess_bos_eos);

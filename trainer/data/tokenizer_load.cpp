@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/file_io.h"
 #include "trainer/data/tokenizer.h"
 
 namespace ctitan {
@@ -16,20 +17,38 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string read_file(const std::string& path, const std::string& shown) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw InputError(shown + ": cannot read (" + std::strerror(errno) +
-                     "): check the path and permissions");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// A string from the file fit for a one-line message: control characters as
+// \xNN, cut to `max_chars` (a token can hold anything, newlines included).
+std::string shown(std::string_view s, size_t max_chars = 80) {
+  std::string out;
+  for (const char c : s.substr(0, max_chars)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  if (s.size() > max_chars) out += "...";
+  return out;
 }
 
 // Parses JSON; a syntax error becomes "path:line:col: not valid JSON (...)".
+// Nesting is bounded: nothing in a tokenizer is deeper than a few levels,
+// and dump() (used in messages) recurses.
 json parse_json(const std::string& text, const std::string& path) {
+  constexpr int kMaxDepth = 64;
+  struct TooDeep {};
   try {
-    return json::parse(text);
+    return json::parse(text, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth) throw TooDeep{};
+      return true;
+    });
+  } catch (const TooDeep&) {
+    throw InputError(path + ": JSON nested deeper than " + std::to_string(kMaxDepth) +
+                     " levels: not a Hugging Face tokenizer file");
   } catch (const json::parse_error& e) {
     size_t line = 1, col = 1;
     for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
@@ -42,7 +61,10 @@ json parse_json(const std::string& text, const std::string& path) {
     std::string why = e.what();
     if (const size_t p = why.find(": "); p != std::string::npos) why = why.substr(p + 2);
     throw InputError(path + ":" + std::to_string(line) + ":" + std::to_string(col) +
-                     ": not valid JSON (" + why + "): re-export it with tokenizers' save()");
+                     ": not valid JSON (" + shown(why, 200) + "): re-export it with tokenizers' save()");
+  } catch (const json::exception& e) {  // a number out of range (1e400)
+    throw InputError(path + ": not valid JSON (" + shown(e.what(), 200) +
+                     "): re-export it with tokenizers' save()");
   }
 }
 
@@ -85,21 +107,28 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
                      ": no such file: pass a tokenizer.json or a folder holding one (e.g. "
                      "--model.hf_assets_path)");
   }
-  Tokenizer t;
-  t.path_ = file;
-  const json j = parse_json(read_file(file, file), file);
+  const std::string text = read_file_bounded(file, "tokenizer", kMaxJsonBytes);
   const fs::path config = fs::path(file).parent_path() / "tokenizer_config.json";
-  const bool has_config = fs::exists(config, ec);
+  if (!fs::exists(config, ec)) return from_json_text(text, file);
+  const std::string config_text = read_file_bounded(config.string(), "tokenizer config", kMaxJsonBytes);
+  return from_json_text(text, file, &config_text, config.string());
+}
+
+Tokenizer Tokenizer::from_json_text(const std::string& json_text, const std::string& path,
+                                    const std::string* config_json, const std::string& config_path) {
+  Tokenizer t;
+  t.path_ = path;
+  const json j = parse_json(json_text, path);
   try {
     t.load(j);
-    if (has_config) t.load_config(config.string());
+    if (config_json) t.load_config(*config_json, config_path);
   } catch (const json::exception& e) {
     // A field of the wrong JSON type: nlohmann names the type, not the key,
     // so point at the file and the library's description.
-    t.fail(std::string("unexpected JSON structure (") + e.what() +
+    t.fail(std::string("unexpected JSON structure (") + shown(e.what(), 200) +
            "): is this a Hugging Face tokenizer.json?");
   }
-  t.finish(/*guess_bos_eos=*/!has_config);
+  t.finish(/*guess_bos_eos=*/config_json == nullptr);
   return t;
 }
 
@@ -118,7 +147,7 @@ void Tokenizer::load(const json& j) {
     fail("no \"model\" object: not a Hugging Face tokenizer.json");
   load_model(j.at("model"));
   if (j.contains("normalizer") && !j.at("normalizer").is_null()) {
-    fail("unsupported normalizer \"" + j.at("normalizer").value("type", std::string("?")) +
+    fail("unsupported normalizer \"" + shown(j.at("normalizer").value("type", std::string("?"))) +
          "\": ctitan reads tokenizers without a normalizer (GPT-2 / Llama-3 style)");
   }
   load_pre_tokenizer(j.contains("pre_tokenizer") ? j.at("pre_tokenizer") : json());
@@ -126,7 +155,7 @@ void Tokenizer::load(const json& j) {
   if (decoder.is_null()) {
     decoder_byte_level_ = false;
   } else if (decoder.value("type", std::string()) != "ByteLevel") {
-    fail("unsupported decoder \"" + decoder.value("type", std::string("?")) +
+    fail("unsupported decoder \"" + shown(decoder.value("type", std::string("?"))) +
          "\": expected ByteLevel");
   }
   if (j.contains("added_tokens") && !j.at("added_tokens").is_null()) {
@@ -139,7 +168,7 @@ void Tokenizer::load(const json& j) {
 void Tokenizer::load_model(const json& m) {
   const std::string type = m.value("type", std::string("BPE"));
   if (type != "BPE")
-    fail("unsupported model type \"" + type + "\": ctitan reads byte-level BPE tokenizers only");
+    fail("unsupported model type \"" + shown(type) + "\": ctitan reads byte-level BPE tokenizers only");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (m.contains(key) && !m.at(key).is_null() && !m.at(key).get<std::string>().empty()) {
       fail(std::string("unsupported BPE option ") + key +
@@ -152,8 +181,11 @@ void Tokenizer::load_model(const json& m) {
   if (!m.contains("vocab") || !m.at("vocab").is_object())
     fail("model.vocab must be an object {token: id}");
   for (const auto& [token, id] : m.at("vocab").items()) {
-    const int64_t v = id.get<int64_t>();
-    if (v < 0) fail("model.vocab[\"" + token + "\"] has negative id " + std::to_string(v));
+    const bool integer = id.is_number_integer() && (id.is_number_unsigned() || id.get<int64_t>() >= 0);
+    if (!integer || id.get<uint64_t>() > static_cast<uint64_t>(kMaxTokenId))
+      fail("model.vocab[\"" + shown(token) + "\"] has id " + shown(id.dump(), 40) + ", not an integer in 0.." +
+           std::to_string(kMaxTokenId) + ": re-export the tokenizer with tokenizers' save()");
+    const auto v = static_cast<int64_t>(id.get<uint64_t>());
     vocab_[token] = v;
     set_id(v, token);
   }
@@ -163,7 +195,7 @@ void Tokenizer::load_model(const json& m) {
   if (m.contains("unk_token") && m.at("unk_token").is_string()) {
     const auto it = vocab_.find(m.at("unk_token").get<std::string>());
     if (it == vocab_.end())
-      fail("model.unk_token \"" + m.at("unk_token").get<std::string>() + "\" is not in the vocab");
+      fail("model.unk_token \"" + shown(m.at("unk_token").get<std::string>()) + "\" is not in the vocab");
     unk_id_ = it->second;
   }
   const json merges = m.contains("merges") ? m.at("merges") : json::array();
@@ -175,7 +207,7 @@ void Tokenizer::load_model(const json& m) {
       if (s.rfind("#version", 0) == 0) continue;
       const size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        fail("model.merges[" + std::to_string(rank) + "] = \"" + s +
+        fail("model.merges[" + std::to_string(rank) + "] = \"" + shown(s) +
              "\" is not two tokens separated by one space");
       }
       a = s.substr(0, sp), b = s.substr(sp + 1);
@@ -186,7 +218,7 @@ void Tokenizer::load_model(const json& m) {
     }
     const auto ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(a + b);
     if (ia == vocab_.end() || ib == vocab_.end() || iab == vocab_.end()) {
-      fail("model.merges[" + std::to_string(rank) + "] (\"" + a + "\", \"" + b +
+      fail("model.merges[" + std::to_string(rank) + "] (\"" + shown(a) + "\", \"" + shown(b) +
            "\") uses a token missing from the vocab");
     }
     // Like HF, a repeated pair keeps its last rank.
@@ -218,7 +250,7 @@ void Tokenizer::load_pre_tokenizer(const json& pre) {
       const std::string regex =
           pat.contains("Regex") ? pat.at("Regex").get<std::string>() : std::string();
       if (regex.empty() || !split_pattern_from_regex(regex, s.pattern)) {
-        fail("unsupported Split pattern " + pat.dump() +
+        fail("unsupported Split pattern " + shown(pat.dump(), 200) +
              ": ctitan knows the GPT-2 and Llama-3 patterns");
       }
       if (p.value("behavior", std::string()) != "Isolated" || p.value("invert", false)) {
@@ -226,7 +258,7 @@ void Tokenizer::load_pre_tokenizer(const json& pre) {
       }
       s.split = true;
     } else {
-      fail("unsupported pre_tokenizer \"" + type +
+      fail("unsupported pre_tokenizer \"" + shown(type) +
            "\": ctitan reads byte-level BPE (ByteLevel, Split)");
     }
     if (s.split || s.add_prefix_space) stages_.push_back(s);
@@ -235,8 +267,8 @@ void Tokenizer::load_pre_tokenizer(const json& pre) {
     fail("pre_tokenizer has no ByteLevel step: ctitan reads byte-level BPE tokenizers only");
 }
 
-void Tokenizer::load_config(const std::string& config_path) {
-  const json c = parse_json(read_file(config_path, config_path), config_path);
+void Tokenizer::load_config(const std::string& config_json, const std::string& config_path) {
+  const json c = parse_json(config_json, config_path);
   if (!c.is_object()) throw InputError(config_path + ": expected a JSON object");
   if (c.contains("added_tokens_decoder")) {
     // Keys are ids, but like transformers ctitan adds the tokens in id order
@@ -246,7 +278,7 @@ void Tokenizer::load_config(const std::string& config_path) {
       char* end = nullptr;
       const long long id = std::strtoll(key.c_str(), &end, 10);
       if (key.empty() || *end != '\0') {
-        throw InputError(config_path + ": added_tokens_decoder key \"" + key +
+        throw InputError(config_path + ": added_tokens_decoder key \"" + shown(key) +
                          "\" is not a token id");
       }
       by_id.emplace_back(id, a);
@@ -262,7 +294,7 @@ void Tokenizer::load_config(const std::string& config_path) {
     const std::string content = token_content(c.at(key));
     const int64_t id = token_to_id(content);
     if (id < 0)
-      throw InputError(config_path + ": " + key + " \"" + content +
+      throw InputError(config_path + ": " + key + " \"" + shown(content) +
                        "\" is neither an added token nor in the vocab");
     return id;
   };

@@ -2,6 +2,8 @@
 // seq % capacity holds entry seq, so end() finds its entry without a search
 // and an entry already overwritten by newer ones is simply gone.
 #include "trainer/dist/flight_recorder.h"
+#include "common/errors.h"
+#include "common/file_io.h"
 
 #include <unistd.h>
 
@@ -126,15 +128,10 @@ std::string FlightRecorder::dump() const {
 
   // Temp file + rename: a reader (or a rank killed mid-dump) never sees half a file.
   const std::filesystem::path path(dump_path_);
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << doc.dump(1) << '\n';
-    out.close();
-    if (!out) throw std::runtime_error("flight recorder: cannot write " + tmp.string());
-  }
-  std::filesystem::rename(tmp, path);
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) throw InputError(write_error_line(path.parent_path().string(), ec.value()));
+  write_file_atomic(path.string(), doc.dump(1) + "\n");
   return path.string();
 }
 

@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "common/errors.h"
+#include "common/file_io.h"
 #include "trainer/tensorboard/event.pb.h"  // generated from event.proto
 
 namespace ctitan {
@@ -159,11 +160,7 @@ int TensorBoardWriter::write_pending() {
 void TensorBoardWriter::flush() {
   if (fd_ < 0) return;
   if (const int err = write_pending(); err != 0) {
-    std::string msg = "cannot write TensorBoard event file ";
-    msg += path_;
-    msg += ": ";
-    msg += std::strerror(err);
-    throw std::runtime_error(msg);
+    throw InputError(write_error_line(path_, err));
   }
 }
 
@@ -175,11 +172,7 @@ void TensorBoardWriter::close() {
   ::close(fd_);
   fd_ = -1;
   if (fsync_rc != 0) {
-    std::string msg = "cannot sync TensorBoard event file ";
-    msg += path_;
-    msg += ": ";
-    msg += std::strerror(fsync_errno);
-    throw std::runtime_error(msg);
+    throw InputError(write_error_line(path_, fsync_errno));
   }
 }
 

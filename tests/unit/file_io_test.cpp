@@ -1,0 +1,148 @@
+// The file layer (common/file_io.h): checked atomic writes on a really full
+// filesystem (a small tmpfs; skipped where mounting is refused), reads that
+// refuse what is not a regular file or is too large, and the TOML nesting
+// bound checked on text.
+#include "common/file_io.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/errors.h"
+#include "tests/integration/small_fs.h"
+
+namespace fs = std::filesystem;
+using ctitan::InputError;
+using ctitan::testing::SmallFs;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::path(::testing::TempDir()) / ("ctitan_fileio_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// The one line an InputError carries, or "" when `f` does not throw one.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(FileIo, AtomicWriteOnAFullDiskIsOneLineAndKeepsTheOldFile) {
+  SmallFs small(1u << 20);
+  if (!small.ok()) GTEST_SKIP() << small.skip_reason();
+  const std::string path = small.dir() + "/point.toml";
+  ctitan::write_file_atomic(path, "old = 1\n");
+  small.fill();
+  const std::string err = error_of([&] { ctitan::write_file_atomic(path, std::string(64 << 10, 'x')); });
+  EXPECT_NE(err.find("No space left on device"), std::string::npos) << err;
+  EXPECT_NE(err.find("free space"), std::string::npos) << err;
+  EXPECT_EQ(err.find('\n'), std::string::npos);
+  EXPECT_EQ(slurp(path), "old = 1\n");
+  for (const auto& e : fs::directory_iterator(small.dir()))  // no temporary left behind
+    EXPECT_TRUE(e.path().filename() == "point.toml" || e.path().filename() == "filler") << e.path();
+  small.release();
+  ctitan::write_file_atomic(path, "new = 2\n");
+  EXPECT_EQ(slurp(path), "new = 2\n");
+}
+
+TEST(FileIo, AtomicFileInPiecesAndAppenderReportAFullDisk) {
+  SmallFs small(1u << 20);
+  if (!small.ok()) GTEST_SKIP() << small.skip_reason();
+  small.fill(16 << 10);
+  {
+    ctitan::AtomicFile f(small.dir() + "/shard.bin");
+    const std::string err = error_of([&] {
+      for (int i = 0; i < 64; ++i) f.write(std::string(4096, 'y'));
+      f.commit();
+    });
+    EXPECT_NE(err.find("shard.bin"), std::string::npos) << err;
+  }
+  EXPECT_FALSE(fs::exists(small.dir() + "/shard.bin"));
+  ctitan::CheckedAppender log(small.dir() + "/metrics.jsonl");
+  const std::string err = error_of([&] {
+    for (int i = 0; i < 64; ++i) log.write(std::string(4096, 'z') + "\n");
+  });
+  EXPECT_NE(err.find("metrics.jsonl"), std::string::npos) << err;
+}
+
+TEST(FileIo, AppenderAppendsUnlessAskedToTruncate) {
+  const fs::path d = scratch("append");
+  {
+    ctitan::CheckedAppender a((d / "log").string());
+    a.write("one\n");
+  }
+  {
+    ctitan::CheckedAppender a((d / "log").string());
+    a.write("two\n");
+  }
+  EXPECT_EQ(slurp(d / "log"), "one\ntwo\n");
+  {
+    ctitan::CheckedAppender a((d / "log").string(), /*truncate=*/true);
+    a.write("three\n");
+  }
+  EXPECT_EQ(slurp(d / "log"), "three\n");
+}
+
+TEST(FileIo, ReadsOnlyRegularFilesOfBoundedSize) {
+  const fs::path d = scratch("read");
+  std::ofstream(d / "ok.toml") << "a = 1\n";
+  std::ofstream(d / "empty.toml");
+  std::ofstream(d / "blank.toml") << "\n \t\n";
+  std::ofstream(d / "big") << std::string(2000, 'b');
+  fs::create_directory(d / "dir");
+  ASSERT_EQ(mkfifo((d / "fifo").c_str(), 0644), 0);
+  EXPECT_EQ(ctitan::read_file_bounded((d / "ok.toml").string(), "config file", 100), "a = 1\n");
+  EXPECT_EQ(ctitan::read_file_bounded((d / "empty.toml").string(), "config file", 100), "");
+  const auto err = [&](const std::string& p, bool allow_empty = true) {
+    return error_of([&] { ctitan::read_file_bounded(p, "config file", 1000, allow_empty); });
+  };
+  EXPECT_NE(err((d / "empty.toml").string(), false).find("is empty"), std::string::npos);
+  EXPECT_NE(err((d / "blank.toml").string(), false).find("is empty"), std::string::npos);
+  EXPECT_NE(err((d / "dir").string()).find("is a directory"), std::string::npos);
+  EXPECT_NE(err((d / "fifo").string()).find("is a FIFO"), std::string::npos);  // returns, does not block
+  EXPECT_NE(err("/dev/zero").find("is a character device"), std::string::npos);
+  EXPECT_NE(err((d / "big").string()).find("2000 bytes, more than the 1000"), std::string::npos);
+  EXPECT_NE(err((d / "missing").string()).find("No such file or directory"), std::string::npos);
+}
+
+TEST(FileIo, TomlNestingIsBoundedOnTheText) {
+  const auto depth_error = [](const std::string& text, int max = 4) {
+    return error_of([&] { ctitan::check_toml_nesting(text, "t.toml", max); });
+  };
+  // Within the bound: a real recipe's shapes.
+  EXPECT_EQ(depth_error("[a.b.c]\nx = [[1, 2], [3]]\ny = {p = 1, q.r = 2}\n"), "");
+  EXPECT_EQ(depth_error("[[a.b]]\nx.y.z = 1\n"), "");
+  // Dots, brackets and braces inside strings and comments do not count.
+  EXPECT_EQ(depth_error("s = \"[[[[[[.....{{{{\"\nt = '[[[[.....'\n# [[[[[[.....\n"), "");
+  EXPECT_EQ(depth_error("m = \"\"\"\n[[[[[[\n.....\n\"\"\"\nn = '''[[[[[''' \n\"a.b.c.d.e\" = 1\n"), "");
+  EXPECT_EQ(depth_error("e = \"quote \\\" [[[[[[ \"\n"), "");
+  // Beyond it, each way of nesting, with the line.
+  EXPECT_NE(depth_error("[a.b.c.d.e]\n").find("t.toml:1: TOML nested more than 4"), std::string::npos);
+  EXPECT_NE(depth_error("ok = 1\na.b.c.d.e = 1\n").find("t.toml:2:"), std::string::npos);
+  EXPECT_NE(depth_error("x = [[[[[1]]]]]\n"), "");
+  EXPECT_NE(depth_error("x = [\n [\n  [\n   [\n    [1]]]]]\n").find("t.toml:5:"), std::string::npos);
+  EXPECT_NE(depth_error("x = {a = {b = {c = {d = {e = 1}}}}}\n"), "");
+  EXPECT_NE(depth_error("x = {a.b.c.d = 1}\n"), "");
+  // The default bound takes every recipe the project ships.
+  for (const auto& e : fs::recursive_directory_iterator(fs::path(std::getenv("CTITAN_SOURCE_DIR") ? std::getenv("CTITAN_SOURCE_DIR") : ".") / "recipes")) {
+    if (e.path().extension() != ".toml") continue;
+    EXPECT_EQ(error_of([&] { ctitan::check_toml_nesting(slurp(e.path()), e.path().string()); }), "") << e.path();
+  }
+}
