@@ -2,23 +2,47 @@
 # folder (ctitan_library), tests and benchmarks through ctitan_test /
 # ctitan_benchmark, one precompiled header for <torch/torch.h> shared by all.
 
-# LibTorch comes from the project's virtual environment (PyPI's torch wheel).
+# LibTorch comes from a Python's torch wheel: CTITAN_TORCH_PYTHON (a CMake
+# cache variable or the environment variable of that name; a GPU node's own
+# Python, say) or else the project's virtual environment (scripts/bootstrap.sh).
+# torch 2.11 through 2.15 are supported (scripts/check_torch.sh VERSION builds
+# and unit-tests against another one; docs/libtorch.md); an older one is one
+# configure-time line.
 # The wheel's CUDA libraries live in site-packages/nvidia/*/lib and carry no
 # RUNPATH of their own (Python preloads them), so ctitan's binaries get those
 # folders first in their RUNPATH; otherwise the older CUDA 13.0 toolkit in
 # /usr/local/cuda would be picked up and libtorch_cuda.so would not link.
+set(CTITAN_TORCH_MIN_VERSION 2.11)
 macro(ctitan_find_torch)
   if(NOT CTITAN_TORCH_PREFIX)
-    set(_py "${CMAKE_SOURCE_DIR}/.venv/bin/python")
+    if(NOT CTITAN_TORCH_PYTHON AND DEFINED ENV{CTITAN_TORCH_PYTHON})
+      set(CTITAN_TORCH_PYTHON "$ENV{CTITAN_TORCH_PYTHON}")
+    endif()
+    if(CTITAN_TORCH_PYTHON)
+      set(_py "${CTITAN_TORCH_PYTHON}")
+      set(_fix "set CTITAN_TORCH_PYTHON to a Python whose `import torch` works")
+    else()
+      set(_py "${CMAKE_SOURCE_DIR}/.venv/bin/python")
+      set(_fix "run scripts/bootstrap.sh first, or set CTITAN_TORCH_PYTHON to a Python with torch")
+    endif()
     if(NOT EXISTS "${_py}")
-      message(FATAL_ERROR "LibTorch not found: ${_py} is missing. Run scripts/bootstrap.sh first.")
+      message(FATAL_ERROR "LibTorch not found: ${_py} is missing; ${_fix}.")
     endif()
-    execute_process(COMMAND "${_py}" -c "import torch.utils,sys;sys.stdout.write(torch.utils.cmake_prefix_path)"
-      OUTPUT_VARIABLE CTITAN_TORCH_PREFIX RESULT_VARIABLE _rc ERROR_QUIET)
+    execute_process(COMMAND "${_py}" -c
+      "import torch, torch.utils; print(torch.__version__.split('+')[0]); print(torch.utils.cmake_prefix_path)"
+      OUTPUT_VARIABLE _out RESULT_VARIABLE _rc ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
     if(NOT _rc EQUAL 0)
-      message(FATAL_ERROR "LibTorch not found: `${_py} -c 'import torch'` failed. Run scripts/bootstrap.sh.")
+      message(FATAL_ERROR "LibTorch not found: `${_py} -c 'import torch'` failed; ${_fix}.")
     endif()
-    set(CTITAN_TORCH_PREFIX "${CTITAN_TORCH_PREFIX}" CACHE PATH "torch.utils.cmake_prefix_path")
+    string(REPLACE "\n" ";" _out "${_out}")
+    list(GET _out 0 _version)
+    list(GET _out 1 _prefix)
+    if(_version VERSION_LESS CTITAN_TORCH_MIN_VERSION)
+      message(FATAL_ERROR "torch ${_version} (${_py}) is older than ${CTITAN_TORCH_MIN_VERSION}, the oldest "
+        "ctitan builds against; use a Python with torch >= ${CTITAN_TORCH_MIN_VERSION} (CTITAN_TORCH_PYTHON).")
+    endif()
+    message(STATUS "ctitan: LibTorch ${_version} from ${_py}")
+    set(CTITAN_TORCH_PREFIX "${_prefix}" CACHE PATH "torch.utils.cmake_prefix_path of the Python LibTorch came from")
   endif()
   list(PREPEND CMAKE_PREFIX_PATH "${CTITAN_TORCH_PREFIX}")
   find_package(Torch REQUIRED)
@@ -32,8 +56,10 @@ macro(ctitan_find_torch)
   target_link_libraries(ctitan_torch INTERFACE ${TORCH_LIBRARIES})
   target_link_options(ctitan_torch INTERFACE ${CTITAN_TORCH_LINK_OPTIONS})
   # Gloo's headers are not in the wheel; Debian's libgloo-dev provides them
-  # (see docs/libtorch.md for why that is safe for the calls ctitan makes).
-  target_include_directories(ctitan_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+  # (see docs/libtorch.md for why that is safe for the calls ctitan makes),
+  # from /usr or from the offline bundle's prefix (CMAKE_PREFIX_PATH).
+  find_path(CTITAN_GLOO_INCLUDE_DIR gloo/config.h REQUIRED)
+  target_include_directories(ctitan_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS} ${CTITAN_GLOO_INCLUDE_DIR})
   target_compile_definitions(ctitan_torch INTERFACE USE_C10D_GLOO)
 endmacro()
 
