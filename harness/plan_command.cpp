@@ -71,7 +71,7 @@ std::vector<MeasuredRun> published_runs(const std::string& path, const std::stri
     r.world_size = row.world_size;
     PlanRequest q;
     q.cfg = row.cfg;
-    q.model = model_from_flavor(row.cfg.model.flavor);
+    q.model = model_from_flavor(row.cfg.model.flavor, row.cfg.model.n_layers);
     q.world_size = row.world_size;
     const MeshShape shape = resolve_mesh_shape(row.cfg.parallelism, row.world_size);
     const int64_t dp = shape.dp_replicate * shape.dp_shard;
@@ -207,7 +207,7 @@ int plan_command(const std::vector<std::string>& args) {
   cargs.insert(cargs.end(), config_args.begin(), config_args.end());
   PlanRequest req;
   req.cfg = parse_job_config(cargs);
-  req.model = model_from_flavor(req.cfg.model.flavor);
+  req.model = model_from_flavor(req.cfg.model.flavor, req.cfg.model.n_layers);
   for (const auto& [k, v] : model_overrides) override_model(req.model, k, v);
   const HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);
   if (ngpu == 0)

@@ -61,7 +61,7 @@ void check(const JobConfig& cfg, const config::Origins& origins) {
     return it == origins.end() ? std::string() : it->second + ": ";
   };
   try {
-    llama3_flavor(cfg.model.flavor);
+    llama3_flavor(cfg.model.flavor, cfg.model.n_layers);
   } catch (const InputError& e) {
     throw InputError(at("model.flavor") + e.what());
   }
@@ -150,7 +150,7 @@ class HardwareCache {
 Prediction predict_on(const JobConfig& cfg, int world_size, const ResolvedHardware& hw) {
   PlanRequest req;
   req.cfg = cfg;
-  req.model = model_from_flavor(cfg.model.flavor);
+  req.model = model_from_flavor(cfg.model.flavor, cfg.model.n_layers);
   req.world_size = world_size;
   Prediction p = predict(req, hw.spec);
   if (hw.stand_in) {  // another GPU's speed says nothing about this one's
@@ -289,7 +289,7 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
     shape = MeshShape{};
     shape.tp = p.tensor_parallel_degree, shape.pp = p.pipeline_parallel_degree, shape.cp = p.context_parallel_degree;
   }
-  const LlamaArgs a = llama3_flavor(cfg.model.flavor);
+  const LlamaArgs a = llama3_flavor(cfg.model.flavor, cfg.model.n_layers);
   const auto& t = cfg.training;
   const auto need = [&](bool ok, const std::string& what) {
     if (!ok) why.push_back(what);

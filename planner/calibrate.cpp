@@ -127,7 +127,7 @@ void set_mem(HardwareSpec& h, const std::vector<double>& v) {
 PlanRequest request_of(const MeasuredRun& r) {
   PlanRequest q;
   q.cfg = r.cfg;
-  q.model = model_from_flavor(r.cfg.model.flavor);
+  q.model = model_from_flavor(r.cfg.model.flavor, r.cfg.model.n_layers);
   q.world_size = r.world_size;
   return q;
 }

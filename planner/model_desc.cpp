@@ -39,10 +39,10 @@ LlamaArgs ModelDesc::llama_args() const {
   return a;
 }
 
-ModelDesc model_from_flavor(const std::string& flavor) {
-  const LlamaArgs a = llama3_flavor(flavor);
+ModelDesc model_from_flavor(const std::string& flavor, int64_t n_layers) {
+  const LlamaArgs a = llama3_flavor(flavor, n_layers);
   ModelDesc m;
-  m.name = "llama3 " + flavor;
+  m.name = "llama3 " + flavor + (n_layers > 0 ? " (" + std::to_string(n_layers) + " layers)" : "");
   m.dim = a.dim;
   m.n_layers = a.n_layers;
   m.n_heads = a.n_heads;

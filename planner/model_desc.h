@@ -30,7 +30,8 @@ struct ModelDesc {
   LlamaArgs llama_args() const;
 };
 
-ModelDesc model_from_flavor(const std::string& flavor);
+// n_layers > 0 replaces the flavor's layer count (model.n_layers).
+ModelDesc model_from_flavor(const std::string& flavor, int64_t n_layers = 0);
 // "--model.dim" style overrides on top of a preset: key without the
 // "model." prefix (dim, n_layers, n_heads, n_kv_heads, ffn_hidden,
 // vocab_size, family, max_positions). Throws InputError for an unknown key

@@ -62,6 +62,8 @@ if [ "${CTITAN_SKIP_TEST_PYTHON:-0}" != 1 ] && ! cmp -s "$req_test" "$stamp-test
 fi
 
 # --- configure + build ---------------------------------------------------------
+# CTITAN_BOOTSTRAP_BUILD=0: set up only (scripts/gpu_check.sh configures its own build).
+if [ "${CTITAN_BOOTSTRAP_BUILD:-1}" = 0 ]; then log "set up (CTITAN_BOOTSTRAP_BUILD=0: not building)"; exit 0; fi
 build="${CTITAN_BUILD_DIR:-$root/build}"
 if [ ! -f "$build/build.ninja" ]; then
   log "configuring $build"

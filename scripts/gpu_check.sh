@@ -1,77 +1,112 @@
 #!/usr/bin/env bash
-# The GPU check anyone with an NVIDIA GPU can run (docs/gpu.md):
-#   1. set up and build (scripts/bootstrap.sh);
-#   2. `ctest -L gpu`: the model on CUDA against the CPU's fp32 result, 10
-#      training steps against the CPU's losses, FSDP over NCCL (2 GPUs),
-#      Float8 through _scaled_mm against the emulation (sm89+), a CUPTI
-#      trace whose busy time is the step's;
-#   3. 20 steps of debugmodel and of 125M in bf16 on cuda:0, and eager
-#      PyTorch (tests/peer/llama_peer.py) on the same GPU with the same model:
-#      tokens/s, MFU and peak memory side by side;
-#   4. a one-point sweep on the GPU into SQLite, and its report.
-# Outputs in OUT (default build/gpu-check). Without a GPU: one line, exit 2.
-#   scripts/gpu_check.sh [OUT]
-set -euo pipefail
+# The GPU check (docs/gpu.md): build on a GPU node, offline if need be, and
+# measure ctitan there beside eager PyTorch and torch.compile, in under 9
+# minutes on a 16-core node with one H100/H200.
+#
+#   scripts/gpu_check.sh [--offline DIR] [--out OUT] [--build-only]
+#
+#   --offline DIR  build from the bundle scripts/offline_bundle.sh made (also:
+#                  CTITAN_OFFLINE_BUNDLE=DIR): no apt, no pip; the bundle is
+#                  unpacked into build-gpu/prefix and the build takes its
+#                  headers and libraries from there alone (checked)
+#   --out OUT      where logs, run folders and summary.md go (build/gpu-check)
+#   --build-only   stop after the build (scripts/check_torch.sh uses it)
+#   CTITAN_TORCH_PYTHON  the Python whose torch is built against and runs the
+#                  peers; default: offline, the `python3` on PATH; online, the
+#                  project's .venv (scripts/bootstrap.sh)
+#
+# Each step runs under its own time budget (seconds, below) and the whole under
+# a 530 s deadline; a step that fails, or times out, is recorded and the next
+# one runs. Without a GPU: one line and exit 2 after the build. Exit 1 when a
+# step failed, else 0. Everything is in OUT; OUT/summary.md is the one page.
+set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out=${1:-$root/build/gpu-check}
-log() { echo "[gpu_check] $*"; }
+# shellcheck source=lib/offline.sh
+source "$root/scripts/lib/offline.sh"
 
-"$root/scripts/bootstrap.sh"
-py="$root/.venv/bin/python"
-if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  echo "gpu_check: no GPU: LibTorch sees no CUDA device on this machine (nothing to check)" >&2
+bundle=${CTITAN_OFFLINE_BUNDLE:-}
+out=$root/build/gpu-check
+build_only=0
+while (($#)); do
+  case $1 in
+    --offline) bundle=${2:?--offline needs the bundle folder}; shift 2 ;;
+    --out) out=${2:?--out needs a folder}; shift 2 ;;
+    --build-only) build_only=1; shift ;;
+    *) echo "gpu_check: unknown argument '$1'; usage: scripts/gpu_check.sh [--offline DIR] [--out OUT] [--build-only]" >&2
+       exit 2 ;;
+  esac
+done
+if [ -n "$bundle" ]; then
+  [ -d "$bundle" ] || { echo "gpu_check: offline bundle '$bundle' is not a folder; make it with scripts/offline_bundle.sh DIR" >&2; exit 2; }
+  bundle="$(cd "$bundle" && pwd)"
+fi
+
+build=${CTITAN_BUILD_DIR:-$root/build-gpu}
+prefix=$build/prefix
+bin=$build/ctitan
+rm -rf "$out"
+mkdir -p "$out/runs"
+t_start=$SECONDS
+deadline=$((t_start + 530))
+status_file=$out/steps.tsv
+: >"$status_file"
+log() { printf '[gpu_check %3ds] %s\n' $((SECONDS - t_start)) "$*"; }
+
+# step NAME BUDGET FUNCTION [ARGS]: runs FUNCTION in a child bash under
+# min(BUDGET, time left), output to OUT/NAME.log; one row in steps.tsv.
+step() {
+  local name=$1 budget=$2 fn=$3; shift 3
+  local left=$((deadline - SECONDS)) rc t0=$SECONDS state
+  if ((left < 15)); then
+    printf '%s\tskipped\t0\t%s\tout of time: %ds of the 530 s left\n' "$name" "$budget" "$left" >>"$status_file"
+    log "$name: skipped, out of time"
+    return 0
+  fi
+  ((budget < left)) || budget=$left
+  log "$name (budget ${budget}s)"
+  timeout -k 10 "$budget" bash -c 'source "$0"; "$@"' "$root/scripts/lib/gpu_check_steps.sh" "$fn" "$@" \
+    >"$out/$name.log" 2>&1
+  rc=$?
+  case $rc in
+    0) state=ok ;; 77) state=skipped ;; 124|137) state=timeout ;; *) state=failed ;;
+  esac
+  local why
+  why=$(grep -v '^\s*$' "$out/$name.log" | tail -n 1 | cut -c1-160 | tr '\t' ' ')
+  printf '%s\t%s\t%d\t%s\t%s\n' "$name" "$state" $((SECONDS - t0)) "$budget" "$why" >>"$status_file"
+  log "$name: $state in $((SECONDS - t0))s${why:+ — $why}"
+}
+
+# --- which torch -------------------------------------------------------------
+if [ -z "${CTITAN_TORCH_PYTHON:-}" ]; then
+  if [ -n "$bundle" ]; then CTITAN_TORCH_PYTHON=$(command -v python3 || true); else CTITAN_TORCH_PYTHON=$root/.venv/bin/python; fi
+fi
+export CTITAN_TORCH_PYTHON root out bin build prefix bundle
+[ -n "$bundle" ] && offline_env "$prefix"
+
+# --- budgets (seconds; sum 530 with the 2-GPU steps, which skip on one GPU) ----
+step inventory 15 inventory                       # nvidia-smi, torch, CUDA, the node
+step build 200 build_ctitan                       # unpack, configure, ctitan + gpu tests on every core
+if ((build_only)); then
+  column -t -s $'\t' "$status_file"
+  grep -q $'\tok\t' <(grep '^build' "$status_file") && exit 0 || exit 1
+fi
+if ! "$CTITAN_TORCH_PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  echo "gpu_check: no GPU: torch ($CTITAN_TORCH_PYTHON) sees no CUDA device on this machine; the build is checked, nothing else to run" >&2
   exit 2
 fi
-"$py" -c 'import torch; print("[gpu_check]", torch.cuda.get_device_name(0), "x", torch.cuda.device_count(), "| torch", torch.__version__, "| CUDA", torch.version.cuda)'
-rm -rf "$out"
-mkdir -p "$out"
-bin="$root/build/ctitan"
+step gpu_tests 75 gpu_tests                       # ctest -L gpu
+step ctitan_125M 25 ctitan_run 125M llama3_125m.toml 2048 8
+step ctitan_125M_no_cupti 25 ctitan_run 125M_no_cupti llama3_125m.toml 2048 8 --profiling.no_enable_cupti
+step eager_125M 25 peer eager 125M 2048 8
+step compile_125M 50 peer compile 125M 2048 8
+step ctitan_8B_4L 35 ctitan_run 8B_4L llama3_8b.toml 2048 2 --model.n_layers 4
+step eager_8B_4L 25 peer eager 8B 2048 2 --n-layers 4
+step compile_8B_4L 40 peer compile 8B 2048 2 --n-layers 4
+step sweep 30 sweep_and_report                    # debugmodel, 20 steps, into SQLite + report
+step nccl_2gpu 30 two_gpus                        # FSDP over 2 GPUs through NCCL (skipped on 1)
 
-log "ctest -L gpu"
-(cd "$root/build" && ctest -L gpu --output-on-failure)
-
-summary() {  # summary.json -> one line
-  "$py" - "$1" "$2" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[2] + "/summary.json"))
-mfu = s.get("mfu")
-print(f"{sys.argv[1]:<34} tps {s['tps_median']:>10,.0f}   MFU {mfu if mfu is None else round(mfu, 2)}%   "
-      f"peak mem {s['mem_peak_bytes'] / 2**30:.2f} GiB")
-PY
-}
-peer() {  # the eager PyTorch peer, same model and shapes
-  "$py" "$root/tests/peer/llama_peer.py" --device cuda --flavor "$1" --dtype bf16 --seq-len "$2" --batch "$3" \
-    --steps 20 --warmup 5 --json 2>/dev/null |
-    "$py" -c 'import json,sys; s=json.loads(sys.stdin.read()); print(f"{\"eager PyTorch \" + s[\"flavor\"]:<34} tps {s[\"tps_median\"]:>10,.0f}   peak mem {s[\"max_reserved_bytes\"]/2**30:.2f} GiB (reserved)")'
-}
-
-results=()
-for row in "debugmodel llama3_debugmodel.toml 2048 8" "125M llama3_125m.toml 2048 8"; do
-  read -r flavor recipe seq batch <<<"$row"
-  log "20 steps of $flavor in bf16 on cuda:0"
-  "$bin" train --job.config_file "$root/recipes/$recipe" --training.device cuda --training.steps 20 \
-    --training.seq_len "$seq" --training.local_batch_size "$batch" --metrics.log_freq 5 --metrics.warmup_steps 5 \
-    --job.dump_folder "$out/$flavor"
-  results+=("$(summary "ctitan $flavor" "$out/$flavor")")
-  results+=("$(peer "$flavor" "$seq" "$batch")")
-done
-
-log "a one-point sweep on the GPU"
-cat >"$out/gpu_sweep.toml" <<EOF2
-[sweep]
-name = "gpu-check"
-base = "$root/recipes/llama3_debugmodel.toml"
-world_sizes = [1]
-repeats = 2
-warmup_steps = 5
-measure_steps = 10
-[overrides]
-training.device = "cuda"
-EOF2
-"$bin" sweep "$out/gpu_sweep.toml" --db "$out/gpu.db"
-"$bin" report --db "$out/gpu.db" --format md --out "$out/report.md"
-
-echo
-log "results (seq 2048 x batch 8, bf16, steps 6-20):"
-printf '  %s\n' "${results[@]}"
-log "report: $out/report.md"
+"$CTITAN_TORCH_PYTHON" "$root/scripts/lib/gpu_check_summary.py" "$out" >"$out/summary.md" 2>"$out/summary.err" ||
+  { echo "gpu_check: writing summary.md failed:"; cat "$out/summary.err"; } >&2
+log "done in $((SECONDS - t_start))s: $out/summary.md"
+cat "$out/summary.md"
+! grep -qP '\t(failed|timeout)\t' "$status_file"

@@ -158,7 +158,7 @@ ProfilerOptions profiler_options(const JobConfig& cfg, const Runtime& rt) {
   p.rank = rt.env.rank;
   p.world_size = rt.env.world_size;
   p.steady_after = cfg.metrics.warmup_steps;
-  p.gpu_every_step = rt.device.is_cuda();
+  p.gpu_every_step = rt.device.is_cuda() && cfg.profiling.enable_cupti;
   return p;
 }
 
@@ -556,7 +556,7 @@ int train(const JobConfig& cfg) {
   Runtime rt = init_runtime(cfg);
   if (rt.rank0())
     for (const std::string& line : config_warnings(cfg)) std::cerr << line << std::endl;
-  const LlamaArgs args = llama3_flavor(cfg.model.flavor);
+  const LlamaArgs args = llama3_flavor(cfg.model.flavor, cfg.model.n_layers);
   const int64_t accum = accumulation_steps(cfg, rt);
   std::unique_ptr<TrainModel> tm = parallelize_llama(args, rt, cfg);
 

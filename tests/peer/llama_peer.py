@@ -99,7 +99,8 @@ FLAVORS: dict[str, ModelArgs] = {
     "debugmodel": ModelArgs(dim=256, n_layers=6, n_heads=16, vocab_size=2048, multiple_of=256),
     # ctitan's small benchmark flavor
     "125M": ModelArgs(dim=768, n_layers=12, n_heads=12, n_kv_heads=4, vocab_size=32000, multiple_of=256),
-    # TorchTitan llama3 "8B" (meta-device use only: parameter count / flops)
+    # TorchTitan llama3 "8B" (whole, for parameter counts / flops on the meta device;
+    # with --n-layers 4, the 8B-shaped model scripts/gpu_check.sh trains on one GPU)
     "8B": ModelArgs(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256,
                     multiple_of=1024, ffn_dim_multiplier=1.3),
 }
@@ -394,7 +395,9 @@ def percentile(xs: list[float], q: float) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--flavor", default="debugmodel", choices=[f for f in FLAVORS if f != "8B"])
+    ap.add_argument("--flavor", default="debugmodel", choices=list(FLAVORS))
+    ap.add_argument("--n-layers", type=int, default=None,
+                    help="replace the flavor's layer count (ctitan: --model.n_layers)")
     ap.add_argument("--mode", default="eager", choices=["eager", "compile"])
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--seq-len", type=int, default=256)
@@ -422,6 +425,10 @@ def main(argv=None) -> int:
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
 
     margs = ModelArgs(**{**FLAVORS[args.flavor].__dict__})
+    if args.n_layers is not None:
+        if args.n_layers < 1:
+            ap.error("--n-layers must be at least 1")
+        margs.n_layers = args.n_layers
     margs.max_seq_len = args.seq_len  # TorchTitan: update_from_config sets max_seq_len = seq_len
     param_dtype = torch.bfloat16 if args.dtype == "bf16" else None
 
@@ -481,6 +488,7 @@ def main(argv=None) -> int:
     tps_list = [ntok / t for t in measured]
     summary = {
         "flavor": args.flavor,
+        "n_layers": margs.n_layers,
         "mode": args.mode,
         "dtype": args.dtype,
         "seq_len": args.seq_len,

@@ -28,6 +28,8 @@ struct BadValue {
 TEST(ConfigValidate, RejectsImpossibleValues) {
   const std::vector<BadValue> cases = {
       {"training.steps", "-5", "training.steps must be > 0, got -5"},
+      {"model.n_layers", "-1", "model.n_layers must be in [0, 4096] (0 = the flavor's count), got -1"},
+      {"model.n_layers", "5000", "model.n_layers must be in [0, 4096]"},
       {"training.seq_len", "0", "training.seq_len must be > 0, got 0"},
       {"training.local_batch_size", "0", "training.local_batch_size must be > 0"},
       {"training.global_batch_size", "12",

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "common/errors.h"
 #include "planner/calibrate.h"
@@ -99,6 +100,21 @@ TEST(Planner, PipelineBubbleMatchesTheClosedForms) {
   const auto sim = planner_detail::simulate_pipeline(cfg, shape, v, m, std::vector<double>(p * v, f / v),
                                                      std::vector<double>(p * v, b / v), 0.0);
   EXPECT_NEAR(sim.step_s, m * (f + b) + (p - 1) * (f + b) / v, 1e-9);
+}
+
+TEST(Planner, NLayersReplacesTheFlavorsLayerCountOnly) {
+  // 8B's shapes (dim 4096, 32 heads / 8 kv of 128, ffn 1.3 x 2/3 x 4d rounded
+  // up to 1024 = 14336, vocab 128256) with 4 layers, counted by hand:
+  // embedding + head, per layer wq/wo 4096², wk/wv 4096x1024, w1/w2/w3
+  // 4096x14336, two norms, and the final norm.
+  const int64_t d = 4096, kv = 1024, f = 14336, v = 128256;
+  const int64_t layer = 2 * d * d + 2 * d * kv + 3 * d * f + 2 * d;
+  EXPECT_EQ(model_from_flavor("8B", 4).params(), 2 * v * d + 4 * layer + d);
+  EXPECT_EQ(model_from_flavor("8B", 4).n_layers, 4);
+  EXPECT_EQ(model_from_flavor("8B", 0).params(), 8030261248);  // 0: the flavor's 32 layers
+  const LlamaArgs a = llama3_flavor("8B", 4), b = llama3_flavor("8B");
+  EXPECT_EQ(a.n_layers, 4);
+  EXPECT_EQ(std::tie(a.dim, a.n_heads, a.n_kv_heads, a.vocab_size), std::tie(b.dim, b.n_heads, b.n_kv_heads, b.vocab_size));
 }
 
 TEST(Planner, PublishedModelSizes) {

@@ -71,6 +71,9 @@ std::vector<FieldSpec> build_registry() {
             &ProfilingSection::enable_memory_snapshot, "dump memory snapshots"),
       field("profiling.save_memory_snapshot_folder", &C::profiling,
             &ProfilingSection::save_memory_snapshot_folder, "memory snapshot folder"),
+      field("profiling.enable_cupti", &C::profiling, &ProfilingSection::enable_cupti,
+            "CUDA: CUPTI kernel records every step (communication split, exposed comm); "
+            "false turns the tracer off (ctitan's key)"),
       // [metrics]
       field("metrics.log_freq", &C::metrics, &MetricsSection::log_freq,
             "steps between metric logs"),
@@ -91,6 +94,8 @@ std::vector<FieldSpec> build_registry() {
       // [model]
       field("model.name", &C::model, &ModelSection::name, "model family"),
       field("model.flavor", &C::model, &ModelSection::flavor, "model size (debugmodel, 8B, ...)"),
+      field("model.n_layers", &C::model, &ModelSection::n_layers,
+            "replace the flavor's layer count (0 = the flavor's; ctitan's key)"),
       field("model.hf_assets_path", &C::model, &ModelSection::hf_assets_path,
             "folder holding tokenizer.json"),
       field("model.converters", &C::model, &ModelSection::converters,

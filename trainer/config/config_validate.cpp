@@ -218,6 +218,10 @@ void check_unsupported(const Checker& k, const JobConfig& c) {
 
 void validate_with_origins(const JobConfig& cfg, const Origins& origins) {
   const Checker k(origins);
+  // 0 keeps the flavor's layer count; the largest Llama 3 has 126.
+  if (cfg.model.n_layers < 0 || cfg.model.n_layers > 4096)
+    k.bad("model.n_layers", "model.n_layers must be in [0, 4096] (0 = the flavor's count), got " +
+                                std::to_string(cfg.model.n_layers));
   check_training(k, cfg.training);
   check_validation(k, cfg.validation);
   check_optimizer(k, cfg.optimizer, cfg.lr_scheduler);

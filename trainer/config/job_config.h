@@ -33,6 +33,7 @@ struct ProfilingSection {
   int64_t profiler_warmup = 3;
   bool enable_memory_snapshot = false;
   std::string save_memory_snapshot_folder = "memory_snapshot";
+  bool enable_cupti = true;  // ctitan's: CUDA steps' kernel records (comm split); false measures its cost
 };
 
 struct MetricsSection {
@@ -51,6 +52,7 @@ struct MetricsSection {
 struct ModelSection {
   std::string name = "llama3";
   std::string flavor = "debugmodel";
+  int64_t n_layers = 0;  // ctitan's: > 0 replaces the flavor's layer count
   std::string hf_assets_path;               // folder holding tokenizer.json
   std::vector<std::string> converters;      // e.g. ["quantize.linear.float8"]
   bool print_after_conversion = false;

@@ -49,14 +49,16 @@ std::vector<std::string> llama3_flavor_names() {
   return names;
 }
 
-LlamaArgs llama3_flavor(const std::string& flavor) {
+LlamaArgs llama3_flavor(const std::string& flavor, int64_t n_layers) {
   auto it = flavors().find(flavor);
   if (it == flavors().end()) {
     std::string known;
     for (const auto& n : llama3_flavor_names()) known += (known.empty() ? "" : ", ") + n;
     throw InputError("unknown model.flavor '" + flavor + "' for llama3; known flavors: " + known);
   }
-  return it->second;
+  LlamaArgs a = it->second;
+  if (n_layers > 0) a.n_layers = n_layers;
+  return a;
 }
 
 ParamCounts count_params(const LlamaArgs& a) {

@@ -41,7 +41,9 @@ struct LlamaArgs {
 };
 
 // Throws InputError naming the known flavors when `flavor` is unknown.
-LlamaArgs llama3_flavor(const std::string& flavor);
+// n_layers > 0 replaces the flavor's layer count (model.n_layers: an
+// 8B-shaped model that fits one GPU, say); 0 keeps it.
+LlamaArgs llama3_flavor(const std::string& flavor, int64_t n_layers = 0);
 std::vector<std::string> llama3_flavor_names();
 
 struct ParamCounts {

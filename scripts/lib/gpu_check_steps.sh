@@ -1,0 +1,90 @@
+# The steps of scripts/gpu_check.sh, one function each, sourced into a child
+# bash per step (so one step's failure or timeout ends only that step). They
+# read root, out, bin, build, prefix, bundle and CTITAN_TORCH_PYTHON from the
+# environment. Exit 77 means skipped, with the reason as the last line.
+set -euo pipefail
+# shellcheck source=offline.sh
+source "$root/scripts/lib/offline.sh"
+py=$CTITAN_TORCH_PYTHON
+
+inventory() {
+  uname -a
+  [ -r /etc/os-release ] && . /etc/os-release && echo "os: $PRETTY_NAME"
+  echo "cores: $(nproc)"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  command -v nvcc >/dev/null && nvcc --version | tail -n 2
+  "$py" -c 'import torch, sys
+print("python", sys.version.split()[0], sys.executable)
+print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())
+n = torch.cuda.device_count()
+print("GPUs:", n, *(torch.cuda.get_device_name(i) for i in range(n)))'
+}
+
+build_ctitan() {
+  local args=()
+  if [ -n "$bundle" ]; then
+    echo "unpacking $bundle into $prefix"
+    offline_unpack "$bundle" "$prefix"
+    mapfile -t args < <(offline_cmake_args "$prefix")
+  else
+    CTITAN_BOOTSTRAP_BUILD=0 "$root/scripts/bootstrap.sh"
+  fi
+  if [ ! -f "$build/build.ninja" ]; then
+    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCTITAN_BUILD_BENCHMARKS=OFF \
+      -DCTITAN_TORCH_PYTHON="$py" "${args[@]}"
+  fi
+  [ -z "$bundle" ] || "$py" "$root/scripts/lib/check_build_paths.py" "$build" "$prefix"
+  cmake --build "$build" --target ctitan ctitan_gpu_tests -- -j"$(nproc)"
+  echo "built $bin against torch $("$py" -c 'import torch; print(torch.__version__)')"
+}
+
+gpu_tests() {
+  cd "$build"
+  ctest -L gpu --output-on-failure --timeout 120 --output-junit "$out/gpu_tests.xml"
+}
+
+# ctitan_run NAME RECIPE SEQ BATCH [ARGS...]: 20 steps on cuda:0, the first 5 outside the statistics.
+ctitan_run() {
+  local name=$1 recipe=$2 seq=$3 batch=$4; shift 4
+  "$bin" train --job.config_file "$root/recipes/$recipe" --training.device cuda --training.steps 20 \
+    --training.seq_len "$seq" --training.local_batch_size "$batch" --metrics.log_freq 5 \
+    --metrics.warmup_steps 5 --job.dump_folder "$out/runs/$name" "$@"
+}
+
+# peer MODE FLAVOR SEQ BATCH [ARGS...]: tests/peer/llama_peer.py (eager PyTorch or torch.compile), same model and shapes.
+peer() {
+  local mode=$1 flavor=$2 seq=$3 batch=$4; shift 4
+  local name="${mode}_${flavor}"
+  [[ " $* " == *" --n-layers 4 "* ]] && name+="_4L"
+  "$py" "$root/tests/peer/llama_peer.py" --device cuda --mode "$mode" --flavor "$flavor" --dtype bf16 \
+    --seq-len "$seq" --batch "$batch" --steps 20 --warmup 5 --json "$@" >"$out/runs/$name.json"
+  cat "$out/runs/$name.json"
+}
+
+sweep_and_report() {
+  cat >"$out/gpu_sweep.toml" <<SPEC
+[sweep]
+name = "gpu-check"
+base = "$root/recipes/llama3_debugmodel.toml"
+world_sizes = [1]
+repeats = 1
+warmup_steps = 5
+measure_steps = 15
+[overrides]
+training.device = "cuda"
+SPEC
+  "$bin" sweep "$out/gpu_sweep.toml" --db "$out/gpu.db"
+  "$bin" report --db "$out/gpu.db" --format md --out "$out/report.md"
+}
+
+two_gpus() {
+  local n
+  n=$("$py" -c 'import torch; print(torch.cuda.device_count())')
+  if ((n < 2)); then
+    echo "skipped: this node has $n GPU; the 2-rank NCCL run (and GpuFsdp.TwoRanksOverNcclMatchOneRank) need 2"
+    exit 77
+  fi
+  "$bin" launch --nproc 2 -- train --job.config_file "$root/recipes/llama3_debugmodel.toml" --training.device cuda \
+    --parallelism.data_parallel_shard_degree 2 --training.steps 20 --training.seq_len 2048 \
+    --training.local_batch_size 8 --metrics.log_freq 5 --metrics.warmup_steps 5 --job.dump_folder "$out/runs/fsdp2_nccl"
+}

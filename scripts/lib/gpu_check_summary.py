@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""summary.md of a scripts/gpu_check.sh run: the steps (state, time, budget),
+ctitan beside eager PyTorch and torch.compile on the same GPU and shapes, the
+CUPTI tracer's cost, and where each number came from.
+
+  gpu_check_summary.py OUT
+"""
+import glob
+import json
+import os
+import sys
+
+out = sys.argv[1]
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return json.loads(text.splitlines()[-1]) if path.endswith(".json") and "\n" in text else json.loads(text)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def gib(b):
+    return f"{b / 2**30:.2f}" if isinstance(b, (int, float)) else ""
+
+
+def num(x, fmt):
+    return format(x, fmt) if isinstance(x, (int, float)) else ""
+
+
+inventory = open(os.path.join(out, "inventory.log")).read().strip() if os.path.exists(os.path.join(out, "inventory.log")) else ""
+steps = [line.rstrip("\n").split("\t") for line in open(os.path.join(out, "steps.tsv"))]
+total = sum(int(s[2]) for s in steps)
+
+print("# GPU check\n")
+print("Written by `scripts/gpu_check.sh`; every figure below was measured in this run.\n")
+print("```\n" + inventory + "\n```\n")
+print(f"## Steps ({total} s in all; budget 530 s)\n")
+print("| step | state | seconds | budget | last line |\n|---|---|---:|---:|---|")
+for name, state, secs, budget, why in (s + [""] * (5 - len(s)) for s in steps):
+    print(f"| {name} | {state} | {secs} | {budget} | {why.replace('|', '/')} |")
+
+rows = []
+for d in sorted(glob.glob(os.path.join(out, "runs", "*", "summary.json"))):
+    s = load(d) or {}
+    rows.append((f"ctitan {os.path.basename(os.path.dirname(d))}", s.get("tps_median"), s.get("mfu"),
+                 s.get("mem_peak_bytes"), s.get("mem_reserved_peak_bytes"), s.get("exposed_comm_s"),
+                 s.get("comm_source", "")))
+for p in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
+    s = load(p) or {}
+    rows.append((os.path.basename(p)[:-5].replace("_", " ", 1), s.get("tps_median"), None,
+                 s.get("max_active_bytes"), s.get("max_reserved_bytes"), None, s.get("torch_version", "")))
+print("\n## Throughput and memory (bf16, 20 steps, the first 5 not counted)\n")
+print("| run | tokens/s | MFU % | peak active GiB | peak reserved GiB | exposed comm s/step | comm source / torch |")
+print("|---|---:|---:|---:|---:|---:|---|")
+for name, tps, mfu, act, res, exp, src in rows:
+    print(f"| {name} | {num(tps, ',.0f')} | {num(mfu, '.1f')} | {gib(act)} | {gib(res)} | {num(exp, '.4f')} | {src} |")
+
+with_cupti = load(os.path.join(out, "runs", "125M", "summary.json")) or {}
+without = load(os.path.join(out, "runs", "125M_no_cupti", "summary.json")) or {}
+if with_cupti.get("tps_median") and without.get("tps_median"):
+    cost = 100.0 * (without["tps_median"] / with_cupti["tps_median"] - 1.0)
+    print(f"\nCUPTI tracer's cost per step (125M, tokens/s without it over with it): {cost:+.1f} %")
+if os.path.exists(os.path.join(out, "report.md")):
+    print(f"\nThe one-point sweep's report: report.md ({os.path.getsize(os.path.join(out, 'report.md'))} bytes); "
+          "its SQLite database: gpu.db.")

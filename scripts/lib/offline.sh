@@ -1,0 +1,58 @@
+# Sourced by scripts/offline_bundle.sh, scripts/gpu_check.sh and
+# scripts/check_torch.sh: the offline bundle's package list, unpacking it into
+# a prefix, and the CMake arguments that build against that prefix alone.
+
+# The build's Debian dependencies that a GPU node without -dev packages lacks:
+# headers and CMake configs (-dev), the shared libraries they link (runtime),
+# and protoc. Not benchmark (the GPU check builds no benchmarks), not gloo's
+# libraries (only its headers: LibTorch carries Gloo's code).
+ctitan_offline_debs=(
+  nlohmann-json3-dev libcli11-dev
+  libtomlplusplus-dev libtomlplusplus3
+  libsqlite3-dev libsqlite3-0
+  zlib1g-dev zlib1g
+  libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32
+  libisal-dev libisal2
+  libgtest-dev libgmock-dev
+  libgloo-dev
+)
+
+# offline_unpack BUNDLE PREFIX: every .deb of BUNDLE into PREFIX (dpkg -x, or
+# ar + tar where dpkg is missing), absolute symlinks re-pointed into PREFIX.
+# Idempotent: a PREFIX stamped with the same MANIFEST is left as it is.
+offline_unpack() {
+  local bundle=$1 prefix=$2 deb link target
+  [ -f "$bundle/MANIFEST" ] || { echo "offline: '$bundle' holds no MANIFEST; make it with scripts/offline_bundle.sh $bundle" >&2; return 2; }
+  if cmp -s "$bundle/MANIFEST" "$prefix/.ctitan-manifest"; then return 0; fi
+  rm -rf "$prefix"
+  mkdir -p "$prefix"
+  for deb in "$bundle"/*.deb; do
+    if command -v dpkg-deb >/dev/null; then
+      dpkg-deb -x "$deb" "$prefix"
+    else
+      (cd "$prefix" && ar p "$deb" "$(ar t "$deb" | grep '^data\.tar')" | tar -x -a -f - 2>/dev/null ||
+        ar p "$deb" "$(ar t "$deb" | grep '^data\.tar')" | tar -x -J -f -)
+    fi
+  done
+  # zlib1g-dev's libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13: into the prefix.
+  while IFS= read -r link; do
+    target=$(readlink "$link")
+    if [ -e "$prefix$target" ]; then ln -sfn "$prefix$target" "$link"; fi
+  done < <(find "$prefix" -type l -lname '/*')
+  cp "$bundle/MANIFEST" "$prefix/.ctitan-manifest"
+}
+
+# offline_env PREFIX: protoc (run during the build) and the tests' binaries find
+# the prefix's shared libraries; CMake's find_* look there first.
+offline_env() {
+  local prefix=$1
+  export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# offline_cmake_args PREFIX: the configure arguments for a build against the
+# prefix (printed one per line, for mapfile).
+offline_cmake_args() {
+  local prefix=$1
+  printf '%s\n' "-DCMAKE_PREFIX_PATH=$prefix/usr" "-DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu" \
+    "-DCMAKE_PROGRAM_PATH=$prefix/usr/bin"
+}
