@@ -2,11 +2,54 @@
 
 #include "profiling/trace_analysis.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <memory>
 
 namespace ctitan {
 
-bool is_nccl_kernel(std::string_view name) { return name.rfind("nccl", 0) == 0; }
+std::string demangle_kernel_name(std::string_view name) {
+  if (name.rfind("_Z", 0) != 0) return std::string(name);
+  int status = 0;
+  const std::unique_ptr<char, void (*)(void*)> out(
+      abi::__cxa_demangle(std::string(name).c_str(), nullptr, nullptr, &status), &std::free);
+  return status == 0 && out ? std::string(out.get()) : std::string(name);
+}
+
+namespace {
+
+// The kernel's own (qualified) name in a demangled signature: the text
+// before the first '(' or '<', less a return type ("void ", which template
+// kernels carry). Template arguments and parameters are not the kernel:
+// "at::native::f<ncclFoo>(...)" is not NCCL's.
+std::string_view kernel_identifier(std::string_view name) {
+  name = name.substr(0, name.find_first_of("(<"));
+  const size_t space = name.rfind(' ');
+  return space == std::string_view::npos ? name : name.substr(space + 1);
+}
+
+// A mangled name the demangler refused (truncated, or a newer ABI): the
+// source name of `_Z<len><identifier>...` is the `len` characters after the
+// length; nested names (`_ZN...`) are never NCCL's kernels.
+std::string_view mangled_identifier(std::string_view name) {
+  size_t i = 2, len = 0;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) len = 10 * len + (name[i++] - '0');
+  return i == 2 ? std::string_view() : name.substr(i, len);
+}
+
+}  // namespace
+
+bool is_nccl_kernel(std::string_view name) {
+  if (name.rfind("_Z", 0) == 0) {
+    const std::string demangled = demangle_kernel_name(name);
+    if (demangled.rfind("_Z", 0) == 0) return mangled_identifier(name).rfind("nccl", 0) == 0;
+    return kernel_identifier(demangled).rfind("nccl", 0) == 0;
+  }
+  return kernel_identifier(name).rfind("nccl", 0) == 0;
+}
 
 namespace {
 

@@ -1,8 +1,10 @@
 // GPU activity in a form that does not depend on CUPTI's headers: what the
 // CUPTI tracer (profiling/cupti/) converts its records into, and what the
-// trace and the analysis consume. Kernels whose name starts with "nccl" are
-// NCCL's collectives: GPU-side communication (trace category gpu_nccl),
-// everything else the GPU runs is computation.
+// trace and the analysis consume. Kernels whose own name starts with "nccl"
+// are NCCL's collectives: GPU-side communication (trace category gpu_nccl),
+// everything else the GPU runs is computation. CUPTI reports kernel names
+// mangled ("_Z32ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernel..."):
+// they are demangled for the trace and classified in either form.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +27,13 @@ struct GpuActivity {
   bool nccl = false;             // an NCCL kernel
 };
 
+// True for NCCL's kernels, mangled or not: the kernel's identifier (not a
+// template argument or parameter type) starts with "nccl".
 bool is_nccl_kernel(std::string_view name);
+
+// The readable signature of a mangled ("_Z...") name; any other name, or one
+// the demangler refuses, unchanged.
+std::string demangle_kernel_name(std::string_view name);
 
 // One 'X' event per activity on track kGpuTrackBase + 1000·device + stream
 // ("GPU d stream s"); names of the tracks are added to `track_names`.

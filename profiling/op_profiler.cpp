@@ -75,6 +75,12 @@ OpProfiler::~OpProfiler() {
   }
 }
 
+void OpProfiler::avoid_kineto(std::string why) {
+  if (source_ != Source::kKineto || running_) return;
+  source_ = Source::kRecordFunction;
+  fallback_reason_ = std::move(why);
+}
+
 void OpProfiler::prepare() {
   if (source_ != Source::kKineto || prepared_) return;
   quiet_kineto();

@@ -3,9 +3,13 @@
 // Source, in order of preference:
 //  - Kineto, through torch::autograd::profiler (profiler_kineto.h) — what
 //    torch.profiler uses; CPU activity only (GPU activity is ctitan's CUPTI
-//    tracer, so the two never compete for CUPTI's single subscriber);
-//    input shapes recorded, as TorchTitan's record_shapes=True;
-//  - RecordFunction callbacks of ctitan's own, when Kineto cannot start.
+//    tracer); input shapes recorded, as TorchTitan's record_shapes=True;
+//  - RecordFunction callbacks of ctitan's own, when Kineto cannot start, and
+//    whenever ctitan's CUPTI tracer runs (ProfilerSession): asking Kineto for
+//    CPU activity only does not keep it off CUPTI on a CUDA host — LibTorch
+//    initialises it with cpuOnly = !at::hasCUDA(), so it subscribes to CUPTI
+//    and registers its own activity-buffer callbacks (one pair per process),
+//    which would take CUPTI's records away from ctitan's tracer.
 // Both see the thread that started them (the training thread), where every
 // op of a CPU step is dispatched; ATen's intra-op worker threads run chunks
 // of those ops, not ops of their own.
@@ -38,6 +42,8 @@ class OpProfiler {
   // The ops since start(), as cat "cpu_op" 'X' events on their thread's op track (kOpTrackBase + tid)
   // (torch_tids: LibTorch's thread ids -> kernel tids, from Tracer::torch_thread_ids()).
   std::vector<TraceEvent> stop(const std::unordered_map<uint64_t, int64_t>& torch_tids);
+  // Before start(): use RecordFunction instead of Kineto, for this reason.
+  void avoid_kineto(std::string why);
   Source source() const { return source_; }
   static const char* name(Source s);
   const std::string& fallback_reason() const { return fallback_reason_; }

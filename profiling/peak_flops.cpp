@@ -41,10 +41,14 @@ std::optional<GpuPeak> gpu_table_peak_flops(const std::string& name) {
   // its order: the H100 variants are told apart by "NVL" / "PCIe" in the
   // name, anything else called H100 is an SXM part. Matching ignores case
   // (TorchTitan tests "l40s" in lower case, which NVIDIA's "L40S" never matches).
+  // H200 NVL (CUDA's "NVIDIA H200 NVL") is a 600 W PCIe card, not the SXM
+  // part TorchTitan's "H200" entry means: NVIDIA's H200 datasheet gives BF16
+  // Tensor Core 1,979 TFLOPS (SXM) and 1,671 TFLOPS (NVL), both with
+  // sparsity, so 989 and 835 dense — the H100 NVL's figure.
   static const std::vector<std::pair<std::string, double>> table = {
-      {"A100", 312e12},      {"H100 NVL", 835e12}, {"H100 PCIe", 756e12}, {"H100", 989e12},
-      {"H200", 989e12},      {"B200", 2.25e15},    {"MI355X", 2500e12},   {"MI300X", 1300e12},
-      {"MI325X", 1300e12},   {"MI250X", 191.5e12}, {"L40S", 362e12},
+      {"A100", 312e12},  {"H100 NVL", 835e12}, {"H100 PCIe", 756e12}, {"H100", 989e12},
+      {"H200 NVL", 835e12}, {"H200", 989e12},  {"B200", 2.25e15},     {"MI355X", 2500e12},
+      {"MI300X", 1300e12},  {"MI325X", 1300e12}, {"MI250X", 191.5e12}, {"L40S", 362e12},
   };
   auto lower = [](std::string s) {
     for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -52,11 +56,13 @@ std::optional<GpuPeak> gpu_table_peak_flops(const std::string& name) {
   };
   const std::string n = lower(name);
   for (const auto& [key, flops] : table) {
-    if (key.rfind("H100 ", 0) == 0) {  // "H100 NVL": both words, anywhere in the name
-      if (n.find("h100") != std::string::npos && n.find(lower(key.substr(5))) != std::string::npos)
+    const size_t space = key.find(' ');
+    if (space != std::string::npos) {  // "H100 NVL": both words, anywhere in the name
+      if (n.find(lower(key.substr(0, space))) != std::string::npos &&
+          n.find(lower(key.substr(space + 1))) != std::string::npos)
         return GpuPeak{key, flops};
     } else if (n.find(lower(key)) != std::string::npos) {
-      return GpuPeak{key == "H100" ? "H100 SXM" : key, flops};
+      return GpuPeak{key == "H100" || key == "H200" ? key + " SXM" : key, flops};
     }
   }
   return std::nullopt;

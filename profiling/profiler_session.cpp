@@ -38,6 +38,8 @@ ProfilerSession::ProfilerSession(ProfilerOptions opts) : opts_(std::move(opts)),
     std::string why;
     gpu_ = GpuTracer::create(&why);
     gpu_status_ = gpu_ ? "cupti" : "CUPTI unavailable: " + why;
+    if (gpu_)
+      ops_.avoid_kineto("ctitan's CUPTI tracer runs: Kineto on a CUDA host would take CUPTI's activity callbacks");
   }
   if (opts_.memory_snapshots) start_memory_timeline();
 }

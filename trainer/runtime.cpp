@@ -48,11 +48,20 @@ c10::Device resolve_device(const std::string& name, int local_rank, int local_wo
     if (name == "auto") return c10::Device(c10::kCPU);
     throw InputError("training.device = cuda but LibTorch sees no GPU on this machine; use cpu (or auto)");
   }
-  if (local_world_size > gpus)
-    throw InputError("this node runs " + std::to_string(local_world_size) + " ranks but has " +
-                     std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") +
-                     "; launch at most one rank per GPU (--nproc " + std::to_string(gpus) + ")");
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+  const int index = cuda_device_index(local_rank, local_world_size, gpus, mask != nullptr && *mask != '\0');
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+int cuda_device_index(int local_rank, int local_world_size, int visible_gpus, bool cuda_visible_devices_set) {
+  if (local_world_size <= visible_gpus) return local_rank;
+  // srun --gpus-per-task=1 (or a launcher's per-rank CUDA_VISIBLE_DEVICES):
+  // each rank sees only its own GPU, as device 0. Without a mask, one GPU
+  // and several ranks means they would all share it.
+  if (visible_gpus == 1 && cuda_visible_devices_set) return 0;
+  throw InputError("this node runs " + std::to_string(local_world_size) + " ranks but has " +
+                   std::to_string(visible_gpus) + " GPU" + (visible_gpus == 1 ? "" : "s") +
+                   "; launch at most one rank per GPU (--nproc " + std::to_string(visible_gpus) + ")");
 }
 
 Runtime init_runtime(const JobConfig& cfg) {

@@ -5,7 +5,8 @@
 // the flight recorder, and the device monitor (memory, peak FLOPs, sync).
 //
 // training.device (a ctitan key):
-//   auto  CUDA when LibTorch sees a GPU (rank -> cuda:LOCAL_RANK), else CPU
+//   auto  CUDA when LibTorch sees a GPU (rank -> cuda:LOCAL_RANK, or cuda:0
+//         when each rank is given one GPU, as srun --gpus-per-task=1 does), else CPU
 //   cpu | cuda | meta
 // meta is the dry run: nothing is allocated and nothing is computed, only
 // shapes. comm.mode = "fake_backend" with NGPU=N makes this process rank 0
@@ -47,5 +48,11 @@ Runtime init_runtime(const JobConfig& cfg);
 // training.device for a process with this local rank / local world size.
 // Throws InputError (see above).
 c10::Device resolve_device(const std::string& name, int local_rank, int local_world_size);
+
+// The CUDA device index of a rank that sees `visible_gpus` GPUs: LOCAL_RANK
+// when the node's ranks have a GPU each; 0 when this process sees exactly
+// one GPU and CUDA_VISIBLE_DEVICES chose it (srun --gpus-per-task=1, a
+// per-rank mask); otherwise more ranks than GPUs, an InputError.
+int cuda_device_index(int local_rank, int local_world_size, int visible_gpus, bool cuda_visible_devices_set);
 
 }  // namespace ctitan

@@ -362,6 +362,10 @@ void TrainLoop::start_metrics(const PeakFlops& peak) {
     std::cout << "ctitan: profiling: " << popts.active << " of every " << popts.freq << " steps traced into "
               << popts.trace_folder << "/iteration_N/rank<R>_trace.json; " << profiler_->gpu_status()
               << (profiler_->gpu_status() == "cupti" ? "" : "; tracing the CPU only") << std::endl;
+  else if (rt_.device.is_cuda() && profiler_->gpu_status() != "cupti" && rt_.rank0())
+    // The run goes on; only the per-step GPU split (compute, NCCL, exposed) is lost.
+    std::cout << "ctitan: " << profiler_->gpu_status()
+              << "; training continues without the GPU compute/communication split" << std::endl;
 }
 
 int TrainLoop::run(int64_t step, int64_t resident_bytes) {
@@ -467,7 +471,9 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
     if (rt_.device.is_cuda()) {
       // NCCL's wait() only orders streams: host time around it is not the
       // GPU's exposed communication; CUPTI's NCCL kernels are (the breakdown below).
-      extra["comm_source"] = "none: CUPTI did not run (on CUDA communication is measured from its NCCL kernels)";
+      const std::string& cupti = profiler_->gpu_status();
+      extra["comm_source"] = "none: " + (cupti == "cupti" ? std::string("CUPTI recorded no steady step") : cupti) +
+                             " (on CUDA communication is measured from CUPTI's NCCL kernels)";
     } else {
       extra["comm_s"] = comm_steps_ ? comm_s_ / comm_steps_ : 0.0;
       extra["exposed_comm_s"] = comm_steps_ ? exposed_comm_s_ / comm_steps_ : 0.0;

@@ -1,7 +1,9 @@
 #include "profiling/cupti/cupti_records.h"
 
 #include <cstddef>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 namespace ctitan {
 
@@ -58,6 +60,24 @@ GpuActivity copy_activity(const Record& r, GpuActivity::Kind kind, std::string n
   return a;
 }
 
+// A kernel's demangled name and its class, once per distinct kernel: a step
+// runs thousands of kernels but a few hundred distinct ones, and flush()
+// may convert records on the training thread.
+struct KernelName {
+  std::string name;
+  bool nccl = false;
+};
+
+const KernelName& kernel_name(const char* mangled) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, KernelName> cache;
+  const std::string key = mangled ? mangled : "kernel";
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, KernelName{demangle_kernel_name(key), is_nccl_kernel(key)}).first;
+  return it->second;
+}
+
 }  // namespace
 
 std::optional<GpuActivity> gpu_activity_from_cupti(const CUpti_Activity* record) {
@@ -67,13 +87,14 @@ std::optional<GpuActivity> gpu_activity_from_cupti(const CUpti_Activity* record)
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
       a.kind = GpuActivity::Kind::kKernel;
-      a.name = k->name ? k->name : "kernel";
+      const KernelName& n = kernel_name(k->name);
+      a.name = n.name;
+      a.nccl = n.nccl;
       a.start_ns = static_cast<int64_t>(k->start);
       a.end_ns = static_cast<int64_t>(k->end);
       a.device = k->deviceId;
       a.stream = k->streamId;
       a.correlation = k->correlationId;
-      a.nccl = is_nccl_kernel(a.name);
       return a;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {

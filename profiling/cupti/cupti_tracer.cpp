@@ -55,7 +55,12 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
 std::string cupti_error(const char* call, CUptiResult r) {
   const char* s = nullptr;
   cuptiGetResultString(r, &s);
-  return std::string(call) + ": " + (s ? s : "error " + std::to_string(static_cast<int>(r)));
+  std::string out = std::string(call) + ": " + (s ? s : "error " + std::to_string(static_cast<int>(r)));
+  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+    out += " (another profiler holds CUPTI: Nsight Systems, DCGM profiling, or Kineto with CUDA activities)";
+  else if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)
+    out += " (profiling is restricted to admin users: NVreg_RestrictProfilingToAdminUsers=0 allows it)";
+  return out;
 }
 
 class CuptiTracer final : public GpuTracer {
@@ -99,9 +104,13 @@ std::unique_ptr<GpuTracer> GpuTracer::create(std::string* unavailable_reason) {
   if (r != CUPTI_SUCCESS) return fail(cupti_error("cuptiActivityRegisterTimestampCallback", r));
   r = cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed);
   if (r != CUPTI_SUCCESS) return fail(cupti_error("cuptiActivityRegisterCallbacks", r));
-  for (CUpti_ActivityKind k : CuptiTracer::kinds()) {
-    r = cuptiActivityEnable(k);
-    if (r != CUPTI_SUCCESS) return fail(cupti_error("cuptiActivityEnable", r));
+  for (size_t i = 0; i < CuptiTracer::kinds().size(); ++i) {
+    r = cuptiActivityEnable(CuptiTracer::kinds()[i]);
+    if (r != CUPTI_SUCCESS) {
+      // Leave CUPTI as found: the run goes on without GPU activity.
+      for (size_t j = 0; j < i; ++j) cuptiActivityDisable(CuptiTracer::kinds()[j]);
+      return fail(cupti_error("cuptiActivityEnable", r));
+    }
   }
   return std::make_unique<CuptiTracer>();
 }

@@ -18,6 +18,7 @@
 #include "tests/integration/process.h"
 #include "trainer/float8/float8_linear.h"
 #include "trainer/model/llama.h"
+#include "trainer/model/weight_grad.h"
 
 namespace ctitan {
 namespace {
@@ -139,7 +140,9 @@ TEST(GpuCupti, TraceHasKernelsAndItsBusyTimeIsTheStepTime) {
   CTITAN_REQUIRE_GPU();
   std::string why;
   auto tracer = GpuTracer::create(&why);
-  ASSERT_NE(tracer, nullptr) << why;
+  // CUPTI can be held by another profiler (Nsight Systems, DCGM) or denied
+  // to non-admin users: the run goes on without it, and so does this test.
+  if (!tracer) GTEST_SKIP() << "CUPTI cannot run here: " << why;
   const auto a = torch::randn({4096, 4096}, torch::device(torch::kCUDA)), b = torch::randn_like(a);
   at::Tensor c = at::mm(a, b);  // warm-up: cuBLAS handles, the allocator
   torch::cuda::synchronize();
@@ -156,6 +159,27 @@ TEST(GpuCupti, TraceHasKernelsAndItsBusyTimeIsTheStepTime) {
   EXPECT_GE(kernels, 40u);
   const double busy = gpu_busy_seconds(acts, t0, t1), step = (t1 - t0) / 1e9;
   EXPECT_NEAR(busy, step, 0.1 * step) << "busy " << busy << " s of a " << step << " s step";
+}
+
+// Autograd runs a CUDA GEMM's backward on its device thread, not on the
+// thread that opened the split-backward scope: dW must still be deferred.
+TEST(GpuWeightGrad, DeviceThreadBackwardQueuesTheWeightGradient) {
+  CTITAN_REQUIRE_GPU();
+  fp32_everywhere();
+  const auto dev = torch::device(torch::kCUDA);
+  const at::Tensor x0 = torch::randn({64, 32}, dev), w0 = torch::randn({48, 32}, dev), dy = torch::randn({64, 48}, dev);
+  at::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+  at::Tensor sunk;
+  WeightGradQueue queue([&](const at::Tensor&, const at::Tensor& g) { sunk = g.clone(); });
+  {
+    DeferWeightGrads defer(&queue);
+    deferrable_linear(x, w).backward(dy);
+  }
+  EXPECT_FALSE(w.grad().defined()) << "dW was computed in the I pass (the device thread missed the scope)";
+  ASSERT_EQ(queue.size(), 1u);
+  queue.run();
+  ASSERT_TRUE(sunk.defined());
+  EXPECT_LT((sunk - dy.t().mm(x0)).abs().max().item<double>(), 1e-4);
 }
 
 TEST(GpuInfo, InventoryNamesEveryGpu) {

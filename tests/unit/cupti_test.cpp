@@ -62,6 +62,37 @@ TEST(GpuActivity, NcclKernelsAreCommunication) {
   EXPECT_FALSE(is_nccl_kernel("sm90_xmma_gemm_bf16bf16_bf16f32"));
 }
 
+// CUPTI reports kernel names mangled, as the compiler emitted them (these
+// are g++'s symbols for NCCL's kernel signatures: 2.19+ and older).
+constexpr const char* kMangledAllReduce =
+    "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE";
+constexpr const char* kMangledOldAllGather = "_Z39ncclKernel_AllGather_RING_LL_Sum_int8_t12ncclWorkElem";
+constexpr const char* kMangledComputeWithNcclArg =
+    "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_12ncclReduceOpEEEviT0_";
+
+TEST(GpuActivity, MangledNcclKernelsAreCommunication) {
+  EXPECT_TRUE(is_nccl_kernel(kMangledAllReduce));
+  EXPECT_TRUE(is_nccl_kernel("_Z48ncclDevKernel_ReduceScatter_Sum_bf16_RING_SIMPLE24ncclDevKernelArgsStorageILm4096EE"));
+  EXPECT_TRUE(is_nccl_kernel(kMangledOldAllGather));
+  // A truncated name the demangler refuses: the identifier after _Z<len> still decides.
+  EXPECT_TRUE(is_nccl_kernel("_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStor"));
+  // "nccl" only in a template argument or a parameter type: computation.
+  EXPECT_FALSE(is_nccl_kernel(kMangledComputeWithNcclArg));
+  EXPECT_FALSE(is_nccl_kernel("void at::native::vectorized_elementwise_kernel<4, at::native::ncclReduceOp>(int, "
+                              "at::native::ncclReduceOp)"));
+  EXPECT_FALSE(is_nccl_kernel("_Z18gemm_with_nccl_arg12ncclWorkElem"));
+  EXPECT_FALSE(is_nccl_kernel("_ZN2at6native18elementwise_kernelILi128ELi4EEEviT_"));
+}
+
+TEST(GpuActivity, KernelNamesAreDemangledForTheTrace) {
+  EXPECT_EQ(demangle_kernel_name(kMangledAllReduce),
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)");
+  EXPECT_EQ(demangle_kernel_name(kMangledComputeWithNcclArg),
+            "void at::native::vectorized_elementwise_kernel<4, at::native::ncclReduceOp>(int, at::native::ncclReduceOp)");
+  EXPECT_EQ(demangle_kernel_name("sm90_xmma_gemm_bf16bf16_bf16f32"), "sm90_xmma_gemm_bf16bf16_bf16f32");
+  EXPECT_EQ(demangle_kernel_name("_Z39ncclDevKernel_Trunc"), "_Z39ncclDevKernel_Trunc") << "refused: unchanged";
+}
+
 #ifdef CTITAN_TEST_CUPTI_RECORDS
 
 constexpr uint64_t kUs = 1000;  // CUPTI timestamps are nanoseconds
@@ -116,6 +147,13 @@ TEST(CuptiRecords, KernelMemcpyMemsetAndSyncConvert) {
   EXPECT_FALSE(a->nccl);
   const auto nccl = kernel("ncclDevKernel_ReduceScatter_RING_LL", 0, 10, 9);
   EXPECT_TRUE(gpu_activity_from_cupti(as_record(&nccl))->nccl);
+  // As CUPTI reports them: mangled; the trace gets the readable name.
+  const auto mangled = kernel(kMangledAllReduce, 0, 10, 9);
+  const auto m_nccl = gpu_activity_from_cupti(as_record(&mangled));
+  EXPECT_TRUE(m_nccl->nccl);
+  EXPECT_EQ(m_nccl->name, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)");
+  const auto compute = kernel(kMangledComputeWithNcclArg, 0, 10, 7);
+  EXPECT_FALSE(gpu_activity_from_cupti(as_record(&compute))->nccl);
 
   CUpti_ActivityMemcpy6 m = memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 5, 9, 3);
   m.bytes = 4096;
@@ -152,7 +190,7 @@ TEST(CuptiRecords, KernelMemcpyMemsetAndSyncConvert) {
 
 // One step [0, 200) µs on GPU 0:
 //   stream 7 (compute): GEMM [10, 60), GEMM [100, 150); memcpy [60, 70)
-//   stream 9 (NCCL):    all-gather [40, 90), reduce-scatter [140, 180)
+//   stream 9 (NCCL):    all-reduce [40, 90) (mangled, as CUPTI names it), reduce-scatter [140, 180)
 //   stream 7 sync [150, 160) — not computation
 //   => compute = 50 + 50 + 10 = 110; comm = 50 + 40 = 90;
 //      exposed = [70, 90) + [150, 180) = 20 + 30 = 50;
@@ -160,7 +198,7 @@ TEST(CuptiRecords, KernelMemcpyMemsetAndSyncConvert) {
 TEST(CuptiRecords, SyntheticStepBreaksDownAsWorkedOutByHand) {
   const CUpti_ActivityKernel10 records[] = {
       kernel("gemm_a", 10, 60, 7), kernel("gemm_b", 100, 150, 7),
-      kernel("ncclDevKernel_AllGather_RING_LL", 40, 90, 9), kernel("ncclDevKernel_ReduceScatter_RING_LL", 140, 180, 9)};
+      kernel(kMangledAllReduce, 40, 90, 9), kernel("ncclDevKernel_ReduceScatter_RING_LL", 140, 180, 9)};
   std::vector<GpuActivity> acts;
   for (const auto& r : records) acts.push_back(*gpu_activity_from_cupti(as_record(&r)));
   const auto m = memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_DTOD, 60, 70, 7);

@@ -24,6 +24,7 @@
 #include "trainer/dist/comm.h"
 #include "trainer/dist/flight_recorder.h"
 #include "trainer/dist/mesh.h"
+#include "trainer/runtime.h"
 #include "tests/unit/thread_ranks.h"
 
 namespace fs = std::filesystem;
@@ -778,6 +779,25 @@ TEST_F(DistEnvTest, MasterPortIsDerivedFromTheJobId) {
 }
 
 // ---- Flight recorder ----
+
+// Which GPU a rank trains on. Under srun --gpus-per-task=1 every rank sees
+// one GPU (its own, through CUDA_VISIBLE_DEVICES) as device 0, whatever its
+// LOCAL_RANK; a node whose ranks see all its GPUs gives rank r cuda:r.
+TEST(DistDevice, CudaIndexFollowsTheGpusThisProcessSees) {
+  EXPECT_EQ(cuda_device_index(0, 1, 1, false), 0);
+  EXPECT_EQ(cuda_device_index(3, 8, 8, false), 3);
+  EXPECT_EQ(cuda_device_index(3, 4, 8, true), 3);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(cuda_device_index(r, 4, 1, true), 0) << "srun --gpus-per-task=1, rank " << r;
+  // More ranks than GPUs: 4 ranks sharing one unmasked GPU, or 2 each.
+  EXPECT_THROW(cuda_device_index(1, 4, 1, false), InputError);
+  EXPECT_THROW(cuda_device_index(1, 4, 2, true), InputError);
+  try {
+    cuda_device_index(0, 4, 2, false);
+    ADD_FAILURE() << "4 ranks on 2 GPUs were accepted";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "this node runs 4 ranks but has 2 GPUs; launch at most one rank per GPU (--nproc 2)");
+  }
+}
 
 TEST(DistFlightRecorder, RingKeepsTheNewestInOrder) {
   FlightRecorder fr(0, 3, "unused.json");

@@ -171,6 +171,22 @@ TEST(ChunkedCrossEntropy, MatchesAtenCrossEntropyForwardAndBackward) {
   }
 }
 
+// The chunking is a CPU cache optimisation: a CUDA (or meta) device takes
+// chunks bounded by memory, so a step's loss at vocab 32k–128k is a handful
+// of kernels per pass, not one per few rows. B·S = 16384 tokens.
+TEST(ChunkedCrossEntropy, ChunksAreCacheSizedOnlyOnTheCpu) {
+  const c10::Device cpu(c10::kCPU), cuda(c10::kCUDA, 0), meta(c10::kMeta);
+  EXPECT_EQ(cross_entropy_rows_per_chunk(cpu, 2048), 512);
+  EXPECT_EQ(cross_entropy_chunks(cpu, 16384, 128256), 2048);  // 8 rows (4 MB) each
+  EXPECT_EQ(cross_entropy_chunks(cpu, 16384, 32000), 512);
+  EXPECT_EQ(cross_entropy_rows_per_chunk(cuda, 128256), 523);  // 2^26 fp32 = 256 MB
+  EXPECT_EQ(cross_entropy_chunks(cuda, 16384, 128256), 32);
+  EXPECT_EQ(cross_entropy_chunks(cuda, 16384, 32000), 8);
+  EXPECT_EQ(cross_entropy_chunks(cuda, 2048, 32000), 1);
+  EXPECT_EQ(cross_entropy_chunks(meta, 16384, 32000), 8);
+  EXPECT_EQ(cross_entropy_rows_per_chunk(cuda, int64_t{1} << 27), 1) << "a vocab beyond the bound: one row";
+}
+
 }  // namespace
 }  // namespace ctitan
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include "profiling/op_profiler.h"
 #include "profiling/peak_flops.h"
@@ -392,6 +393,22 @@ TEST(PeakFlops, TorchTitansGpuTableByDeviceName) {
     EXPECT_DOUBLE_EQ(p->flops, flops) << name;
   }
   EXPECT_EQ(gpu_table_peak_flops("NVIDIA H100 80GB HBM3")->entry, "H100 SXM");
+}
+
+// The Hopper names exactly as CUDA reports them (cudaDeviceProp::name): an
+// NVL or PCIe card must not get the SXM part's peak.
+TEST(PeakFlops, HopperVariantsByTheirCudaNames) {
+  const std::vector<std::tuple<std::string, std::string, double>> cases = {
+      {"NVIDIA H200", "H200 SXM", 989e12},          {"NVIDIA H200 NVL", "H200 NVL", 835e12},
+      {"NVIDIA H100 80GB HBM3", "H100 SXM", 989e12}, {"NVIDIA H100 PCIe", "H100 PCIe", 756e12},
+      {"NVIDIA H100 NVL", "H100 NVL", 835e12},
+  };
+  for (const auto& [name, entry, flops] : cases) {
+    const auto p = gpu_table_peak_flops(name);
+    ASSERT_TRUE(p.has_value()) << name;
+    EXPECT_EQ(p->entry, entry) << name;
+    EXPECT_DOUBLE_EQ(p->flops, flops) << name;
+  }
 }
 
 TEST(PeakFlops, AnUnknownGpuGetsNoPeakAndAWarningNotAnotherGpusPeak) {

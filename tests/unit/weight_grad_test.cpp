@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <thread>
+
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama.h"
 #include "trainer/model/weight_grad.h"
@@ -43,6 +45,34 @@ TEST(WeightGrad, DeferredLinearQueuesTheWeightGradientUntilRun) {
   at::Tensor x2 = x0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
   deferrable_linear(x2, w2).backward(dy);
   EXPECT_TRUE(torch::allclose(w2.grad(), wr.grad(), 0, 1e-12));
+}
+
+// On CUDA, autograd runs the GEMM's backward on its device thread, not on
+// the thread that opened the scope: a backward on another thread must still
+// queue dW (here a std::thread plays autograd's device thread).
+TEST(WeightGrad, ABackwardOnAnotherThreadFindsTheScope) {
+  torch::manual_seed(4);
+  const at::Tensor x0 = torch::randn({3, 8}, torch::kDouble), w0 = torch::randn({6, 8}, torch::kDouble);
+  const at::Tensor dy = torch::randn({3, 6}, torch::kDouble);
+  at::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+  at::Tensor sunk;
+  WeightGradQueue queue([&](const at::Tensor&, const at::Tensor& g) { sunk = g.clone(); });
+  {
+    DeferWeightGrads defer(&queue);
+    WeightGradQueue* seen = nullptr;
+    std::thread worker([&] {
+      seen = deferred_weight_grads();
+      deferrable_linear(x, w).backward(dy);
+    });
+    worker.join();
+    EXPECT_EQ(seen, &queue) << "the scope is invisible to other threads";
+  }
+  EXPECT_EQ(deferred_weight_grads(), nullptr) << "closed scope";
+  EXPECT_FALSE(w.grad().defined()) << "the weight gradient was computed in the I pass";
+  ASSERT_EQ(queue.size(), 1u);
+  queue.run();
+  ASSERT_TRUE(sunk.defined());
+  EXPECT_TRUE(torch::allclose(sunk, dy.t().mm(x0), 0, 1e-12));
 }
 
 at::Tensor model_grads(const std::string& mode, const std::string& option, bool split, size_t* queued = nullptr,

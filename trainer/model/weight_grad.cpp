@@ -1,10 +1,15 @@
 #include "trainer/model/weight_grad.h"
 #include "trainer/model/gemm.h"
 
+#include <atomic>
+
 namespace ctitan {
 namespace {
 
-thread_local WeightGradQueue* current_queue = nullptr;
+// Process-wide, not thread_local: autograd runs a CUDA GEMM's backward on
+// its device thread, not on the thread that opened the scope and called
+// backward() (only CPU backwards run on the caller's thread).
+std::atomic<WeightGradQueue*> current_queue{nullptr};
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -33,19 +38,33 @@ class DeferrableLinear : public torch::autograd::Function<DeferrableLinear> {
 
 }  // namespace
 
+void WeightGradQueue::push(at::Tensor x, at::Tensor dy, at::Tensor w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  items_.push_back({std::move(x), std::move(dy), std::move(w)});
+}
+
+size_t WeightGradQueue::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return items_.size();
+}
+
 void WeightGradQueue::run() {
+  std::vector<Item> items;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    items.swap(items_);
+  }
   torch::NoGradGuard no_grad;
-  for (Item& item : items_) {
+  for (Item& item : items) {
     sink_(item.w, linear_grad_weight(item.dy, item.x, item.w));
     item = {};  // free X and dY as we go
   }
-  items_.clear();
 }
 
-DeferWeightGrads::DeferWeightGrads(WeightGradQueue* queue) : previous_(current_queue) { current_queue = queue; }
-DeferWeightGrads::~DeferWeightGrads() { current_queue = previous_; }
+DeferWeightGrads::DeferWeightGrads(WeightGradQueue* queue) : previous_(current_queue.exchange(queue)) {}
+DeferWeightGrads::~DeferWeightGrads() { current_queue.store(previous_); }
 
-WeightGradQueue* deferred_weight_grads() { return current_queue; }
+WeightGradQueue* deferred_weight_grads() { return current_queue.load(); }
 
 at::Tensor deferrable_linear(const at::Tensor& x, const at::Tensor& w) {
   if (!at::GradMode::is_enabled() || !w.requires_grad()) return gemm_linear(x, w);

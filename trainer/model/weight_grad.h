@@ -13,13 +13,17 @@
 // (ParamStore::add_grad). Float8 GEMMs and async TP's pipelined GEMMs keep
 // dW in the backward (their W part is then empty for those GEMMs).
 //
-// Not thread-safe: the scope is per thread (autograd runs CPU backward on
-// the calling thread).
+// The scope is process-wide, not per thread: autograd runs CUDA backwards
+// on its own device thread, which must find the queue the training thread
+// opened. One thread at a time opens scopes (the pipeline schedule's; ctitan
+// runs one rank per process), and while one is open every GEMM backward in
+// the process queues to it. push() may come from autograd's threads.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <functional>
+#include <mutex>
 #include <vector>
 
 namespace ctitan {
@@ -30,20 +34,22 @@ class WeightGradQueue {
   explicit WeightGradQueue(Sink sink) : sink_(std::move(sink)) {}
   // A GEMM's deferred weight gradient: dW = dYᵀ·X for y = x·wᵀ (x [*, in],
   // dy [*, out], w [out, in]).
-  void push(at::Tensor x, at::Tensor dy, at::Tensor w) { items_.push_back({std::move(x), std::move(dy), std::move(w)}); }
+  void push(at::Tensor x, at::Tensor dy, at::Tensor w);
   // Computes every queued dW, in order, hands it to the sink, and empties.
   void run();
-  size_t size() const { return items_.size(); }
+  size_t size() const;
 
  private:
   struct Item {
     at::Tensor x, dy, w;
   };
   Sink sink_;
+  mutable std::mutex mu_;
   std::vector<Item> items_;
 };
 
-// While alive, GEMM backwards on this thread queue dW to `queue`.
+// While alive, GEMM backwards (on any thread: autograd's device threads
+// included) queue dW to `queue`; scopes nest.
 class DeferWeightGrads {
  public:
   explicit DeferWeightGrads(WeightGradQueue* queue);
@@ -55,7 +61,7 @@ class DeferWeightGrads {
   WeightGradQueue* previous_;
 };
 
-// The queue of the innermost DeferWeightGrads scope on this thread, or null.
+// The queue of the innermost open DeferWeightGrads scope, or null.
 WeightGradQueue* deferred_weight_grads();
 
 // y = x·wᵀ (at::linear without bias) whose backward queues dW inside a
