@@ -52,18 +52,25 @@ def main(build: str, prefix: str) -> int:
 
     libdir = os.path.join(prefix, "usr/lib/x86_64-linux-gnu")
     provided = sorted({re.sub(r"\.(so|a).*$", "", n) for n in os.listdir(libdir) if n.startswith("lib")})
-    lib_ref = re.compile(r"(/[^\s:;]*/(" + "|".join(map(re.escape, provided)) + r")\.(so|a)[^\s:;]*)")
+    lib_name = re.compile(r"^(" + "|".join(map(re.escape, provided)) + r")\.(so|a)(\.[0-9.]+)?$")
     links = 0
     for line in open(os.path.join(build, "build.ninja")):
         if not line.lstrip().startswith(("LINK_LIBRARIES", "LINK_PATH", "LINK_FLAGS")):
             continue
         links += 1
-        for m in lib_ref.finditer(line):
-            if not os.path.realpath(m.group(1)).startswith(prefix + "/"):
-                bad.append(f"a link line takes {m.group(1)} from outside the prefix")
-        for m in re.finditer(r"-L(/\S+)", line):
-            if m.group(1).rstrip("/") in ("/usr/lib/x86_64-linux-gnu", "/usr/lib", "/lib/x86_64-linux-gnu"):
-                bad.append(f"a link line searches the system folder {m.group(1)}")
+        for token in line.split("=", 1)[1].split():
+            for part in token.split(","):  # -Wl,-rpath,DIR or -Wl,/path/libx.so
+                if part.startswith("-L"):
+                    folder = part[2:].rstrip("/")
+                    if folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib", "/lib/x86_64-linux-gnu"):
+                        bad.append(f"a link line searches the system folder {folder}")
+                elif part.startswith("-l") and "lib" + part[2:] in provided:
+                    bad.append(f"a link line takes {part} from the linker's default folders")
+                elif lib_name.match(os.path.basename(part)):
+                    # Ninja writes paths inside the build tree relative to it.
+                    path = os.path.realpath(os.path.join(build, part))
+                    if not path.startswith(prefix + "/"):
+                        bad.append(f"a link line takes {part} from outside the prefix")
     for b in sorted(set(bad)):
         print("check_build_paths:", b)
     if bad:

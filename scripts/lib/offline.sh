@@ -26,6 +26,7 @@ offline_unpack() {
   if cmp -s "$bundle/MANIFEST" "$prefix/.ctitan-manifest"; then return 0; fi
   rm -rf "$prefix"
   mkdir -p "$prefix"
+  prefix=$(cd "$prefix" && pwd)  # absolute: symlinks and CMake paths point into it
   for deb in "$bundle"/*.deb; do
     if command -v dpkg-deb >/dev/null; then
       dpkg-deb -x "$deb" "$prefix"
@@ -45,14 +46,16 @@ offline_unpack() {
 # offline_env PREFIX: protoc (run during the build) and the tests' binaries find
 # the prefix's shared libraries; CMake's find_* look there first.
 offline_env() {
-  local prefix=$1
+  local prefix
+  prefix=$(realpath -m "$1")
   export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
 # offline_cmake_args PREFIX: the configure arguments for a build against the
 # prefix (printed one per line, for mapfile).
 offline_cmake_args() {
-  local prefix=$1
+  local prefix
+  prefix=$(realpath -m "$1")
   printf '%s\n' "-DCMAKE_PREFIX_PATH=$prefix/usr" "-DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu" \
     "-DCMAKE_PROGRAM_PATH=$prefix/usr/bin"
 }

@@ -52,6 +52,11 @@ compile ""
 links "/usr/lib/x86_64-linux-gnu/libctitantest.so"
 out=$(python3 "$root/scripts/lib/check_build_paths.py" "$build" "$prefix") && fail "a system library passed"
 [[ $out == *"takes /usr/lib/x86_64-linux-gnu/libctitantest.so from outside the prefix"* ]] || fail "unexpected: $out"
+links "-lctitantest"
+out=$(python3 "$root/scripts/lib/check_build_paths.py" "$build" "$prefix") && fail "-lctitantest passed"
+[[ $out == *"takes -lctitantest from the linker's default folders"* ]] || fail "unexpected: $out"
+links "prefix/usr/lib/x86_64-linux-gnu/libctitantest.so"  # ninja's build-relative form: outside here
+out=$(python3 "$root/scripts/lib/check_build_paths.py" "$build" "$prefix") && fail "a build-relative path outside the prefix passed"
 
 # --- bad arguments: one line, exit 2
 expect2() {
