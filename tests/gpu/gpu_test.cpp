@@ -136,6 +136,91 @@ TEST(GpuFloat8, ScaledMmMatchesTheEmulation) {
   }
 }
 
+bool sm89_or_newer() {
+  const GpuDevice g = gpu_inventory().devices.at(0);
+  return g.major * 10 + g.minor >= 89;
+}
+
+// FSDP's float8 all-gather hands float8_linear the weight as the gathered
+// e4m3 codes in the backend's operand form (DataParallel::unpack_float8
+// through float8_operand_data): on sm89+ they go into _scaled_mm beside the
+// float8 input and grad_output, in forward and backward.
+TEST(GpuFloat8, FsdpGatheredWeightRunsThroughScaledMm) {
+  CTITAN_REQUIRE_GPU();
+  if (!sm89_or_newer()) GTEST_SKIP() << "float8 GEMMs need sm89 or newer";
+  torch::manual_seed(0);
+  const auto dev = c10::Device(c10::kCUDA, 0);
+  ASSERT_EQ(float8_backend(dev, false), "scaled_mm");
+  const auto x = torch::randn({256, 512}).to(torch::kBFloat16), w = torch::randn({384, 512}).to(torch::kBFloat16) * 0.02;
+  const Float8Cast cast{Float8Scaling::kTensorwise, Fp8Format::kE4M3FN};
+  const at::Tensor scale = float8_scale(w.to(torch::kFloat), cast, false);
+  const at::Tensor codes = fp8_encode(w.to(torch::kFloat) * scale, Fp8Format::kE4M3FN);  // what the gather brings
+  struct Out {
+    at::Tensor y, gx, gw;
+  };
+  const auto run = [&](const c10::Device& d, const std::string& backend) {
+    const Float8Tensor wq{float8_operand_data(codes.to(d), Fp8Format::kE4M3FN, backend), scale.to(d), Fp8Format::kE4M3FN};
+    const at::Tensor xd = x.to(d).requires_grad_(true), wd = w.to(d).requires_grad_(true);
+    const at::Tensor y = float8_linear(xd, wd, Float8Recipe::kTensorwise, backend == "emulated", &wq);
+    y.backward(torch::ones_like(y));
+    return Out{y.detach().to(torch::kFloat).cpu(), xd.grad().to(torch::kFloat).cpu(), wd.grad().to(torch::kFloat).cpu()};
+  };
+  const Out fast = run(dev, "scaled_mm"), emul = run(c10::Device(c10::kCPU), "emulated");
+  EXPECT_GT(sqnr_db(emul.y, fast.y), 30.0);
+  EXPECT_GT(sqnr_db(emul.gx, fast.gx), 25.0);
+  EXPECT_GT(sqnr_db(emul.gw, fast.gw), 25.0);
+}
+
+// fp32 compute with rowwise scales: _scaled_mm is asked for bf16 (the only
+// rowwise output on sm90) and the result cast to fp32.
+TEST(GpuFloat8, RowwiseWithFp32ComputeRunsThroughScaledMm) {
+  CTITAN_REQUIRE_GPU();
+  if (!sm89_or_newer()) GTEST_SKIP() << "float8 GEMMs need sm89 or newer";
+  torch::manual_seed(1);
+  const auto dev = c10::Device(c10::kCUDA, 0);
+  const auto x = torch::randn({128, 256}), w = torch::randn({192, 256}) * 0.02;
+  for (Float8Recipe recipe : {Float8Recipe::kRowwise, Float8Recipe::kRowwiseWithGwHp}) {
+    const at::Tensor xd = x.to(dev).requires_grad_(true);
+    const at::Tensor fast = float8_linear(xd, w.to(dev), recipe, /*emulate=*/false);
+    EXPECT_EQ(fast.scalar_type(), torch::kFloat);
+    fast.sum().backward();
+    const at::Tensor emul = float8_linear(x, w, recipe, /*emulate=*/true);
+    EXPECT_GT(sqnr_db(emul, fast.detach().cpu()), 30.0) << float8_recipe_name(recipe);
+  }
+}
+
+// Two ranks: FSDP with the float8 all-gather (scaled_mm on sm89+), and
+// 1F1B whose activations (8 MiB) outgrow NCCL's buffers, so that a send
+// and a receive between the two ranks that were not grouped would deadlock.
+// Both end with every NCCL group shut down: no destructor warning.
+TEST(GpuDist, Float8AllGatherAndOneFOneBOverNccl) {
+  CTITAN_REQUIRE_GPU();
+  if (torch::cuda::device_count() < 2)
+    GTEST_SKIP() << "needs 2 GPUs; this machine has " << torch::cuda::device_count();
+  const fs::path dir = testing::fresh_dir("gpu_dist");
+  const auto launch = [&](const std::string& name, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"launch", "--nproc", "2", "--"};
+    auto inner = train_args(dir / name, "cuda");
+    args.insert(args.end(), inner.begin(), inner.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_ctitan(args);
+  };
+  std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {"pp", {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule", "1F1B",
+              "--parallelism.pipeline_parallel_microbatch_size", "1", "--training.seq_len", "8192"}}};
+  if (sm89_or_newer())
+    runs.push_back({"fsdp_float8", {"--parallelism.data_parallel_shard_degree", "2", "--model.converters",
+                                    "quantize.linear.float8", "--quantize.linear.float8.enable_fsdp_float8_all_gather",
+                                    "--training.mixed_precision_param", "bfloat16"}});
+  for (const auto& [name, extra] : runs) {
+    const auto r = launch(name, extra);
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    EXPECT_EQ(losses_of(dir / name).size(), 10u) << name;
+    EXPECT_EQ(r.err.find("destroy_process_group"), std::string::npos) << name << ": " << r.err;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(GpuCupti, TraceHasKernelsAndItsBusyTimeIsTheStepTime) {
   CTITAN_REQUIRE_GPU();
   std::string why;

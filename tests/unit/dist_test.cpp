@@ -166,6 +166,53 @@ TEST(DistComm, SendRecvAroundARing) {
   });
 }
 
+TEST(DistComm, BatchP2PSwapsBetweenTwoRanksWhateverTheOrder) {
+  // Rank 0 lists its send first, rank 1 its receive: Gloo takes the ops
+  // one by one (tags match them), NCCL would group them.
+  run_group(2, [&](int r, Communicator& c) {
+    auto out = contribution(r, 8, torch::kBFloat16), in = torch::zeros({8}, torch::kBFloat16);
+    std::vector<P2POp> ops{{P2POp::Kind::kSend, out, 1 - r, 3}, {P2POp::Kind::kRecv, in, 1 - r, 3}};
+    if (r == 1) std::swap(ops[0], ops[1]);
+    auto works = c.batch_p2p(ops);
+    ASSERT_EQ(works.size(), 2u);
+    for (auto& w : works) w->wait();
+    EXPECT_TRUE(torch::equal(in, contribution(1 - r, 8, torch::kBFloat16)));
+  });
+}
+
+TEST(DistComm, ShutdownIsOnceAndACallAfterItIsAOneLineError) {
+  run_group(2, [&](int r, Communicator& c) {
+    auto t = torch::full({2}, r + 1.0);
+    c.all_reduce(t)->wait();
+    c.shutdown();
+    c.shutdown();  // once: a second teardown (the destructor's) does nothing
+    try {
+      c.all_reduce(t);
+      ADD_FAILURE() << "all_reduce after shutdown";
+    } catch (const CommError& e) {
+      EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(r) + ": all_reduce on world after the group was shut down");
+    }
+  });
+}
+
+TEST(DistMesh, ShutdownEndsEveryGroupOnceOverGloo) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  run_threads(4, [&](int r) {
+    MeshShape shape;
+    shape.dp_shard = 2;
+    shape.tp = 2;
+    auto mesh = DeviceMesh::create(shape, r, store, {});
+    auto t = torch::full({3}, r + 1.0);
+    mesh->group("dp").all_reduce(t, ReduceOp::kSum)->wait();
+    mesh->group("tp").all_reduce(t, ReduceOp::kSum)->wait();
+    mesh->shutdown();
+    mesh->shutdown();
+    for (const char* dim : {"world", "tp", "dp_shard", "dp", "fsdp"}) {
+      EXPECT_THROW(mesh->group(dim).barrier(), CommError) << dim;
+    }
+  });  // the destructors shut down again: nothing happens
+}
+
 TEST(DistComm, CompletedPollsAndRecordsEachCall) {
   std::vector<std::shared_ptr<FlightRecorder>> recorders;
   for (int r = 0; r < 2; ++r) recorders.push_back(std::make_shared<FlightRecorder>(r, 8, "unused.json"));

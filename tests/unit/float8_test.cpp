@@ -447,6 +447,49 @@ TEST(Float8Linear, EmulatedGemmMatchesLibTorchCpuScaledMm) {
   }
 }
 
+// FSDP's float8 all-gather brings e4m3 codes. On the scaled_mm backend they
+// go into _scaled_mm as float8, like the input (LibTorch's CPU _scaled_mm
+// refuses a bf16 operand beside a float8 one, as CUDA's does); on the
+// emulated backend as their bf16 values, as before.
+TEST(Float8Linear, GatheredWeightCodesTakeTheBackendsOperandForm) {
+  torch::manual_seed(5);
+  constexpr Fp8Format e4m3 = Fp8Format::kE4M3FN;
+  const at::Tensor x = torch::randn({16, 32}), w = torch::randn({24, 32});
+  const Float8Cast cast{Float8Scaling::kTensorwise, e4m3};
+  const at::Tensor sx = float8_scale(x, cast, false), sw = float8_scale(w, cast, false);
+  const at::Tensor x_codes = fp8_encode(x * sx, e4m3), w_codes = fp8_encode(w * sw, e4m3);
+  const at::Tensor fast = float8_operand_data(w_codes, e4m3, "scaled_mm");
+  EXPECT_EQ(fast.scalar_type(), at::kFloat8_e4m3fn);
+  EXPECT_TRUE(torch::equal(fast.view(at::kByte), w_codes));  // the gathered bytes, not a decoded copy
+  const at::Tensor emul = float8_operand_data(w_codes, e4m3, "emulated");
+  EXPECT_EQ(emul.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(torch::equal(emul, fp8_decode(w_codes, e4m3, at::kBFloat16)));
+  // y = x @ wᵀ as float8_linear runs it on each backend.
+  const Float8Tensor qx_fast{float8_operand_data(x_codes, e4m3, "scaled_mm"), sx, e4m3}, qw_fast{fast, sw, e4m3};
+  const Float8Tensor qx_emul{float8_operand_data(x_codes, e4m3, "emulated"), sx, e4m3}, qw_emul{emul, sw, e4m3};
+  const at::Tensor y_fast = float8_mm(qx_fast, qw_fast.t(), torch::kBFloat16, true);
+  const at::Tensor y_emul = float8_mm(qx_emul, qw_emul.t(), torch::kBFloat16, true);
+  EXPECT_LT(rel_err(y_fast.to(torch::kFloat), y_emul.to(torch::kFloat)), 4e-3);
+}
+
+// _scaled_mm on sm90 gives rowwise scales only a bf16 output: fp32 (and
+// fp16) outputs are asked for in bf16 and cast, as torchao does.
+TEST(Float8Linear, RowwiseScaledMmAsksForBf16AndCasts) {
+  EXPECT_EQ(scaled_mm_out_dtype(torch::kFloat, true), torch::kBFloat16);
+  EXPECT_EQ(scaled_mm_out_dtype(torch::kHalf, true), torch::kBFloat16);
+  EXPECT_EQ(scaled_mm_out_dtype(torch::kBFloat16, true), torch::kBFloat16);
+  EXPECT_EQ(scaled_mm_out_dtype(torch::kFloat, false), torch::kFloat);
+  torch::manual_seed(6);
+  const Float8Cast rows{Float8Scaling::kPerRow, Fp8Format::kE4M3FN};
+  Float8Tensor qa = float8_quantize(torch::randn({8, 32}), rows, false, true);
+  Float8Tensor qb = float8_quantize(torch::randn({12, 32}), rows, false, true).t();
+  qa.data = qa.data.to(at::kFloat8_e4m3fn);  // exact: the scaled_mm operand form
+  qb.data = qb.data.to(at::kFloat8_e4m3fn);
+  const at::Tensor f32 = float8_mm(qa, qb, torch::kFloat, true);
+  EXPECT_EQ(f32.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(torch::equal(f32, float8_mm(qa, qb, torch::kBFloat16, true).to(torch::kFloat)));
+}
+
 TEST(Float8Linear, UnknownRecipeIsOneLineInputError) {
   for (auto r : kRecipes) EXPECT_EQ(parse_float8_recipe(float8_recipe_name(r)), r);
   try {

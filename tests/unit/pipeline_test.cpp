@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/errors.h"
@@ -73,6 +74,50 @@ TEST(PipelineSchedule, GPipeAndOneFOneBInTheirOrder) {
   EXPECT_EQ(actions("1F1B", 4, 0, 6), "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5");
   EXPECT_EQ(actions("1F1B", 4, 3, 6), "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5");
   EXPECT_EQ(actions("1F1B", 4, 1, 2), "1F0 1F1 1B0 1B1");  // fewer micro-batches than the warm-up
+}
+
+// A rank's transfers, group by group: "[send a1.0,recv g0.0]" is the
+// activation for stage 1 of micro-batch 0 going out together with the
+// gradient for stage 0 coming in.
+std::string p2p_groups(const PipelineSchedule& s, int64_t r) {
+  std::string out;
+  for (const auto& g : plan_pipeline_p2p(s, r)) {
+    out += out.empty() ? "[" : " [";
+    for (size_t j = 0; j < g.size(); ++j)
+      out += (j ? "," : "") + std::string(g[j].send ? "send " : "recv ") + (g[j].dir ? "g" : "a") +
+             std::to_string(g[j].stage) + "." + std::to_string(g[j].microbatch);
+    out += "]";
+  }
+  return out;
+}
+
+// 1F1B's steady state: rank 0 sends F's activation and receives B's
+// gradient, rank 1 sends B's gradient and receives F's activation — each
+// side would post its send first, which deadlocks on NCCL once a message
+// outgrows its buffers, unless the pair goes as one group.
+TEST(PipelineP2P, OneFOneBPostsEachSendWithTheNextReceive) {
+  const PipelineSchedule s = build_pipeline_schedule("1F1B", 2, 1, 3);
+  EXPECT_EQ(p2p_groups(s, 0), "[] [send a1.0] [send a1.1,recv g0.0] [] [send a1.2,recv g0.1] [recv g0.2] []");
+  EXPECT_EQ(p2p_groups(s, 1), "[recv a1.0] [] [send g0.0,recv a1.1] [] [send g0.1,recv a1.2] [] [send g0.2]");
+}
+
+// Every send meets one receive on its peer with the same tag, across the
+// schedules; hand-overs between two stages of one rank are not transfers.
+TEST(PipelineP2P, EverySendMeetsOneReceive) {
+  for (auto [name, p, v, m] : {std::tuple{"1F1B", 4, 1, 8}, std::tuple{"GPipe", 2, 1, 4},
+                               std::tuple{"Interleaved1F1B", 4, 2, 8}, std::tuple{"ZBVZeroBubble", 4, 2, 8}}) {
+    const PipelineSchedule s = build_pipeline_schedule(name, p, v, m);
+    std::map<std::tuple<int64_t, int64_t, int>, int> open;  // (from, to, tag) -> sends - receives
+    for (int64_t r = 0; r < p; ++r)
+      for (const auto& g : plan_pipeline_p2p(s, r)) {
+        EXPECT_LE(g.size(), 2u) << name;
+        for (const PipelineP2P& t : g) {
+          EXPECT_NE(t.peer, r) << name;
+          open[t.send ? std::tuple{r, t.peer, t.tag} : std::tuple{t.peer, r, t.tag}] += t.send ? 1 : -1;
+        }
+      }
+    for (const auto& [key, n] : open) EXPECT_EQ(n, 0) << name << " tag " << std::get<2>(key);
+  }
 }
 
 // The multi-stage schedules worked out by hand from their definitions

@@ -21,9 +21,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 
@@ -163,7 +165,7 @@ class BackendWork final : public Work {
     // collective overlapped computation.
     // Some Gloo works (send/recv, barrier) have no future: they fall back to
     // the time wait() returns.
-    if (kind_ != BackendKind::kNccl) {
+    if (kind_ != BackendKind::kNccl && work_) {
       try {
         auto done = done_;
         work_->getFuture()->addCallback([done](c10::ivalue::Future&) {
@@ -178,6 +180,7 @@ class BackendWork final : public Work {
     const auto began = Clock::now();
     std::lock_guard<std::mutex> lock(mu_);
     WaitReport report{trace_token_, began};
+    if (!settled_ && !work_) settle_success();
     if (!settled_) {
       try {
         if (kind_ == BackendKind::kNccl) {
@@ -208,6 +211,10 @@ class BackendWork final : public Work {
   bool completed() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (settled_) return true;
+    if (!work_) {
+      settle_success();
+      return true;
+    }
     if (!work_->isCompleted()) return false;
     if (work_->isSuccess()) {
       settle_success();
@@ -377,6 +384,71 @@ class ProcessGroupCommunicator final : public Communicator {
                  std::move(s.copy_back));
   }
 
+  std::vector<WorkPtr> batch_p2p(const std::vector<P2POp>& ops) override {
+    bool nccl = ops.size() > 1;
+    for (const P2POp& op : ops) nccl = nccl && kind_of(op.tensor, "batch_p2p") == BackendKind::kNccl;
+    if (!nccl) return Communicator::batch_p2p(ops);
+    // One NCCL group: every op is recorded as itself, and all share the
+    // group's work (inside the group c10d returns none per op).
+    c10d::Backend& b = backend(BackendKind::kNccl);
+    struct Posted {
+      Call call;
+      Begun begun;
+      std::vector<at::Tensor> wire;
+      std::function<void()> finish;
+    };
+    std::vector<Posted> posted;
+    for (const P2POp& op : ops) {
+      const bool send = op.kind == P2POp::Kind::kSend;
+      ArgChecks(*this, group_->global_rank, send ? "send" : "recv").peer(op.peer, send ? "destination" : "source");
+      Posted p;
+      p.call = {send ? "send" : "recv", bytes_of(op.tensor), op.tensor.scalar_type()};
+      if (send) {
+        p.wire = {as_movable(BackendKind::kNccl, op.tensor.reshape(-1).contiguous())};
+      } else {
+        Staged s = stage(op.tensor, op.tensor.scalar_type(), false);
+        p.wire = {as_movable(BackendKind::kNccl, s.wire)};
+        p.finish = std::move(s.copy_back);
+      }
+      posted.push_back(std::move(p));
+    }
+    for (Posted& p : posted) p.begun = begin(p.call);
+    c10::intrusive_ptr<c10d::Work> work;
+    size_t i = 0;
+    try {
+      b.startCoalescing();
+      for (; i < ops.size(); ++i) {
+        if (ops[i].kind == P2POp::Kind::kSend) b.send(posted[i].wire, ops[i].peer, ops[i].tag);
+        else b.recv(posted[i].wire, ops[i].peer, ops[i].tag);
+      }
+      work = b.endCoalescing();
+    } catch (const std::exception& e) {
+      const Posted& p = posted[std::min(i, posted.size() - 1)];
+      throw fail(*group_, p.call, p.begun.seq, false, backend_message(e), p.begun.timeout);
+    }
+    std::vector<WorkPtr> works;
+    for (Posted& p : posted)
+      works.push_back(std::make_shared<BackendWork>(group_, std::move(p.call), p.begun.seq, BackendKind::kNccl, work,
+                                                    std::move(p.finish), p.begun.timeout, p.begun.token));
+    return works;
+  }
+
+  void shutdown(bool abort) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    if (!nccl_) return;
+    try {
+      if (abort) nccl_->abort();
+      else nccl_->shutdown();
+    } catch (const std::exception& e) {  // at exit: say so, do not throw from a destructor's path
+      std::cerr << "rank " << group_->global_rank << ": group " << group_->name << ": NCCL "
+                << (abort ? "abort" : "shutdown") << " failed: " << backend_message(e) << std::endl;
+    }
+  }
+
+  ~ProcessGroupCommunicator() override { shutdown(std::uncaught_exceptions() > 0); }
+
   void barrier() override {
     issue({"barrier", 0, at::kByte}, BackendKind::kGloo, [](c10d::Backend& b) { return b.barrier(); }, nullptr)
         ->wait();
@@ -451,22 +523,37 @@ class ProcessGroupCommunicator final : public Communicator {
   template <class Start>
   WorkPtr issue(Call call, BackendKind kind, Start&& start, std::function<void()> finish) {
     c10d::Backend& b = backend(kind);
-    const uint64_t seq = group_->recorder ? group_->recorder->begin(call.op, group_->name, call.bytes,
-                                                                  call.bytes ? dtype_name(call.dtype) : "")
-                                          : 0;
-    const std::chrono::milliseconds timeout = timeout_.load();
-    CollectiveObserver* observer = collective_observer();
-    const uint64_t token =
-        observer ? observer->issued(call.op.c_str(), group_->name, call.bytes, call.bytes ? dtype_name(call.dtype) : "")
-                 : 0;
+    const Begun begun = begin(call);
     c10::intrusive_ptr<c10d::Work> work;
     try {
       work = start(b);
     } catch (const std::exception& e) {
-      throw fail(*group_, call, seq, false, backend_message(e), timeout);
+      throw fail(*group_, call, begun.seq, false, backend_message(e), begun.timeout);
     }
-    return std::make_shared<BackendWork>(group_, std::move(call), seq, kind, std::move(work), std::move(finish),
-                                         timeout, token);
+    return std::make_shared<BackendWork>(group_, std::move(call), begun.seq, kind, std::move(work), std::move(finish),
+                                         begun.timeout, begun.token);
+  }
+
+  // A call as it starts: in the flight recorder and the profiler, with the
+  // timeout it runs under.
+  struct Begun {
+    uint64_t seq = 0, token = 0;
+    std::chrono::milliseconds timeout{0};
+  };
+  Begun begin(const Call& call) {
+    if (shut_down_)
+      throw CommError("rank " + std::to_string(group_->global_rank) + ": " + call.op + " on " + group_->name +
+                      " after the group was shut down");
+    Begun b;
+    b.seq = group_->recorder ? group_->recorder->begin(call.op, group_->name, call.bytes,
+                                                       call.bytes ? dtype_name(call.dtype) : "")
+                             : 0;
+    b.timeout = timeout_.load();
+    CollectiveObserver* observer = collective_observer();
+    b.token =
+        observer ? observer->issued(call.op.c_str(), group_->name, call.bytes, call.bytes ? dtype_name(call.dtype) : "")
+                 : 0;
+    return b;
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
@@ -475,9 +562,17 @@ class ProcessGroupCommunicator final : public Communicator {
   std::atomic<std::chrono::milliseconds> timeout_;
   std::mutex mu_;  // guards the lazy NCCL backend
   c10::intrusive_ptr<c10d::Backend> gloo_, nccl_;
+  std::atomic<bool> shut_down_{false};
 };
 
 }  // namespace
+
+std::vector<WorkPtr> Communicator::batch_p2p(const std::vector<P2POp>& ops) {
+  std::vector<WorkPtr> works;
+  for (const P2POp& op : ops)
+    works.push_back(op.kind == P2POp::Kind::kSend ? send(op.tensor, op.peer, op.tag) : recv(op.tensor, op.peer, op.tag));
+  return works;
+}
 
 std::shared_ptr<Communicator> Communicator::create(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                                    std::string name, int global_rank, CommOptions options) {

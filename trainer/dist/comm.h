@@ -24,6 +24,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace c10d {
 class Store;
@@ -50,6 +51,15 @@ class Work {
   virtual bool completed() = 0;     // non-blocking poll
 };
 using WorkPtr = std::shared_ptr<Work>;
+
+// One point-to-point transfer of a batch (Communicator::batch_p2p).
+struct P2POp {
+  enum class Kind { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  at::Tensor tensor;
+  int peer = 0;
+  int tag = 0;
+};
 
 struct CommOptions {
   std::chrono::milliseconds timeout{100'000};       // comm.train_timeout_seconds
@@ -92,6 +102,22 @@ class Communicator {
   virtual WorkPtr send(at::Tensor t, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(at::Tensor t, int src, int tag = 0) = 0;
   virtual void barrier() = 0;
+
+  // Posts `ops` as one group, like torch.distributed.batch_isend_irecv; one
+  // Work per op, in order. NCCL ignores tags and runs the sends and receives
+  // between two ranks on one stream, so two ranks that each post a send
+  // before the receive of the other's message deadlock once a message
+  // outgrows NCCL's buffers: grouped (c10d's coalescing, i.e. ncclGroupStart
+  // and ncclGroupEnd), the send and the receive progress together in either
+  // order. Other backends take the ops one by one (Gloo matches by tag).
+  virtual std::vector<WorkPtr> batch_p2p(const std::vector<P2POp>& ops);
+
+  // Ends the group, once: NCCL backends are shut down (ProcessGroupNCCL::
+  // shutdown, so that its destructor does not warn or hang at exit), or
+  // aborted when `abort` — an error path, where work that will never finish
+  // must not be waited for. Gloo is left to its destructor. A collective
+  // issued afterwards is a CommError. The destructor does it too.
+  virtual void shutdown(bool abort = false) { (void)abort; }
 };
 
 }  // namespace ctitan

@@ -6,9 +6,11 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <exception>
 #include <cstdlib>
 #include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -416,6 +418,16 @@ std::shared_ptr<DeviceMesh> DeviceMesh::fake(const MeshShape& shape, int rank) {
     return dist_internal::make_fake_communicator(dim, static_cast<int>(group_rank), static_cast<int>(size), rank);
   });
 }
+
+void DeviceMesh::shutdown(bool abort) {
+  // Flattened groups may be another dimension's group: each once.
+  std::set<Communicator*> done;
+  for (auto& [name, group] : groups_)
+    if (name != "world" && group && done.insert(group.get()).second) group->shutdown(abort);
+  if (auto it = groups_.find("world"); it != groups_.end() && it->second) it->second->shutdown(abort);
+}
+
+DeviceMesh::~DeviceMesh() { shutdown(std::uncaught_exceptions() > 0); }
 
 std::shared_ptr<DeviceMesh> DeviceMesh::build(const MeshShape& shape, int rank, const JoinGroup& join) {
   if (rank < 0 || rank >= shape.world()) {

@@ -107,6 +107,13 @@ class DeviceMesh {
   int coord(const std::string& dim) const;  // this rank's index in that group
   int size(const std::string& dim) const;
 
+  // The runtime's teardown (torch's destroy_process_group): every group is
+  // shut down once (Communicator::shutdown), the sub-groups before the world
+  // that they were made from. `abort` on an error path. Idempotent; the
+  // destructor runs it, aborting while an exception unwinds.
+  void shutdown(bool abort = false);
+  ~DeviceMesh();
+
  private:
   // Makes group `dim` number `index` (of its kind), in which this process
   // has rank `group_rank` of `size`.

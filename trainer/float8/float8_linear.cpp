@@ -102,8 +102,19 @@ Float8Tensor float8_quantize(const at::Tensor& x2d, const Float8Cast& cast, bool
   // Other devices: torchao's to_fp8_saturated (clamp, then LibTorch's cast).
   const double m = fp8_max(cast.format);
   at::Tensor q = (x2d.to(at::kFloat) * scale).clamp_(-m, m).to(fp8_torch_dtype(cast.format));
-  const bool emulated = float8_backend(x2d.device(), emulate) == "emulated";
-  return {emulated ? q.to(at::kBFloat16) : q, scale, cast.format};
+  return {float8_operand_data(q, cast.format, float8_backend(x2d.device(), emulate)), scale, cast.format};
+}
+
+at::Tensor float8_operand_data(const at::Tensor& fp8, Fp8Format format, const std::string& backend) {
+  TORCH_CHECK(fp8.scalar_type() == at::kByte || fp8.scalar_type() == fp8_torch_dtype(format),
+              "float8_operand_data: uint8 codes or ", fp8_torch_dtype(format), " expected, got ", fp8.scalar_type());
+  if (backend == "scaled_mm") return fp8.view(fp8_torch_dtype(format));
+  TORCH_CHECK(backend == "emulated", "float8_operand_data: unknown backend '", backend, "'");
+  return fp8_decode(fp8, format, at::kBFloat16);
+}
+
+at::ScalarType scaled_mm_out_dtype(at::ScalarType wanted, bool rowwise) {
+  return rowwise && (wanted == at::kFloat || wanted == at::kHalf) ? at::kBFloat16 : wanted;
 }
 
 at::Tensor float8_dequantize(const Float8Tensor& q, at::ScalarType dtype) {
@@ -188,8 +199,10 @@ at::Tensor float8_mm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarTyp
     at::Tensor sa = ia, sb = ib;
     if (sa.numel() == 1 && sb.numel() > 1 && M > 1) sa = sa.reshape({1, 1}).expand({M, 1}).contiguous();
     if (sb.numel() == 1 && sa.numel() > 1 && N > 1) sb = sb.reshape({1, 1}).expand({1, N}).contiguous();
-    return at::_scaled_mm(a.data.contiguous(), b.data.t().contiguous().t(), sa, sb, std::nullopt, std::nullopt,
-                          dtype, fast_accum);
+    const at::ScalarType out = scaled_mm_out_dtype(dtype, sa.numel() > 1 || sb.numel() > 1);
+    return at::_scaled_mm(a.data.contiguous(), b.data.t().contiguous().t(), sa, sb, std::nullopt, std::nullopt, out,
+                          fast_accum)
+        .to(dtype);
   }
   // An fp32 output (fp32 training: the equivalence tests) keeps the fp32
   // accumulation, as torchao's emulation does (dequantise, fp32 GEMM): no

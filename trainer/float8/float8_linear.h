@@ -134,6 +134,19 @@ at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, Float8Recipe 
 // "scaled_mm" or "emulated": which GEMM float8_linear runs on `device`.
 std::string float8_backend(const at::Device& device, bool emulate);
 
+// Float8 values (OCP codes as uint8, or a LibTorch float8 dtype) in the form
+// `backend` multiplies: decoded to bf16 for "emulated" (exact), the float8
+// dtype itself for "scaled_mm" — _scaled_mm takes both operands in float8,
+// so a weight that FSDP all-gathered as codes goes in as it came (torchao's
+// WeightWithDynamicFloat8CastTensor), never decoded.
+at::Tensor float8_operand_data(const at::Tensor& fp8, Fp8Format format, const std::string& backend);
+
+// The out_dtype float8_mm asks _scaled_mm for: `wanted`, except that rowwise
+// scales (either scale not a single value) support only a bf16 output on
+// sm90 — fp32/fp16 are then computed in bf16 and cast (as torchao's
+// addmm_float8_unwrapped does).
+at::ScalarType scaled_mm_out_dtype(at::ScalarType wanted, bool rowwise);
+
 // Signal-to-quantisation-noise ratio, 20·log10(‖ref‖ / ‖ref − q‖) in dB
 // (torchao's compute_error); +inf when equal. Computed in float64.
 double sqnr_db(const at::Tensor& ref, const at::Tensor& quantised);

@@ -122,6 +122,8 @@ class Llama3 {
   };
   std::vector<Float8Gemm> float8_gemms() const;
   bool float8_tensorwise() const { return float8_ && float8_recipe_ == Float8Recipe::kTensorwise; }
+  // float8_backend() of this model's GEMMs: the form its float8 weights take.
+  std::string float8_gemm_backend() const { return float8_backend(device(), float8_emulate_); }
   // FSDP's float8 all-gather hands in a GEMM's weight already in float8
   // (tensorwise); forward uses it instead of quantising the weight. Cleared
   // when the unit is freed.

@@ -8,6 +8,7 @@
 #include "common/errors.h"
 #include "profiling/memory.h"
 #include "profiling/trace.h"
+#include "trainer/float8/float8_linear.h"
 #include "trainer/float8/fp8_codec.h"
 #include "trainer/model/param_init.h"
 #include "trainer/optim/adamw.h"
@@ -194,9 +195,12 @@ void DataParallel::unpack_float8(size_t u) {
   UnitShard& us = units_[u];
   wait(us.codes_gather, mesh_.group(shard_dim_));
   us.codes_gather.reset();
-  // The float8 values of w·scale in the unit's layout (bf16 holds every e4m3
-  // value exactly): the GEMMs' float8 weights.
-  us.float8_data = torch::empty({model_.units()[u].numel}, grad_shard_.options().dtype(torch::kBFloat16));
+  // The float8 values of w·scale in the unit's layout, as the GEMM backend
+  // takes them (float8_operand_data: bf16 holds every e4m3 value exactly for
+  // the emulation; _scaled_mm takes the gathered codes as they are).
+  const std::string backend = model_.float8_gemm_backend();
+  const auto operand_dtype = backend == "scaled_mm" ? fp8_torch_dtype(Fp8Format::kE4M3FN) : torch::kBFloat16;
+  us.float8_data = torch::empty({model_.units()[u].numel}, grad_shard_.options().dtype(operand_dtype));
   at::Tensor src = us.codes_gathered.view({shard_, us.code_numel});
   for (const auto& p : us.params) {
     if (p.gemm < 0) continue;
@@ -204,7 +208,8 @@ void DataParallel::unpack_float8(size_t u) {
     at::Tensor s = src.narrow(1, p.gather_offset, p.chunk * p.rest).view({shard_, p.chunk, p.rest});
     for (int64_t r = 0; r < shard_; ++r) {
       const int64_t valid = std::clamp(p.rows - r * p.chunk, int64_t{0}, p.chunk);
-      if (valid > 0) d.narrow(0, r * p.chunk, valid).copy_(fp8_decode(s[r].narrow(0, 0, valid), Fp8Format::kE4M3FN, torch::kBFloat16));
+      if (valid > 0)
+        d.narrow(0, r * p.chunk, valid).copy_(float8_operand_data(s[r].narrow(0, 0, valid), Fp8Format::kE4M3FN, backend));
     }
   }
   us.codes_gathered = at::Tensor();

@@ -556,4 +556,31 @@ std::string pipeline_bubble_formula(const std::string& name) {
   return "simulated: F = I = W, B = I + W";
 }
 
+std::vector<std::vector<PipelineP2P>> plan_pipeline_p2p(const PipelineSchedule& s, int64_t rank) {
+  using Kind = PipelineAction::Kind;
+  const auto& actions = s.actions[static_cast<size_t>(rank)];
+  const int64_t last = s.stages() - 1, m = s.microbatches;
+  const auto remote = [&](int64_t stage) { return s.rank_of(stage) != rank; };
+  const auto transfer = [&](bool send, int64_t peer_stage, int64_t to_stage, int64_t i, int dir) {
+    return PipelineP2P{send, s.rank_of(peer_stage), to_stage, i, dir, static_cast<int>(2 * (to_stage * m + i) + dir)};
+  };
+  std::vector<std::vector<PipelineP2P>> groups(actions.size() + 1);
+  for (size_t k = 0; k < actions.size(); ++k) {
+    const PipelineAction& a = actions[k];
+    const int64_t st = a.stage, i = a.microbatch;
+    auto& before = groups[k];
+    auto& after = groups[k + 1];
+    if (a.kind == Kind::kForward) {
+      if (st > 0 && remote(st - 1)) before.push_back(transfer(false, st - 1, st, i, 0));
+      if (st < last && remote(st + 1)) after.push_back(transfer(true, st + 1, st + 1, i, 0));
+    } else if (a.backward()) {
+      if (st < last && remote(st + 1)) before.push_back(transfer(false, st + 1, st, i, 1));
+      if (st > 0 && remote(st - 1)) after.push_back(transfer(true, st - 1, st - 1, i, 1));
+    }
+  }
+  // Sends first in each group, as batch_isend_irecv's callers list them.
+  for (auto& g : groups) std::stable_partition(g.begin(), g.end(), [](const PipelineP2P& t) { return t.send; });
+  return groups;
+}
+
 }  // namespace ctitan

@@ -125,6 +125,26 @@ PipelineSchedule load_pipeline_csv(const std::string& path, const std::string& n
 // the schedule in the one-line InputError.
 void validate_pipeline_schedule(const PipelineSchedule& s, const std::string& where);
 
+// The point-to-point transfers of `rank`'s actions, grouped as the rank
+// posts them (PyTorch's _step_microbatches batches the same way):
+// groups[k] is posted before action k and holds the sends that action k-1
+// produced together with the receive that action k needs; groups[size] holds
+// the last action's sends. Each group goes to Communicator::batch_p2p at
+// once, so under NCCL a send and a receive to and from the same peer never
+// wait for each other (1F1B's steady state posts send-then-receive on one
+// side of a link and receive-then-send on the other). Transfers between two
+// stages of the same rank are hand-overs, not listed. Tags: one per
+// (receiving stage, micro-batch, direction).
+struct PipelineP2P {
+  bool send = false;       // else receive
+  int64_t peer = 0;        // pp rank
+  int64_t stage = 0;       // the receiving stage
+  int64_t microbatch = 0;
+  int dir = 0;             // 0 activation (forward), 1 gradient (backward)
+  int tag = 0;
+};
+std::vector<std::vector<PipelineP2P>> plan_pipeline_p2p(const PipelineSchedule& s, int64_t rank);
+
 // The idle fraction of an average rank when every action of a stage takes
 // its nominal time (F = I = W = 1, B = 2) and communication is free, from
 // simulating the schedule. For GPipe and 1F1B this is (p-1)/(m+p-1); for

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
 
 #include "profiling/memory.h"
@@ -120,8 +121,10 @@ at::Tensor TrainModel::evaluate_pipeline(const at::Tensor& tokens, const at::Ten
 // through the stage and passes the gradient of its input back. I is that
 // backward with the GEMMs' weight gradients queued (weight_grad.h); W runs
 // the queue of the same stage and micro-batch. Sends are asynchronous and
-// complete while the next actions run; receives block. Tags keep each
-// (receiving stage, micro-batch, direction) apart.
+// complete while the next actions run; receives block. The transfers go
+// in plan_pipeline_p2p's groups: an action's send is posted together with
+// the next action's receive, one batch_p2p (NCCL's deadlock-free grouping).
+// Tags keep each (receiving stage, micro-batch, direction) apart.
 //
 // With data parallelism the stages' units are gathered before the first
 // action and stay so for the whole schedule (FSDP's reshard_after_forward
@@ -147,7 +150,6 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
     return it == mine.end() ? -1 : static_cast<int64_t>(it - mine.begin());
   };
   const auto slot = [&](int64_t stage, int64_t i) { return static_cast<size_t>(local(stage) * n + i); };
-  const auto tag = [&](int64_t to_stage, int64_t i, int dir) { return static_cast<int>(2 * (to_stage * n + i) + dir); };
   const auto token_mb = tokens.split(pp_.microbatch_size, 0), label_mb = labels.split(pp_.microbatch_size, 0);
   // The activation between stages: [mb, S, D], or [mb, S/tp, D] under sequence parallelism.
   const TensorParallelOptions& tp = m.tensor_parallel();
@@ -163,25 +165,53 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
     for (size_t u = 0; u < m.units().size(); ++u) hooks_->before_forward(u);
   const auto t0 = Clock::now();
   double busy = 0;
-  const auto send = [&](const at::Tensor& t, int64_t to_stage, int64_t i, int dir, const PipelineAction& a) {
-    TraceRange range(trace_cat::kCompute, "pipeline send", a.str());  // its flight: the "comm pp" track
-    sent.push_back(t.contiguous());
-    sends.push_back(pp.send(sent.back(), static_cast<int>(sched.rank_of(to_stage)), tag(to_stage, i, dir)));
-  };
-  const auto receive = [&](int64_t from_stage, int64_t stage, int64_t i, int dir, const PipelineAction& a) {
-    TraceRange range(trace_cat::kWait, "pipeline recv", a.str());
-    at::Tensor x = at::empty(act_shape, act_options);
-    pp.recv(x, static_cast<int>(sched.rank_of(from_stage)), tag(stage, i, dir))->wait();
+  const std::vector<std::vector<PipelineP2P>> p2p = plan_pipeline_p2p(sched, rank);
+  std::map<int, at::Tensor> outbox;  // by tag: what the last action sends
+  // Posts group g; returns its receive's tensor once it arrived (undefined if none).
+  const auto exchange = [&](size_t g, const std::string& what) {
+    if (p2p[g].empty()) return at::Tensor();
+    std::vector<P2POp> ops;
+    at::Tensor x;
+    for (const PipelineP2P& t : p2p[g]) {
+      if (t.send) {
+        sent.push_back(outbox.at(t.tag).contiguous());
+        outbox.erase(t.tag);
+        ops.push_back({P2POp::Kind::kSend, sent.back(), static_cast<int>(t.peer), t.tag});
+      } else {
+        x = at::empty(act_shape, act_options);
+        ops.push_back({P2POp::Kind::kRecv, x, static_cast<int>(t.peer), t.tag});
+      }
+    }
+    std::vector<WorkPtr> works;
+    {
+      TraceRange range(trace_cat::kCompute, "pipeline send", what);  // their flights: the "comm pp" track
+      works = pp.batch_p2p(ops);
+    }
+    for (size_t j = 0; j < ops.size(); ++j) {
+      if (ops[j].kind == P2POp::Kind::kSend) {
+        sends.push_back(works[j]);
+      } else {
+        TraceRange range(trace_cat::kWait, "pipeline recv", what);
+        works[j]->wait();
+      }
+    }
     return x;
   };
-  for (const PipelineAction& a : sched.actions[static_cast<size_t>(rank)]) {
+  // Tags as plan_pipeline_p2p numbers them.
+  const auto send = [&](const at::Tensor& t, int64_t to_stage, int64_t i, int dir) {
+    outbox[static_cast<int>(2 * (to_stage * n + i) + dir)] = t;
+  };
+  const auto& actions = sched.actions[static_cast<size_t>(rank)];
+  for (size_t ai = 0; ai < actions.size(); ++ai) {
+    const PipelineAction& a = actions[ai];
+    const at::Tensor received = exchange(ai, a.str());
     const int64_t st = a.stage, i = a.microbatch;
     const size_t k = slot(st, i);
     const auto a0 = Clock::now();
     if (a.kind == Kind::kForward) {
       at::Tensor x = token_mb[i];
       if (st > 0) {
-        x = local(st - 1) >= 0 ? outputs[slot(st - 1, i)].detach() : receive(st - 1, st, i, 0, a);
+        x = local(st - 1) >= 0 ? outputs[slot(st - 1, i)].detach() : received;
         x.requires_grad_(true);
         inputs[k] = x;
       }
@@ -197,7 +227,7 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
       if (st == last_stage) {
         loss_sum += outputs[k].detach();
       } else if (local(st + 1) < 0) {
-        send(outputs[k].detach(), st + 1, i, 0, a);
+        send(outputs[k].detach(), st + 1, i, 0);
       }
     } else if (a.kind == Kind::kBackwardWeight) {
       TraceRange range(trace_cat::kCompute, "pipeline", a.str());
@@ -212,7 +242,7 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
           g = inputs[slot(st + 1, i)].grad();
           inputs[slot(st + 1, i)] = at::Tensor();
         } else {
-          g = receive(st + 1, st, i, 1, a);
+          g = received;
         }
       }
       const auto c0 = Clock::now();
@@ -233,12 +263,13 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
       }
       busy += std::chrono::duration<double>(Clock::now() - c0).count();
       if (st > 0 && local(st - 1) < 0) {
-        send(inputs[k].grad(), st - 1, i, 1, a);
+        send(inputs[k].grad(), st - 1, i, 1);
         inputs[k] = at::Tensor();
       }
       outputs[k] = at::Tensor();
     }
   }
+  exchange(actions.size(), "last");
   for (const WorkPtr& w : sends) w->wait();
   pp_times_.busy_s += busy;
   pp_times_.total_s += std::chrono::duration<double>(Clock::now() - t0).count();
