@@ -3,14 +3,17 @@
 # measure ctitan there beside eager PyTorch and torch.compile, in under 9
 # minutes on a 16-core node with one H100/H200.
 #
-#   scripts/gpu_check.sh [--offline DIR] [--out OUT] [--build-only]
+#   scripts/gpu_check.sh [--offline DIR] [--out OUT] [--build-only] [--rehearse]
 #
 #   --offline DIR  build from the bundle scripts/offline_bundle.sh made (also:
 #                  CTITAN_OFFLINE_BUNDLE=DIR): no apt, no pip; the bundle is
 #                  unpacked into build-gpu/prefix and the build takes its
 #                  headers and libraries from there alone (checked)
 #   --out OUT      where logs, run folders and summary.md go (build/gpu-check)
-#   --build-only   stop after the build (scripts/check_torch.sh uses it)
+#   --build-only   stop after the build
+#   --rehearse     every step on the CPU at toy sizes (4 steps, seq 128, batch 1,
+#                  125M for the 8B shapes, 2 Gloo ranks): checks the script's
+#                  wiring before GPU time is spent on it; its numbers mean nothing
 #   CTITAN_TORCH_PYTHON  the Python whose torch is built against and runs the
 #                  peers; default: offline, the `python3` on PATH; online, the
 #                  project's .venv (scripts/bootstrap.sh)
@@ -27,12 +30,14 @@ source "$root/scripts/lib/offline.sh"
 bundle=${CTITAN_OFFLINE_BUNDLE:-}
 out=$root/build/gpu-check
 build_only=0
+rehearse=0
 while (($#)); do
   case $1 in
     --offline) bundle=${2:?--offline needs the bundle folder}; shift 2 ;;
     --out) out=${2:?--out needs a folder}; shift 2 ;;
     --build-only) build_only=1; shift ;;
-    *) echo "gpu_check: unknown argument '$1'; usage: scripts/gpu_check.sh [--offline DIR] [--out OUT] [--build-only]" >&2
+    --rehearse) rehearse=1; shift ;;
+    *) echo "gpu_check: unknown argument '$1'; usage: scripts/gpu_check.sh [--offline DIR] [--out OUT] [--build-only] [--rehearse]" >&2
        exit 2 ;;
   esac
 done
@@ -47,7 +52,8 @@ bin=$build/ctitan
 rm -rf "$out"
 mkdir -p "$out/runs"
 t_start=$SECONDS
-deadline=$((t_start + 530))
+scale=$((rehearse ? 4 : 1))  # a rehearsal runs on 2 CPU cores, not a GPU: 4x the time
+deadline=$((t_start + 530 * scale))
 status_file=$out/steps.tsv
 : >"$status_file"
 log() { printf '[gpu_check %3ds] %s\n' $((SECONDS - t_start)) "$*"; }
@@ -57,8 +63,9 @@ log() { printf '[gpu_check %3ds] %s\n' $((SECONDS - t_start)) "$*"; }
 step() {
   local name=$1 budget=$2 fn=$3; shift 3
   local left=$((deadline - SECONDS)) rc t0=$SECONDS state
+  budget=$((budget * scale))
   if ((left < 15)); then
-    printf '%s\tskipped\t0\t%s\tout of time: %ds of the 530 s left\n' "$name" "$budget" "$left" >>"$status_file"
+    printf '%s\tskipped\t0\t%s\tout of time: %ds of the %d s left\n' "$name" "$budget" "$left" $((530 * scale)) >>"$status_file"
     log "$name: skipped, out of time"
     return 0
   fi
@@ -80,7 +87,7 @@ step() {
 if [ -z "${CTITAN_TORCH_PYTHON:-}" ]; then
   if [ -n "$bundle" ]; then CTITAN_TORCH_PYTHON=$(command -v python3 || true); else CTITAN_TORCH_PYTHON=$root/.venv/bin/python; fi
 fi
-export CTITAN_TORCH_PYTHON root out bin build prefix bundle
+export CTITAN_TORCH_PYTHON root out bin build prefix bundle rehearse
 [ -n "$bundle" ] && offline_env "$prefix"
 
 # --- budgets (seconds; sum 530 with the 2-GPU steps, which skip on one GPU) ----
@@ -90,7 +97,7 @@ if ((build_only)); then
   column -t -s $'\t' "$status_file"
   grep -q $'\tok\t' <(grep '^build' "$status_file") && exit 0 || exit 1
 fi
-if ! "$CTITAN_TORCH_PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if ((!rehearse)) && ! "$CTITAN_TORCH_PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "gpu_check: no GPU: torch ($CTITAN_TORCH_PYTHON) sees no CUDA device on this machine; the build is checked, nothing else to run" >&2
   exit 2
 fi

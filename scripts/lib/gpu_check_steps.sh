@@ -6,6 +6,12 @@ set -euo pipefail
 # shellcheck source=offline.sh
 source "$root/scripts/lib/offline.sh"
 py=$CTITAN_TORCH_PYTHON
+# The measured shapes, or --rehearse's toy ones on the CPU.
+if ((rehearse)); then
+  device=cpu steps=4 warmup=1 toy=1
+else
+  device=cuda steps=20 warmup=5 toy=0
+fi
 
 inventory() {
   uname -a
@@ -46,9 +52,10 @@ gpu_tests() {
 # ctitan_run NAME RECIPE SEQ BATCH [ARGS...]: 20 steps on cuda:0, the first 5 outside the statistics.
 ctitan_run() {
   local name=$1 recipe=$2 seq=$3 batch=$4; shift 4
-  "$bin" train --job.config_file "$root/recipes/$recipe" --training.device cuda --training.steps 20 \
-    --training.seq_len "$seq" --training.local_batch_size "$batch" --metrics.log_freq 5 \
-    --metrics.warmup_steps 5 --job.dump_folder "$out/runs/$name" "$@"
+  ((toy)) && { seq=128 batch=1; [ "$recipe" = llama3_8b.toml ] && recipe=llama3_125m.toml; }
+  "$bin" train --job.config_file "$root/recipes/$recipe" --training.device "$device" --training.steps "$steps" \
+    --training.seq_len "$seq" --training.local_batch_size "$batch" --metrics.log_freq "$warmup" \
+    --metrics.warmup_steps "$warmup" --job.dump_folder "$out/runs/$name" "$@"
 }
 
 # peer MODE FLAVOR SEQ BATCH [ARGS...]: tests/peer/llama_peer.py (eager PyTorch or torch.compile), same model and shapes.
@@ -56,8 +63,9 @@ peer() {
   local mode=$1 flavor=$2 seq=$3 batch=$4; shift 4
   local name="${mode}_${flavor}"
   [[ " $* " == *" --n-layers 4 "* ]] && name+="_4L"
-  "$py" "$root/tests/peer/llama_peer.py" --device cuda --mode "$mode" --flavor "$flavor" --dtype bf16 \
-    --seq-len "$seq" --batch "$batch" --steps 20 --warmup 5 --json "$@" >"$out/runs/$name.json"
+  ((toy)) && { seq=128 batch=1; [ "$flavor" = 8B ] && flavor=125M; }
+  "$py" "$root/tests/peer/llama_peer.py" --device "$device" --mode "$mode" --flavor "$flavor" --dtype bf16 \
+    --seq-len "$seq" --batch "$batch" --steps "$steps" --warmup "$warmup" --json "$@" >"$out/runs/$name.json"
   cat "$out/runs/$name.json"
 }
 
@@ -68,10 +76,10 @@ name = "gpu-check"
 base = "$root/recipes/llama3_debugmodel.toml"
 world_sizes = [1]
 repeats = 1
-warmup_steps = 5
-measure_steps = 15
+warmup_steps = $warmup
+measure_steps = $((steps - warmup))
 [overrides]
-training.device = "cuda"
+training.device = "$device"
 SPEC
   "$bin" sweep "$out/gpu_sweep.toml" --db "$out/gpu.db"
   "$bin" report --db "$out/gpu.db" --format md --out "$out/report.md"
@@ -80,11 +88,14 @@ SPEC
 two_gpus() {
   local n
   n=$("$py" -c 'import torch; print(torch.cuda.device_count())')
-  if ((n < 2)); then
+  if ((!rehearse && n < 2)); then
     echo "skipped: this node has $n GPU; the 2-rank NCCL run (and GpuFsdp.TwoRanksOverNcclMatchOneRank) need 2"
     exit 77
   fi
-  "$bin" launch --nproc 2 -- train --job.config_file "$root/recipes/llama3_debugmodel.toml" --training.device cuda \
-    --parallelism.data_parallel_shard_degree 2 --training.steps 20 --training.seq_len 2048 \
-    --training.local_batch_size 8 --metrics.log_freq 5 --metrics.warmup_steps 5 --job.dump_folder "$out/runs/fsdp2_nccl"
+  local seq=2048 batch=8
+  ((toy)) && seq=128 batch=1
+  "$bin" launch --nproc 2 -- train --job.config_file "$root/recipes/llama3_debugmodel.toml" --training.device "$device" \
+    --parallelism.data_parallel_shard_degree 2 --training.steps "$steps" --training.seq_len "$seq" \
+    --training.local_batch_size "$batch" --metrics.log_freq "$warmup" --metrics.warmup_steps "$warmup" \
+    --job.dump_folder "$out/runs/fsdp2_nccl"
 }

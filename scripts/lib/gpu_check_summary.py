@@ -35,7 +35,11 @@ steps = [line.rstrip("\n").split("\t") for line in open(os.path.join(out, "steps
 total = sum(int(s[2]) for s in steps)
 
 print("# GPU check\n")
-print("Written by `scripts/gpu_check.sh`; every figure below was measured in this run.\n")
+if os.environ.get("rehearse") == "1":
+    print("**A rehearsal (`--rehearse`): every step ran on the CPU at toy sizes to check the script's "
+          "wiring. None of these numbers is a GPU measurement.**\n")
+else:
+    print("Written by `scripts/gpu_check.sh`; every figure below was measured in this run.\n")
 print("```\n" + inventory + "\n```\n")
 print(f"## Steps ({total} s in all; budget 530 s)\n")
 print("| step | state | seconds | budget | last line |\n|---|---|---:|---:|---|")
