@@ -83,9 +83,14 @@ std::string p2p_groups(const PipelineSchedule& s, int64_t r) {
   std::string out;
   for (const auto& g : plan_pipeline_p2p(s, r)) {
     out += out.empty() ? "[" : " [";
-    for (size_t j = 0; j < g.size(); ++j)
-      out += (j ? "," : "") + std::string(g[j].send ? "send " : "recv ") + (g[j].dir ? "g" : "a") +
-             std::to_string(g[j].stage) + "." + std::to_string(g[j].microbatch);
+    for (size_t j = 0; j < g.size(); ++j) {  // appended piece by piece: GCC 12 misreads a + chain here
+      if (j) out += ",";
+      out += g[j].send ? "send " : "recv ";
+      out += g[j].dir ? "g" : "a";
+      out += std::to_string(g[j].stage);
+      out += ".";
+      out += std::to_string(g[j].microbatch);
+    }
     out += "]";
   }
   return out;
