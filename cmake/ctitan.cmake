@@ -52,6 +52,12 @@ macro(ctitan_find_torch)
   foreach(_d ${CTITAN_NVIDIA_LIB_DIRS})
     list(APPEND CTITAN_TORCH_LINK_OPTIONS "LINKER:-rpath,${_d}" "LINKER:-rpath-link,${_d}")
   endforeach()
+  # libstdc++ first among a binary's libraries: torch 2.11's libtorch.so
+  # exports 64 std::filesystem functions of its own (2.15's none), and a
+  # binary that lists libtorch before libstdc++ binds to those, whose
+  # std::filesystem::remove_all jumps to address 0 (scripts/check_torch.sh
+  # 2.11.0 found it: every test that removes a folder crashed).
+  list(PREPEND CTITAN_TORCH_LINK_OPTIONS "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
   add_library(ctitan_torch INTERFACE)
   target_link_libraries(ctitan_torch INTERFACE ${TORCH_LIBRARIES})
   target_link_options(ctitan_torch INTERFACE ${CTITAN_TORCH_LINK_OPTIONS})
