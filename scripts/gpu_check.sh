@@ -11,8 +11,8 @@
 #                  headers and libraries from there alone (checked)
 #   --out OUT      where logs, run folders and summary.md go (build/gpu-check)
 #   --build-only   stop after the build
-#   --rehearse     every step on the CPU at toy sizes (4 steps, seq 128, batch 1,
-#                  125M for the 8B shapes, 2 Gloo ranks): checks the script's
+#   --rehearse     every step on the CPU at toy sizes (debugmodel for every model,
+#                  4 steps, seq 128, batch 1, 2 Gloo ranks): checks the script's
 #                  wiring before GPU time is spent on it; its numbers mean nothing
 #   CTITAN_TORCH_PYTHON  the Python whose torch is built against and runs the
 #                  peers; default: offline, the `python3` on PATH; online, the

@@ -52,7 +52,7 @@ gpu_tests() {
 # ctitan_run NAME RECIPE SEQ BATCH [ARGS...]: 20 steps on cuda:0, the first 5 outside the statistics.
 ctitan_run() {
   local name=$1 recipe=$2 seq=$3 batch=$4; shift 4
-  ((toy)) && { seq=128 batch=1; [ "$recipe" = llama3_8b.toml ] && recipe=llama3_125m.toml; }
+  ((toy)) && { seq=128 batch=1 recipe=llama3_debugmodel.toml; }
   "$bin" train --job.config_file "$root/recipes/$recipe" --training.device "$device" --training.steps "$steps" \
     --training.seq_len "$seq" --training.local_batch_size "$batch" --metrics.log_freq "$warmup" \
     --metrics.warmup_steps "$warmup" --job.dump_folder "$out/runs/$name" "$@"
@@ -63,7 +63,7 @@ peer() {
   local mode=$1 flavor=$2 seq=$3 batch=$4; shift 4
   local name="${mode}_${flavor}"
   [[ " $* " == *" --n-layers 4 "* ]] && name+="_4L"
-  ((toy)) && { seq=128 batch=1; [ "$flavor" = 8B ] && flavor=125M; }
+  ((toy)) && { seq=128 batch=1 flavor=debugmodel; }
   "$py" "$root/tests/peer/llama_peer.py" --device "$device" --mode "$mode" --flavor "$flavor" --dtype bf16 \
     --seq-len "$seq" --batch "$batch" --steps "$steps" --warmup "$warmup" --json "$@" >"$out/runs/$name.json"
   cat "$out/runs/$name.json"
@@ -94,7 +94,7 @@ two_gpus() {
   fi
   local seq=2048 batch=8
   ((toy)) && seq=128 batch=1
-  "$bin" launch --nproc 2 -- train --job.config_file "$root/recipes/llama3_debugmodel.toml" --training.device "$device" \
+  "$bin" launch --nproc 2 -- --job.config_file "$root/recipes/llama3_debugmodel.toml" --training.device "$device" \
     --parallelism.data_parallel_shard_degree 2 --training.steps "$steps" --training.seq_len "$seq" \
     --training.local_batch_size "$batch" --metrics.log_freq "$warmup" --metrics.warmup_steps "$warmup" \
     --job.dump_folder "$out/runs/fsdp2_nccl"
