@@ -30,9 +30,15 @@ offline_unpack() {
   for deb in "$bundle"/*.deb; do
     if command -v dpkg-deb >/dev/null; then
       dpkg-deb -x "$deb" "$prefix"
-    else
-      (cd "$prefix" && ar p "$deb" "$(ar t "$deb" | grep '^data\.tar')" | tar -x -a -f - 2>/dev/null ||
-        ar p "$deb" "$(ar t "$deb" | grep '^data\.tar')" | tar -x -J -f -)
+    else  # a .deb is an ar archive; its files are data.tar.{xz,gz,zst}
+      local member
+      member=$(ar t "$deb" | grep '^data\.tar') || { echo "offline: $deb holds no data.tar" >&2; return 1; }
+      case $member in
+        *.xz) ar p "$deb" "$member" | tar -x -J -C "$prefix" -f - ;;
+        *.gz) ar p "$deb" "$member" | tar -x -z -C "$prefix" -f - ;;
+        *.zst) ar p "$deb" "$member" | zstd -dc | tar -x -C "$prefix" -f - ;;
+        *) ar p "$deb" "$member" | tar -x -C "$prefix" -f - ;;
+      esac
     fi
   done
   # zlib1g-dev's libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13: into the prefix.
