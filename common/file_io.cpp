@@ -120,6 +120,17 @@ void AtomicFile::commit() {
   sync_dir_of(path_);
 }
 
+void check_folder_writable(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) write_fail(dir, ec.value());
+  std::string probe = (fs::path(dir) / ".ctitan-write-probe.XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) write_fail(dir, errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 void write_file_atomic(const std::string& path, std::string_view data) {
   if (fs::path(path).filename().string().size() > 255) write_fail(path, ENAMETOOLONG);
   AtomicFile f(path);

@@ -70,6 +70,11 @@ class CheckedAppender {
 // One line for a failed write of `path`: the reason, and what to do.
 std::string write_error_line(const std::string& path, int err);
 
+// Creates folder `dir` if needed and checks that a file can be created in it
+// (a probe file, removed at once): a read-only or full folder is one
+// InputError line before a run starts, not after its last step.
+void check_folder_writable(const std::string& dir);
+
 // Throws InputError unless `path` is a regular file (following symlinks) of
 // at most `max_bytes`; `what` names it in the message ("config file").
 // Returns its size.

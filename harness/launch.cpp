@@ -16,7 +16,9 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "common/errors.h"
@@ -292,7 +294,11 @@ class Supervisor {
         if (!eof && s.partial.size() - start < kMaxLineBytes) break;
         end = s.partial.size();
       }
-      if (ranks_[r].shown) out += prefix + s.partial.substr(start, end - start) + "\n";
+      const std::string line = s.partial.substr(start, end - start);
+      // A ctitan error or warning that another rank already printed word for
+      // word (a bad data path, a config warning) is shown once, not once per rank.
+      const bool repeated = s.out_fd == STDERR_FILENO && line.rfind("ctitan: ", 0) == 0 && !err_seen_.insert(line).second;
+      if (ranks_[r].shown && !repeated) out += prefix + line + "\n";
       start = end + 1;
     }
     s.partial.erase(0, std::min(start, s.partial.size()));
@@ -337,6 +343,7 @@ class Supervisor {
   }
 
   std::vector<Rank> ranks_;
+  std::set<std::string> err_seen_;  // ctitan: lines already on stderr
   const pid_t pgid_;
   const int wake_fd_;
   int running_;

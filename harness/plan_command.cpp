@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "common/errors.h"
+#include "common/limits.h"
 #include <filesystem>
 
 #include "harness/published.h"
@@ -53,8 +54,9 @@ int parse_count(const std::string& flag, const std::string& v) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != v.size() || n < 1 || n > (1 << 20))
-    throw InputError("ctitan plan: " + flag + " '" + v + "' is not a count between 1 and 1048576");
+  if (used != v.size() || n < 1 || n > kMaxWorldSize)
+    throw InputError("ctitan plan: " + flag + " '" + v + "' is not a count between 1 and " +
+                     std::to_string(kMaxWorldSize));
   return static_cast<int>(n);
 }
 
@@ -212,17 +214,27 @@ int plan_command(const std::vector<std::string>& args) {
   const HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);
   if (ngpu == 0)
     if (const char* env = std::getenv("NGPU")) ngpu = parse_count("NGPU", env);
-  if (ngpu == 0 && nodes > 0) ngpu = nodes * (per_node > 0 ? per_node : hw.devices_per_node);
-  if (ngpu == 0) {
+  // However it is given, the world size has one cap (common/limits.h).
+  int64_t world = ngpu;
+  std::string from = "--ngpu";
+  if (world == 0 && nodes > 0) {
+    world = int64_t{nodes} * (per_node > 0 ? per_node : hw.devices_per_node);
+    from = "--nodes x --gpus-per-node";
+  }
+  if (world == 0) {
     const auto& p = req.cfg.parallelism;
     const int64_t degrees[] = {p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree,
                                p.pipeline_parallel_degree, p.context_parallel_degree};
     int64_t product = 1;
     bool open = false;
-    for (int64_t d : degrees) d < 0 ? open = true : product *= d;
-    ngpu = static_cast<int>(open ? std::max<int64_t>(product, hw.kind == "cpu" ? 1 : hw.devices_per_node) : product);
+    for (int64_t d : degrees) d < 0 ? open = true : product = std::min<int64_t>(product * d, kMaxWorldSize + 1);
+    world = open ? std::max<int64_t>(product, hw.kind == "cpu" ? 1 : hw.devices_per_node) : product;
+    from = "the product of the recipe's parallel degrees";
   }
-  req.world_size = ngpu;
+  if (world > kMaxWorldSize)
+    throw InputError("ctitan plan: the world size (" + from + ") is more than " + std::to_string(kMaxWorldSize) +
+                     " ranks, the most ctitan plans or runs; give a smaller one");
+  req.world_size = static_cast<int>(world);
   req.nodes = nodes;
   req.devices_per_node = per_node;
   const Prediction p = predict(req, hw);

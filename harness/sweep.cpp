@@ -33,6 +33,7 @@
 #include "planner/plan.h"
 #include "results/results_db.h"
 #include "trainer/config/config_loader.h"
+#include "trainer/config/config_registry.h"
 
 namespace fs = std::filesystem;
 
@@ -400,8 +401,22 @@ constexpr const char* kResumeTables[] = {"slurm", "published"};
 // The first part of spec text `now` that differs from `before` outside what
 // a resume may change ("[grid]", "[sweep] world_sizes"); "" when none does,
 // or when `before` is not a spec (a sweep made through the API).
+//
+// The stored spec ends with a line naming the hash of its resolved base
+// recipe (kBaseLine, below): an edited base is another sweep, whose points
+// would otherwise pile up under the old name with the same labels.
+constexpr const char* kBaseLine = "# ctitan: resolved base ";
+
+std::string base_line_of(const std::string& text) {
+  const size_t at = text.rfind(kBaseLine);
+  if (at == std::string::npos) return "";
+  return text.substr(at, text.find('\n', at) - at);
+}
+
 std::string spec_difference(const std::string& before, const std::string& now) {
   if (before.empty()) return "";
+  const std::string base_before = base_line_of(before), base_now = base_line_of(now);
+  if (!base_before.empty() && !base_now.empty() && base_before != base_now) return "base recipe";
   toml::table a, b;
   try {
     check_toml_nesting(before, "the stored spec");
@@ -449,11 +464,23 @@ namespace sweep_detail {
 SweepBook::SweepBook(const SweepSpec& spec, const SweepOptions& opts, ResultsDb& db)
     : spec_(spec), opts_(opts), db_(db), host_(hostname()), locks_(fs::absolute(opts.db_path + ".runs") / ".locks") {
   const std::string file = spec_file(spec);
-  const SweepRow row = db_.open_sweep(spec.name, spec.text, file, [&](const SweepRow& was) {
-    const std::string differs = spec_difference(was.spec_toml, spec.text);
+  // The base's settings as loaded (comments and layout do not count).
+  std::string text = spec.text;
+  if (!spec.base_path.empty()) {
+    JobConfig base;
+    config::load_toml_into(base, spec.base_path, nullptr);
+    if (!text.empty() && text.back() != '\n') text += '\n';
+    text += kBaseLine;
+    text += config_hash(base) + " (" + spec.base_path + ")\n";
+  }
+  const SweepRow row = db_.open_sweep(spec.name, text, file, [&](const SweepRow& was) {
+    const std::string differs = spec_difference(was.spec_toml, text);
     if (differs.empty()) return;
     std::string line = "sweep '" + spec.name + "' in " + opts.db_path + " was run from ";
-    if (!was.spec_path.empty() && was.spec_path == file) {
+    if (differs == "base recipe") {
+      line += "a base recipe whose settings have changed since (" + spec.base_path +
+              "; the points of an edited base are other points)";
+    } else if (!was.spec_path.empty() && was.spec_path == file) {
       line += file + " with another " + differs + " (the file has changed since)";
     } else {
       line += was.spec_path.empty() ? std::string("another spec") : was.spec_path;

@@ -14,6 +14,7 @@
 
 #include "common/errors.h"
 #include "common/file_io.h"
+#include "common/limits.h"
 #include "planner/hardware.h"
 #include "trainer/config/config_registry.h"
 
@@ -24,7 +25,6 @@ namespace {
 
 // A cluster's GPU count (TorchTitan's published tables run 512 ranks);
 // whether this machine can run a world size is a feasibility rule.
-constexpr int64_t kMaxWorldSize = 65536;
 
 // Parsing state: the spec's path for messages.
 class SpecReader {

@@ -100,28 +100,32 @@ std::vector<double> time_vector(const HardwareSpec& h) {
           logit(std::clamp(e.overlap, 0.01, 0.99)), std::log(std::max(e.step_overhead_s, 1e-6)), std::log(e.fused_traffic),
           std::log(e.multi_thread)};
 }
+// Every fitted value stays in the range a spec file may hold (spec_range).
 void set_time(HardwareSpec& h, const std::vector<double>& v) {
   Efficiency& e = h.eff;
-  e.gemm = std::exp(v[0]);
-  e.gemm_half_size = std::exp(v[1]);
-  e.attention = std::exp(v[2]);
-  e.memory = std::exp(v[3]);
-  e.kernel_overhead_s = std::exp(v[4]);
-  e.comm = std::exp(v[5]);
-  h.intra_node.latency_s = std::exp(v[6]);
+  const bool cpu = h.kind == "cpu";
+  const auto fit = [cpu](const char* key, double x) { return spec_range(key, cpu).clamp(x); };
+  e.gemm = fit("gemm", std::exp(v[0]));
+  e.gemm_half_size = fit("gemm_half_size", std::exp(v[1]));
+  e.attention = fit("attention", std::exp(v[2]));
+  e.memory = fit("memory", std::exp(v[3]));
+  e.kernel_overhead_s = fit("kernel_overhead", std::exp(v[4]));
+  e.comm = fit("comm", std::exp(v[5]));
+  h.intra_node.latency_s = fit("latency", std::exp(v[6]));
   e.overlap = logistic(v[7]);
-  e.step_overhead_s = std::exp(v[8]);
+  e.step_overhead_s = fit("step_overhead", std::exp(v[8]));
   e.fused_traffic = std::min(1.0, std::exp(v[9]));
-  e.multi_thread = h.kind == "cpu" ? std::exp(v[10]) : 1.0;
+  e.multi_thread = cpu ? fit("multi_thread", std::exp(v[10])) : 1.0;
 }
 std::vector<double> mem_vector(const HardwareSpec& h) {
   return {std::log(h.eff.activation_factor), std::log(std::max(h.eff.memory_overhead, 1e-4)),
           std::log(std::max(h.eff.memory_fixed_bytes, 1e3))};
 }
 void set_mem(HardwareSpec& h, const std::vector<double>& v) {
-  h.eff.activation_factor = std::exp(v[0]);
-  h.eff.memory_overhead = std::exp(v[1]);
-  h.eff.memory_fixed_bytes = std::exp(v[2]);
+  const bool cpu = h.kind == "cpu";
+  h.eff.activation_factor = spec_range("activation_factor", cpu).clamp(std::exp(v[0]));
+  h.eff.memory_overhead = spec_range("memory_overhead", cpu).clamp(std::exp(v[1]));
+  h.eff.memory_fixed_bytes = spec_range("memory_fixed", cpu).clamp(std::exp(v[2]));
 }
 
 PlanRequest request_of(const MeasuredRun& r) {

@@ -61,11 +61,13 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "common/errors.h"
+#include "common/limits.h"
 
 namespace fs = std::filesystem;
 
@@ -101,35 +103,55 @@ const std::vector<Unit> kKernelOverheadUnits = {{"kernel_overhead_us", 1, 1e6}, 
 const std::vector<Unit> kStepOverheadUnits = {{"step_overhead_ms", 1, 1e3}, {"step_overhead_s", 1}};
 const std::vector<Unit> kMemoryFixedUnits = {{"memory_fixed_gib", 1073741824.0}, {"memory_fixed_bytes", 1}};
 
-// The range a number must lie in, with its wording for messages.
-enum class Range { kPositive, kNonNegative, kFraction, kClosedFraction };
+}  // namespace
 
-bool in_range(double v, Range r) {
-  switch (r) {
-    case Range::kPositive:
-      return v > 0 && std::isfinite(v);
-    case Range::kNonNegative:
-      return v >= 0 && std::isfinite(v);
-    case Range::kFraction:
-      return v > 0 && v <= 1;
-    case Range::kClosedFraction:
-      return v >= 0 && v <= 1;
-  }
-  return false;
+bool SpecRange::contains(double v) const { return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi; }
+
+double SpecRange::clamp(double v) const {
+  if (!(v > lo)) return lo_open ? std::nextafter(lo, hi) : lo;
+  return std::min(v, hi);
 }
 
-const char* range_text(Range r) {
-  switch (r) {
-    case Range::kPositive:
-      return "a number > 0";
-    case Range::kNonNegative:
-      return "a number >= 0";
-    case Range::kFraction:
-      return "a fraction in (0, 1]";
-    case Range::kClosedFraction:
-      return "a fraction in [0, 1]";
-  }
-  return "";
+SpecRange spec_range(const std::string& key, bool cpu) {
+  // name → {lo, hi, lo_open}, SI units; efficiencies are fractions of a peak.
+  static const std::map<std::string, SpecRange> common = {
+      {"peak_fp8_flops", {0, 1e18, false}},
+      {"memory_bandwidth", {1e8, 1e15, false}},           // 0.1 GB/s to 1 PB/s
+      {"link_bandwidth", {1e6, 1e14, false}},             // 1 MB/s to 100 TB/s per device
+      {"latency", {0, 1, false}},                         // seconds per message
+      {"fp8_gemm", {0, 1, true}},
+      {"gemm_half_size", {0, 1e6, false}},
+      {"fused_traffic", {0, 4, true}},
+      {"kernel_overhead", {0, 1, false}},                 // seconds per kernel
+      {"comm", {0, 4, true}},
+      {"overlap", {0, 1, false}},
+      {"step_overhead", {0, 3600, false}},                // seconds per step
+      {"multi_thread", {0, 1024, true}},
+      {"activation_factor", {0, 100, true}},
+      {"memory_overhead", {0, 10, false}},
+      {"memory_fixed", {0, 1e15, false}}};                // bytes per rank
+  // A GPU's datasheet peaks are what it cannot exceed; a cpu's are measured
+  // on the planning machine (0: measure), which its fitted efficiencies correct.
+  static const std::map<std::string, SpecRange> gpu = {
+      {"peak_flops", {1e9, 1e18, false}}, {"memory_bytes", {1e6, 1e15, false}}, {"gemm", {0, 1, true}},
+      {"attention", {0, 1, true}},        {"memory", {0, 1, true}}};
+  static const std::map<std::string, SpecRange> cpu_only = {
+      {"peak_flops", {0, 1e18, false}}, {"memory_bytes", {0, 1e15, false}}, {"gemm", {0, 16, true}},
+      {"attention", {0, 16, true}},     {"memory", {0, 16, true}}};
+  const auto& kind = cpu ? cpu_only : gpu;
+  if (auto it = kind.find(key); it != kind.end()) return it->second;
+  if (auto it = common.find(key); it != common.end()) return it->second;
+  throw std::logic_error("spec_range: no range for '" + key + "'");
+}
+
+namespace {
+
+// "a number in (0, 1]" in the unit the value was written in.
+std::string range_text(const SpecRange& r, double si_per_unit) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "a number in %s%.6g, %.6g]", r.lo_open ? "(" : "[", r.lo / si_per_unit,
+                r.hi / si_per_unit);
+  return buf;
 }
 
 std::string shown(const toml::node& n) {
@@ -217,10 +239,12 @@ class TableReader {
     return i->get();
   }
 
-  double number(const char* key, Range range, const char* meaning) { return quantity({{key, 1}}, range, meaning); }
+  double number(const char* key, const SpecRange& range, const char* meaning) {
+    return quantity({{key, 1}}, range, meaning);
+  }
 
   // A quantity spelled in one of `units` (exactly one present), in SI.
-  double quantity(const std::vector<Unit>& units, Range range, const char* meaning) {
+  double quantity(const std::vector<Unit>& units, const SpecRange& range, const char* meaning) {
     const toml::node* found = nullptr;
     const Unit* unit = nullptr;
     std::string spellings;
@@ -239,9 +263,9 @@ class TableReader {
     double v = std::numeric_limits<double>::quiet_NaN();
     if (auto i = found->as_integer()) v = static_cast<double>(i->get());
     if (auto d = found->as_floating_point()) v = d->get();
-    if (!in_range(v, range))
-      r_.fail(found->source(),
-              cat("'", dotted(unit->key), "' must be ", range_text(range), " (", meaning, "), got ", shown(*found)));
+    if (!range.contains(unit->to_si(v)))
+      r_.fail(found->source(), cat("'", dotted(unit->key), "' must be ", range_text(range, unit->to_si(1)), " (",
+                                   meaning, "), got ", shown(*found)));
     return unit->to_si(v);
   }
 
@@ -278,12 +302,13 @@ Link read_link(const SpecReader& r, const toml::table& t, const std::string& tab
   TableReader tr(r, t, table, Keys().add("name").add(kLinkBandwidthUnits).add(kLatencyUnits));
   Link l;
   l.name = tr.string("name");
-  l.bandwidth = tr.quantity(kLinkBandwidthUnits, Range::kPositive, "GB/s per device, one direction");
-  l.latency_s = tr.quantity(kLatencyUnits, Range::kNonNegative, "microseconds per message");
+  l.bandwidth = tr.quantity(kLinkBandwidthUnits, spec_range("link_bandwidth", false), "GB/s per device, one direction");
+  l.latency_s = tr.quantity(kLatencyUnits, spec_range("latency", false), "microseconds per message");
   return l;
 }
 
-Efficiency read_efficiency(const SpecReader& r, const toml::table& t) {
+Efficiency read_efficiency(const SpecReader& r, const toml::table& t, bool cpu) {
+  const auto range = [cpu](const char* key) { return spec_range(key, cpu); };
   TableReader tr(r, t, "efficiency",
                  Keys()
                      .add("gemm")
@@ -301,20 +326,20 @@ Efficiency read_efficiency(const SpecReader& r, const toml::table& t) {
                      .add("memory_overhead")
                      .add(kMemoryFixedUnits));
   Efficiency e;
-  e.gemm = tr.number("gemm", Range::kPositive, "fraction of the peak a large GEMM reaches");
-  e.gemm_half_size = tr.number("gemm_half_size", Range::kNonNegative, "min(m, n, k) at half the GEMM efficiency");
-  e.fp8_gemm = tr.number("fp8_gemm", Range::kFraction, "fraction of the fp8 peak a large fp8 GEMM reaches");
-  e.attention = tr.number("attention", Range::kPositive, "fraction of the peak attention reaches");
-  e.memory = tr.number("memory", Range::kPositive, "fraction of memory bandwidth element-wise kernels reach");
-  e.fused_traffic = tr.number("fused_traffic", Range::kPositive, "element-wise bytes left after fusion, fraction");
-  e.kernel_overhead_s = tr.quantity(kKernelOverheadUnits, Range::kNonNegative, "microseconds per kernel");
-  e.comm = tr.number("comm", Range::kPositive, "fraction of link bandwidth a collective reaches");
-  e.overlap = tr.number("overlap", Range::kClosedFraction, "fraction of overlappable communication hidden");
-  e.step_overhead_s = tr.quantity(kStepOverheadUnits, Range::kNonNegative, "milliseconds per step");
-  e.multi_thread = tr.number("multi_thread", Range::kPositive, "cpu: compute rate of a multi-threaded rank, relative");
-  e.activation_factor = tr.number("activation_factor", Range::kPositive, "saved activations over the structural count");
-  e.memory_overhead = tr.number("memory_overhead", Range::kNonNegative, "allocator slack, fraction of live bytes");
-  e.memory_fixed_bytes = tr.quantity(kMemoryFixedUnits, Range::kNonNegative, "GiB per rank never freed");
+  e.gemm = tr.number("gemm", range("gemm"), "fraction of the peak a large GEMM reaches");
+  e.gemm_half_size = tr.number("gemm_half_size", range("gemm_half_size"), "min(m, n, k) at half the GEMM efficiency");
+  e.fp8_gemm = tr.number("fp8_gemm", range("fp8_gemm"), "fraction of the fp8 peak a large fp8 GEMM reaches");
+  e.attention = tr.number("attention", range("attention"), "fraction of the peak attention reaches");
+  e.memory = tr.number("memory", range("memory"), "fraction of memory bandwidth element-wise kernels reach");
+  e.fused_traffic = tr.number("fused_traffic", range("fused_traffic"), "element-wise bytes left after fusion, fraction");
+  e.kernel_overhead_s = tr.quantity(kKernelOverheadUnits, range("kernel_overhead"), "microseconds per kernel");
+  e.comm = tr.number("comm", range("comm"), "fraction of link bandwidth a collective reaches");
+  e.overlap = tr.number("overlap", range("overlap"), "fraction of overlappable communication hidden");
+  e.step_overhead_s = tr.quantity(kStepOverheadUnits, range("step_overhead"), "milliseconds per step");
+  e.multi_thread = tr.number("multi_thread", range("multi_thread"), "cpu: compute rate of a multi-threaded rank, relative");
+  e.activation_factor = tr.number("activation_factor", range("activation_factor"), "saved activations over the structural count");
+  e.memory_overhead = tr.number("memory_overhead", range("memory_overhead"), "allocator slack, fraction of live bytes");
+  e.memory_fixed_bytes = tr.quantity(kMemoryFixedUnits, range("memory_fixed"), "GiB per rank never freed");
   return e;
 }
 
@@ -448,19 +473,19 @@ HardwareSpec parse_hardware(const std::string& toml_text, const std::string& whe
   const bool cpu = s.kind == "cpu";
   s.source = top.string("source");
   // A cpu's peaks may be 0 (measured at plan time); a gpu's bf16 and fp32 may not.
-  const Range peak = cpu ? Range::kNonNegative : Range::kPositive;
+  const SpecRange peak = spec_range("peak_flops", cpu);
   s.peak_bf16_flops = top.number("peak_bf16_flops", peak, "dense FLOP/s per device");
-  s.peak_fp8_flops = top.number("peak_fp8_flops", Range::kNonNegative, "dense FLOP/s per device; 0: no fp8");
+  s.peak_fp8_flops = top.number("peak_fp8_flops", spec_range("peak_fp8_flops", cpu), "dense FLOP/s per device; 0: no fp8");
   s.peak_fp32_flops = top.number("peak_fp32_flops", peak, "dense FLOP/s per device");
-  s.memory_bytes = top.quantity(kMemoryUnits, cpu ? Range::kNonNegative : Range::kPositive,
+  s.memory_bytes = top.quantity(kMemoryUnits, spec_range("memory_bytes", cpu),
                                 cpu ? "GiB per device; 0: this machine's MemTotal" : "GiB per device");
-  s.memory_bandwidth = top.quantity(kMemoryBandwidthUnits, Range::kPositive, "TB/s per device");
+  s.memory_bandwidth = top.quantity(kMemoryBandwidthUnits, spec_range("memory_bandwidth", cpu), "TB/s per device");
   s.flash_attention = top.boolean("flash_attention");
-  s.devices_per_node = static_cast<int>(top.integer("devices_per_node", 1, 1 << 20, true, 0));
+  s.devices_per_node = static_cast<int>(top.integer("devices_per_node", 1, kMaxWorldSize, true, 0));
   s.cores = static_cast<int>(top.integer("cores", 0, 1 << 20, false, 0));
   s.intra_node = read_link(r, top.table("intra_node", "the link between devices of one node"), "intra_node");
   s.inter_node = read_link(r, top.table("inter_node", "the network between nodes, per device"), "inter_node");
-  s.eff = read_efficiency(r, top.table("efficiency", "the efficiencies; copy the table of a shipped spec"));
+  s.eff = read_efficiency(r, top.table("efficiency", "the efficiencies; copy the table of a shipped spec"), cpu);
   {
     TableReader cal(r, top.table("calibration", "where the efficiencies come from"), "calibration",
                     Keys().add("source"));

@@ -86,6 +86,19 @@ struct HardwareSpec {
 
 // The folder of hardware specs: $CTITAN_HARDWARE_DIR, else the source
 // tree's recipes/hardware.
+// The range a spec value may take, in SI units (bytes, seconds, FLOP/s,
+// bytes/s, fractions): wide enough for any real machine and any fit, narrow
+// enough that no prediction comes from an absurd one (a GEMM efficiency of
+// 1e300 predicted 163 % MFU). `cpu`: a cpu spec (its peaks are measured at
+// plan time, so its efficiencies relative to them may exceed 1).
+struct SpecRange {
+  double lo = 0, hi = 0;
+  bool lo_open = false;  // lo itself excluded
+  bool contains(double v) const;
+  double clamp(double v) const;  // into the range (a fit's value)
+};
+SpecRange spec_range(const std::string& key, bool cpu);
+
 std::string hardware_dir();
 // The spec names found there, sorted.
 std::vector<std::string> known_hardware();

@@ -287,8 +287,11 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     const double rs = ring_s(static_cast<double>(rl.param_elems * fsdp_n) * 4, fsdp_n, l, ce);  // fp32 gradients
     const double fwd_compute = rank_f * micro, bwd_compute = rank_b * micro;
     const double per_unit = ag / std::max(1.0, units);
-    const double exposed = per_unit + std::max(0.0, ag - ov * fwd_compute) + std::max(0.0, ag_b + rs - ov * bwd_compute) +
-                           rs / std::max(1.0, units);
+    // The first unit's gather and the last unit's reduce-scatter wait; the
+    // rest hides behind compute. Never more than all of it.
+    const double exposed = std::min(ag + ag_b + rs, per_unit + std::max(0.0, ag - ov * fwd_compute) +
+                                                        std::max(0.0, ag_b + rs - ov * bwd_compute) +
+                                                        rs / std::max(1.0, units));
     tb.comm.push_back({shape.cp > 1 ? "fsdp" : "dp_shard", "all-gather + reduce-scatter", l.name,
                        (gathered * (reshard ? 2 : 1) + static_cast<double>(rl.param_elems * fsdp_n) * 4) * accum,
                        (ag + ag_b + rs) * accum, exposed * accum});
@@ -350,6 +353,8 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   // Loss, gradient norm and metrics reductions: latency-bound.
   const double small = (shape.world() > 1 ? 3 * std::log2(static_cast<double>(shape.world())) : 0) *
                        link_for("pp", P).latency_s;
+  if (small > 0)  // a communication like the others: in the totals, never hidden
+    tb.comm.push_back({"world", "loss, gradient-norm and metrics all-reduces", link_for("pp", P).name, 0.0, small, small});
 
   const double a = static_cast<double>(accum), mi = static_cast<double>(micro);
   tb.gemm = ((blk.gemm_f + blk.gemm_b) * static_cast<double>(rl.layers) + (rl.head ? head.gemm_f + head.gemm_b : 0)) * mi * a;

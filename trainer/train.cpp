@@ -18,6 +18,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -195,10 +196,15 @@ class TrainLoop {
   void print_header(const PeakFlops& peak, int64_t resident_bytes);
   void start_metrics(const PeakFlops& peak);
   StepResult step(int64_t step);
-  bool stop_requested();
+  // Agreed by every rank (one all-reduce): a stop signal, a non-finite gradient norm.
+  struct StepVerdict {
+    bool stop = false, nonfinite = false;
+  };
+  StepVerdict verdict(double grad_norm);
+  int fail_nonfinite(int64_t step, double loss, double grad_norm);
   void log_float8_sqnr(int64_t step, bool last, std::string& line);
   void save_checkpoint(int64_t step);
-  void validate(int64_t step);
+  bool validate(int64_t step);
   nlohmann::json summary_extra(int64_t resident_bytes);
   void gather_rank_memory(nlohmann::json& extra, int64_t resident_bytes);
   void add_pipeline_bubble(nlohmann::json& extra);
@@ -256,10 +262,23 @@ TrainLoop::StepResult TrainLoop::step(int64_t step) {
 }
 
 // Every rank stops at the same step, or the others would wait in a collective.
-bool TrainLoop::stop_requested() {
-  at::Tensor t = torch::full({1}, g_stop_signal != 0 ? 1 : 0, torch::kInt);
+TrainLoop::StepVerdict TrainLoop::verdict(double grad_norm) {
+  at::Tensor t = torch::tensor({g_stop_signal != 0 ? 1 : 0, std::isfinite(grad_norm) ? 0 : 1}, torch::kInt);
   rt_.mesh->group("world").all_reduce(t, ReduceOp::kMax)->wait();
-  return t.item<int>() != 0;
+  return {t[0].item<int>() != 0, t[1].item<int>() != 0};
+}
+
+// A non-finite loss or gradient norm ends the run as failed (nothing is
+// saved from it): one line naming the step, summary.json status "failed".
+int TrainLoop::fail_nonfinite(int64_t step, double loss, double grad_norm) {
+  const auto show = [](double v) { return std::isnan(v) ? std::string("nan") : std::to_string(v); };
+  std::ostringstream line;
+  line << "step " << step << ": the loss is " << show(loss) << " and the gradient norm " << show(grad_norm)
+       << "; the run stopped as failed with nothing saved from this step (lower optimizer.lr, or check the data and "
+          "the initial weights)";
+  std::cerr << "ctitan: " << line.str() << std::endl;
+  if (rt_.rank0()) metrics_->write_summary("failed", {{"error", line.str()}});
+  return 1;
 }
 
 // Outside the timed step: an extra no-grad forward on this batch.
@@ -301,11 +320,15 @@ void TrainLoop::save_checkpoint(int64_t step) {
 // [validation] after the step (outside its timing): the pass's loss on the
 // console, in metrics.jsonl and TensorBoard. Its communication is not the
 // step's: dropped from the per-step sums.
-void TrainLoop::validate(int64_t step) {
-  if (!validator_.due(step)) return;
-  const ValidationResult v = validator_.run(tm_);
+// Returns false when a stop signal ended the pass (nothing logged of it).
+bool TrainLoop::validate(int64_t step) {
+  if (!validator_.due(step)) return true;
+  const ValidationResult v = validator_.run(tm_, [] { return g_stop_signal != 0; });
   tm_.take_comm_times();
+  if (v.interrupted) return false;
+  if (!v.note.empty() && rt_.rank0()) std::cerr << "ctitan: " << v.note << std::endl;
   metrics_->log_validation(step, v.loss, v.tokens / non_data_parallel_, v.seconds);
+  return true;
 }
 
 // The start-up lines: what trains, where, and (several ranks) this rank's
@@ -415,8 +438,9 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
       pipeline_.busy_s += pt.busy_s;
       pipeline_.total_s += pt.total_s;
     }
-    const bool stop = stop_requested();
-    const bool last = step == cfg_.training.steps || stop;
+    const StepVerdict v = verdict(r.grad_norm);
+    const bool stop = v.stop;
+    const bool last = step == cfg_.training.steps || stop || v.nonfinite;
     // The loss is read (and averaged over the ranks) on log steps only.
     const bool read_loss = metrics_->logs_step(step, last) || step == first_step;
     const double loss = read_loss ? tm_.mean_loss(r.loss) : std::nan("");
@@ -428,10 +452,16 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     metrics_->record(
         {step, loss, r.grad_norm, r.lr, step_time, r.data_s, B * S * accum_ / non_data_parallel_, max_loss}, last);
     if (!sqnr_line.empty()) std::cout << sqnr_line << std::endl;
-    if (!stop) validate(step);
+    if (v.nonfinite || (read_loss && !std::isfinite(loss))) {
+      std::signal(SIGINT, old_int);
+      std::signal(SIGTERM, old_term);
+      profiler_->finish(step);
+      return fail_nonfinite(step, loss, r.grad_norm);
+    }
+    const bool stopped_in_validation = !stop && !validate(step);
     save_checkpoint(step);
     profiler_->step_end(step, step_time);
-    if (stop) {
+    if (stop || stopped_in_validation) {
       status = "interrupted";
       break;
     }
@@ -576,10 +606,22 @@ int train(const JobConfig& cfg) {
   auto loader = build_data_loader(cfg, args, rt);
   Validator validator(cfg, args, rt);
   Checkpointer checkpointer(cfg.checkpoint, cfg.job.dump_folder);
+  checkpointer.check_step_folders();
+  checkpointer.check_resumable();
   const TensorPieces load_pieces = tm->checkpoint_pieces(optimizer, false);
   const int64_t step = initial_load_hf(cfg, checkpointer, args, load_pieces, rt.rank0())
                            ? 0
                            : resume(checkpointer, load_pieces, *loader, rt);
+  if (step >= cfg.training.steps) {  // said, and the finished run's files left as they are
+    if (rt.rank0())
+      std::cerr << "ctitan: nothing to train: the checkpoint is at step " << step << " and training.steps is "
+                << cfg.training.steps << "; " << cfg.job.dump_folder
+                << " is left as it was (raise --training.steps to extend the run)" << std::endl;
+    return 0;
+  }
+  // Folders the run will write, checked before step 1 rather than after the last.
+  check_folder_writable(cfg.job.dump_folder);
+  if (checkpointer.enabled() && !cfg.checkpoint.load_only) check_folder_writable(checkpointer.folder());
   {
     MemoryCategoryScope mem(MemoryCategory::kParameters);  // FSDP: the compute copy of the shard
     tm->begin_step();
@@ -592,6 +634,10 @@ int train(const JobConfig& cfg) {
   const fs::path dump(cfg.job.dump_folder);
   if (rt.rank0()) {
     fs::create_directories(dump);
+    // Another run's summary never stays beside this run's config (a harness
+    // would read it as this run's result).
+    std::error_code ec;
+    fs::remove(dump / "summary.json", ec);
     write_file_atomic((dump / "config.toml").string(), to_toml(cfg));
     nlohmann::json env = environment_fingerprint();
     if (rt.device.is_cuda()) env["nccl_version"] = nccl_version();

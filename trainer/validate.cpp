@@ -39,7 +39,13 @@ std::string Validator::describe() const {
          loader_->describe();
 }
 
-ValidationResult Validator::run(TrainModel& tm) {
+std::string Validator::short_set_note(int64_t batches) const {
+  return "validation: the set holds " + std::to_string(batches) + " batches per rank, fewer than validation.steps = " +
+         std::to_string(cfg_.steps) + "; each pass stops at the end of the set, as TorchTitan's does (validation.steps "
+         "= -1 says so)";
+}
+
+ValidationResult Validator::run(TrainModel& tm, const std::function<bool()>& stop_signalled) {
   using Clock = std::chrono::steady_clock;
   TraceRange range(trace_cat::kCompute, "validate");
   const auto t0 = Clock::now();
@@ -48,17 +54,43 @@ ValidationResult Validator::run(TrainModel& tm) {
   at::Tensor sum;
   for (; cfg_.steps < 0 || r.batches < cfg_.steps; ++r.batches) {
     loader_->next(batch_);
-    if (cfg_.steps < 0) {
-      // The whole set: stop, on every rank together, before a batch that
-      // wrapped around to the start on any rank.
-      at::Tensor wrapped = torch::full({1}, loader_->state().value("epoch", int64_t{0}) > 0 ? 1 : 0, torch::kInt);
-      rt_.mesh->group("world").all_reduce(wrapped, ReduceOp::kMax)->wait();
-      if (wrapped.item<int>() != 0) break;
+    // Stop, on every rank together, before a batch that wrapped around to
+    // the start on any rank, or at a stop signal; after a batch that ended
+    // exactly at the end of the set (a loader that counts the epoch as soon
+    // as its last window is read is back at the start, one epoch on).
+    nlohmann::json state = loader_->state();
+    const int64_t epoch = state.value("epoch", int64_t{0});
+    bool at_end = false;
+    if (epoch == 1) {
+      state["epoch"] = 0;
+      at_end = state == start_;
+    }
+    at::Tensor flags = torch::tensor({epoch > 0 && !at_end ? 1 : 0, stop_signalled() ? 1 : 0, at_end ? 1 : 0},
+                                     torch::kInt);
+    rt_.mesh->group("world").all_reduce(flags, ReduceOp::kMax)->wait();
+    if (flags[1].item<int>() != 0) {
+      r.interrupted = true;
+      return r;
+    }
+    if (flags[0].item<int>() != 0) {
+      if (cfg_.steps >= 0 && !said_short_) {
+        said_short_ = true;
+        r.note = short_set_note(r.batches);
+      }
+      break;
     }
     const auto [inputs, labels] = stager_->stage(batch_);
     at::Tensor loss = tm.evaluate(inputs, labels);
     sum = r.batches == 0 ? loss : sum + loss;
     r.tokens += batch_.batch * batch_.seq_len;
+    if (flags[2].item<int>() != 0) {  // the set's last batch (on some rank): the pass ends with it
+      ++r.batches;
+      if (cfg_.steps >= 0 && r.batches < cfg_.steps && !said_short_) {
+        said_short_ = true;
+        r.note = short_set_note(r.batches);
+      }
+      break;
+    }
   }
   if (r.batches == 0)
     throw InputError("the validation set (" + loader_->describe() + ") holds less than one batch of " +

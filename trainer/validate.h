@@ -4,13 +4,17 @@
 // data-parallel (and context-parallel) ranks as the training loss is.
 //
 // Each pass starts at the beginning of the set, so successive passes see
-// the same batches and their losses compare. A whole-set pass stops before
-// the first batch that would wrap around to the start on any rank (all
-// ranks agree, as every forward runs collectives): every rank runs the same
-// number of full batches — TorchTitan's -1 can hang on unequal counts.
+// the same batches and their losses compare. A pass stops before the first
+// batch that would wrap around to the start on any rank (all ranks agree, as
+// every forward runs collectives): every rank runs the same number of full
+// batches — TorchTitan's -1 can hang on unequal counts. validation.steps
+// larger than the set stops there too, as TorchTitan's finite validation
+// loader does, and says so once; a stop signal (SIGINT, SIGTERM) ends the
+// pass between batches.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "trainer/config/job_config.h"
@@ -28,6 +32,8 @@ struct ValidationResult {
   int64_t batches = 0;   // per rank
   int64_t tokens = 0;    // this rank's tokens (per device, as TorchTitan's tps counts them)
   double seconds = 0;
+  bool interrupted = false;  // a stop signal ended the pass between batches
+  std::string note;          // set when validation.steps ran past the end of the set
 };
 
 class Validator {
@@ -38,16 +44,20 @@ class Validator {
   ~Validator();
   bool enabled() const { return loader_ != nullptr; }
   bool due(int64_t step) const { return enabled() && (step == 1 || step % cfg_.freq == 0); }
-  ValidationResult run(TrainModel& tm);
+  // `stop_signalled` is asked between batches (all ranks agree on the answer).
+  ValidationResult run(TrainModel& tm, const std::function<bool()>& stop_signalled);
   std::string describe() const;  // one line for the header
 
  private:
+  std::string short_set_note(int64_t batches) const;
+
   ValidationSection cfg_;
   const Runtime& rt_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<BatchStager> stager_;
   nlohmann::json start_;  // the loader's state at the start of the set
   TokenBatch batch_;
+  bool said_short_ = false;
 };
 
 }  // namespace ctitan

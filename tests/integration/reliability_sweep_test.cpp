@@ -460,6 +460,42 @@ TEST(ReliabilitySweep, TwoSpecsWithOneNameAreRefused) {
   expect_only_real_results(db);
 }
 
+// Issue 33, item 5: an edited base recipe is another spec. Its points were
+// other points piling up under the old name with the same labels; now the
+// resolved base's hash is part of the stored spec, so the edit is refused in
+// one line, while a comment added to the base is no change.
+TEST(ReliabilitySweep, EditedBaseRecipeIsAnotherSpec) {
+  const auto dir = fresh_dir("rel_base_edit");
+  const fs::path db = dir / "r.db";
+  const fs::path base = dir / "base.toml";
+  std::ifstream in(fs::absolute(source_dir()) / "recipes/llama3_debugmodel_markov.toml");
+  const std::string recipe((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(base) << recipe;
+  const fs::path spec = dir / "s.toml";
+  std::ofstream(spec) << "[sweep]\nname = \"based\"\nbase = \"base.toml\"\ntimeout_s = 120\nwarmup_steps = 1\n"
+                         "measure_steps = 1\nworld_sizes = [1]\n[overrides]\nmodel.flavor = \"tiny\"\n"
+                         "training.seq_len = 32\ntraining.local_batch_size = 2\nmetrics.peak_tflops = 1\n";
+  ASSERT_EQ(run_ctitan({"sweep", spec.string(), "--db", db.string()}).exit_code, 0);
+  const auto rows = runs(db);
+
+  std::ofstream(base) << recipe << "# a comment is no change\n";
+  const auto same = run_ctitan({"sweep", spec.string(), "--db", db.string()});
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  EXPECT_EQ(runs(db).size(), rows.size()) << "a comment in the base reran the point";
+
+  std::string edited_recipe = recipe;
+  const size_t lr = edited_recipe.find("lr = 3e-3");
+  ASSERT_NE(lr, std::string::npos);
+  edited_recipe.replace(lr, 9, "lr = 5e-4");
+  std::ofstream(base) << edited_recipe;
+  const auto edited = run_ctitan({"sweep", spec.string(), "--db", db.string()});
+  expect_one_line(edited, 2, "sweep 'based' in " + db.string() +
+                                 " was run from a base recipe whose settings have changed since (" +
+                                 fs::absolute(base).lexically_normal().string());
+  EXPECT_NE(edited.err.find("rename this sweep"), std::string::npos) << edited.err;
+  EXPECT_EQ(runs(db).size(), rows.size());
+}
+
 // Issue 20, item 8: a sweep name cannot put run folders outside <db>.runs
 // ('..', a '/', an over-long name are refused when the spec is read; a
 // sweep folder that is a link out of <db>.runs is refused before the

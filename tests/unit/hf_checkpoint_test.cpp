@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sys/stat.h>
+
 #include <barrier>
 #include <filesystem>
 #include <fstream>
@@ -272,7 +274,11 @@ TEST(HfImport, AnotherModelSizeNamesTheFirstMismatchedTensor) {
   Llama3 model(tiny, torch::kFloat, 8);
   TensorPieces pieces;
   for (const auto& s : model.slots()) pieces.push_back({"model." + s.name, model.store().param(s.name), s.shape, {}});
-  const std::string e = error_of([&] { load_hf_checkpoint(dir.string(), tiny, pieces); });
+  // config.json is checked first; without one (a bare safetensors folder) the tensors' shapes are.
+  const auto load = [&] { return error_of([&] { load_hf_checkpoint(dir.string(), tiny, pieces); }); };
+  EXPECT_NE(load().find("config.json: vocab_size = 96 but the model has 64"), std::string::npos) << load();
+  fs::remove(dir / "config.json");
+  const std::string e = load();
   EXPECT_NE(e.find("'model.embed_tokens.weight' has shape [96,32] but the model expects [64,32]"), std::string::npos)
       << e;
   EXPECT_EQ(e.find('\n'), std::string::npos);
@@ -280,16 +286,107 @@ TEST(HfImport, AnotherModelSizeNamesTheFirstMismatchedTensor) {
   LlamaArgs deeper = tiny;
   deeper.n_layers = 3;
   export_model(dir, deeper, random_model(deeper, 6));
-  const std::string extra = error_of([&] { load_hf_checkpoint(dir.string(), tiny, pieces); });
+  EXPECT_NE(load().find("config.json: num_hidden_layers = 3 but the model has 2"), std::string::npos) << load();
+  fs::remove(dir / "config.json");
+  const std::string extra = load();
   EXPECT_NE(extra.find("'model.layers.2."), std::string::npos) << extra;
 
   LlamaArgs mha = tiny;
   mha.n_kv_heads = 4;  // same hidden size, different K/V shapes
   export_model(dir, mha, random_model(mha, 6));
-  const std::string heads = error_of([&] { load_hf_checkpoint(dir.string(), tiny, pieces); });
+  EXPECT_NE(load().find("config.json: num_key_value_heads = 4 but the model has 2"), std::string::npos) << load();
+  fs::remove(dir / "config.json");
+  const std::string heads = load();
   EXPECT_NE(heads.find("'model.layers.0.self_attn.k_proj.weight' has shape [32,32] but the model expects [16,32]"),
             std::string::npos)
       << heads;
+}
+
+// Rewrites dir/model.safetensors through `edit`, which may change or drop
+// (return an undefined tensor) each tensor by its Hugging Face name.
+void rewrite_tensors(const fs::path& dir, const std::function<at::Tensor(const std::string&, at::Tensor)>& edit) {
+  std::vector<std::pair<std::string, at::Tensor>> kept;
+  {
+    SafetensorsFile f((dir / "model.safetensors").string());
+    for (const auto& [name, e] : f.entries()) {
+      at::Tensor t = edit(name, f.tensor(name).clone());
+      if (t.defined()) kept.emplace_back(name, t);
+    }
+  }
+  std::vector<SafetensorsWriter::Spec> specs;
+  for (const auto& [name, t] : kept) specs.push_back({name, t.scalar_type(), t.sizes().vec()});
+  SafetensorsWriter w((dir / "model.safetensors").string(), specs);
+  for (const auto& [name, t] : kept) w.add(t);
+  w.finish();
+}
+
+void edit_config(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  std::ifstream in(dir / "config.json");
+  nlohmann::json c = nlohmann::json::parse(in);
+  in.close();
+  edit(c);
+  std::ofstream(dir / "config.json") << c.dump(1);
+}
+
+// Issue 33, item 3 and 11: what shapes cannot show is checked before a
+// weight loads — config.json's family, sizes, theta and tying; every
+// tensor's dtype and presence; finite values — and config.json is read as a
+// bounded regular file (a FIFO used to hang the import for ever).
+TEST(HfImport, ConfigDtypesTyingAndValuesAreCheckedBeforeLoading) {
+  const LlamaArgs tiny = llama3_flavor("tiny");
+  const auto m = random_model(tiny, 9);
+  Llama3 model(tiny, torch::kFloat, 8);
+  TensorPieces pieces;
+  for (const auto& s : model.slots()) pieces.push_back({"model." + s.name, model.store().param(s.name), s.shape, {}});
+  const fs::path dir = fresh("checks") / "hf";
+  const auto load = [&] { return error_of([&] { load_hf_checkpoint(dir.string(), tiny, pieces); }); };
+  const auto config_case = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& expect) {
+    export_model(dir, tiny, m);
+    edit_config(dir, edit);
+    const std::string e = load();
+    EXPECT_NE(e.find(expect), std::string::npos) << expect << "\n  got: " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  config_case([](nlohmann::json& c) { c["model_type"] = "mistral"; }, "model_type = \"mistral\" but model.name");
+  config_case([](nlohmann::json& c) { c["rope_theta"] = 1e6; }, "rope_theta = 1000000.0 but the model has 500000");
+  config_case([](nlohmann::json& c) { c["rope_parameters"]["rope_theta"] = 1e4; }, "rope_parameters.rope_theta = 10000.0");
+  config_case([](nlohmann::json& c) { c["hidden_size"] = 64; }, "hidden_size = 64 but the model has 32");
+  config_case([](nlohmann::json& c) { c["intermediate_size"] = 1; }, "intermediate_size = 1 but the model has");
+  config_case([](nlohmann::json& c) { c["tie_word_embeddings"] = "yes"; }, "tie_word_embeddings = \"yes\" is not");
+
+  // lm_head.weight missing: an error unless config.json ties the embeddings.
+  export_model(dir, tiny, m);
+  rewrite_tensors(dir, [](const std::string& n, at::Tensor t) { return n == "lm_head.weight" ? at::Tensor() : t; });
+  EXPECT_NE(load().find("has no tensor 'lm_head.weight' (the model's output.weight) and its config.json does not say "
+                        "tie_word_embeddings = true"),
+            std::string::npos)
+      << load();
+  edit_config(dir, [](nlohmann::json& c) { c["tie_word_embeddings"] = true; });
+  EXPECT_EQ(load(), "");
+  EXPECT_TRUE(torch::equal(model.store().param("output.weight"), m.at("tok_embeddings.weight")));
+
+  // An integer tensor is not converted; a NaN is not loaded.
+  export_model(dir, tiny, m);
+  rewrite_tensors(dir, [](const std::string& n, at::Tensor t) {
+    return n == "model.norm.weight" ? t.to(torch::kLong) : t;
+  });
+  EXPECT_NE(load().find("tensor 'model.norm.weight' is I64, not a floating-point type"), std::string::npos) << load();
+  export_model(dir, tiny, m);
+  rewrite_tensors(dir, [](const std::string& n, at::Tensor t) {
+    if (n == "model.layers.1.mlp.up_proj.weight") t[0][0] = std::nan("");
+    return t;
+  });
+  EXPECT_NE(load().find("tensor 'model.layers.1.mlp.up_proj.weight' holds NaN or infinite values"), std::string::npos)
+      << load();
+
+  // config.json as a FIFO or a folder: one line, no hang, no "internal error".
+  export_model(dir, tiny, m);
+  fs::remove(dir / "config.json");
+  ASSERT_EQ(::mkfifo((dir / "config.json").c_str(), 0644), 0);
+  EXPECT_NE(load().find("is a FIFO"), std::string::npos) << load();
+  fs::remove(dir / "config.json");
+  fs::create_directory(dir / "config.json");
+  EXPECT_NE(load().find("is a directory"), std::string::npos) << load();
 }
 
 TEST(Safetensors, LyingHeadersAreOneLineNamingFileAndTensor) {

@@ -133,6 +133,24 @@ std::vector<int64_t> Checkpointer::saved_steps() const {
   return steps;
 }
 
+void Checkpointer::check_step_folders() const {
+  std::error_code ec;
+  if (!cfg_.enable || !fs::is_directory(folder_, ec)) return;
+  for (const auto& e : fs::directory_iterator(folder_, ec)) {
+    if (!parse_step_dir(e.path()) || fs::exists(e.path() / "metadata.json")) continue;
+    const std::string dir = e.path().string();
+    const bool hf = fs::exists(e.path() / "model.safetensors.index.json") || fs::exists(e.path() / "config.json") ||
+                    fs::exists(e.path() / "model.safetensors");
+    if (hf)
+      throw InputError(dir + " is a Hugging Face export (checkpoint.last_save_in_hf), not a checkpoint a run resumes "
+                       "from, and a save of that step would replace it; to train on from those weights set "
+                       "checkpoint.initial_load_path to it with checkpoint.initial_load_in_hf and another "
+                       "job.dump_folder");
+    throw InputError(dir + " has no metadata.json (an unfinished or foreign save): ctitan cannot resume from it, and a "
+                     "save of that step would replace it; move it out of " + folder_ + " or delete it");
+  }
+}
+
 TensorPieces whole_tensors(const NamedTensors& tensors) {
   TensorPieces pieces;
   for (const auto& [name, t] : tensors) pieces.push_back({name, t, t.sizes().vec(), {}});
@@ -435,17 +453,29 @@ fs::path Checkpointer::step_dir_to_load() const {
     return dir;
   }
   if (steps.empty()) return {};
-  // Newest full checkpoint; a weights-only export (last_save_model_only)
-  // is used only when nothing else exists.
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    const fs::path cand = fs::path(folder_) / ("step-" + std::to_string(*it));
-    try {
-      if (!read_metadata(cand).model_only) return cand;
-    } catch (const InputError&) {
-      return cand;  // reported properly by load_impl
-    }
-  }
   return fs::path(folder_) / ("step-" + std::to_string(steps.back()));
+}
+
+void Checkpointer::check_resumable() const {
+  if (!cfg_.enable) return;
+  const auto steps = saved_steps();
+  if (steps.empty() && cfg_.load_step < 0) return;  // a fresh start, or initial_load_path: weights are fine there
+  const fs::path dir = step_dir_to_load();
+  CheckpointMetadata meta;
+  try {
+    meta = read_metadata(dir);
+  } catch (const InputError&) {
+    return;  // reported properly by load_impl
+  }
+  // A run resumes from a full checkpoint only (TorchTitan refuses a
+  // weights-only one too): resuming from a finished run's weights-only save
+  // would restart its optimizer, schedule and data under a step number
+  // already written. Step 0 is a seed checkpoint: weights to start from.
+  if (meta.model_only && meta.step > 0)
+    throw InputError("checkpoint " + dir.string() + " holds the weights only (the last save of a finished run under "
+                     "checkpoint.last_save_model_only = true), so the run cannot resume from it: to extend a run, "
+                     "train it with --checkpoint.no_last_save_model_only; to start a new run from these weights, "
+                     "set checkpoint.initial_load_path to this folder with another job.dump_folder");
 }
 
 std::optional<LoadedCheckpoint> Checkpointer::load_impl(const TensorPieces& pieces, int rank) const {

@@ -110,16 +110,23 @@ class Checkpointer {
   void save(int64_t step, const NamedTensors& tensors, const nlohmann::json& train_state, bool model_only) {
     save_sharded(step, whole_tensors(tensors), train_state, nlohmann::json::object(), model_only);
   }
-  // Loads checkpoint.load_step, or the newest full checkpoint, into `pieces`
+  // Loads checkpoint.load_step, or the newest checkpoint, into `pieces`
   // (names must match; model-only checkpoints fill only names starting with
   // "model."). Returns nullopt when there is nothing to resume from.
   std::optional<LoadedCheckpoint> load_sharded(const TensorPieces& pieces, int rank = 0) const;
   std::optional<LoadedCheckpoint> load(const NamedTensors& tensors) const { return load_sharded(whole_tensors(tensors)); }
   std::vector<int64_t> saved_steps() const;  // ascending
+  // Throws InputError for a step-<N> folder that is not a ctitan checkpoint
+  // (a Hugging Face export, or no metadata.json): the run would neither
+  // resume from it nor leave it alone (a save of step N replaces it).
+  void check_step_folders() const;
+  // Throws InputError when the step a run would resume from holds the
+  // weights only (a finished run's last save under last_save_model_only).
+  void check_resumable() const;
 
  private:
   std::optional<LoadedCheckpoint> load_impl(const TensorPieces& pieces, int rank) const;
-  // checkpoint.load_step's folder, or the newest full one, or (the folder
+  // checkpoint.load_step's folder, or the newest one, or (the folder
   // holding none) checkpoint.initial_load_path; empty: none.
   std::filesystem::path step_dir_to_load() const;
   struct PendingSave;

@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/limits.h"
+
 namespace ctitan {
 
 // One saved piece of a tensor: the box [offsets, offsets + shape) of its
@@ -43,7 +45,7 @@ struct CheckpointMetadata {
 };
 
 // Limits the loader relies on (a real checkpoint is far inside them).
-inline constexpr int kMaxCheckpointWorld = 65536;
+inline constexpr int kMaxCheckpointWorld = static_cast<int>(kMaxWorldSize);
 inline constexpr int kMaxTensorDims = 16;
 inline constexpr int64_t kMaxTensorElements = int64_t{1} << 56;  // x 8 bytes still fits int64
 inline constexpr int kMaxCheckpointJsonDepth = 64;

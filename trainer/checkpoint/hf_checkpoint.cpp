@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -145,27 +146,52 @@ class HfFolder {
   std::map<std::string, std::string> where_;  // tensor → file
 };
 
-// Reads config.json (when present) and checks what shapes cannot show: the
-// head counts the q/k permutation depends on.
-void check_config(const fs::path& dir, const LlamaArgs& args) {
+// Reads config.json (when present: a bare safetensors folder has none) and
+// checks it against the recipe before any tensor: the family, every size,
+// RoPE's theta and whether the embeddings are tied (the tensors' shapes
+// cannot show the head counts the q/k permutation depends on, nor theta).
+// Returns tie_word_embeddings (false when absent, Llama 3's value).
+bool check_config(const fs::path& dir, const LlamaArgs& args) {
   const fs::path path = dir / "config.json";
-  if (!fs::exists(path)) return;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return false;
   nlohmann::json c;
   try {
-    std::ifstream in(path);
-    c = nlohmann::json::parse(in);
+    c = nlohmann::json::parse(read_file_bounded(path.string(), "Hugging Face config", kMaxJsonBytes, false));
   } catch (const nlohmann::json::exception&) {
     throw InputError(path.string() + " is not JSON; restore it or delete it (the tensors' shapes are checked anyway)");
   }
+  if (!c.is_object()) throw InputError(path.string() + " is not a JSON object; restore it or delete it");
+  const std::string other = "; the checkpoint is for another model: check model.flavor (and model.n_layers)";
+  if (c.contains("model_type") && c["model_type"] != "llama")
+    throw InputError(path.string() + ": model_type = " + message_text(c["model_type"].dump()) +
+                     " but model.name \"llama3\" reads Hugging Face \"llama\" checkpoints; use a Llama checkpoint");
   const auto check = [&](const char* key, int64_t want) {
-    if (c.contains(key) && c[key].is_number_integer() && c[key].get<int64_t>() != want)
-      throw InputError(path.string() + ": " + key + " = " + std::to_string(c[key].get<int64_t>()) +
-                       " but the model has " + std::to_string(want) +
-                       "; the checkpoint is for another model: check "
-                       "model.flavor");
+    if (!c.contains(key)) return;
+    if (!c[key].is_number_integer() || c[key].get<int64_t>() != want)
+      throw InputError(path.string() + ": " + key + " = " + message_text(c[key].dump()) + " but the model has " +
+                       std::to_string(want) + other);
   };
+  check("num_hidden_layers", args.n_layers);
+  check("hidden_size", args.dim);
+  check("intermediate_size", args.ffn_hidden_dim());
   check("num_attention_heads", args.n_heads);
   check("num_key_value_heads", args.n_kv_heads);
+  check("head_dim", args.head_dim());
+  check("vocab_size", args.vocab_size);
+  const auto check_theta = [&](const nlohmann::json& v, const std::string& key) {
+    if (!v.is_number() || std::abs(v.get<double>() - args.rope_theta) > 1e-6 * args.rope_theta)
+      throw InputError(path.string() + ": " + key + " = " + message_text(v.dump()) + " but the model has " +
+                       std::to_string(args.rope_theta) + other);
+  };
+  if (c.contains("rope_theta")) check_theta(c["rope_theta"], "rope_theta");
+  if (c.contains("rope_parameters") && c["rope_parameters"].is_object() && c["rope_parameters"].contains("rope_theta"))
+    check_theta(c["rope_parameters"]["rope_theta"], "rope_parameters.rope_theta");
+  if (!c.contains("tie_word_embeddings")) return false;
+  if (!c["tie_word_embeddings"].is_boolean())
+    throw InputError(path.string() + ": tie_word_embeddings = " + message_text(c["tie_word_embeddings"].dump()) +
+                     " is not true or false; restore the file");
+  return c["tie_word_embeddings"].get<bool>();
 }
 
 // `name` through the tables: TorchTitan → Hugging Face (to_hf) or back.
@@ -355,6 +381,10 @@ void export_hf_checkpoint(const std::string& checkpoint_folder, int64_t step, co
 void load_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args, const TensorPieces& pieces) {
   const fs::path dir(dir_in);
   const std::string where = "Hugging Face checkpoint " + dir.string();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw InputError(where + " is not a folder; point checkpoint.initial_load_path at a Hugging Face model folder");
+  const bool tied = check_config(dir, args);
   HfFolder folder(dir);
 
   // Everything is checked before anything loads, in model order.
@@ -362,11 +392,19 @@ void load_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args, const 
   std::map<std::string, std::string> source;  // fqn → Hugging Face name
   for (const auto& p : params) {
     std::string hf = hf_name_of(p.name);
-    if (!folder.file_of(hf) && p.name == "output.weight") hf = "model.embed_tokens.weight";  // tied embeddings
+    // Tied embeddings (Llama 3.2 1B/3B): no lm_head.weight, and config.json says so.
+    if (!folder.file_of(hf) && p.name == "output.weight" && tied) hf = "model.embed_tokens.weight";
     const SafetensorsFile* f = folder.file_of(hf);
     if (!f)
-      throw InputError(where + " has no tensor '" + hf + "' (the model's " + p.name +
-                       "); check model.flavor or the checkpoint's architecture");
+      throw InputError(where + " has no tensor '" + hf + "' (the model's " + p.name + ")" +
+                       (p.name == "output.weight" ? " and its config.json does not say tie_word_embeddings = true"
+                                                  : "") +
+                       "; check model.flavor or the checkpoint's architecture");
+    const at::ScalarType dtype = f->find(hf)->dtype;
+    if (!at::isFloatingType(dtype))
+      throw InputError(where + ": tensor '" + hf + "' is " + safetensors_dtype_name(dtype) +
+                       ", not a floating-point type (F32, BF16, F16, F64): these are not model weights; "
+                       "re-export the checkpoint");
     const auto& shape = f->find(hf)->shape;
     if (shape != p.global_shape)
       throw InputError(where + ": tensor '" + hf + "' has shape " + dims_text(shape) + " but the model expects " +
@@ -382,7 +420,6 @@ void load_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args, const 
                        " has no place in the model (" + std::to_string(args.n_layers) +
                        " layers); the checkpoint is for another model: check model.flavor");
   }
-  check_config(dir, args);
 
   torch::NoGradGuard no_grad;
   for (const auto& piece : pieces) {
@@ -409,6 +446,8 @@ void load_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args, const 
                 .reshape({(h1 - h0) * Dh, dst.size(1)})
                 .narrow(0, lo[0] - h0 * Dh, rows);
     }
+    if (!at::isfinite(src).all().item<bool>())  // this rank's box of it
+      throw InputError(where + ": tensor '" + it->second + "' holds NaN or infinite values; re-export the checkpoint");
     dst.copy_(src);
   }
 }

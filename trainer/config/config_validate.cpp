@@ -214,10 +214,26 @@ void check_unsupported(const Checker& k, const JobConfig& c) {
   }
 }
 
+// model.name picks the model family. ctitan has Llama 3 only; TorchTitan's
+// other families are named as such, so that a recipe of theirs never trains
+// (and records) a Llama 3 under another family's name.
+void check_model_name(const Checker& k, const std::string& name) {
+  if (name == "llama3") return;
+  std::string what = "model.name " + render_value(Value(name));
+  for (const char* tt : {"llama3_ft", "llama4", "qwen3", "deepseek_v3", "gpt_oss", "flux", "simple_fsdp"})
+    if (name == tt) {
+      what += " is a TorchTitan model family ctitan does not have yet; the only family is \"llama3\"";
+      k.bad("model.name", what);
+    }
+  what += " is not a model family; the only family is \"llama3\"";
+  k.bad("model.name", what);
+}
+
 }  // namespace
 
 void validate_with_origins(const JobConfig& cfg, const Origins& origins) {
   const Checker k(origins);
+  check_model_name(k, cfg.model.name);
   // 0 keeps the flavor's layer count; the largest Llama 3 has 126.
   if (cfg.model.n_layers < 0 || cfg.model.n_layers > 4096)
     k.bad("model.n_layers", "model.n_layers must be in [0, 4096] (0 = the flavor's count), got " +

@@ -124,7 +124,7 @@ class BinLoader : public DataLoader {
  public:
   explicit BinLoader(const DataOptions& opts) : opts_(opts) {
     const auto files = list_data_files(
-        opts.path, {".bin"}, "set training.dataset_path to a .bin shard or a folder of them");
+        opts.path, {".bin"}, "set " + path_key(opts) + " to a .bin shard or a folder of them");
     int64_t total = 0;
     for (const std::string& f : files) {
       shards_.push_back(inspect_shard(f, opts.seq_len + 1));

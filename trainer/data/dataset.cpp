@@ -16,7 +16,7 @@ std::vector<std::string> list_data_files(const std::string& path,
                                          const std::vector<std::string>& suffixes,
                                          const std::string& hint) {
   std::error_code ec;
-  if (path.empty()) throw InputError("training.dataset_path is empty: " + hint);
+  if (path.empty()) throw InputError("the dataset path is empty: " + hint);
   if (!fs::exists(path, ec)) throw InputError(path + ": no such file or folder: " + hint);
   if (!fs::is_directory(path, ec)) {
     // A FIFO or a device would block or never end: only regular files are data.
@@ -110,7 +110,7 @@ std::unique_ptr<DataLoader> make_data_loader(const DataOptions& opts) {
     // TorchTitan streams these from the Hugging Face hub (c4_test from its
     // tests/assets); ctitan reads the same files from disk and fetches nothing.
     if (!opts.path.empty()) return make_text_loader(opts);
-    const std::string key = opts.path_key.empty() ? "training.dataset_path" : opts.path_key;
+    const std::string key = path_key(opts);
     const std::string file = d == "c4_validation" ? "en/c4-validation.00000-of-00008.json.gz"
                              : d == "c4_test"     ? "TorchTitan's tests/assets/c4_test/data.json"
                                                   : "en/c4-train.00000-of-01024.json.gz";
@@ -119,7 +119,8 @@ std::unique_ptr<DataLoader> make_data_loader(const DataOptions& opts) {
                      (d == "c4_test" ? "" : " (and more shards) from https://huggingface.co/datasets/allenai/c4") +
                      " and set " + key + " to the file or its folder (ctitan downloads nothing at run time)");
   }
-  throw InputError("unknown training.dataset \"" + d +
+  const std::string key = path_key(opts);
+  throw InputError("unknown " + key.substr(0, key.find('.')) + ".dataset \"" + d +
                    "\": expected synthetic, markov, text, bin, c4, c4_test or c4_validation");
 }
 

@@ -35,6 +35,12 @@ std::vector<std::string> list_data_files(const std::string& path,
                                          const std::vector<std::string>& suffixes,
                                          const std::string& hint);
 
+// The config key the data path came from (training.dataset_path or
+// validation.dataset_path), for messages.
+inline std::string path_key(const DataOptions& opts) {
+  return opts.path_key.empty() ? "training.dataset_path" : opts.path_key;
+}
+
 // File names (no folder) for the state, so a checkpoint detects that the
 // data changed under it.
 nlohmann::json file_names(const std::vector<std::string>& files);

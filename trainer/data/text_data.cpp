@@ -54,7 +54,7 @@ class TextLoader : public DataLoader {
       : opts_(opts),
         files_(list_data_files(
             opts.path, {".txt", ".jsonl", ".json", ".txt.gz", ".jsonl.gz", ".json.gz"},
-            "set training.dataset_path to a .txt, .jsonl or .json(.gz) file or a folder of them")),
+            "set " + path_key(opts) + " to a .txt, .jsonl or .json(.gz) file or a folder of them")),
         tok_(load_tokenizer(opts)) {
     if (opts.vocab_size > 0 && tok_.vocab_size() > opts.vocab_size) {
       throw InputError("tokenizer " + tok_.path() + " has vocab " +
@@ -139,7 +139,7 @@ class TextLoader : public DataLoader {
           empty_since_epoch = epoch_;
         } else if (epoch_ > empty_since_epoch + 1) {
           throw InputError(opts_.path +
-                           ": the files hold no text to tokenize: check training.dataset_path");
+                           ": the files hold no text to tokenize: check " + path_key(opts_));
         }
         advance();
         continue;
