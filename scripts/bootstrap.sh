@@ -70,5 +70,9 @@ if [ ! -f "$build/build.ninja" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$root/.cmake-configure.log" 2>&1 \
     || { cat "$root/.cmake-configure.log"; exit 1; }
 fi
-log "building (ninja, $(nproc) cores)"
-cmake --build "$build" -- -j"$(nproc)"
+# CTITAN_BUILD_TARGETS: only these targets (scripts/run.sh builds just `ctitan`;
+# the tests and benchmarks are built by scripts/test.sh).
+targets=()
+[ -n "${CTITAN_BUILD_TARGETS:-}" ] && read -r -a targets <<<"$CTITAN_BUILD_TARGETS"
+log "building ${targets[*]:-everything} (ninja, $(nproc) cores)"
+cmake --build "$build" ${targets[@]:+--target "${targets[@]}"} -- -j"$(nproc)"

@@ -71,6 +71,14 @@ TEST(PlanCli, BadInputIsOneLineExit2) {
                         "8");
   expect_one_line_exit2(run_ctitan({"plan", src("recipes/llama3_8b.toml"), "--model.dimm", "4"}), "--model.dim");
   expect_one_line_exit2(run_ctitan({"plan", "--calibrate", "/nonexistent/x.db"}), "/nonexistent/x.db");
+  // Issue 33, item 6: one world-size cap however the size is given.
+  expect_one_line_exit2(run_ctitan({"plan", src("recipes/llama3_8b.toml"), "--ngpu", "1000000"}),
+                        "'1000000' is not a count between 1 and 65536");
+  expect_one_line_exit2(run_ctitan({"plan", src("recipes/llama3_8b.toml"), "--nodes", "65536", "--gpus-per-node", "8"}),
+                        "the world size (--nodes x --gpus-per-node) is more than 65536 ranks");
+  expect_one_line_exit2(run_ctitan({"plan", src("recipes/llama3_8b.toml"), "--parallelism.data_parallel_shard_degree",
+                                    "4096", "--parallelism.tensor_parallel_degree", "32"}),
+                        "the world size (the product of the recipe's parallel degrees) is more than 65536 ranks");
 }
 
 // The CPU spec's calibration, redone from the committed sweep database

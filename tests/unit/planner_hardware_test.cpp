@@ -227,13 +227,20 @@ TEST(HardwareSpecs, BadFilesFailWithOneLineNamingFileLineAndKey) {
               "[intra_node] takes name, bandwidth_gb_s, bandwidth_bytes_s, latency_us"});
   expect_bad("\n[calibration]", "\n[calibrations]", {"unknown key 'calibrations'"}, "[calibrations]");
   expect_bad("peak_bf16_flops = 989.4e12", "peak_bf16_flops = \"989.4e12\"",
-             {"'peak_bf16_flops' must be a number > 0", "989.4e12"});
+             {"'peak_bf16_flops' must be a number in [1e+09, 1e+18]", "989.4e12"});
   expect_bad("flash_attention = true", "flash_attention = 1", {"'flash_attention' must be true or false"});
   expect_bad("devices_per_node = 8", "devices_per_node = 0", {"'devices_per_node' must be an integer in 1.."});
   expect_bad("bandwidth_gb_s = 450", "bandwidth_gb_s = -450",
-             {"'intra_node.bandwidth_gb_s' must be a number > 0", "-450"});
-  expect_bad("gemm = 0.75", "gemm = 0", {"'efficiency.gemm' must be a number > 0"});
-  expect_bad("fp8_gemm = 0.65", "fp8_gemm = 1.5", {"'efficiency.fp8_gemm' must be a fraction in (0, 1]"});
+             {"'intra_node.bandwidth_gb_s' must be a number in [0.001, 100000]", "-450"});
+  expect_bad("gemm = 0.75", "gemm = 0", {"'efficiency.gemm' must be a number in (0, 1]"});
+  expect_bad("fp8_gemm = 0.65", "fp8_gemm = 1.5", {"'efficiency.fp8_gemm' must be a number in (0, 1]"});
+  // Issue 33, item 6: absurd values that used to be accepted (1e300 gave 163 % MFU,
+  // 1e-300 GB/s a 63-digit step time).
+  expect_bad("gemm = 0.75", "gemm = 1e300", {"'efficiency.gemm' must be a number in (0, 1]", "1e+300"});
+  expect_bad("bandwidth_gb_s = 450", "bandwidth_gb_s = 1e-300", {"'intra_node.bandwidth_gb_s' must be a number in [0.001"});
+  expect_bad("latency_us = 3 ", "latency_us = 1e20 ", {"'intra_node.latency_us' must be a number in [0, 1e+06]"});
+  expect_bad("memory_gib = 80", "memory_gib = 1e300", {"'memory_gib' must be a number in"});
+  expect_bad("devices_per_node = 8", "devices_per_node = 1000000", {"'devices_per_node' must be an integer in 1..65536"});
   expect_bad("kind = \"gpu\"", "kind = \"tpu\"", {"'kind' must be \"gpu\" or \"cpu\"", "tpu"});
   expect_bad("memory_gib = 80", "memory_gib = 80\nmemory_bytes = 85899345920",
              {"'memory_bytes' and 'memory_gib' give the same quantity"}, "memory_bytes");

@@ -148,6 +148,30 @@ TEST(Planner, MoreOfEachCostCostsMoreTime) {
   EXPECT_GT(step({{"training.local_batch_size", "4"}}), base);
 }
 
+// Issue 33, item 6: at any world size (up to the one cap) and layout, no
+// dimension's exposed communication exceeds its time on the wire, the step's
+// exposed total is the sum of them, and MFU stays under 100 %.
+TEST(Planner, ExposedCommunicationNeverExceedsTheTotal) {
+  const HardwareSpec h = gpu_spec();
+  for (int ws : {1, 2, 8, 64, 4096, 65536}) {
+    for (const auto& sets : std::vector<std::vector<std::pair<std::string, std::string>>>{
+             {}, {{"parallelism.tensor_parallel_degree", "8"}}, {{"parallelism.data_parallel_replicate_degree", "2"}}}) {
+      if (ws < 16 && !sets.empty()) continue;
+      const Prediction p = predict(request("debugmodel", ws, sets), h);
+      SCOPED_TRACE("world size " + std::to_string(ws) + (sets.empty() ? "" : " " + sets[0].first));
+      double exposed = 0, total = 0;
+      for (const CommDim& c : p.time.comm) {
+        EXPECT_LE(c.exposed_s, c.seconds * (1 + 1e-12)) << c.dim;
+        exposed += c.exposed_s;
+        total += c.seconds;
+      }
+      EXPECT_NEAR(p.time.comm_exposed, exposed, 1e-12 + 1e-9 * exposed);
+      EXPECT_LE(p.time.comm_exposed, total * (1 + 1e-12));
+      EXPECT_LT(p.mfu, 100.0);
+    }
+  }
+}
+
 TEST(Planner, LayoutsTheTrainerRefusesAreOneLineInputErrors) {
   try {
     predict(request("debugmodel", 3, {{"parallelism.tensor_parallel_degree", "3"}}), gpu_spec());
