@@ -47,7 +47,7 @@ struct MemoryBreakdown {  // bytes per rank (the largest rank: every pipeline st
 };
 
 struct CommDim {
-  std::string dim;         // "fsdp", "dp_replicate", "tp", "pp", "cp"
+  std::string dim;         // "fsdp", "dp_replicate", "tp", "pp", "cp", "world" (loss/norm reductions)
   std::string what;        // "all-gather + reduce-scatter", ...
   std::string link;        // the link class it crosses
   double bytes = 0;        // per rank per step
