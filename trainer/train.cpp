@@ -635,10 +635,20 @@ int train(const JobConfig& cfg) {
   if (rt.rank0()) {
     fs::create_directories(dump);
     // Another run's summary never stays beside this run's config (a harness
-    // would read it as this run's result).
+    // would read it as this run's result): it is moved aside first, put
+    // back if the config cannot be written (a full disk leaves the earlier
+    // run's files as they were), and dropped once the config is in place.
+    const fs::path summary = dump / "summary.json", aside = dump / ".summary.json.previous";
     std::error_code ec;
-    fs::remove(dump / "summary.json", ec);
-    write_file_atomic((dump / "config.toml").string(), to_toml(cfg));
+    fs::rename(summary, aside, ec);
+    const bool moved = !ec;
+    try {
+      write_file_atomic((dump / "config.toml").string(), to_toml(cfg));
+    } catch (...) {
+      if (moved) fs::rename(aside, summary, ec);
+      throw;
+    }
+    if (moved) fs::remove(aside, ec);
     nlohmann::json env = environment_fingerprint();
     if (rt.device.is_cuda()) env["nccl_version"] = nccl_version();
     write_file_atomic((dump / "env.json").string(), env.dump(2) + "\n");
