@@ -82,6 +82,12 @@ TEST(FuzzRegressToml, CarriageReturnInASyntaxErrorStaysOnOneLine) {
   expect_one_line([] { parse_sweep_spec("t=f\r", "fuzz/spec.toml"); }, {"fuzz/spec.toml:1"});
 }
 
+TEST(FuzzRegressSweepSpec, SweepNameWithANewlineStaysOnOneLine) {
+  // fuzz_sweep_spec (found by the fresh-clone run of issue 33): a name with a
+  // line break was quoted as it was, so the one-line message had two lines.
+  expect_one_line([] { check_sweep_name("published\nllama3"); }, {"sweep name 'published\\x0allama3'"});
+}
+
 // --- tokenizer.json ---------------------------------------------------------
 
 TEST(FuzzRegressTokenizer, HugeTokenIdIsOneLineNamingFileAndId) {
