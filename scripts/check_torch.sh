@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build ctitan against another torch release and run its unit tests, to prove
 # the build takes LibTorch from any supported torch (2.11 through 2.15):
-#   scripts/check_torch.sh VERSION [--offline BUNDLE]     e.g. scripts/check_torch.sh 2.11.0
+#   scripts/check_torch.sh VERSION [--offline BUNDLE] [--gpu-only]   e.g. scripts/check_torch.sh 2.11.0
 # Makes .venv-torch-VERSION (PyPI's torch==VERSION wheel, pinned; pip's cache
 # afterwards), configures build-torch-VERSION with CTITAN_TORCH_PYTHON set to
 # that venv's Python, builds `ctitan` and the unit tests, runs `ctest -L unit`,
@@ -12,17 +12,25 @@
 # build-torch-VERSION-offline/prefix, and configure, build and tests run with
 # the host's copies of those -dev packages covered (scripts/lib/without_host_dev.sh,
 # root only); scripts/lib/check_build_paths.py checks the compile and link lines.
+# --gpu-only: build `ctitan` and the gpu tests only, run no tests (what
+# scripts/gpu_prebuilt.sh carries to a GPU node).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=lib/offline.sh
 source "$root/scripts/lib/offline.sh"
-usage="usage: scripts/check_torch.sh VERSION [--offline BUNDLE] (e.g. 2.11.0)"
+usage="usage: scripts/check_torch.sh VERSION [--offline BUNDLE] [--gpu-only] (e.g. 2.11.0)"
 version=${1:?$usage}
+shift
 bundle=
-if (($# > 1)); then
-  [ "$2" = --offline ] && [ -n "${3:-}" ] || { echo "check_torch: $usage" >&2; exit 2; }
-  bundle="$(cd "$3" && pwd)"
-fi
+gpu_only=0
+while (($#)); do
+  case $1 in
+    --offline) [ -n "${2:-}" ] && [ -d "$2" ] || { echo "check_torch: --offline needs the bundle folder; $usage" >&2; exit 2; }
+               bundle="$(cd "$2" && pwd)"; shift 2 ;;
+    --gpu-only) gpu_only=1; shift ;;
+    *) echo "check_torch: unknown argument '$1'; $usage" >&2; exit 2 ;;
+  esac
+done
 [[ $version =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]] || { echo "check_torch: '$version' is not a torch version like 2.11.0" >&2; exit 2; }
 venv="$root/.venv-torch-$version"
 build="$root/build-torch-$version${bundle:+-offline}"
@@ -51,11 +59,14 @@ if [ ! -f "$build/build.ninja" ]; then
     -DCTITAN_TORCH_PYTHON="$venv/bin/python" "${cmake_args[@]}" >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 fi
 [ -z "$bundle" ] || "$venv/bin/python" "$root/scripts/lib/check_build_paths.py" "$build" "$build/prefix"
-log "building ctitan, the unit tests and the gpu tests ($(nproc) cores)"
-"${wrap[@]}" cmake --build "$build" --target ctitan ctitan_unit_tests ctitan_gpu_tests -- -j"$(nproc)"
+targets=(ctitan ctitan_unit_tests ctitan_gpu_tests)
+((gpu_only)) && targets=(ctitan ctitan_gpu_tests)
+log "building ${targets[*]} ($(nproc) cores)"
+"${wrap[@]}" cmake --build "$build" --target "${targets[@]}" -- -j"$(nproc)"
 log "built [$(stamp)]"
 ldd "$build/ctitan" | grep -q "$venv/.*libtorch_cpu.so" \
   || { echo "check_torch: $build/ctitan does not load libtorch from $venv" >&2; exit 1; }
+((gpu_only)) && exit 0
 log "ctest -L \"unit|gpu\" (the gpu tests skip without a GPU)"
 (cd "$build" && "${wrap[@]}" ctest -L "unit|gpu" --output-on-failure -j"$(nproc)")
 log "green: ctitan built against torch $version${bundle:+ from the offline bundle} and ctest -L unit passed [$(stamp)]"

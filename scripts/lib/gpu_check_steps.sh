@@ -26,11 +26,36 @@ n = torch.cuda.device_count()
 print("GPUs:", n, *(torch.cuda.get_device_name(i) for i in range(n)))'
 }
 
+# use_prebuilt: take BUNDLE/prebuilt's ctitan and gpu tests (scripts/gpu_prebuilt.sh)
+# when they were built against this node's torch from these very sources and
+# load here; else say why and return 1 (then the node builds).
+use_prebuilt() {
+  local pre=$bundle/prebuilt built_torch built_src have_torch have_src
+  [ -f "$pre/BUILT" ] || { echo "no prebuilt binaries in the bundle: building"; return 1; }
+  read -r built_torch built_src <"$pre/BUILT"
+  have_torch=$("$py" -c 'import torch; print(torch.__version__)')
+  have_src=$(source_fingerprint "$root")
+  if [ "$built_torch" != "$have_torch" ] || [ "$built_src" != "$have_src" ]; then
+    echo "the prebuilt binaries are for torch $built_torch and sources $built_src; here: torch $have_torch, sources $have_src: building"
+    return 1
+  fi
+  mkdir -p "$build"
+  cp "$pre/ctitan" "$pre/ctitan_gpu_tests" "$build/"
+  if ldd "$bin" "$build/ctitan_gpu_tests" | grep 'not found' || ! "$bin" --version; then
+    echo "the prebuilt binaries do not load on this node (above): building"
+    rm -f "$bin" "$build/ctitan_gpu_tests"
+    return 1
+  fi
+  touch "$build/PREBUILT"
+  echo "built $bin: prebuilt against torch $built_torch from sources $built_src (scripts/gpu_prebuilt.sh), loads here"
+}
+
 build_ctitan() {
   local args=()
   if [ -n "$bundle" ]; then
     echo "unpacking $bundle into $prefix"
     offline_unpack "$bundle" "$prefix"
+    use_prebuilt && return 0
     mapfile -t args < <(offline_cmake_args "$prefix")
   else
     CTITAN_BOOTSTRAP_BUILD=0 "$root/scripts/bootstrap.sh"
@@ -45,6 +70,29 @@ build_ctitan() {
 }
 
 gpu_tests() {
+  if [ -f "$build/PREBUILT" ]; then
+    # No CTest files came with the prebuilt binary: one process per test, as
+    # gtest_discover_tests runs them, with the environment ctitan_test gives.
+    cd "$root"
+    local t failed=0 n=0 rc
+    mkdir -p "$out/gpu_tests"
+    for t in $("$build/ctitan_gpu_tests" --gtest_list_tests | awk '/^[^ ]/ {s=$1} /^  / {print s $1}'); do
+      n=$((n + 1))
+      rc=0
+      CTITAN_BIN=$bin CTITAN_SOURCE_DIR=$root timeout 120 "$build/ctitan_gpu_tests" --gtest_filter="$t" \
+        --gtest_output="xml:$out/gpu_tests/$t.xml" >"$out/gpu_tests/$t.log" 2>&1 || rc=$?
+      if ((rc)); then
+        failed=$((failed + 1)); echo "FAILED (exit $rc): $t"; tail -n 30 "$out/gpu_tests/$t.log"
+      elif grep -q '\[  SKIPPED \]' "$out/gpu_tests/$t.log"; then
+        echo "skipped: $t: $(grep -m1 -i 'skipped' "$out/gpu_tests/$t.log" | cut -c1-200)"
+      else
+        echo "passed: $t"
+      fi
+    done
+    echo "$((n - failed)) of $n gpu tests passed or skipped, $failed failed"
+    ((failed == 0))
+    return
+  fi
   cd "$build"
   ctest -L gpu --output-on-failure --timeout 120 --output-junit "$out/gpu_tests.xml"
 }

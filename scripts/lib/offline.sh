@@ -65,3 +65,24 @@ offline_cmake_args() {
   printf '%s\n' "-DCMAKE_PREFIX_PATH=$prefix/usr" "-DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu" \
     "-DCMAKE_PROGRAM_PATH=$prefix/usr/bin"
 }
+
+# source_fingerprint ROOT: one hash over what a build compiles (C++ sources,
+# headers, CMake files, protos) found by name, so that it is the same with or
+# without git (a GPU node gets a copy of the tree, not the repository).
+source_fingerprint() {
+  (cd "$1" && find CMakeLists.txt cmake common profiling trainer results reports planner harness tests -type f \
+    \( -name '*.cpp' -o -name '*.h' -o -name '*.cmake' -o -name CMakeLists.txt -o -name '*.in' -o -name '*.proto' \) \
+    -not -path 'tests/fuzz/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+}
+
+# torch_library_path PYTHON: the folders a binary built against PYTHON's torch
+# loads from (torch/lib and the nvidia-* wheels' lib folders), colon-separated.
+torch_library_path() {
+  "$1" - <<'PY'
+import glob, os, torch
+site = os.path.dirname(os.path.dirname(torch.__file__))
+dirs = [os.path.join(os.path.dirname(torch.__file__), "lib")]
+dirs += sorted(d for d in glob.glob(os.path.join(site, "nvidia", "*", "lib")) if os.path.isdir(d))
+print(":".join(dirs))
+PY
+}
