@@ -99,7 +99,7 @@ if [ -n "$bundle" ] && [ -f "$bundle/prebuilt/BUILT" ]; then
   export LD_LIBRARY_PATH
 fi
 
-# --- budgets (seconds): 425 after the build, which takes seconds with prebuilt
+# --- budgets (seconds): 480 after the build, which takes seconds with prebuilt
 # binaries and up to 200 s without; the 530 s deadline caps the whole ------------
 step inventory 15 inventory                       # nvidia-smi, torch, CUDA, the node
 step build 200 build_ctitan                       # unpack, configure, ctitan + gpu tests on every core
@@ -114,11 +114,18 @@ fi
 step gpu_tests 120 gpu_tests                      # ctest -L gpu (one process per test)
 step ctitan_125M 25 ctitan_run 125M llama3_125m.toml 2048 8
 step ctitan_125M_no_cupti 25 ctitan_run 125M_no_cupti llama3_125m.toml 2048 8 --profiling.no_enable_cupti
+step ctitan_125M_compile 25 ctitan_run 125M_compile llama3_125m.toml 2048 8 --compile.enable
 step eager_125M 25 peer eager 125M 2048 8
 step compile_125M 90 peer compile 125M 2048 8
-step ctitan_8B_4L 30 ctitan_run 8B_4L llama3_8b.toml 2048 2 --model.n_layers 4
+# The peers checkpoint nothing: the 8B recipe's selective op AC is turned off to match.
+step ctitan_8B_4L 30 ctitan_run 8B_4L llama3_8b.toml 2048 2 --model.n_layers 4 --activation_checkpoint.mode none
+step ctitan_8B_4L_compile 30 ctitan_run 8B_4L_compile llama3_8b.toml 2048 2 --model.n_layers 4 \
+  --activation_checkpoint.mode none --compile.enable
 step eager_8B_4L 25 peer eager 8B 2048 2 --n-layers 4
 step compile_8B_4L 70 peer compile 8B 2048 2 --n-layers 4
+step kernels_8B_4L 30 kernels 8B_4L llama3_8b.toml 2048 2 --model.n_layers 4 --activation_checkpoint.mode none
+step kernels_8B_4L_compile 30 kernels 8B_4L_compile llama3_8b.toml 2048 2 --model.n_layers 4 \
+  --activation_checkpoint.mode none --compile.enable
 step sweep 30 sweep_and_report                    # debugmodel, 20 steps, into SQLite + report
 step nccl_2gpu 30 two_gpus                        # FSDP over 2 GPUs through NCCL (skipped on 1)
 

@@ -147,3 +147,36 @@ two_gpus() {
     --training.local_batch_size "$batch" --metrics.log_freq "$warmup" --metrics.warmup_steps "$warmup" \
     --job.dump_folder "$out/runs/fsdp2_nccl"
 }
+
+# kernels NAME RECIPE SEQ BATCH [ARGS...]: 10 steps with the profiler on (step 10
+# traced, CUPTI's kernels in the trace), then the kernels that took the traced
+# step's GPU time, grouped by name, largest first: where ctitan's step goes.
+kernels() {
+  local name=$1 recipe=$2 seq=$3 batch=$4; shift 4
+  ((toy)) && { seq=128 batch=1 recipe=llama3_debugmodel.toml; }
+  "$bin" train --job.config_file "$root/recipes/$recipe" --training.device "$device" --training.steps 10 \
+    --training.seq_len "$seq" --training.local_batch_size "$batch" --metrics.log_freq 10 \
+    --metrics.warmup_steps 5 --profiling.enable_profiling --profiling.profile_freq 10 \
+    --job.dump_folder "$out/runs/kernels_$name" "$@"
+  "$py" - "$out/runs/kernels_$name" $( ((toy)) && echo --rehearse) <<'PY'
+import collections, glob, json, sys
+paths = sorted(glob.glob(sys.argv[1] + "/profile_traces/iteration_*/rank0_trace.json"))
+if not paths:
+    sys.exit("no trace written under " + sys.argv[1])
+events = json.load(open(paths[-1]))
+events = events.get("traceEvents", events) if isinstance(events, dict) else events
+by = collections.defaultdict(lambda: [0.0, 0])
+for e in events:
+    if e.get("cat") in ("gpu_kernel", "gpu_memcpy", "gpu_memset") and "dur" in e:
+        key = e["name"].split("(")[0][:100]
+        by[key][0] += e["dur"]
+        by[key][1] += 1
+total = sum(v[0] for v in by.values())
+if not total:
+    sys.exit(f"no GPU kernels in {paths[-1]} (a CPU run has none)" if "--rehearse" not in sys.argv else 0)
+print(f"GPU time of the traced step: {total / 1e3:.2f} ms in {sum(v[1] for v in by.values())} kernels/copies ({paths[-1]})")
+print("| share | ms | count | kernel |\n|---:|---:|---:|---|")
+for k, (us, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:25]:
+    print(f"| {100 * us / total:.1f} % | {us / 1e3:.2f} | {n} | `{k}` |")
+PY
+}

@@ -53,14 +53,32 @@ print("| step | state | seconds | budget | last line |\n|---|---|---:|---:|---|"
 for name, state, secs, budget, why in (s + [""] * (5 - len(s)) for s in steps):
     print(f"| {name} | {state} | {secs} | {budget} | {why.replace('|', '/')} |")
 
+def last_metrics(run_dir):
+    """The last line of a ctitan run's metrics.jsonl (the allocator's reserved peak is there)."""
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            lines = [line for line in f if line.strip()]
+        return json.loads(lines[-1]) if lines else {}
+    except (OSError, ValueError):
+        return {}
+
+
 rows = []
+timing = []
+tps_of = {}
 for d in sorted(glob.glob(os.path.join(out, "runs", "*", "summary.json"))):
     s = load(d) or {}
-    rows.append((f"ctitan {os.path.basename(os.path.dirname(d))}", s.get("tps_median"), s.get("mfu"),
-                 s.get("mem_peak_bytes"), s.get("mem_reserved_peak_bytes"), s.get("exposed_comm_s"),
+    run = os.path.dirname(d)
+    name = os.path.basename(run)
+    tps_of[f"ctitan {name}"] = s.get("tps_median")
+    rows.append((f"ctitan {name}", s.get("tps_median"), s.get("mfu"), s.get("mem_peak_bytes"),
+                 last_metrics(run).get("mem_reserved_peak_bytes"), s.get("exposed_comm_s"),
                  s.get("comm_source", "")))
+    if s.get("step_time_median_s") and s.get("step_s_traced"):
+        timing.append((name, s["step_time_median_s"], s["step_s_traced"], s.get("techniques", "")))
 for p in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
     s = load(p) or {}
+    tps_of[os.path.basename(p)[:-5].replace("_", " ", 1)] = s.get("tps_median")
     rows.append((os.path.basename(p)[:-5].replace("_", " ", 1), s.get("tps_median"), None,
                  s.get("max_active_bytes"), s.get("max_reserved_bytes"), None, s.get("torch_version", "")))
 shapes = "toy sizes on the CPU" if os.environ.get("rehearse") == "1" else "bf16, 20 steps, the first 5 not counted"
@@ -69,6 +87,31 @@ print("| run | tokens/s | MFU % | peak active GiB | peak reserved GiB | exposed 
 print("|---|---:|---:|---:|---:|---:|---|")
 for name, tps, mfu, act, res, exp, src in rows:
     print(f"| {name} | {num(tps, ',.0f')} | {num(mfu, '.1f')} | {gib(act)} | {gib(res)} | {num(exp, '.4f')} | {src} |")
+
+if timing:
+    print("\n## Step time: CUDA events against the CUPTI timeline\n")
+    print("| run | events s/step (median) | CUPTI s/step (mean) | difference | techniques |\n|---|---:|---:|---:|---|")
+    for name, ev, tr, tech in timing:
+        print(f"| {name} | {ev:.4f} | {tr:.4f} | {100.0 * (tr / ev - 1.0):+.1f} % | {tech} |")
+
+ratios = []
+for model in ("125M", "8B_4L"):
+    base, comp = tps_of.get(f"ctitan {model}"), tps_of.get(f"ctitan {model}_compile")
+    for label, other in (("ctitan eager", base), ("eager PyTorch", tps_of.get(f"eager {model}")),
+                         ("torch.compile", tps_of.get(f"compile {model}"))):
+        if comp and other:
+            ratios.append((model, label, comp / other))
+if ratios:
+    print("\n## ctitan with compile.enable (its fused CUDA kernels), tokens/s over\n")
+    print("| model | over | ratio |\n|---|---|---:|")
+    for model, label, r in ratios:
+        print(f"| {model} | {label} | ×{r:.3f} |")
+
+for log in sorted(glob.glob(os.path.join(out, "kernels_*.log"))):
+    text = open(log).read()
+    table = text[text.find("GPU time of the traced step"):] if "GPU time of the traced step" in text else ""
+    if table:
+        print(f"\n## Where the GPU time goes: {os.path.basename(log)[8:-4]}\n\n{table.strip()}")
 
 with_cupti = load(os.path.join(out, "runs", "125M", "summary.json")) or {}
 without = load(os.path.join(out, "runs", "125M_no_cupti", "summary.json")) or {}

@@ -8,6 +8,7 @@
 // (twice from L1: sum of squares, then scale) and saves x as given plus one
 // fp32 rstd per row; backward is one pass per row with the weight gradient
 // accumulated per thread in fp32 and summed once.
+#include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/kernels/vec.h"
 
@@ -145,6 +146,7 @@ at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double 
   TORCH_CHECK(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1),
               "fused_rms_norm: weight [D] must match x [..., D], got ", weight.sizes(), " and ", x.sizes());
   const auto ok = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16; };
+  if (cuda_kernels_take(x) && ok(weight) && weight.device() == x.device()) return cuda_rms_norm(x, weight, eps);
   if (!fused_kernels_available() || !x.device().is_cpu() || !ok(x) || !ok(weight))
     return at::rms_norm(x, {x.size(-1)}, weight, eps);
   return FusedRmsNorm::apply(x, weight, eps);

@@ -9,6 +9,7 @@
 // Here forward is one pass (silu·up in fp32, rounded once), only gate_up is
 // saved, and backward recomputes sigmoid and writes both halves of
 // d(gate_up) in the same pass.
+#include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/kernels/vec.h"
 
@@ -126,6 +127,7 @@ at::Tensor fused_swiglu(const at::Tensor& gate_up) {
   TORCH_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) % 2 == 0,
               "fused_swiglu: gate_up [..., 2F] needs an even last dim, got ", gate_up.sizes());
   const auto dtype = gate_up.scalar_type();
+  if (cuda_kernels_take(gate_up)) return cuda_swiglu(gate_up);
   if (!fused_kernels_available() || !gate_up.device().is_cpu() || (dtype != at::kFloat && dtype != at::kBFloat16)) {
     auto parts = gate_up.split(gate_up.size(-1) / 2, -1);
     return at::silu(parts[0]) * parts[1];

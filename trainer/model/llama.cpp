@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "common/errors.h"
+#include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/cross_entropy.h"
@@ -288,7 +289,10 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
   const int64_t B = qkv_out.size(0), S = qkv_out.size(1);
   auto qkv = qkv_out.split_with_sizes(qkv_rows_, 2);
   at::Tensor q, k;
-  if (fused_model_) {
+  if (fused_model_ && cuda_kernels_take(qkv[0])) {
+    std::tie(q, k) = cuda_rope_qk(qkv[0].view({B, S, -1, Dh}), qkv[1].view({B, S, -1, Dh}), rope_table(S),
+                                  attention_dtype_);  // q and k in one launch
+  } else if (fused_model_) {
     q = fused_rope(qkv[0].view({B, S, -1, Dh}), rope_table(S), attention_dtype_);
     k = fused_rope(qkv[1].view({B, S, -1, Dh}), rope_table(S), attention_dtype_);
   } else {
@@ -390,6 +394,12 @@ at::Tensor Llama3::forward_logits(const at::Tensor& tokens) {
 }
 
 at::Tensor Llama3::head_loss(const at::Tensor& h, const at::Tensor& labels) {
+  // On CUDA the fused loss never forms the [B·S,V] logits: chunks of rows
+  // through the output GEMM and the CE kernel, gradients made per chunk.
+  // Not under TP (vocab-sharded logits), a float8 output layer, or the
+  // split backward (which defers the output layer's dW to the W pass).
+  if (fused_loss_ && cuda_kernels_take(h) && !tp_.on() && !float8_output_ && !split_backward_)
+    return cuda_linear_cross_entropy(rms_norm(h, norm_weight(norm_)).flatten(0, 1), output_, labels.flatten(0, 1));
   at::Tensor logits = local_logits(h);  // [B,S,V] (this rank's V/tp columns under TP)
   if (tp_.on()) {
     // Loss parallelism: the vocab-sharded logits are never gathered (on meta
@@ -422,8 +432,11 @@ at::Tensor Llama3::run_unit(size_t u, const at::Tensor& input, const at::Tensor&
 }
 
 void Llama3::set_compile(bool fused_model, bool fused_loss) {
-  fused_model_ = fused_model && device().is_cpu();
-  fused_loss_ = fused_loss && device().is_cpu();
+  // The CPU's AVX-512 kernels (fused_ops.h), or ctitan's CUDA kernels
+  // (fused_cuda.h) where this build has them; elsewhere ATen's ops.
+  const bool kernels = device().is_cpu() || (device().is_cuda() && cuda_kernels_built());
+  fused_model_ = fused_model && kernels;
+  fused_loss_ = fused_loss && kernels;
 }
 
 void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns) {
@@ -481,9 +494,12 @@ std::vector<Llama3::Float8Gemm> Llama3::float8_gemms() const {
 
 std::string Llama3::techniques() const {
   std::string compile = fused_model_ && fused_loss_ ? "model+loss" : fused_model_ ? "model" : fused_loss_ ? "loss" : "off";
-  if (fused_model_ || fused_loss_)
+  if ((fused_model_ || fused_loss_) && device().is_cuda())
+    compile += " (fused CUDA kernels; attention: ATen's SDPA)";
+  else if (fused_model_ || fused_loss_)
     compile += fused_kernels_available() ? " (fused AVX-512 kernels)" : " (no AVX-512: eager fallback)";
-  if (!device().is_cpu()) compile += " (ATen ops on " + device().str() + ")";
+  else if (!device().is_cpu())
+    compile += " (ATen ops on " + device().str() + ")";
   return "compile: " + compile + ", float8: " + (float8_ ? float8_backend(device(), float8_emulate_) : "off");
 }
 
