@@ -17,6 +17,8 @@
 #   --rehearse     every step on the CPU at toy sizes (debugmodel for every model,
 #                  4 steps, seq 128, batch 1, 2 Gloo ranks): checks the script's
 #                  wiring before GPU time is spent on it; its numbers mean nothing
+#   CTITAN_GPU_CHECK_STEPS  run only these steps (and inventory, build), e.g.
+#                  "gpu_tests kernels_8B_4L": a rerun after a fix, when GPU time is short
 #   CTITAN_TORCH_PYTHON  the Python whose torch is built against and runs the
 #                  peers; default: offline, the `python3` on PATH; online, the
 #                  project's .venv (scripts/bootstrap.sh)
@@ -67,6 +69,9 @@ step() {
   local name=$1 budget=$2 fn=$3; shift 3
   local left=$((deadline - SECONDS)) rc t0=$SECONDS state
   budget=$((budget * scale))
+  if [ -n "${CTITAN_GPU_CHECK_STEPS:-}" ] && [[ " inventory build $CTITAN_GPU_CHECK_STEPS " != *" $name "* ]]; then
+    return 0  # not asked for (a rerun of some steps)
+  fi
   if ((left < 15)); then
     printf '%s\tskipped\t0\t%s\tout of time: %ds of the %d s left\n' "$name" "$budget" "$left" $((530 * scale)) >>"$status_file"
     log "$name: skipped, out of time"

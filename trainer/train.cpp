@@ -495,7 +495,10 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
                           {"mesh", rt_.shape.describe()},
                           {"state_bytes", tm_.state_bytes()},
                           {"resident_bytes", resident_bytes},
-                          {"mem_by_category", memory_by_category_json()}};
+                          // The accounting allocator wraps the CPU's allocator: on CUDA its
+                          // categories are host memory, and named so (the GPU's is mem_peak_bytes).
+                          {rt_.device.is_cuda() ? "host_mem_by_category" : "mem_by_category",
+                           memory_by_category_json()}};
   if (rt_.env.world_size > 1) {
     extra["data_parallel"] = tm_.describe();
     if (rt_.device.is_cuda()) {

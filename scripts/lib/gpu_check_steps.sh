@@ -76,15 +76,17 @@ gpu_tests() {
     cd "$root"
     local t failed=0 n=0 rc
     mkdir -p "$out/gpu_tests"
+    local f
     for t in $("$build/ctitan_gpu_tests" --gtest_list_tests | awk '/^[^ ]/ {s=$1} /^  / {print s $1}'); do
       n=$((n + 1))
       rc=0
+      f=$out/gpu_tests/${t//\//_}  # parameterised names have slashes: Dtypes/GpuFused.X/fp32
       CTITAN_BIN=$bin CTITAN_SOURCE_DIR=$root timeout 120 "$build/ctitan_gpu_tests" --gtest_filter="$t" \
-        --gtest_output="xml:$out/gpu_tests/$t.xml" >"$out/gpu_tests/$t.log" 2>&1 || rc=$?
+        --gtest_output="xml:$f.xml" >"$f.log" 2>&1 || rc=$?
       if ((rc)); then
-        failed=$((failed + 1)); echo "FAILED (exit $rc): $t"; tail -n 30 "$out/gpu_tests/$t.log"
-      elif grep -q '\[  SKIPPED \]' "$out/gpu_tests/$t.log"; then
-        echo "skipped: $t: $(grep -m1 -i 'skipped' "$out/gpu_tests/$t.log" | cut -c1-200)"
+        failed=$((failed + 1)); echo "FAILED (exit $rc): $t"; tail -n 30 "$f.log"
+      elif grep -q '\[  SKIPPED \]' "$f.log"; then
+        echo "skipped: $t: $(grep -m1 -i 'skipped' "$f.log" | cut -c1-200)"
       else
         echo "passed: $t"
       fi
@@ -160,7 +162,8 @@ kernels() {
     --job.dump_folder "$out/runs/kernels_$name" "$@"
   "$py" - "$out/runs/kernels_$name" $( ((toy)) && echo --rehearse) <<'PY'
 import collections, glob, json, sys
-paths = sorted(glob.glob(sys.argv[1] + "/profile_traces/iteration_*/rank0_trace.json"))
+# save_traces_folder is the recipe's (TorchTitan's 8B file says profile_trace)
+paths = sorted(glob.glob(sys.argv[1] + "/*/iteration_*/rank0_trace.json"))
 if not paths:
     sys.exit("no trace written under " + sys.argv[1])
 events = json.load(open(paths[-1]))
@@ -168,7 +171,7 @@ events = events.get("traceEvents", events) if isinstance(events, dict) else even
 by = collections.defaultdict(lambda: [0.0, 0])
 for e in events:
     if e.get("cat") in ("gpu_kernel", "gpu_memcpy", "gpu_memset") and "dur" in e:
-        key = e["name"].split("(")[0][:100]
+        key = e["name"].replace("(anonymous namespace)::", "").split("(")[0][:110]
         by[key][0] += e["dur"]
         by[key][1] += 1
 total = sum(v[0] for v in by.values())
