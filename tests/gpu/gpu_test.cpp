@@ -68,6 +68,14 @@ std::vector<double> losses_of(const fs::path& dir) {
   return out;
 }
 
+// The ten losses of run `b` within 1e-3 relative of run `a`'s (see the tolerances above).
+void expect_ten_losses_track(const fs::path& a, const fs::path& b) {
+  const auto la = losses_of(a), lb = losses_of(b);
+  ASSERT_EQ(la.size(), 10u);
+  ASSERT_EQ(lb.size(), 10u);
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(lb[i], la[i], 1e-3 * std::abs(la[i])) << "step " << i + 1;
+}
+
 std::vector<std::string> train_args(const fs::path& dir, const std::string& device) {
   return {"train", "--model.flavor", "debugmodel", "--training.steps", "10", "--training.seq_len", "256",
           "--training.local_batch_size", "4", "--training.mixed_precision_param", "float32", "--metrics.log_freq",
@@ -81,10 +89,7 @@ TEST(GpuTrain, TenStepsOfDebugmodelTrackTheCpuLosses) {
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
   const auto gpu = run_ctitan(train_args(dir / "cuda", "cuda"));
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
-  const auto lc = losses_of(dir / "cpu"), lg = losses_of(dir / "cuda");
-  ASSERT_EQ(lc.size(), 10u);
-  ASSERT_EQ(lg.size(), 10u);
-  for (size_t i = 0; i < lc.size(); ++i) EXPECT_NEAR(lg[i], lc[i], 1e-3 * std::abs(lc[i])) << "step " << i + 1;
+  expect_ten_losses_track(dir / "cpu", dir / "cuda");
   const auto summary = read_json(dir / "cuda" / "summary.json");
   EXPECT_NE(summary["device"].get<std::string>().find("cuda:0"), std::string::npos) << summary.dump();
   // Memory categories come from the CPU allocator's accounting: host memory on CUDA, named so.
@@ -207,10 +212,7 @@ TEST(GpuFusedTrain, CompileTracksTheEagerLossesAndSaysItsKernels) {
   args.insert(args.end(), {"--compile.enable"});
   const auto compiled = run_ctitan(args);
   ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
-  const auto le = losses_of(dir / "eager"), lc = losses_of(dir / "compile");
-  ASSERT_EQ(le.size(), 10u);
-  ASSERT_EQ(lc.size(), 10u);
-  for (size_t i = 0; i < le.size(); ++i) EXPECT_NEAR(lc[i], le[i], 1e-3 * std::abs(le[i])) << "step " << i + 1;
+  expect_ten_losses_track(dir / "eager", dir / "compile");
   const auto summary = read_json(dir / "compile" / "summary.json");
   EXPECT_NE(summary["techniques"].get<std::string>().find("fused CUDA kernels"), std::string::npos)
       << summary["techniques"];

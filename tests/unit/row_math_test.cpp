@@ -56,7 +56,8 @@ TEST_P(RowMath, RmsNormForwardAndBackwardMatchEager) {
   const int64_t N = 64, D = 256;
   const float eps = 1e-5f;
   torch::manual_seed(1);
-  const at::Tensor x = torch::randn({N, D}).to(dt), w = (1 + 0.1 * torch::randn({D})).to(dt);
+  // Not unit variance: rstd must differ from 1 for its powers to matter.
+  const at::Tensor x = (3 * torch::randn({N, D})).to(dt), w = (1 + 0.1 * torch::randn({D})).to(dt);
   const at::Tensor dy = torch::randn({N, D}).to(dt);
   // The eager chain: at::rms_norm and autograd.
   const at::Tensor xe = x.clone().requires_grad_(), we = w.clone().requires_grad_();
