@@ -133,6 +133,7 @@ PlanRequest request_of(const MeasuredRun& r) {
   q.cfg = r.cfg;
   q.model = model_from_flavor(r.cfg.model.flavor, r.cfg.model.n_layers);
   q.world_size = r.world_size;
+  q.bf16_gemm_widened = r.bf16_gemm_widened;
   return q;
 }
 
@@ -166,12 +167,16 @@ std::vector<MeasuredRun> measured_runs(const std::string& db_path) {
                 "SELECT r.id, r.config_toml, r.world_size, s.mem_peak_bytes FROM runs r JOIN summaries s ON s.run_id = r.id "
                 "WHERE r.status = 'ok' AND s.mem_peak_bytes > 0 ORDER BY r.id");
     Statement steps(db, db_path, "SELECT step_time_s FROM steps WHERE run_id = ? AND rank = 0 AND step > ? ORDER BY step");
+    Statement isa(db, db_path, "SELECT value FROM env WHERE run_id = ? AND key = 'aten_cpu_capability'");
     while (q.step()) {
       MeasuredRun r;
       r.run_id = q.int64(0);
       load_toml_text_into(r.cfg, q.text(1), db_path + ": run " + std::to_string(r.run_id) + "'s config");
       r.world_size = static_cast<int>(q.int64(2));
       r.mem_peak_bytes = static_cast<double>(q.int64(3));
+      isa.reset();
+      isa.bind_all(r.run_id);
+      if (isa.step() && !isa.is_null(0)) r.bf16_gemm_widened = isa.text(0).find("AVX512") == std::string::npos ? 1 : 0;
       steps.reset();
       steps.bind_all(r.run_id, r.cfg.metrics.warmup_steps > 0 ? r.cfg.metrics.warmup_steps : int64_t{1});
       std::vector<double> t;

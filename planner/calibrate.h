@@ -36,6 +36,9 @@ struct MeasuredRun {
   int world_size = 1;
   double step_time_s = 0;     // median of the steady steps, rank 0
   double mem_peak_bytes = 0;  // the run's peak (summaries); 0: not measured
+  // Whether the run's machine widened bf16 GEMMs (its env's aten_cpu_capability
+  // is not AVX512); -1: not recorded (runs before that key), the spec's.
+  int bf16_gemm_widened = -1;
 };
 
 // The ok runs of a results database with a step time and a peak. Throws

@@ -381,7 +381,8 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   mem.parameters = local * 4 + (fp32 ? 0 : local * e.elem);
   mem.gradients = local * 4;
   mem.optimizer = static_cast<double>(rl.state_bytes) - mem.parameters + (fp32 ? 0 : local * e.elem) - mem.gradients;
-  mem = planner_detail::activation_memory(e.m, cfg, shape, hw, rl, T, micro, ac, e.elem, std::move(mem));
+  const bool widened = hw.kind == "cpu" && (req.bf16_gemm_widened >= 0 ? req.bf16_gemm_widened > 0 : hw.bf16_gemm_widened);
+  mem = planner_detail::activation_memory(e.m, cfg, shape, hw, rl, T, micro, ac, e.elem, widened, std::move(mem));
   p.fits = mem.total <= hw.memory_bytes || hw.memory_bytes <= 0;
   return p;
 }

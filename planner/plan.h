@@ -32,6 +32,9 @@ struct PlanRequest {
   int world_size = 1;    // ranks (GPUs)
   int nodes = 0;         // 0: ceil(world_size / devices_per_node)
   int devices_per_node = 0;  // 0: the spec's
+  // cpu: whether the machine of this run widens bf16 GEMMs to fp32
+  // (HardwareSpec::bf16_gemm_widened); -1: the spec's, i.e. this machine's.
+  int bf16_gemm_widened = -1;
 };
 
 struct MemoryBreakdown {  // bytes per rank (the largest rank: every pipeline stage is planned)

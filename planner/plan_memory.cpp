@@ -12,7 +12,8 @@ namespace ctitan::planner_detail {
 
 MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
                                   const HardwareSpec& hw, const RankLayout& rank, double T, int64_t micro,
-                                  const ActivationCheckpointPolicy& ac, double elem, MemoryBreakdown mem) {
+                                  const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
+                                  MemoryBreakdown mem) {
   const double t = static_cast<double>(shape.tp), D = static_cast<double>(m.dim);
   const double H = static_cast<double>(m.n_heads), K = static_cast<double>(m.n_kv_heads);
   const double Dh = static_cast<double>(m.head_dim()), F = static_cast<double>(m.ffn_hidden);
@@ -63,7 +64,24 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
   if (rank.head) {
     const bool loss_parallel = shape.tp > 1 && !cfg.parallelism.disable_loss_parallel;
     const double v = loss_parallel ? V / t : V;
-    mem.logits = T * v * (elem + 4 + 4) * in_flight;  // logits, the fp32 copy for the loss, its gradient
+    // TorchTitan (the GPU rows): the logits, their fp32 copy for the loss and
+    // its fp32 gradient. ctitan on a CPU: the logits and their gradient in
+    // the logits' dtype; its chunked loss forms no fp32 copy of the whole
+    // (trainer/model/cross_entropy.h).
+    mem.logits = T * v * (hw.kind == "cpu" ? 2 * elem : elem + 4 + 4) * in_flight;
+  }
+  // A CPU without AVX-512 multiplies bf16 on fp32 copies of both operands
+  // and an fp32 output (trainer/model/gemm.cpp), freed when the GEMM returns:
+  // the largest such GEMM adds its copies at the peak. The output head's
+  // (T·V·4 + T·D·4 + V·D·4) where this rank has it, else the FFN's gate|up.
+  if (widened_gemm && elem == 2 && !float8) {
+    const double f = 2 * F / t;
+    double widest = T * D * 4 + f * D * 4 + T * f * 4;
+    if (rank.head) {
+      const double v = shape.tp > 1 ? V / t : V;
+      widest = std::max(widest, T * v * 4 + T * D * 4 + v * D * 4);
+    }
+    mem.logits += widest;
   }
   if (rank.embedding) mem.activations += T * D * elem * in_flight;
   // Communication buffers: FSDP's current and prefetched units (compute

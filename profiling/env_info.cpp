@@ -1,3 +1,4 @@
+#include <ATen/Version.h>
 #include "profiling/env_info.h"
 
 #include <ATen/Parallel.h>
@@ -82,6 +83,9 @@ nlohmann::json environment_fingerprint() {
   gethostname(host, sizeof(host) - 1);
   env["hostname"] = host;
   env["cpu_model"] = cpu_model();
+  // ATen's vector ISA here: without AVX512 ctitan widens bf16 GEMM operands to
+  // fp32 (trainer/model/gemm.cpp), which the planner's memory model counts.
+  env["aten_cpu_capability"] = at::get_cpu_capability();
   env["cpu_cores"] = std::thread::hardware_concurrency();
   env["num_threads"] = at::get_num_threads();
   env["cuda_available"] = at::hasCUDA();

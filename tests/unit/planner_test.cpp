@@ -172,6 +172,36 @@ TEST(Planner, ExposedCommunicationNeverExceedsTheTotal) {
   }
 }
 
+// Issue 33 item 14: on a CPU without AVX-512 a bf16 GEMM runs on fp32
+// copies of its input and weight into an fp32 output (trainer/model/gemm.cpp).
+// For debugmodel (D 256, V 2048) at 2 x 256 tokens the widest is the output
+// head: 512·2048·4 + 512·256·4 + 2048·256·4 bytes, counted once at the peak;
+// fp32 runs and AVX-512 machines have none.
+TEST(Planner, WidenedBf16GemmsAddTheOutputHeadsFp32Copies) {
+  HardwareSpec h = gpu_spec();
+  h.kind = "cpu";
+  h.cores = 2;
+  PlanRequest native = request("debugmodel", 1, {{"training.mixed_precision_param", "bfloat16"}});
+  native.bf16_gemm_widened = 0;
+  PlanRequest widened = native;
+  widened.bf16_gemm_widened = 1;
+  const MemoryBreakdown a = predict(native, h).memory, b = predict(widened, h).memory;
+  const double head = 512.0 * 2048 * 4 + 512.0 * 256 * 4 + 2048.0 * 256 * 4;
+  EXPECT_DOUBLE_EQ(b.logits - a.logits, head);
+  EXPECT_DOUBLE_EQ(b.activations, a.activations);
+  EXPECT_NEAR(b.total - a.total, head * (1 + h.eff.memory_overhead), 1e-6 * head);
+  // The spec's own flag (this machine's) is used when the request leaves it at -1.
+  widened.bf16_gemm_widened = -1;
+  h.bf16_gemm_widened = true;
+  EXPECT_DOUBLE_EQ(predict(widened, h).memory.logits, b.logits);
+  // fp32 GEMMs are never widened.
+  PlanRequest fp32 = request("debugmodel", 1, {{"training.mixed_precision_param", "float32"}});
+  fp32.bf16_gemm_widened = 1;
+  PlanRequest fp32_native = fp32;
+  fp32_native.bf16_gemm_widened = 0;
+  EXPECT_DOUBLE_EQ(predict(fp32, h).memory.total, predict(fp32_native, h).memory.total);
+}
+
 TEST(Planner, LayoutsTheTrainerRefusesAreOneLineInputErrors) {
   try {
     predict(request("debugmodel", 3, {{"parallelism.tensor_parallel_degree", "3"}}), gpu_spec());
