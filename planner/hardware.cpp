@@ -68,7 +68,6 @@
 
 #include "common/errors.h"
 #include "common/limits.h"
-#include "trainer/kernels/fused_ops.h"
 
 namespace fs = std::filesystem;
 
@@ -503,7 +502,6 @@ HardwareSpec parse_hardware(const std::string& toml_text, const std::string& whe
     s.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     s.cores_from_machine = true;
   }
-  if (cpu) s.bf16_gemm_widened = !aten_cpu_is_avx512();
   return s;
 }
 

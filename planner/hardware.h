@@ -70,12 +70,6 @@ struct HardwareSpec {
   // the spec stays "this machine" wherever it is read.
   bool memory_from_machine = false;
   bool cores_from_machine = false;
-  // kind = "cpu": this machine's ATen runs no AVX-512 kernels, so ctitan
-  // widens bf16 GEMM operands to fp32 (trainer/model/gemm.cpp) and each GEMM
-  // briefly holds fp32 copies of its input, weight and output. Read from the
-  // machine when the spec is loaded, never from the file (a run recorded
-  // elsewhere says its own: PlanRequest::bf16_gemm_widened).
-  bool bf16_gemm_widened = false;
   Link intra_node;  // NVLink / xGMI / loopback
   Link inter_node;  // the network, per device
 

@@ -11,6 +11,7 @@
 #include "common/errors.h"
 #include "planner/plan_internal.h"
 #include "profiling/peak_flops.h"
+#include "trainer/kernels/fused_ops.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/parallel/context_parallel.h"
 #include "trainer/parallel/pipeline.h"
@@ -381,7 +382,8 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   mem.parameters = local * 4 + (fp32 ? 0 : local * e.elem);
   mem.gradients = local * 4;
   mem.optimizer = static_cast<double>(rl.state_bytes) - mem.parameters + (fp32 ? 0 : local * e.elem) - mem.gradients;
-  const bool widened = hw.kind == "cpu" && (req.bf16_gemm_widened >= 0 ? req.bf16_gemm_widened > 0 : hw.bf16_gemm_widened);
+  const bool widened =
+      hw.kind == "cpu" && (req.bf16_gemm_widened >= 0 ? req.bf16_gemm_widened > 0 : !aten_cpu_is_avx512());
   mem = planner_detail::activation_memory(e.m, cfg, shape, hw, rl, T, micro, ac, e.elem, widened, std::move(mem));
   p.fits = mem.total <= hw.memory_bytes || hw.memory_bytes <= 0;
   return p;

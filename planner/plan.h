@@ -32,8 +32,11 @@ struct PlanRequest {
   int world_size = 1;    // ranks (GPUs)
   int nodes = 0;         // 0: ceil(world_size / devices_per_node)
   int devices_per_node = 0;  // 0: the spec's
-  // cpu: whether the machine of this run widens bf16 GEMMs to fp32
-  // (HardwareSpec::bf16_gemm_widened); -1: the spec's, i.e. this machine's.
+  // kind = "cpu": whether the run's machine widens bf16 GEMM operands to
+  // fp32 (its ATen runs no AVX-512 kernels, trainer/model/gemm.cpp), so each
+  // GEMM briefly holds fp32 copies of its input, weight and output. -1: this
+  // machine's, read at plan time; --calibrate sets each run's own from its
+  // env's aten_cpu_capability.
   int bf16_gemm_widened = -1;
 };
 

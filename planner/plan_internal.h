@@ -53,7 +53,7 @@ PipelineSim simulate_pipeline(const JobConfig& cfg, const MeshShape& shape, int6
 // T: tokens of one micro-batch on this rank; micro: pipeline micro-batches
 // of one local batch.
 // widened_gemm: bf16 GEMMs run on fp32 copies of their operands (a CPU
-// without AVX-512, HardwareSpec::bf16_gemm_widened).
+// without AVX-512, PlanRequest::bf16_gemm_widened).
 MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
                                   const HardwareSpec& hw, const RankLayout& rank, double T, int64_t micro,
                                   const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
