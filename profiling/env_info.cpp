@@ -1,7 +1,7 @@
-#include <ATen/Version.h>
 #include "profiling/env_info.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <ATen/Context.h>
 #include <sys/utsname.h>
 #include <torch/version.h>

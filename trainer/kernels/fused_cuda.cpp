@@ -114,15 +114,12 @@ struct CudaRopeQK : torch::autograd::Function<CudaRopeQK> {
                    freqs.data_ptr<float>(), B, S, Dh, /*inverse=*/false, stream_of(q)),
           "rope");
     ctx->save_for_backward({freqs});
-    ctx->saved_data["in_dtype"] = static_cast<int64_t>(q.scalar_type());
-    ctx->saved_data["k_in_dtype"] = static_cast<int64_t>(k.scalar_type());
+    ctx->saved_data["in_dtype"] = static_cast<int64_t>(q.scalar_type());  // k's too (cuda_rope_qk checks)
     return {qo, ko};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor freqs = ctx->get_saved_variables()[0];
     const auto in_t = static_cast<at::ScalarType>(ctx->saved_data["in_dtype"].toInt());
-    TORCH_CHECK(ctx->saved_data["k_in_dtype"].toInt() == static_cast<int64_t>(in_t),
-                "cuda_rope_qk: q and k must share a dtype");
     const c10::cuda::CUDAGuard guard(freqs.device());
     const at::Tensor dqo = grads[0].defined() ? grads[0].contiguous() : at::Tensor();
     const at::Tensor dko = grads[1].defined() ? grads[1].contiguous() : at::Tensor();

@@ -1,7 +1,7 @@
 // `compile.enable` on CUDA: ctitan's fused CUDA kernels (kernels/cuda/) as
-// autograd functions, the CUDA twins of fused_ops.h's CPU kernels. The
-// fused_* entry points of fused_ops.h route CUDA tensors here; the model
-// calls cuda_rope_qk and cuda_linear_cross_entropy itself (they take other
+// autograd functions, the CUDA twins of fused_ops.h's CPU kernels.
+// fused_rms_norm and fused_swiglu route CUDA tensors here; the model calls
+// cuda_rope_qk and cuda_linear_cross_entropy itself (they take other
 // arguments than their CPU twins).
 //
 // Legend: B batch, S sequence, H query heads, K kv heads, Dh head dim, D model

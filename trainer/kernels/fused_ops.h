@@ -11,9 +11,9 @@
 // other dtypes (float64 for gradient checks), or a CPU on which ATen does
 // not run AVX-512 kernels run the eager ATen chain the model uses (same
 // math). CUDA tensors of those dtypes go to ctitan's CUDA kernels
-// (fused_cuda.h) for RMSNorm, SwiGLU and RoPE; attention on CUDA is ATen's
-// SDPA (flash / cuDNN / memory-efficient), the loss Llama3::head_loss's
-// cuda_linear_cross_entropy.
+// (fused_cuda.h) for RMSNorm and SwiGLU; on CUDA the model calls
+// cuda_rope_qk (q and k together) and cuda_linear_cross_entropy itself, and
+// attention is ATen's SDPA (flash / cuDNN / memory-efficient).
 // Rounding: the kernels compute in fp32 and round once into the output
 // dtype, where the bf16 eager chain rounds after every op, so bf16 results
 // differ from eager by about one bf16 ulp (tests/fused_cases.h states the

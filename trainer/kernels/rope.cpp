@@ -10,7 +10,6 @@
 // once and written once in the output dtype, straight from a strided view
 // (the model's q/k are split views of one QKV GEMM output, so no copy), and
 // nothing is saved for backward but the freqs table.
-#include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/kernels/vec.h"
 
@@ -110,10 +109,6 @@ at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& freqs_cis, at::Scal
   TORCH_CHECK(freqs_cis.dim() == 2 && freqs_cis.size(0) >= x.size(1) && freqs_cis.size(1) == x.size(3) / 2,
               "fused_rope: freqs_cis must be [S_max >= S, Dh/2], got ", freqs_cis.sizes(), " for x ", x.sizes());
   const auto ok = [](at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; };
-  if (cuda_kernels_take(x) && ok(out_dtype) && freqs_cis.scalar_type() == at::kComplexFloat) {
-    // One side of cuda_rope_qk: k with no heads.
-    return cuda_rope_qk(x, x.narrow(2, 0, 0), freqs_cis, out_dtype).first;
-  }
   if (!fused_kernels_available() || !x.device().is_cpu() || !ok(x.scalar_type()) || !ok(out_dtype) ||
       freqs_cis.scalar_type() != at::kComplexFloat)
     return eager_rope(x, freqs_cis, out_dtype);
