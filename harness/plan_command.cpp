@@ -209,6 +209,10 @@ int plan_command(const std::vector<std::string>& args) {
   cargs.insert(cargs.end(), config_args.begin(), config_args.end());
   PlanRequest req;
   req.cfg = parse_job_config(cargs);
+  if (req.cfg.model.name != "llama3")
+    throw InputError("ctitan plan: model.name \"" + req.cfg.model.name +
+                     "\" is not described by the planner yet (it models llama3's dense blocks); "
+                     "`ctitan train --training.device meta` (the dry run) gives such a model's memory on one rank");
   req.model = model_from_flavor(req.cfg.model.flavor, req.cfg.model.n_layers);
   for (const auto& [k, v] : model_overrides) override_model(req.model, k, v);
   const HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);

@@ -24,7 +24,7 @@
 #include "trainer/config/config_registry.h"
 #include "trainer/dist/mesh.h"
 #include "trainer/kernels/fused_ops.h"  // fused_kernels_available
-#include "trainer/model/llama_args.h"
+#include "trainer/model/model_registry.h"
 
 namespace ctitan {
 namespace {
@@ -61,7 +61,7 @@ void check(const JobConfig& cfg, const config::Origins& origins) {
     return it == origins.end() ? std::string() : it->second + ": ";
   };
   try {
-    llama3_flavor(cfg.model.flavor, cfg.model.n_layers);
+    model_flavor(cfg.model.name, cfg.model.flavor, cfg.model.n_layers);
   } catch (const InputError& e) {
     throw InputError(at("model.flavor") + e.what());
   }
@@ -268,7 +268,12 @@ Prediction predict_point(const JobConfig& cfg, int world_size, const DeviceBudge
   return predict_on(cfg, world_size, resolve_hardware(budget, on_gpu(cfg, budget)));
 }
 
+// The planner describes Llama 3 models only so far: another family's
+// points run without a prediction (and are not pruned for lacking one).
+bool plannable(const JobConfig& cfg) { return cfg.model.name == "llama3"; }
+
 std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudget& budget) {
+  if (!plannable(cfg)) return infeasibility(cfg, world_size, budget, nullptr, "");
   try {
     const Prediction p = predict_point(cfg, world_size, budget);
     return infeasibility(cfg, world_size, budget, &p, "");
@@ -289,7 +294,7 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
     shape = MeshShape{};
     shape.tp = p.tensor_parallel_degree, shape.pp = p.pipeline_parallel_degree, shape.cp = p.context_parallel_degree;
   }
-  const LlamaArgs a = llama3_flavor(cfg.model.flavor, cfg.model.n_layers);
+  const ModelArgs a = model_flavor(cfg.model.name, cfg.model.flavor, cfg.model.n_layers);
   const auto& t = cfg.training;
   const auto need = [&](bool ok, const std::string& what) {
     if (!ok) why.push_back(what);
@@ -446,7 +451,7 @@ std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& bu
       const ResolvedHardware& hw = hardware.get(on_gpu(pt.config, budget));  // an unknown spec: bad input
       std::string predict_error;
       try {
-        pt.prediction = predict_on(pt.config, ws, hw);
+        if (plannable(pt.config)) pt.prediction = predict_on(pt.config, ws, hw);
       } catch (const InputError& e) {
         predict_error = strip_prefix(e.what());
       }

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "common/errors.h"
+#include "trainer/model/model_registry.h"
 
 namespace ctitan {
 
@@ -28,8 +29,8 @@ double ModelDesc::flops_per_token(int64_t seq_len) const {
   return 6.0 * matmul_params + 12.0 * static_cast<double>(n_layers * n_heads * head_dim()) * static_cast<double>(seq_len);
 }
 
-LlamaArgs ModelDesc::llama_args() const {
-  LlamaArgs a;
+ModelArgs ModelDesc::llama_args() const {
+  ModelArgs a;
   a.dim = dim;
   a.n_layers = n_layers;
   a.n_heads = n_heads;
@@ -40,7 +41,7 @@ LlamaArgs ModelDesc::llama_args() const {
 }
 
 ModelDesc model_from_flavor(const std::string& flavor, int64_t n_layers) {
-  const LlamaArgs a = llama3_flavor(flavor, n_layers);
+  const ModelArgs a = model_flavor("llama3", flavor, n_layers);
   ModelDesc m;
   m.name = "llama3 " + flavor + (n_layers > 0 ? " (" + std::to_string(n_layers) + " layers)" : "");
   m.dim = a.dim;

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "trainer/model/llama_args.h"
+#include "trainer/model/model_args.h"
 
 namespace ctitan {
 
@@ -26,8 +26,8 @@ struct ModelDesc {
   int64_t embedding_params() const;
   // TorchTitan's MFU numerator: 6·(N − N_emb) + 12·L·H·Dh·S.
   double flops_per_token(int64_t seq_len) const;
-  // The LlamaArgs the trainer builds (family llama3 only).
-  LlamaArgs llama_args() const;
+  // The ModelArgs the trainer builds (family llama3 only).
+  ModelArgs llama_args() const;
 };
 
 // n_layers > 0 replaces the flavor's layer count (model.n_layers).

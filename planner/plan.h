@@ -2,7 +2,7 @@
 // size on one hardware spec, every figure broken down.
 //
 // Memory: parameters, gradients and optimizer state read from the trainer's
-// own dry-run layout (parallelize_llama on the meta device, every pipeline
+// own dry-run layout (parallelize_model on the meta device, every pipeline
 // stage; nothing re-derived), activations per activation-checkpointing
 // mode with sequence/context parallelism in Korthikanti et al.'s form,
 // logits and loss buffers, FSDP's gathered units and communication

@@ -10,7 +10,7 @@
 #include "planner/plan.h"
 #include "trainer/dist/mesh.h"
 #include "trainer/model/activation_checkpoint.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 
 namespace ctitan::planner_detail {
 
@@ -32,7 +32,7 @@ struct Layout {
   std::string source;             // "dry-run layout (meta device)" or why derived
 };
 
-// The trainer's layout: parallelize_llama on the meta device for the first
+// The trainer's layout: parallelize_model on the meta device for the first
 // rank of every pipeline coordinate (llama3 family); derived for gpt.
 // Throws InputError for a layout the trainer refuses.
 Layout plan_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape);

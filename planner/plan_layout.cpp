@@ -1,5 +1,5 @@
 // The dry-run layout behind the planner's memory: the trainer's own
-// parallelize_llama on the meta device (nothing allocated), once per
+// parallelize_model on the meta device (nothing allocated), once per
 // pipeline coordinate, so every shard size is the trainer's, padding
 // included.
 #include <algorithm>
@@ -106,7 +106,7 @@ Layout plan_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& sh
 }
 
 Layout build_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape) {
-  const LlamaArgs args = m.llama_args();
+  const ModelArgs args = m.llama_args();
   Layout out;
   out.source = "the trainer's dry-run layout (meta device)";
   if (shape.pp > 1) {
@@ -131,7 +131,7 @@ Layout build_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& s
     rt.mesh = DeviceMesh::fake(shape, rt.env.rank);
     JobConfig c = cfg;
     c.training.device = "meta";
-    std::unique_ptr<TrainModel> tm = parallelize_llama(args, rt, c);
+    std::unique_ptr<TrainModel> tm = parallelize_model(args, rt, c);
     out.ranks.push_back(from_model(*tm));
   }
   return out;

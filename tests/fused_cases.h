@@ -22,14 +22,14 @@
 
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/cross_entropy.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 
 namespace ctitan::fused_cases {
 
 enum class Op { kRmsNorm, kSwiGLU, kRope, kCrossEntropy, kAttention };
 enum class Impl {
   kFused,      // ctitan::fused_*
-  kEager,      // what the model runs today (Llama3 / chunked_cross_entropy)
+  kEager,      // what the model runs today (Transformer / chunked_cross_entropy)
   kReference,  // the plain ATen chain the fused op must match
 };
 
@@ -153,14 +153,14 @@ inline at::Tensor forward(const Case& c, Impl impl, const Inputs& in) {
       return at::rms_norm(in.leaves[0], {s[2]}, in.leaves[1], kEps);
     case Op::kSwiGLU: {
       if (impl == Impl::kFused) return fused_swiglu(in.leaves[0]);
-      auto gate_up = in.leaves[0].split(s[2], 2);  // Llama3::hidden_states
+      auto gate_up = in.leaves[0].split(s[2], 2);  // Transformer::hidden_states
       return at::silu(gate_up[0]) * gate_up[1];
     }
     case Op::kRope: {
       const int64_t B = s[0], S = s[1], n = s[2];
       const at::Tensor& x = in.rope_x;
       if (impl == Impl::kFused) return fused_rope(x, in.freqs_cis, c.out_dtype);
-      // Llama3::apply_rope
+      // Transformer::apply_rope
       at::Tensor xc = at::view_as_complex(x.to(at::kFloat).reshape({B, S, n, -1, 2}));
       at::Tensor f = in.freqs_cis.narrow(0, 0, S).view({1, S, 1, -1});
       return at::view_as_real(xc * f).flatten(3).to(c.out_dtype);

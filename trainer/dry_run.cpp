@@ -32,7 +32,7 @@ void print_layout(const std::vector<std::string>& lines, int64_t n_layers) {
 
 }  // namespace
 
-int64_t activation_bytes_estimate(const LlamaArgs& a, int64_t batch, int64_t seq_len, int64_t dtype_bytes,
+int64_t activation_bytes_estimate(const ModelArgs& a, int64_t batch, int64_t seq_len, int64_t dtype_bytes,
                                   const ActivationCheckpointPolicy& ac) {
   const int64_t D = a.dim, F = a.ffn_hidden_dim(), Dh = a.head_dim(), H = a.n_heads, K = a.n_kv_heads;
   // Per token of one block: two norm inputs and outputs (4D), q/k/v out of
@@ -48,7 +48,7 @@ int64_t activation_bytes_estimate(const LlamaArgs& a, int64_t batch, int64_t seq
 
 int dry_run(const JobConfig& cfg, const Runtime& rt, TrainModel& tm, AdamW& optimizer) {
   const auto t0 = std::chrono::steady_clock::now();
-  const Llama3& m = tm.model();
+  const Transformer& m = tm.model();
   const int64_t B = cfg.training.local_batch_size, S = cfg.training.seq_len;
   const auto ids = torch::TensorOptions().device(rt.device).dtype(torch::kLong);
   // Shapes only: every op runs its meta kernel, so a wrong shape or a

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "trainer/config/job_config.h"
-#include "trainer/model/llama_args.h"
+#include "trainer/model/model_args.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/parallel/train_model.h"
 #include "trainer/runtime.h"
@@ -25,7 +25,7 @@ int dry_run(const JobConfig& cfg, const Runtime& rt, TrainModel& tm, AdamW& opti
 // q/k/v/output, the SwiGLU inputs, residuals), the block input alone for a
 // checkpointed block plus one block's worth during its recomputation, and
 // the logits. An estimate: element-wise temporaries are left out.
-int64_t activation_bytes_estimate(const LlamaArgs& a, int64_t batch, int64_t seq_len, int64_t dtype_bytes,
+int64_t activation_bytes_estimate(const ModelArgs& a, int64_t batch, int64_t seq_len, int64_t dtype_bytes,
                                   const ActivationCheckpointPolicy& ac);
 
 }  // namespace ctitan

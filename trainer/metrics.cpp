@@ -15,12 +15,12 @@
 #include "common/quantile.h"
 #include "profiling/memory.h"
 #include "trainer/model/activation_checkpoint.h"
-#include "trainer/model/llama_args.h"
+#include "trainer/model/model_args.h"
 #include "trainer/tensorboard/tb_writer.h"
 
 namespace ctitan {
 
-double hardware_flops_per_token(const LlamaArgs& a, int64_t seq_len, const ActivationCheckpointPolicy& ac,
+double hardware_flops_per_token(const ModelArgs& a, int64_t seq_len, const ActivationCheckpointPolicy& ac,
                                 bool attention_kept) {
   const double D = static_cast<double>(a.dim), Dh = static_cast<double>(a.head_dim());
   const double H = static_cast<double>(a.n_heads), K = static_cast<double>(a.n_kv_heads);

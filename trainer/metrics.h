@@ -33,7 +33,7 @@
 
 namespace ctitan {
 
-struct LlamaArgs;
+struct ModelArgs;
 struct ActivationCheckpointPolicy;
 class TensorBoardWriter;
 
@@ -45,7 +45,7 @@ class TensorBoardWriter;
 // GEMMs whose outputs it does not keep (wo and w2) and attention when its
 // output is not kept (attention_kept = false) — an estimate that leaves out
 // element-wise ops (norms, RoPE, SwiGLU), which are a rounding error in FLOPs.
-double hardware_flops_per_token(const LlamaArgs& a, int64_t seq_len, const ActivationCheckpointPolicy& ac,
+double hardware_flops_per_token(const ModelArgs& a, int64_t seq_len, const ActivationCheckpointPolicy& ac,
                                 bool attention_kept);
 
 struct StepRecord {

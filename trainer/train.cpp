@@ -1,7 +1,7 @@
 // The train loop, top to bottom: runtime → parallelize → optimizer → data →
 // resume → run directory → loop { batch, forward/backward, clip, step,
 // metrics, checkpoint } → summary. Nothing here branches on the layout:
-// the parallelisms live in parallelize_llama() (TrainModel), the device in
+// the parallelisms live in parallelize_model() (TrainModel), the device in
 // the runtime.
 #include "trainer/train.h"
 
@@ -38,6 +38,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/dry_run.h"
 #include "trainer/metrics.h"
+#include "trainer/model/model_registry.h"
 #include "trainer/model/gemm.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"
@@ -100,7 +101,7 @@ int64_t accumulation_steps(const JobConfig& cfg, const Runtime& rt) {
   return cfg.training.global_batch_size / (B * dp);
 }
 
-std::unique_ptr<DataLoader> build_data_loader(const JobConfig& cfg, const LlamaArgs& args, const Runtime& rt) {
+std::unique_ptr<DataLoader> build_data_loader(const JobConfig& cfg, const ModelArgs& args, const Runtime& rt) {
   DataOptions d;
   d.dataset = cfg.training.dataset;
   d.path = cfg.training.dataset_path;
@@ -191,6 +192,7 @@ class TrainLoop {
   struct StepResult {
     at::Tensor loss;  // this rank's mean loss over the step's micro-batches (device scalar)
     double grad_norm = 0, lr = 0, data_s = 0;
+    ExpertLoad experts;  // MoE: tokens per expert this step (zeros without MoE)
     std::string oom;  // what ran out of memory, if anything did
   };
   void print_header(const PeakFlops& peak, int64_t resident_bytes);
@@ -249,6 +251,7 @@ TrainLoop::StepResult TrainLoop::step(int64_t step) {
       r.loss = micro == 0 ? loss * scale : r.loss + loss * scale;
     }
     r.grad_norm = tm_.clip_grad_norm(cfg_.training.max_norm);
+    r.experts = tm_.balance_experts();  // MoE: this step's expert load, the expert biases' update
     TraceRange tr(trace_cat::kCompute, "optimizer");
     opt_.step(r.lr);
     MemoryCategoryScope mem(MemoryCategory::kParameters);  // FSDP: this step's compute copy of the shard
@@ -334,9 +337,16 @@ bool TrainLoop::validate(int64_t step) {
 // The start-up lines: what trains, where, and (several ranks) this rank's
 // share of the state.
 void TrainLoop::print_header(const PeakFlops& peak, int64_t resident_bytes) {
-  const Llama3& m = tm_.model();
+  const Transformer& m = tm_.model();
   if (!peak.warning.empty() && rt_.rank0()) std::cerr << "ctitan: warning: " << peak.warning << std::endl;
-  std::cout << "ctitan: llama3 " << cfg_.model.flavor << ", " << count_params(m.args()).total << " params, "
+  const ParamCounts counts = count_params(m.args());
+  const MoeArgs& moe = m.args().moe;
+  std::cout << "ctitan: " << m.args().family << " " << cfg_.model.flavor << ", " << counts.total << " params"
+            << (moe.num_experts > 0 ? " (" + std::to_string(counts.active) + " active: top " +
+                                          std::to_string(moe.top_k) + " of " + std::to_string(moe.num_experts) +
+                                          " experts)"
+                                    : std::string())
+            << ", "
             << c10::toString(m.compute_dtype()) << " on " << rt_.monitor.name() << ", activation checkpointing "
             << m.activation_checkpointing().describe() << ", " << m.techniques() << ", batch "
             << cfg_.training.local_batch_size << " x seq " << cfg_.training.seq_len << " (x" << accum_
@@ -352,8 +362,8 @@ void TrainLoop::print_header(const PeakFlops& peak, int64_t resident_bytes) {
 
 // The metrics logger (TorchTitan's formulas) and the profiler session.
 void TrainLoop::start_metrics(const PeakFlops& peak) {
-  const Llama3& m = tm_.model();
-  const LlamaArgs& args = m.args();
+  const Transformer& m = tm_.model();
+  const ModelArgs& args = m.args();
   const int64_t S = cfg_.training.seq_len;
   MetricsOptions mo;
   mo.dump_folder = cfg_.job.dump_folder;
@@ -481,7 +491,7 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
 }
 
 nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
-  const Llama3& m = tm_.model();
+  const Transformer& m = tm_.model();
   nlohmann::json extra = {{"flavor", cfg_.model.flavor},
                           {"num_params", count_params(m.args()).total},
                           {"dtype", c10::toString(m.compute_dtype())},
@@ -595,9 +605,9 @@ int train(const JobConfig& cfg) {
   Runtime rt = init_runtime(cfg);
   if (rt.rank0())
     for (const std::string& line : config_warnings(cfg)) std::cerr << line << std::endl;
-  const LlamaArgs args = llama3_flavor(cfg.model.flavor, cfg.model.n_layers);
+  const ModelArgs args = model_flavor(cfg.model.name, cfg.model.flavor, cfg.model.n_layers);
   const int64_t accum = accumulation_steps(cfg, rt);
-  std::unique_ptr<TrainModel> tm = parallelize_llama(args, rt, cfg);
+  std::unique_ptr<TrainModel> tm = parallelize_model(args, rt, cfg);
 
   AdamW optimizer(tm->params(), tm->grads(), adamw_options(cfg));
   tag_tensor_memory(optimizer.exp_avg(), MemoryCategory::kOptimizerState);

@@ -5,13 +5,13 @@
 #include "common/errors.h"
 #include "profiling/trace.h"
 #include "trainer/data/batch_stager.h"
-#include "trainer/model/llama_args.h"
+#include "trainer/model/model_args.h"
 #include "trainer/parallel/train_model.h"
 #include "trainer/runtime.h"
 
 namespace ctitan {
 
-Validator::Validator(const JobConfig& cfg, const LlamaArgs& args, const Runtime& rt)
+Validator::Validator(const JobConfig& cfg, const ModelArgs& args, const Runtime& rt)
     : cfg_(cfg.validation), rt_(rt) {
   if (!cfg_.enable) return;
   DataOptions d;

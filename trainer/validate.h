@@ -22,7 +22,7 @@
 
 namespace ctitan {
 
-struct LlamaArgs;
+struct ModelArgs;
 struct Runtime;
 class TrainModel;
 class BatchStager;
@@ -40,7 +40,7 @@ class Validator {
  public:
   // Builds the validation loader (InputError for bad settings or data:
   // before the run directory is touched).
-  Validator(const JobConfig& cfg, const LlamaArgs& args, const Runtime& rt);
+  Validator(const JobConfig& cfg, const ModelArgs& args, const Runtime& rt);
   ~Validator();
   bool enabled() const { return loader_ != nullptr; }
   bool due(int64_t step) const { return enabled() && (step == 1 || step % cfg_.freq == 0); }

@@ -4,14 +4,15 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
-#include "trainer/model/llama.h"
+#include "trainer/models/llama3.h"
+#include "trainer/model/transformer.h"
 #include "trainer/optim/adamw.h"
 
 namespace {
 
 void BM_TrainStep(benchmark::State& state, const std::string& flavor, at::ScalarType dtype) {
   const int64_t B = 8, S = 256;
-  ctitan::Llama3 model(ctitan::llama3_flavor(flavor), dtype, S);
+  ctitan::Transformer model(ctitan::llama3_flavor(flavor), dtype, S);
   model.init_weights(0);
   ctitan::AdamW opt(model.store().flat_params(), model.store().flat_grads(), {});
   auto tokens = torch::randint(0, model.args().vocab_size, {B, S}, torch::kLong);

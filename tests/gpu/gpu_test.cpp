@@ -16,10 +16,11 @@
 #include "profiling/gpu_info.h"
 #include "profiling/gpu_tracer.h"
 #include "tests/integration/process.h"
+#include "trainer/models/llama3.h"
 #include "trainer/float8/float8_linear.h"
 #include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 #include "trainer/model/weight_grad.h"
 
 namespace ctitan {
@@ -44,8 +45,8 @@ void fp32_everywhere() {
 TEST(GpuModel, ForwardBackwardMatchesTheCpuFp32Result) {
   CTITAN_REQUIRE_GPU();
   fp32_everywhere();
-  const LlamaArgs args = llama3_flavor("debugmodel");
-  Llama3 cpu(args, torch::kFloat, 64), gpu(args, torch::kFloat, 64, c10::Device(c10::kCUDA, 0));
+  const ModelArgs args = llama3_flavor("debugmodel");
+  Transformer cpu(args, torch::kFloat, 64), gpu(args, torch::kFloat, 64, c10::Device(c10::kCUDA, 0));
   cpu.init_weights(7);
   gpu.init_weights(7);  // a function of (seed, FQN, index): the same weights on both devices
   const auto tokens = torch::randint(0, args.vocab_size, {2, 64}, torch::kLong);

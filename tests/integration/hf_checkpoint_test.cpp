@@ -14,6 +14,7 @@
 // Logits agree when max|ctitan − transformers| ≤ 1e-4 · max|transformers|
 // (fp32 both; the two sum in different orders, a wrong weight or rotation
 // moves them by O(1)).
+#include "trainer/models/llama3.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -27,7 +28,7 @@
 
 #include "tests/integration/process.h"
 #include "trainer/checkpoint/safetensors.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 
 namespace fs = std::filesystem;
 using ctitan::testing::expect_one_line_exit2;
@@ -68,8 +69,8 @@ std::pair<at::Tensor, at::Tensor> transformers_logits(const fs::path& dir) {
 
 // ctitan's logits for `tokens` with the model loaded from the HF folder.
 at::Tensor ctitan_logits(const std::string& flavor, const fs::path& dir, const at::Tensor& tokens) {
-  const LlamaArgs args = llama3_flavor(flavor);
-  Llama3 model(args, torch::kFloat, kSeq);
+  const ModelArgs args = llama3_flavor(flavor);
+  Transformer model(args, torch::kFloat, kSeq);
   TensorPieces pieces;
   for (const auto& s : model.slots()) pieces.push_back({"model." + s.name, model.store().param(s.name), s.shape, {}});
   load_hf_checkpoint(dir.string(), args, pieces);

@@ -20,8 +20,9 @@
 #include <map>
 
 #include "process.h"
+#include "trainer/models/llama3.h"
 #include "trainer/checkpoint/checkpoint.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 
 namespace fs = std::filesystem;
 using ctitan::testing::fresh_dir;
@@ -77,7 +78,7 @@ std::map<int64_t, double> losses(const fs::path& dump, const char* key = "loss")
 
 // Every parameter and AdamW moment of the newest checkpoint, as whole tensors.
 NamedTensors final_state(const fs::path& dump) {
-  Llama3 shapes(llama3_flavor("debugmodel"), torch::kFloat, kSeq);
+  Transformer shapes(llama3_flavor("debugmodel"), torch::kFloat, kSeq);
   NamedTensors t;
   for (const auto& s : shapes.slots()) {
     t.emplace_back("model." + s.name, torch::zeros(s.shape));

@@ -72,8 +72,8 @@ TEST(Reliability, ModelNameOfAnotherFamilyIsOneLineExit2) {
                                           "[training]\nsteps = 2\nseq_len = 32\nlocal_batch_size = 2\n"
                                           "dataset = \"markov\"\n";
   const ProcessResult r = run_ctitan({"train", "--job.config_file", (dir / "deepseek.toml").string()});
-  expect_one_line_exit2(r, "model.name \"deepseek_v3\" is a TorchTitan model family ctitan does not have yet; the "
-                           "only family is \"llama3\"");
+  expect_one_line_exit2(r, "model.name \"deepseek_v3\" is a TorchTitan model family ctitan does not have yet; "
+                           "ctitan's families: \"llama3\", \"qwen3\"");
   EXPECT_NE(r.err.find("deepseek.toml"), std::string::npos) << "the line names where: " << r.err;
   expect_one_line_exit2(train({"--model.name", "no_such_family", "--job.dump_folder", (dir / "o2").string()}),
                         "model.name \"no_such_family\" is not a model family");

@@ -5,8 +5,9 @@
 
 #include "common/errors.h"
 #include "profiling/memory.h"
+#include "trainer/models/llama3.h"
 #include "trainer/model/activation_checkpoint.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 
 namespace ctitan {
 namespace {
@@ -14,7 +15,7 @@ namespace {
 at::Tensor grads_with(const std::string& mode, const std::string& option, at::ScalarType dtype,
                       const std::string& flavor = "tiny") {
   const auto args = llama3_flavor(flavor);
-  Llama3 model(args, dtype, 16);
+  Transformer model(args, dtype, 16);
   model.init_weights(21);
   model.set_activation_checkpointing(ActivationCheckpointPolicy::parse(mode, option));
   torch::manual_seed(4);
@@ -51,7 +52,7 @@ TEST(ActivationCheckpoint, GradientsAreBitIdenticalInBf16) {
 TEST(ActivationCheckpoint, FullCheckpointingLowersPeakMemory) {
   install_accounting_allocator();
   auto peak_of = [](const std::string& mode) {
-    Llama3 model(llama3_flavor("debugmodel"), torch::kBFloat16, 128);
+    Transformer model(llama3_flavor("debugmodel"), torch::kBFloat16, 128);
     model.init_weights(0);
     model.set_activation_checkpointing(
         ActivationCheckpointPolicy::parse(mode == "op" ? "selective" : mode, mode == "op" ? "op" : "1"));

@@ -9,7 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "trainer/model/llama.h"
+#include "trainer/models/llama3.h"
+#include "trainer/model/transformer.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"
 
@@ -37,8 +38,8 @@ class GoldenTest : public ::testing::Test {
     return torch::tensor(flat, torch::kLong).view({static_cast<int64_t>(rows.size()), -1});
   }
   // A tiny-flavor model holding the golden weights.
-  static std::unique_ptr<Llama3> model() {
-    auto m = std::make_unique<Llama3>(llama3_flavor("tiny"), torch::kFloat, 8);
+  static std::unique_ptr<Transformer> model() {
+    auto m = std::make_unique<Transformer>(llama3_flavor("tiny"), torch::kFloat, 8);
     torch::NoGradGuard ng;
     for (const auto& s : m->slots()) m->store().param(s.name).copy_(tensor(golden_->at("params").at(s.name)));
     return m;

@@ -3,6 +3,7 @@
 // rotate_half RoPE written out here, shard/index files, and export → import
 // through whole tensors and through the boxes of parallel layouts.
 // transformers itself is the reference in tests/integration/hf_checkpoint_test.cpp.
+#include "trainer/models/llama3.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -19,7 +20,7 @@
 #include "common/errors.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/config/config_loader.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 
 namespace fs = std::filesystem;
 
@@ -34,14 +35,14 @@ fs::path fresh(const std::string& name) {
 }
 
 // The whole model's parameters, random, by TorchTitan FQN.
-std::map<std::string, at::Tensor> random_model(const LlamaArgs& args, uint64_t seed) {
+std::map<std::string, at::Tensor> random_model(const ModelArgs& args, uint64_t seed) {
   torch::manual_seed(seed);
   std::map<std::string, at::Tensor> m;
-  for (const auto& s : llama3_param_specs(args, ModelPart{})) m[s.name] = torch::randn(s.global_shape);
+  for (const auto& s : model_param_specs(args, ModelPart{})) m[s.name] = torch::randn(s.global_shape);
   return m;
 }
 
-void export_model(const fs::path& dir, const LlamaArgs& args, const std::map<std::string, at::Tensor>& m,
+void export_model(const fs::path& dir, const ModelArgs& args, const std::map<std::string, at::Tensor>& m,
                   HfExportOptions opts = {}) {
   write_hf_checkpoint(
       dir.string(), args, [&](const std::string& fqn) { return m.at(fqn); }, opts);
@@ -72,7 +73,7 @@ TEST(HfNames, MapTorchTitanFqnsBothWays) {
   EXPECT_EQ(hf_name_of("layers.3.ffn_norm.weight"), "model.layers.3.post_attention_layernorm.weight");
   EXPECT_EQ(hf_name_of("output.weight"), "lm_head.weight");
   EXPECT_EQ(hf_name_of("layers.x.attention.wq.weight"), "");
-  for (const auto& s : llama3_param_specs(llama3_flavor("debugmodel"), ModelPart{}))
+  for (const auto& s : model_param_specs(llama3_flavor("debugmodel"), ModelPart{}))
     EXPECT_EQ(fqn_of_hf(hf_name_of(s.name)), s.name);
   EXPECT_EQ(fqn_of_hf("model.layers.0.self_attn.rotary_emb.inv_freq"), "");
 }
@@ -81,7 +82,7 @@ TEST(HfNames, MapTorchTitanFqnsBothWays) {
 // x·cos + rotate_half(x)·sin over halves. With wq/wk permuted the attention
 // scores q·k of every head must be the same.
 TEST(HfPermutation, AttentionScoresEqualHuggingFaceRotateHalf) {
-  const LlamaArgs args = llama3_flavor("tiny");  // 4 heads, 2 KV heads (GQA), Dh 8
+  const ModelArgs args = llama3_flavor("tiny");  // 4 heads, 2 KV heads (GQA), Dh 8
   const int64_t S = 6, Dh = args.head_dim(), D = args.dim;
   torch::manual_seed(3);
   const at::Tensor x = torch::randn({S, D}, torch::kDouble);
@@ -120,7 +121,7 @@ TEST(HfPermutation, AttentionScoresEqualHuggingFaceRotateHalf) {
 }
 
 TEST(HfExport, SingleFileWithConfigAndImportRoundTrip) {
-  const LlamaArgs args = llama3_flavor("tiny");
+  const ModelArgs args = llama3_flavor("tiny");
   const auto m = random_model(args, 1);
   const fs::path dir = fresh("single") / "step-3";
   export_model(dir, args, m);
@@ -146,7 +147,7 @@ TEST(HfExport, SingleFileWithConfigAndImportRoundTrip) {
                            wq.view({4, 4, 2, 32}).transpose(1, 2).reshape({32, 32})));
   EXPECT_TRUE(torch::equal(f.tensor("lm_head.weight"), m.at("output.weight")));
 
-  Llama3 model(args, torch::kFloat, 8);
+  Transformer model(args, torch::kFloat, 8);
   TensorPieces pieces;
   for (const auto& s : model.slots()) pieces.push_back({"model." + s.name, model.store().param(s.name), s.shape, {}});
   load_hf_checkpoint(dir.string(), args, pieces);
@@ -155,7 +156,7 @@ TEST(HfExport, SingleFileWithConfigAndImportRoundTrip) {
 
 // Shards above the size limit with an index; bf16 on disk.
 TEST(HfExport, ShardsWithIndexInBfloat16) {
-  const LlamaArgs args = llama3_flavor("tiny");
+  const ModelArgs args = llama3_flavor("tiny");
   const auto m = random_model(args, 2);
   const fs::path dir = fresh("shards") / "out";
   HfExportOptions o;
@@ -196,7 +197,7 @@ TEST(HfExport, ShardsWithIndexInBfloat16) {
 // Each rank's boxes of a layout — FSDP rows that cut heads in half, TP
 // column blocks, both — hold exactly the whole import's values there.
 TEST(HfImport, BoxesOfAnyLayoutEqualTheWholeTensors) {
-  const LlamaArgs args = llama3_flavor("tiny");
+  const ModelArgs args = llama3_flavor("tiny");
   const auto m = random_model(args, 4);
   const fs::path dir = fresh("boxes") / "hf";
   export_model(dir, args, m);
@@ -231,7 +232,7 @@ TEST(HfImport, BoxesOfAnyLayoutEqualTheWholeTensors) {
 // Two ranks (threads) each save half the rows of every tensor; rank 0 writes
 // whole tensors.
 TEST(HfExport, GathersTheRanksBoxes) {
-  const LlamaArgs args = llama3_flavor("tiny");
+  const ModelArgs args = llama3_flavor("tiny");
   const auto m = random_model(args, 5);
   const fs::path folder = fresh("gather") / "checkpoint";
   std::barrier sync(2);
@@ -266,12 +267,12 @@ TEST(HfExport, GathersTheRanksBoxes) {
 }
 
 TEST(HfImport, AnotherModelSizeNamesTheFirstMismatchedTensor) {
-  LlamaArgs bigger = llama3_flavor("tiny");
+  ModelArgs bigger = llama3_flavor("tiny");
   bigger.vocab_size = 96;
   const fs::path dir = fresh("size") / "hf";
   export_model(dir, bigger, random_model(bigger, 6));
-  const LlamaArgs tiny = llama3_flavor("tiny");
-  Llama3 model(tiny, torch::kFloat, 8);
+  const ModelArgs tiny = llama3_flavor("tiny");
+  Transformer model(tiny, torch::kFloat, 8);
   TensorPieces pieces;
   for (const auto& s : model.slots()) pieces.push_back({"model." + s.name, model.store().param(s.name), s.shape, {}});
   // config.json is checked first; without one (a bare safetensors folder) the tensors' shapes are.
@@ -283,7 +284,7 @@ TEST(HfImport, AnotherModelSizeNamesTheFirstMismatchedTensor) {
       << e;
   EXPECT_EQ(e.find('\n'), std::string::npos);
 
-  LlamaArgs deeper = tiny;
+  ModelArgs deeper = tiny;
   deeper.n_layers = 3;
   export_model(dir, deeper, random_model(deeper, 6));
   EXPECT_NE(load().find("config.json: num_hidden_layers = 3 but the model has 2"), std::string::npos) << load();
@@ -291,7 +292,7 @@ TEST(HfImport, AnotherModelSizeNamesTheFirstMismatchedTensor) {
   const std::string extra = load();
   EXPECT_NE(extra.find("'model.layers.2."), std::string::npos) << extra;
 
-  LlamaArgs mha = tiny;
+  ModelArgs mha = tiny;
   mha.n_kv_heads = 4;  // same hidden size, different K/V shapes
   export_model(dir, mha, random_model(mha, 6));
   EXPECT_NE(load().find("config.json: num_key_value_heads = 4 but the model has 2"), std::string::npos) << load();
@@ -333,9 +334,9 @@ void edit_config(const fs::path& dir, const std::function<void(nlohmann::json&)>
 // tensor's dtype and presence; finite values — and config.json is read as a
 // bounded regular file (a FIFO used to hang the import for ever).
 TEST(HfImport, ConfigDtypesTyingAndValuesAreCheckedBeforeLoading) {
-  const LlamaArgs tiny = llama3_flavor("tiny");
+  const ModelArgs tiny = llama3_flavor("tiny");
   const auto m = random_model(tiny, 9);
-  Llama3 model(tiny, torch::kFloat, 8);
+  Transformer model(tiny, torch::kFloat, 8);
   TensorPieces pieces;
   for (const auto& s : model.slots()) pieces.push_back({"model." + s.name, model.store().param(s.name), s.shape, {}});
   const fs::path dir = fresh("checks") / "hf";

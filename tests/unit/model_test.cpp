@@ -4,9 +4,10 @@
 #include <torch/torch.h>
 
 #include "common/errors.h"
+#include "trainer/models/llama3.h"
 #include "trainer/model/cross_entropy.h"
-#include "trainer/model/llama.h"
-#include "trainer/model/llama_args.h"
+#include "trainer/model/transformer.h"
+#include "trainer/model/model_args.h"
 
 namespace ctitan {
 namespace {
@@ -48,7 +49,7 @@ TEST(ModelArgs, UnknownFlavorIsInputErrorListingFlavors) {
 }
 
 TEST(Model, AllocatedParametersEqualTheCount) {
-  Llama3 model(llama3_flavor("debugmodel"), torch::kFloat, 16);
+  Transformer model(llama3_flavor("debugmodel"), torch::kFloat, 16);
   EXPECT_EQ(model.store().num_params(), 6163712);
   int64_t sum = 0;
   for (const auto& s : model.slots()) sum += s.numel;
@@ -57,7 +58,7 @@ TEST(Model, AllocatedParametersEqualTheCount) {
 }
 
 TEST(Model, ForwardBackwardShapes) {
-  Llama3 model(llama3_flavor("tiny"), torch::kFloat, 8);
+  Transformer model(llama3_flavor("tiny"), torch::kFloat, 8);
   model.init_weights(0);
   auto tokens = torch::randint(0, 64, {2, 8}, torch::kLong);
   auto logits = model.forward_logits(tokens);
@@ -71,7 +72,7 @@ TEST(Model, ForwardBackwardShapes) {
 }
 
 TEST(Model, InitMatchesTorchTitanStatistics) {
-  Llama3 model(llama3_flavor("debugmodel"), torch::kFloat, 8);
+  Transformer model(llama3_flavor("debugmodel"), torch::kFloat, 8);
   model.init_weights(1);
   EXPECT_NEAR(model.store().param("tok_embeddings.weight").std().item<double>(), 1.0, 0.01);
   EXPECT_NEAR(model.store().param("layers.0.attention.wq.weight").std().item<double>(), 0.02, 0.001);
@@ -83,7 +84,7 @@ TEST(Model, InitMatchesTorchTitanStatistics) {
 }
 
 TEST(Model, CausalityFutureTokensDoNotChangePastLogits) {
-  Llama3 model(llama3_flavor("tiny"), torch::kFloat, 8);
+  Transformer model(llama3_flavor("tiny"), torch::kFloat, 8);
   model.init_weights(3);
   auto a = torch::randint(0, 64, {1, 8}, torch::kLong);
   auto b = a.clone();
@@ -97,7 +98,7 @@ TEST(Model, CausalityFutureTokensDoNotChangePastLogits) {
 // Central differences in float64 against autograd, for sampled elements of
 // every parameter tensor (embedding, attention, FFN, norms, output).
 TEST(Model, FiniteDifferenceGradientsOfEveryParameter) {
-  Llama3 model(llama3_flavor("tiny"), torch::kDouble, 6);
+  Transformer model(llama3_flavor("tiny"), torch::kDouble, 6);
   model.init_weights(7);
   torch::manual_seed(0);
   auto tokens = torch::randint(0, 64, {2, 6}, torch::kLong);
@@ -126,8 +127,8 @@ TEST(Model, FiniteDifferenceGradientsOfEveryParameter) {
 }
 
 TEST(Model, Bf16LossTracksFp32Loss) {
-  Llama3 f32(llama3_flavor("debugmodel"), torch::kFloat, 64);
-  Llama3 b16(llama3_flavor("debugmodel"), torch::kBFloat16, 64);
+  Transformer f32(llama3_flavor("debugmodel"), torch::kFloat, 64);
+  Transformer b16(llama3_flavor("debugmodel"), torch::kBFloat16, 64);
   f32.init_weights(5);
   b16.init_weights(5);
   auto tokens = torch::randint(0, 2048, {2, 64}, torch::kLong);
@@ -197,7 +198,7 @@ namespace {
 // (mean over equal token counts), in fp32 and through the bf16 → fp32 path.
 TEST(Model, GradientAccumulationEqualsTheFullBatch) {
   for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
-    Llama3 model(llama3_flavor("tiny"), dtype, 16);
+    Transformer model(llama3_flavor("tiny"), dtype, 16);
     model.init_weights(11);
     auto tokens = torch::randint(0, 64, {4, 16}, torch::kLong);
     auto labels = torch::randint(0, 64, {4, 16}, torch::kLong);

@@ -1,6 +1,7 @@
 // Deterministic per-parameter init: any box of a parameter (FSDP row shards,
 // tensor-parallel column shards, shards of shards) equals the single-process
 // tensor at those coordinates, and the values follow TorchTitan's rules.
+#include "trainer/models/llama3.h"
 #include "trainer/model/param_init.h"
 
 #include <gtest/gtest.h>
@@ -11,22 +12,22 @@
 #include <string>
 #include <vector>
 
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 
 namespace ctitan {
 namespace {
 
 constexpr uint64_t kSeed = 1234;
 
-LlamaArgs args_with_layers(int64_t n_layers) {
-  LlamaArgs a = llama3_flavor("tiny");
+ModelArgs args_with_layers(int64_t n_layers) {
+  ModelArgs a = llama3_flavor("tiny");
   a.n_layers = n_layers;
   return a;
 }
 
 // The single-process tensor: the whole parameter as one box at offset 0.
 at::Tensor full(const std::string& fqn, std::vector<int64_t> shape, at::ScalarType dtype = torch::kFloat,
-                uint64_t seed = kSeed, const LlamaArgs& args = args_with_layers(4)) {
+                uint64_t seed = kSeed, const ModelArgs& args = args_with_layers(4)) {
   at::Tensor t = torch::zeros(shape, dtype);
   init_param_box(t, fqn, shape, std::vector<int64_t>(shape.size(), 0), args, seed);
   return t;
@@ -143,8 +144,8 @@ TEST(ParamInit, SameSeedAndNameRepeatDifferentOnesDiffer) {
 }
 
 TEST(ParamInit, InitWeightsFillsEverySlotAsOneBox) {
-  const LlamaArgs args = llama3_flavor("tiny");
-  Llama3 a(args, torch::kFloat, 8), b(args, torch::kFloat, 8);
+  const ModelArgs args = llama3_flavor("tiny");
+  Transformer a(args, torch::kFloat, 8), b(args, torch::kFloat, 8);
   a.init_weights(3);
   b.init_weights(3);
   EXPECT_TRUE(torch::equal(a.store().flat_params(), b.store().flat_params()));
@@ -163,7 +164,7 @@ TEST(ParamInit, MetaTensorsAndEmptyBoxesAreNoOps) {
 
 TEST(ParamInit, RejectsUnknownNamesAndBoxesOutsideTheParameter) {
   at::Tensor t = torch::empty({2, 4});
-  const LlamaArgs args = args_with_layers(4);
+  const ModelArgs args = args_with_layers(4);
   EXPECT_THROW(init_param_box(t, "layers.4.attention.wq.weight", {4, 4}, {0, 0}, args, kSeed), std::invalid_argument);
   EXPECT_THROW(init_param_box(t, "layers.x.attention.wq.weight", {4, 4}, {0, 0}, args, kSeed), std::invalid_argument);
   EXPECT_THROW(init_param_box(t, "layers.0.attention.wz.weight", {4, 4}, {0, 0}, args, kSeed), std::invalid_argument);
@@ -197,8 +198,8 @@ void expect_truncated_normal(const at::Tensor& x, double sigma, double k, const 
 
 TEST(ParamInit, DistributionsFollowTorchTitansRules) {
   const std::vector<int64_t> shape = {1000, 1000};
-  const LlamaArgs args = args_with_layers(4);  // dim 32
-  auto sample = [&](const std::string& fqn, const LlamaArgs& a) { return full(fqn, shape, torch::kDouble, 9, a); };
+  const ModelArgs args = args_with_layers(4);  // dim 32
+  auto sample = [&](const std::string& fqn, const ModelArgs& a) { return full(fqn, shape, torch::kDouble, 9, a); };
   expect_truncated_normal(sample("tok_embeddings.weight", args), 1.0, INFINITY, "tok_embeddings");
   const double out_std = 1.0 / std::sqrt(32.0);
   expect_truncated_normal(sample("output.weight", args), out_std, 3.0, "output");
@@ -206,7 +207,7 @@ TEST(ParamInit, DistributionsFollowTorchTitansRules) {
   expect_truncated_normal(sample("layers.2.feed_forward.w1.weight", args), 0.02, 2.0 / 0.02, "w1");
   const double depth3 = 0.02 / std::sqrt(2.0 * 4);  // depth_init: layer 3 → 2(3+1)
   expect_truncated_normal(sample("layers.3.attention.wo.weight", args), depth3, 2.0 / depth3, "wo layer 3");
-  LlamaArgs flat = args_with_layers(6);
+  ModelArgs flat = args_with_layers(6);
   flat.depth_init = false;  // every layer: 0.02 / sqrt(2 · n_layers)
   const double flat_std = 0.02 / std::sqrt(12.0);
   expect_truncated_normal(sample("layers.0.feed_forward.w3.weight", flat), flat_std, 2.0 / flat_std, "w3 flat");

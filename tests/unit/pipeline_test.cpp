@@ -11,12 +11,13 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "trainer/models/llama3.h"
 #include "trainer/parallel/pipeline.h"
 
 namespace ctitan {
 namespace {
 
-std::string split(const LlamaArgs& a, int64_t stages, int64_t per_stage = -1) {
+std::string split(const ModelArgs& a, int64_t stages, int64_t per_stage = -1) {
   std::string out;
   for (const ModelPart& p : pipeline_stage_parts(a, stages, per_stage, 1, 1)) {
     if (!out.empty()) out += " | ";
@@ -32,7 +33,7 @@ std::string split(const LlamaArgs& a, int64_t stages, int64_t per_stage = -1) {
 // TorchTitan's examples: 32 layers over 8 stages (34 effective, 4 or 5 per
 // stage) and debugmodel's 6 layers over 2 and 4 stages.
 TEST(PipelineSplit, TorchTitansEvenSplitCountsEmbeddingAndHeadAsLayers) {
-  LlamaArgs a = llama3_flavor("debugmodel");  // 6 layers
+  ModelArgs a = llama3_flavor("debugmodel");  // 6 layers
   EXPECT_EQ(split(a, 2), "emb 0+3 | 3+3 head");
   EXPECT_EQ(split(a, 4), "emb 0+1 | 1+2 | 3+2 | 5+1 head");
   EXPECT_EQ(split(a, 2, 4), "emb 0+3 | 3+3 head");  // layers_per_stage 4: ceil(8 / 4) = 2 stages
@@ -41,7 +42,7 @@ TEST(PipelineSplit, TorchTitansEvenSplitCountsEmbeddingAndHeadAsLayers) {
 }
 
 TEST(PipelineSplit, ImpossibleSplitsAreOneLine) {
-  const LlamaArgs a = llama3_flavor("debugmodel");
+  const ModelArgs a = llama3_flavor("debugmodel");
   try {
     split(a, 16);
     FAIL() << "16 stages accepted";
@@ -233,7 +234,7 @@ TEST(PipelineSchedule, TheoreticalBubbleMatchesTheFormulas) {
 }
 
 TEST(PipelineSchedule, StagesPerRankFollowTorchTitan) {
-  const LlamaArgs a = llama3_flavor("debugmodel");  // 6 layers: 8 effective
+  const ModelArgs a = llama3_flavor("debugmodel");  // 6 layers: 8 effective
   EXPECT_EQ(pipeline_stages_per_rank("1F1B", a, 2, -1, 1, 1), 1);
   EXPECT_EQ(pipeline_stages_per_rank("Interleaved1F1B", a, 2, -1, 1, 1), 2);
   EXPECT_EQ(pipeline_stages_per_rank("LoopedBFS", a, 2, 2, 1, 1), 2);  // ceil(8 / 2) = 4 stages over 2 ranks
@@ -317,9 +318,9 @@ TEST(PipelineSplit, ModuleNamesPerPartAndSplitPointsCutByName) {
 // float8 filter naming another stage's linear (TorchTitan's default
 // "output" on a stage without the head) is no error, one naming nothing is.
 TEST(PipelineSplit, SeveralPartsMakeOneModel) {
-  const LlamaArgs a = llama3_flavor("debugmodel");
+  const ModelArgs a = llama3_flavor("debugmodel");
   const std::vector<ModelPart> all = pipeline_stage_parts(a, 4, -1, 1, 1);  // emb 0+1 | 1+2 | 3+2 | 5+1 head
-  Llama3 v_rank0(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[0], all[3]});
+  Transformer v_rank0(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[0], all[3]});
   EXPECT_TRUE(v_rank0.has_embedding());
   EXPECT_TRUE(v_rank0.has_head());
   EXPECT_FALSE(v_rank0.whole());
@@ -327,10 +328,10 @@ TEST(PipelineSplit, SeveralPartsMakeOneModel) {
   for (const auto& u : v_rank0.units()) units += u.name + " ";
   EXPECT_EQ(units, "tok_embeddings layers.0 layers.5 norm+output ");
   EXPECT_EQ(v_rank0.part_units(1), (std::pair<size_t, size_t>{2, 4}));
-  Llama3 middle(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[1]});
+  Transformer middle(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[1]});
   EXPECT_NO_THROW(middle.set_float8(Float8Recipe::kTensorwise, true, {"output"}));
   EXPECT_THROW(middle.set_float8(Float8Recipe::kTensorwise, true, {"nosuch"}), InputError);
-  EXPECT_THROW(Llama3(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[1], all[1]}),
+  EXPECT_THROW(Transformer(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[1], all[1]}),
                InputError);  // a layer in two parts
 }
 

@@ -10,7 +10,8 @@
 
 #include "common/errors.h"
 #include "profiling/memory.h"
-#include "trainer/model/llama.h"
+#include "trainer/models/llama3.h"
+#include "trainer/model/transformer.h"
 #include "trainer/model/param_spec.h"
 #include "trainer/parallel/train_model.h"
 #include "trainer/runtime.h"
@@ -60,12 +61,12 @@ std::vector<ModelPart> three_parts() {
 }
 
 TEST(ModelPart, PartsHoldTheWholeModelsValuesUnderTheirGlobalNames) {
-  const LlamaArgs args = llama3_flavor("tiny");
-  Llama3 whole(args, torch::kFloat, 16);
+  const ModelArgs args = llama3_flavor("tiny");
+  Transformer whole(args, torch::kFloat, 16);
   whole.init_weights(7);
   size_t seen = 0;
   for (const ModelPart& part : three_parts()) {
-    Llama3 m(args, torch::kFloat, 16, c10::Device(c10::kCPU), part);
+    Transformer m(args, torch::kFloat, 16, c10::Device(c10::kCPU), part);
     m.init_weights(7);
     for (const auto& s : m.slots()) {
       EXPECT_TRUE(torch::equal(m.store().param(s.name), whole.store().param(s.name))) << s.name;
@@ -74,7 +75,7 @@ TEST(ModelPart, PartsHoldTheWholeModelsValuesUnderTheirGlobalNames) {
   }
   EXPECT_EQ(seen, whole.slots().size());  // every parameter in exactly one part
   // A later stage alone: layer 1 keeps its global name and its depth-scaled init.
-  Llama3 late(args, torch::kFloat, 16, c10::Device(c10::kCPU), {false, 1, 1, true});
+  Transformer late(args, torch::kFloat, 16, c10::Device(c10::kCPU), {false, 1, 1, true});
   late.init_weights(7);
   EXPECT_EQ(late.units().front().name, "layers.1");
   EXPECT_TRUE(torch::equal(late.store().param("layers.1.feed_forward.w2.weight"),
@@ -82,19 +83,19 @@ TEST(ModelPart, PartsHoldTheWholeModelsValuesUnderTheirGlobalNames) {
 }
 
 TEST(ModelPart, StagesChainedUnitByUnitGiveTheWholeModelsLossAndGradients) {
-  const LlamaArgs args = llama3_flavor("tiny");
+  const ModelArgs args = llama3_flavor("tiny");
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   const at::Tensor batch = at::randint(args.vocab_size, {2, 17}, gen, at::kLong);
   const at::Tensor tokens = batch.narrow(1, 0, 16).contiguous(), labels = batch.narrow(1, 1, 16).contiguous();
-  Llama3 whole(args, torch::kFloat, 16);
+  Transformer whole(args, torch::kFloat, 16);
   whole.init_weights(5);
   const at::Tensor expected = whole.forward_loss(tokens, labels);
   expected.backward();
 
-  std::vector<std::unique_ptr<Llama3>> stages;
+  std::vector<std::unique_ptr<Transformer>> stages;
   at::Tensor x = tokens;
   for (const ModelPart& part : three_parts()) {
-    stages.push_back(std::make_unique<Llama3>(args, torch::kFloat, 16, c10::Device(c10::kCPU), part));
+    stages.push_back(std::make_unique<Transformer>(args, torch::kFloat, 16, c10::Device(c10::kCPU), part));
     stages.back()->init_weights(5);
     for (size_t u = 0; u < stages.back()->units().size(); ++u) x = stages.back()->run_unit(u, x, labels);
   }
@@ -106,11 +107,11 @@ TEST(ModelPart, StagesChainedUnitByUnitGiveTheWholeModelsLossAndGradients) {
 }
 
 TEST(ModelPart, RangesOutsideTheModelAreInputErrors) {
-  const LlamaArgs args = llama3_flavor("tiny");  // 2 layers
+  const ModelArgs args = llama3_flavor("tiny");  // 2 layers
   EXPECT_THROW(ModelPart({false, 1, 2, false}).resolved(args), InputError);
   EXPECT_THROW(ModelPart({false, 0, 0, false}).resolved(args), InputError);
   EXPECT_EQ(ModelPart({false, 1, -1, true}).resolved(args).n_layers, 1);
-  Llama3 middle(args, torch::kFloat, 16, c10::Device(c10::kCPU), {false, 0, 1, false});
+  Transformer middle(args, torch::kFloat, 16, c10::Device(c10::kCPU), {false, 0, 1, false});
   EXPECT_THROW(middle.block(1, torch::zeros({1, 4, args.dim})), c10::Error);  // layer 1 lives elsewhere
   EXPECT_THROW(middle.forward_loss(torch::zeros({1, 4}, torch::kLong), torch::zeros({1, 4}, torch::kLong)),
                c10::Error);
@@ -129,12 +130,12 @@ TEST(Fsdp, AllocatesOnlyItsShardsNeverTheWholeModel) {
   JobConfig cfg;
   cfg.model.flavor = "debugmodel";
   cfg.training.seq_len = 32;
-  const LlamaArgs args = llama3_flavor(cfg.model.flavor);
+  const ModelArgs args = llama3_flavor(cfg.model.flavor);
   const int64_t full_fp32 = count_params(args).total * 4;
 
   const int64_t before = cpu_memory_stats().current_bytes;
   reset_peak_cpu_memory();
-  auto tm = parallelize_llama(args, rt, cfg);
+  auto tm = parallelize_model(args, rt, cfg);
   const int64_t peak = cpu_memory_stats().peak_bytes - before;
   // Master + gradient shards (fp32) and the bf16 compute shard: 10 B per
   // parameter / 4 ranks. One full fp32 copy would be 4 B per parameter.
@@ -148,7 +149,7 @@ TEST(Fsdp, AllocatesOnlyItsShardsNeverTheWholeModel) {
   EXPECT_LE(local * 4, count_params(args).total * 101 / 100);  // a quarter, plus padding rows
 
   // Rank 1's boxes hold the single-process values at their coordinates.
-  Llama3 whole(args, torch::kFloat, 32);
+  Transformer whole(args, torch::kFloat, 32);
   whole.init_weights(static_cast<uint64_t>(cfg.debug.seed));
   AdamW opt(tm->params(), tm->grads(), {});
   for (const auto& p : tm->checkpoint_pieces(opt, false)) {

@@ -12,6 +12,7 @@
 #include "planner/calibrate.h"
 #include "planner/plan.h"
 #include "planner/plan_internal.h"
+#include "trainer/models/llama3.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/kernels/fused_ops.h"
 
@@ -113,7 +114,7 @@ TEST(Planner, NLayersReplacesTheFlavorsLayerCountOnly) {
   EXPECT_EQ(model_from_flavor("8B", 4).params(), 2 * v * d + 4 * layer + d);
   EXPECT_EQ(model_from_flavor("8B", 4).n_layers, 4);
   EXPECT_EQ(model_from_flavor("8B", 0).params(), 8030261248);  // 0: the flavor's 32 layers
-  const LlamaArgs a = llama3_flavor("8B", 4), b = llama3_flavor("8B");
+  const ModelArgs a = llama3_flavor("8B", 4), b = llama3_flavor("8B");
   EXPECT_EQ(a.n_layers, 4);
   EXPECT_EQ(std::tie(a.dim, a.n_heads, a.n_kv_heads, a.vocab_size), std::tie(b.dim, b.n_heads, b.n_kv_heads, b.vocab_size));
 }

@@ -115,7 +115,7 @@ TEST_P(RowMath, RopeAndItsInverseMatchEagerComplexRotation) {
   const at::Tensor inv = at::pow(500000.0, -at::arange(0, Dh, 2, at::kDouble) / Dh);
   const at::Tensor ang = at::outer(at::arange(S, at::kDouble), inv).to(at::kFloat);
   const at::Tensor freqs = at::polar(at::ones_like(ang), ang);  // complex64 [S, Dh/2]
-  // Eager: as Llama3::apply_rope, a complex multiply in fp32.
+  // Eager: as Transformer::apply_rope, a complex multiply in fp32.
   const at::Tensor xe = x.clone().requires_grad_();
   const at::Tensor xc = at::view_as_complex(xe.to(at::kFloat).reshape({B, S, n, Dh / 2, 2}));
   const at::Tensor ye = at::view_as_real(xc * freqs.view({1, S, 1, Dh / 2})).flatten(3).to(dt);

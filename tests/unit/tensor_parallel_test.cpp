@@ -12,7 +12,8 @@
 
 #include "common/errors.h"
 #include "tests/unit/thread_ranks.h"
-#include "trainer/model/llama.h"
+#include "trainer/models/llama3.h"
+#include "trainer/model/transformer.h"
 #include "trainer/parallel/tensor_parallel.h"
 
 namespace ctitan {
@@ -98,10 +99,10 @@ namespace {
 // TorchTitan's plan on debugmodel's specs (dim 256, 16 heads of 16, 16 KV
 // heads, FFN 768, vocab 2048), as rank 1 of tp 2: boxes by hand.
 TEST(TensorParallelPlan, TorchTitansLlamaPlanAsBoxes) {
-  const LlamaArgs a = llama3_flavor("debugmodel");
+  const ModelArgs a = llama3_flavor("debugmodel");
   check_tensor_parallel_degree(a, 2);
   std::map<std::string, ParamSpec> by_name;
-  for (ParamSpec& s : tensor_parallel_plan(llama3_param_specs(a, ModelPart{}), 2, 1)) by_name[s.name] = s;
+  for (ParamSpec& s : tensor_parallel_plan(model_param_specs(a, ModelPart{}), 2, 1)) by_name[s.name] = s;
   const auto box = [&](const std::string& n) { return std::make_pair(by_name.at(n).box_offset, by_name.at(n).box_shape); };
   using V = std::vector<int64_t>;
   EXPECT_EQ(box("layers.0.attention.wq.weight"), std::make_pair(V{128, 0}, V{128, 256}));
@@ -116,11 +117,11 @@ TEST(TensorParallelPlan, TorchTitansLlamaPlanAsBoxes) {
   EXPECT_EQ(by_name.at("layers.0.attention.wo.weight").describe(),
             "layers.0.attention.wo.weight  global [256, 256]  local [256, 128]  Shard(1) over tp 2");
   // tp 1: the whole model.
-  EXPECT_EQ(tensor_parallel_plan(llama3_param_specs(a, ModelPart{}), 1, 0)[1].shape, (V{256, 256}));
+  EXPECT_EQ(tensor_parallel_plan(model_param_specs(a, ModelPart{}), 1, 0)[1].shape, (V{256, 256}));
 }
 
 TEST(TensorParallelPlan, DegreeMustDivideHeadsKvHeadsFfnAndVocab) {
-  const LlamaArgs a = llama3_flavor("debugmodel");
+  const ModelArgs a = llama3_flavor("debugmodel");
   try {
     check_tensor_parallel_degree(a, 3);
     FAIL() << "tp 3 accepted";
@@ -234,14 +235,14 @@ class TensorParallelLlama : public ::testing::TestWithParam<LlamaCase> {};
 // over its boxes, the replicated norms included.
 TEST_P(TensorParallelLlama, LossAndGradientsAreTheWholeModels) {
   const LlamaCase c = GetParam();
-  const LlamaArgs args = llama3_flavor("tiny");
+  const ModelArgs args = llama3_flavor("tiny");
   const int tp = 2;
   const int64_t S = 16;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   const at::Tensor batch = at::randint(args.vocab_size, {2, S + 1}, gen, at::kLong);
   const at::Tensor tokens = batch.narrow(1, 0, S).contiguous(), labels = batch.narrow(1, 1, S).contiguous();
   const auto ac = ActivationCheckpointPolicy::parse(c.ac, "op");
-  Llama3 whole(args, torch::kDouble, S);
+  Transformer whole(args, torch::kDouble, S);
   whole.init_weights(5);
   whole.set_activation_checkpointing(ac);
   const at::Tensor want = whole.forward_loss(tokens, labels);
@@ -251,7 +252,7 @@ TEST_P(TensorParallelLlama, LossAndGradientsAreTheWholeModels) {
   std::vector<std::string> failures;
   testing::run_group(tp, [&](int r, Communicator& comm) {
     TensorParallelOptions o{&comm, c.sequence_parallel, c.loss_parallel, c.async};
-    Llama3 part(args, torch::kDouble, S, c10::Device(c10::kCPU), ModelPart{}, ParamStore::Storage::kFlat, o);
+    Transformer part(args, torch::kDouble, S, c10::Device(c10::kCPU), ModelPart{}, ParamStore::Storage::kFlat, o);
     part.init_weights(5);
     part.set_activation_checkpointing(ac);
     const at::Tensor loss = part.forward_loss(tokens, labels);
@@ -285,7 +286,7 @@ INSTANTIATE_TEST_SUITE_P(Options, TensorParallelLlama,
 TEST(TensorParallelLlama, AsyncWithoutSequenceParallelIsAnInputError) {
   testing::run_group(2, [&](int, Communicator& comm) {
     TensorParallelOptions o{&comm, false, true, true};
-    EXPECT_THROW(Llama3(llama3_flavor("tiny"), torch::kFloat, 16, c10::Device(c10::kCPU), ModelPart{},
+    EXPECT_THROW(Transformer(llama3_flavor("tiny"), torch::kFloat, 16, c10::Device(c10::kCPU), ModelPart{},
                         ParamStore::Storage::kFlat, o),
                  InputError);
   });

@@ -19,9 +19,10 @@
 #include "profiling/trace_analysis.h"
 #include "profiling/trace_merge.h"
 #include "profiling/trace_validate.h"
+#include "trainer/models/llama3.h"
 #include "trainer/metrics.h"
 #include "trainer/model/activation_checkpoint.h"
-#include "trainer/model/llama_args.h"
+#include "trainer/model/model_args.h"
 
 namespace ctitan {
 namespace {
@@ -424,7 +425,7 @@ TEST(PeakFlops, AnUnknownGpuGetsNoPeakAndAWarningNotAnotherGpusPeak) {
 }
 
 TEST(HardwareFlops, AddsWhatActivationCheckpointingRecomputes) {
-  const LlamaArgs a = llama3_flavor("debugmodel");  // D 256, L 6, H 16, Dh 16, F 768
+  const ModelArgs a = llama3_flavor("debugmodel");  // D 256, L 6, H 16, Dh 16, F 768
   const int64_t S = 64;
   const double fpt = flops_per_token(a, S);
   const double D = 256, Dh = 16, H = 16, F = a.ffn_hidden_dim();

@@ -1,11 +1,12 @@
 // The restructured core without processes: TrainModel built by
-// parallelize_llama against a fake mesh (comm.mode = "fake_backend") on the
+// parallelize_model against a fake mesh (comm.mode = "fake_backend") on the
 // meta device, for every data-parallel layout. Device audit: no parameter,
 // gradient, optimizer state or checkpointed tensor may land on another
 // device. The fake mesh's flattened groups follow TorchTitan.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "trainer/models/llama3.h"
 #include "trainer/dry_run.h"
 #include "trainer/parallel/train_model.h"
 #include "trainer/runtime.h"
@@ -59,7 +60,7 @@ TEST_P(MetaLayouts, EveryTensorStaysOnTheMetaDevice) {
     cfg.activation_checkpoint.mode = ac;
     cfg.compile.enable = std::string(ac) == "full";
     const Runtime rt = meta_runtime(l.shape, 0);
-    auto tm = parallelize_llama(llama3_flavor(cfg.model.flavor), rt, cfg);
+    auto tm = parallelize_model(llama3_flavor(cfg.model.flavor), rt, cfg);
     AdamW opt(tm->params(), tm->grads(), AdamWOptions{});
     expect_all_meta(*tm, opt, l.name);
     tm->begin_step();  // the compute copy (FSDP: of the shard)
@@ -88,7 +89,7 @@ TEST(MetaLayouts, Float8AllGatherRunsOnMeta) {
   MeshShape s;
   s.dp_shard = 4;
   const Runtime rt = meta_runtime(s, 1);
-  auto tm = parallelize_llama(llama3_flavor(cfg.model.flavor), rt, cfg);
+  auto tm = parallelize_model(llama3_flavor(cfg.model.flavor), rt, cfg);
   AdamW opt(tm->params(), tm->grads(), AdamWOptions{});
   tm->begin_step();
   const auto ids = torch::TensorOptions().device(c10::kMeta).dtype(torch::kLong);
@@ -115,7 +116,7 @@ TEST(MetaLayouts, CpuBuildIsSeenAsNotMeta) {
   JobConfig cfg = debug_config();
   Runtime rt;
   rt.mesh = DeviceMesh::single();
-  auto tm = parallelize_llama(llama3_flavor("debugmodel"), rt, cfg);
+  auto tm = parallelize_model(llama3_flavor("debugmodel"), rt, cfg);
   EXPECT_TRUE(tm->params().device().is_cpu());
 }
 
@@ -156,7 +157,7 @@ TEST(FakeMesh, CollectivesCheckSizesAndMoveNothing) {
 }
 
 TEST(ActivationEstimate, FullCheckpointingKeepsOnlyBlockInputs) {
-  const LlamaArgs a = llama3_flavor("debugmodel");
+  const ModelArgs a = llama3_flavor("debugmodel");
   const auto none = ActivationCheckpointPolicy::parse("none", "2");
   const auto full = ActivationCheckpointPolicy::parse("full", "2");
   const int64_t B = 2, S = 64, bytes = 2;

@@ -8,8 +8,9 @@
 
 #include <thread>
 
+#include "trainer/models/llama3.h"
 #include "trainer/model/activation_checkpoint.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 #include "trainer/model/weight_grad.h"
 
 namespace ctitan {
@@ -78,7 +79,7 @@ TEST(WeightGrad, ABackwardOnAnotherThreadFindsTheScope) {
 at::Tensor model_grads(const std::string& mode, const std::string& option, bool split, size_t* queued = nullptr,
                        double* weight_grad_before_w = nullptr) {
   const auto args = llama3_flavor("debugmodel");
-  Llama3 model(args, torch::kFloat, 16);
+  Transformer model(args, torch::kFloat, 16);
   model.init_weights(5);
   model.set_activation_checkpointing(ActivationCheckpointPolicy::parse(mode, option));
   model.set_split_backward(split);

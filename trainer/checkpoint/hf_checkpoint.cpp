@@ -19,7 +19,7 @@
 #include "trainer/checkpoint/checkpoint_metadata.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/data/tokenizer.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 
 namespace fs = std::filesystem;
 
@@ -55,7 +55,7 @@ std::optional<std::pair<std::string, std::string>> split_layer(const std::string
 }
 
 // Heads whose rows RoPE rotates: wq (query heads) and wk (KV heads); 0 otherwise.
-int64_t rotary_heads(const std::string& fqn, const LlamaArgs& args) {
+int64_t rotary_heads(const std::string& fqn, const ModelArgs& args) {
   const auto layer = split_layer(fqn, "layers.");
   if (!layer) return 0;
   if (layer->second == "attention.wq.weight") return args.n_heads;
@@ -151,7 +151,7 @@ class HfFolder {
 // RoPE's theta and whether the embeddings are tied (the tensors' shapes
 // cannot show the head counts the q/k permutation depends on, nor theta).
 // Returns tie_word_embeddings (false when absent, Llama 3's value).
-bool check_config(const fs::path& dir, const LlamaArgs& args) {
+bool check_config(const fs::path& dir, const ModelArgs& args) {
   const fs::path path = dir / "config.json";
   std::error_code ec;
   if (!fs::exists(path, ec)) return false;
@@ -211,14 +211,14 @@ std::string map_name(const std::string& name, bool to_hf) {
 std::string hf_name_of(const std::string& fqn) { return map_name(fqn, true); }
 std::string fqn_of_hf(const std::string& hf_name) { return map_name(hf_name, false); }
 
-at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const LlamaArgs& args) {
+at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const ModelArgs& args) {
   const int64_t n = rotary_heads(fqn, args), Dh = args.head_dim();
   if (n == 0) return whole;
   // Row h·Dh + 2i + j (ctitan's pair i) → h·Dh + j·Dh/2 + i (rotate_half's halves).
   return whole.view({n, Dh / 2, 2, whole.size(1)}).transpose(1, 2).reshape(whole.sizes());
 }
 
-at::Tensor from_hf_layout(const std::string& fqn, const at::Tensor& hf, const LlamaArgs& args) {
+at::Tensor from_hf_layout(const std::string& fqn, const at::Tensor& hf, const ModelArgs& args) {
   const int64_t n = rotary_heads(fqn, args), Dh = args.head_dim();
   if (n == 0) return hf;
   return hf.reshape({n, 2, Dh / 2, hf.size(1)}).transpose(1, 2).reshape(hf.sizes());
@@ -259,7 +259,7 @@ HfExportOptions hf_export_options(const JobConfig& cfg) {
   return o;
 }
 
-nlohmann::json hf_config_json(const LlamaArgs& args, const HfExportOptions& opts) {
+nlohmann::json hf_config_json(const ModelArgs& args, const HfExportOptions& opts) {
   const RopeScaling& r = args.rope_scaling;
   nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}},
                       {"model_type", "llama"},
@@ -297,10 +297,10 @@ nlohmann::json hf_config_json(const LlamaArgs& args, const HfExportOptions& opts
   return c;
 }
 
-void write_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args,
+void write_hf_checkpoint(const std::string& dir_in, const ModelArgs& args,
                          const std::function<at::Tensor(const std::string& fqn)>& whole, const HfExportOptions& opts) {
   const fs::path dir = fs::absolute(dir_in).lexically_normal();
-  const std::vector<ParamSpec> params = llama3_param_specs(args, ModelPart{});
+  const std::vector<ParamSpec> params = model_param_specs(args, ModelPart{});
   std::vector<SafetensorsWriter::Spec> specs;
   int64_t total = 0;
   for (const auto& p : params) {
@@ -346,7 +346,7 @@ void write_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args,
 }
 
 void export_hf_checkpoint(const std::string& checkpoint_folder, int64_t step, const TensorPieces& pieces,
-                          const LlamaArgs& args, const HfExportOptions& opts, const SaveGroup& group) {
+                          const ModelArgs& args, const HfExportOptions& opts, const SaveGroup& group) {
   // Every rank's boxes go to a hidden ctitan checkpoint; its loader
   // assembles whole tensors from them, whatever the layout was.
   const fs::path staging = fs::absolute(fs::path(checkpoint_folder) / (".hf-export-step-" + std::to_string(step)));
@@ -362,7 +362,7 @@ void export_hf_checkpoint(const std::string& checkpoint_folder, int64_t step, co
   boxes.save_sharded(step, model, {{"step", step}}, nlohmann::json::object(), true, group);
   if (group.rank == 0) {
     const at::ScalarType master = model.empty() ? at::kFloat : model.front().tensor.scalar_type();
-    const std::vector<ParamSpec> params = llama3_param_specs(args, ModelPart{});
+    const std::vector<ParamSpec> params = model_param_specs(args, ModelPart{});
     std::map<std::string, std::vector<int64_t>> shapes;
     for (const auto& p : params) shapes[p.name] = p.global_shape;
     write_hf_checkpoint((fs::path(checkpoint_folder) / ("step-" + std::to_string(step))).string(), args,
@@ -378,7 +378,7 @@ void export_hf_checkpoint(const std::string& checkpoint_folder, int64_t step, co
   if (group.world > 1) group.barrier();
 }
 
-void load_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args, const TensorPieces& pieces) {
+void load_hf_checkpoint(const std::string& dir_in, const ModelArgs& args, const TensorPieces& pieces) {
   const fs::path dir(dir_in);
   const std::string where = "Hugging Face checkpoint " + dir.string();
   std::error_code ec;
@@ -388,7 +388,7 @@ void load_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args, const 
   HfFolder folder(dir);
 
   // Everything is checked before anything loads, in model order.
-  const std::vector<ParamSpec> params = llama3_param_specs(args, ModelPart{});
+  const std::vector<ParamSpec> params = model_param_specs(args, ModelPart{});
   std::map<std::string, std::string> source;  // fqn → Hugging Face name
   for (const auto& p : params) {
     std::string hf = hf_name_of(p.name);
@@ -452,7 +452,7 @@ void load_hf_checkpoint(const std::string& dir_in, const LlamaArgs& args, const 
   }
 }
 
-bool initial_load_hf(const JobConfig& cfg, const Checkpointer& ckpt, const LlamaArgs& args, const TensorPieces& pieces,
+bool initial_load_hf(const JobConfig& cfg, const Checkpointer& ckpt, const ModelArgs& args, const TensorPieces& pieces,
                      bool rank0) {
   if (!cfg.checkpoint.initial_load_in_hf || !ckpt.enabled()) return false;
   if (!ckpt.saved_steps().empty()) {

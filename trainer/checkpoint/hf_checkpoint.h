@@ -31,7 +31,7 @@
 
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/job_config.h"
-#include "trainer/model/llama_args.h"
+#include "trainer/model/model_args.h"
 
 namespace ctitan {
 
@@ -52,11 +52,11 @@ std::string hf_name_of(const std::string& fqn);
 std::string fqn_of_hf(const std::string& hf_name);
 
 // The whole tensor `fqn` in Hugging Face's layout (wq/wk rows permuted), and back.
-at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const LlamaArgs& args);
-at::Tensor from_hf_layout(const std::string& fqn, const at::Tensor& hf, const LlamaArgs& args);
+at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const ModelArgs& args);
+at::Tensor from_hf_layout(const std::string& fqn, const at::Tensor& hf, const ModelArgs& args);
 
 // config.json for transformers' LlamaForCausalLM.
-nlohmann::json hf_config_json(const LlamaArgs& args, const HfExportOptions& opts);
+nlohmann::json hf_config_json(const ModelArgs& args, const HfExportOptions& opts);
 // "float32" | "bfloat16" | "float16" ↔ dtype (std::invalid_argument otherwise).
 at::ScalarType export_dtype(const std::string& name);
 std::string export_dtype_name(at::ScalarType dtype);
@@ -67,25 +67,25 @@ HfExportOptions hf_export_options(const JobConfig& cfg);
 // Writes a Hugging Face checkpoint of the whole model into `dir` (replaced
 // atomically). `whole(fqn)` returns each TorchTitan parameter whole; it is
 // asked once per tensor, in order, so at most one tensor is held at a time.
-void write_hf_checkpoint(const std::string& dir, const LlamaArgs& args,
+void write_hf_checkpoint(const std::string& dir, const ModelArgs& args,
                          const std::function<at::Tensor(const std::string& fqn)>& whole, const HfExportOptions& opts);
 
 // checkpoint.last_save_in_hf: all ranks of `group` call this with their
 // "model." pieces (any layout); rank 0 writes <checkpoint_folder>/step-<step>.
 void export_hf_checkpoint(const std::string& checkpoint_folder, int64_t step, const TensorPieces& pieces,
-                          const LlamaArgs& args, const HfExportOptions& opts, const SaveGroup& group);
+                          const ModelArgs& args, const HfExportOptions& opts, const SaveGroup& group);
 
 // Fills the "model." pieces (this rank's boxes of any layout) from the Hugging
 // Face checkpoint in `dir`; other pieces are left alone. Every tensor of the
 // model is checked first (missing, wrong shape, one the model lacks), so
 // every rank fails alike with the first mismatch in model order.
-void load_hf_checkpoint(const std::string& dir, const LlamaArgs& args, const TensorPieces& pieces);
+void load_hf_checkpoint(const std::string& dir, const ModelArgs& args, const TensorPieces& pieces);
 
 // TorchTitan's rule for checkpoint.initial_load_in_hf: when checkpointing is
 // on and the checkpoint folder has no step to resume from, load the model
 // from initial_load_path (or, without one, model.hf_assets_path). Returns
 // whether it loaded; rank0 prints what it did.
-bool initial_load_hf(const JobConfig& cfg, const Checkpointer& ckpt, const LlamaArgs& args, const TensorPieces& pieces,
+bool initial_load_hf(const JobConfig& cfg, const Checkpointer& ckpt, const ModelArgs& args, const TensorPieces& pieces,
                      bool rank0);
 
 }  // namespace ctitan

@@ -369,7 +369,7 @@ std::vector<FieldSpec> build_registry() {
       field("debug.deterministic_warn_only", &C::debug, &DebugSection::deterministic_warn_only,
             "warn instead of failing on nondeterministic ops"),
       field("debug.moe_force_load_balance", &C::debug, &DebugSection::moe_force_load_balance,
-            "MoE debugging; no MoE in ctitan", kInert),
+            "MoE debugging: route tokens to experts round-robin"),
   };
   add_dataloader_keys(r, "training", &C::training_dataloader);
   add_dataloader_keys(r, "validation", &C::validation_dataloader);

@@ -7,6 +7,7 @@
 
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
+#include "trainer/model/model_registry.h"
 
 namespace ctitan::config {
 namespace {
@@ -214,18 +215,20 @@ void check_unsupported(const Checker& k, const JobConfig& c) {
   }
 }
 
-// model.name picks the model family. ctitan has Llama 3 only; TorchTitan's
-// other families are named as such, so that a recipe of theirs never trains
-// (and records) a Llama 3 under another family's name.
+// model.name picks the model family (model_registry.h). TorchTitan's
+// families ctitan does not have are named as such, so that a recipe of
+// theirs never trains (and records) another family under their name.
 void check_model_name(const Checker& k, const std::string& name) {
-  if (name == "llama3") return;
+  if (is_model_family(name)) return;
+  std::string known;
+  for (const auto& n : model_family_names()) known += (known.empty() ? "\"" : ", \"") + n + "\"";
   std::string what = "model.name " + render_value(Value(name));
-  for (const char* tt : {"llama3_ft", "llama4", "qwen3", "deepseek_v3", "gpt_oss", "flux", "simple_fsdp"})
+  for (const char* tt : {"llama3_ft", "llama4", "deepseek_v3", "gpt_oss", "flux", "simple_fsdp"})
     if (name == tt) {
-      what += " is a TorchTitan model family ctitan does not have yet; the only family is \"llama3\"";
+      what += " is a TorchTitan model family ctitan does not have yet; ctitan's families: " + known;
       k.bad("model.name", what);
     }
-  what += " is not a model family; the only family is \"llama3\"";
+  what += " is not a model family; ctitan's families: " + known;
   k.bad("model.name", what);
 }
 

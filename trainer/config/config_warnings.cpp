@@ -12,7 +12,9 @@
 namespace ctitan::config {
 namespace {
 
-const char* kNoMoe = "ctitan trains dense Llama 3 models: there are no mixture-of-experts layers";
+const char* kNoMoe =
+    "ctitan's MoE layers have no expert parallelism or quantised grouped GEMMs yet: experts are replicated over tp, "
+    "sharded by FSDP like every parameter, and their grouped GEMMs run in the compute dtype";
 const char* kNoTorchFt = "ctitan has no TorchFT fault tolerance (fault_tolerance.enable must stay false)";
 const char* kNoMx = "MX (mxfp8) linears are not implemented: model.converters accepts only quantize.linear.float8";
 const char* kPinned = "ctitan stages every batch through pinned memory on CUDA (and needs none on CPU)";
@@ -94,7 +96,6 @@ const std::map<std::string, std::string>& unsupported_reasons() {
       {"validation.dataloader.persistent_workers", kNoWorkers},
       {"validation.dataloader.pin_memory", kPinned},
       {"validation.dataloader.prefetch_factor", kNoWorkers},
-      {"debug.moe_force_load_balance", kNoMoe},
   };
   return why;
 }

@@ -215,7 +215,7 @@ struct DebugSection {
   int64_t seed = 0;
   bool deterministic = false;
   bool deterministic_warn_only = false;
-  bool moe_force_load_balance = false;      // no MoE: inert
+  bool moe_force_load_balance = false;      // MoE: round-robin routing (debugging)
 };
 
 // Sections ctitan does not implement. They exist so that a TorchTitan recipe

@@ -28,7 +28,7 @@ at::Tensor cuda_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 at::Tensor cuda_swiglu(const at::Tensor& gate_up);
 
 // RoPE of q [B,S,H,Dh] and k [B,S,K,Dh] (views of the QKV GEMM's output)
-// in one launch, as Llama3::apply_rope: contiguous outputs in out_dtype;
+// in one launch, as Transformer::apply_rope: contiguous outputs in out_dtype;
 // nothing saved but the freqs table.
 std::pair<at::Tensor, at::Tensor> cuda_rope_qk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& freqs_cis,
                                                at::ScalarType out_dtype);

@@ -51,7 +51,7 @@ at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double 
 // in one pass.
 at::Tensor fused_swiglu(const at::Tensor& gate_up);
 
-// Rotary embedding as Llama3::apply_rope: x [B,S,n,Dh] is read as complex
+// Rotary embedding as Transformer::apply_rope: x [B,S,n,Dh] is read as complex
 // pairs (x[2i], x[2i+1]) rotated by freqs_cis[s, i] (complex64 [S_max, Dh/2],
 // the first S rows are used), fp32 math, output [B,S,n,Dh] contiguous in
 // out_dtype. x may be a strided view (e.g. a split of a fused QKV output)

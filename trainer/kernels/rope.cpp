@@ -1,4 +1,4 @@
-// Fused rotary embedding (forward + backward), Llama3::apply_rope's math.
+// Fused rotary embedding (forward + backward), Transformer::apply_rope's math.
 //
 // Legend: B batch, S sequence, n heads of this projection (H or K), Dh head
 // dim; x [B,S,n,Dh] with element pairs (x[2i], x[2i+1]) read as the complex
@@ -93,7 +93,7 @@ class FusedRope : public torch::autograd::Function<FusedRope> {
   }
 };
 
-// The eager chain, exactly Llama3::apply_rope.
+// The eager chain, exactly Transformer::apply_rope.
 at::Tensor eager_rope(const at::Tensor& x, const at::Tensor& freqs_cis, at::ScalarType out_dtype) {
   const int64_t S = x.size(1);
   const auto real = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;

@@ -33,6 +33,11 @@ constexpr LayerWeightRule kLayerWeights[] = {
     {"attention.wq.weight", false},   {"attention.wk.weight", false}, {"attention.wv.weight", false},
     {"feed_forward.w1.weight", false}, {"attention.wo.weight", true},  {"feed_forward.w2.weight", true},
     {"feed_forward.w3.weight", true},
+    // MoE (TorchTitan's MoE.init_weights): the router and w2/w3 depth-scaled.
+    {"moe.experts.w1", false},        {"moe.experts.w2", true},         {"moe.experts.w3", true},
+    {"moe.router.gate.weight", true},
+    {"moe.shared_experts.w1.weight", false}, {"moe.shared_experts.w2.weight", true},
+    {"moe.shared_experts.w3.weight", true},
 };
 
 ParamInitRule trunc_normal(double std, double bound) {
@@ -40,7 +45,7 @@ ParamInitRule trunc_normal(double std, double bound) {
 }
 
 [[noreturn]] void unknown_fqn(const std::string& fqn) {
-  throw std::invalid_argument("no Llama 3 init rule for parameter '" + fqn +
+  throw std::invalid_argument("no init rule for parameter '" + fqn +
                               "' (names look like tok_embeddings.weight, layers.0.attention.wq.weight, output.weight)");
 }
 
@@ -144,10 +149,11 @@ void fill_box(T* data, const Sampler& s, c10::IntArrayRef box, c10::IntArrayRef 
 
 }  // namespace
 
-ParamInitRule llama3_init_rule(const std::string& fqn, const LlamaArgs& args) {
-  if (fqn == "tok_embeddings.weight") return {ParamInitRule::Kind::kNormal, 1.0, 0.0, 0.0};
+ParamInitRule model_init_rule(const std::string& fqn, const ModelArgs& args) {
+  // A tied embedding is the output matrix, initialised last (as TorchTitan).
+  if (fqn == "tok_embeddings.weight" && !args.tie_embeddings) return {ParamInitRule::Kind::kNormal, 1.0, 0.0, 0.0};
   if (fqn == "norm.weight") return {ParamInitRule::Kind::kOnes, 0.0, 0.0, 0.0};
-  if (fqn == "output.weight") {
+  if (fqn == "output.weight" || fqn == "tok_embeddings.weight") {
     const double final_std = std::pow(static_cast<double>(args.dim), -0.5);
     return trunc_normal(final_std, 3 * final_std);
   }
@@ -159,7 +165,8 @@ ParamInitRule llama3_init_rule(const std::string& fqn, const LlamaArgs& args) {
   const int64_t layer = std::stoll(digits);
   if (layer >= args.n_layers) unknown_fqn(fqn);
   const std::string rest = fqn.substr(dot + 1);
-  if (rest == "attention_norm.weight" || rest == "ffn_norm.weight")
+  if (rest == "attention_norm.weight" || rest == "ffn_norm.weight" || rest == "attention.q_norm.weight" ||
+      rest == "attention.k_norm.weight")
     return {ParamInitRule::Kind::kOnes, 0.0, 0.0, 0.0};
   for (const auto& w : kLayerWeights) {
     if (rest != w.name) continue;
@@ -212,11 +219,11 @@ void init_box(at::Tensor out, const ParamInitRule& rule, uint64_t key, c10::IntA
 }
 
 void init_param_box(at::Tensor out, const std::string& fqn, c10::IntArrayRef global_shape,
-                    c10::IntArrayRef box_offset, const LlamaArgs& args, uint64_t seed) {
-  init_box(std::move(out), llama3_init_rule(fqn, args), param_init_key(seed, fqn), global_shape, box_offset);
+                    c10::IntArrayRef box_offset, const ModelArgs& args, uint64_t seed) {
+  init_box(std::move(out), model_init_rule(fqn, args), param_init_key(seed, fqn), global_shape, box_offset);
 }
 
-void init_param_storage(at::Tensor storage, const ParamSpec& spec, const LlamaArgs& args, uint64_t seed) {
+void init_param_storage(at::Tensor storage, const ParamSpec& spec, const ModelArgs& args, uint64_t seed) {
   TORCH_CHECK(storage.sizes() == c10::IntArrayRef(spec.shape), "init_param_storage: ", spec.name, " storage is ",
               storage.sizes(), ", its spec says ", shape_str(spec.shape));
   at::Tensor box = storage;

@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <string>
 
-#include "trainer/model/llama_args.h"
+#include "trainer/model/model_args.h"
 #include "trainer/model/param_spec.h"
 
 namespace ctitan {
@@ -39,15 +39,20 @@ struct ParamInitRule {
   double lo = 0.0, hi = 0.0;
 };
 
-// TorchTitan's Llama 3 init_weights as a rule per FQN:
+// TorchTitan's init_weights (Llama 3, Qwen3, the MoE layer) as a rule per FQN:
 //   tok_embeddings.weight                          normal(0, 1)
 //   output.weight                                  trunc_normal(dim^-0.5, ±3 std)
 //   *norm.weight                                   ones
 //   layers.L.attention.w{q,k,v}, feed_forward.w1   trunc_normal(0.02, ±2)
 //   layers.L.attention.wo, feed_forward.w{2,3}     trunc_normal(0.02/sqrt(2(L+1)), ±2) with
 //                                                  depth_init, else 0.02/sqrt(2·n_layers)
-// Throws std::invalid_argument for an FQN the Llama 3 model does not have.
-ParamInitRule llama3_init_rule(const std::string& fqn, const LlamaArgs& args);
+//   layers.L.attention.{q,k}_norm                  ones
+//   layers.L.moe.experts.w1, shared_experts.w1     trunc_normal(0.02, ±2)
+//   layers.L.moe.experts.w{2,3}, router.gate,
+//     shared_experts.w{2,3}                        as wo (depth-scaled)
+//   tok_embeddings.weight, tied to the output      as output.weight
+// Throws std::invalid_argument for an FQN the models do not have.
+ParamInitRule model_init_rule(const std::string& fqn, const ModelArgs& args);
 
 // The Philox key of a parameter: a 64-bit hash of (seed, FQN).
 uint64_t param_init_key(uint64_t seed, const std::string& fqn);
@@ -61,13 +66,13 @@ uint64_t param_init_key(uint64_t seed, const std::string& fqn);
 void init_box(at::Tensor out, const ParamInitRule& rule, uint64_t key, c10::IntArrayRef global_shape,
               c10::IntArrayRef box_offset);
 
-// init_box with llama3_init_rule(fqn, args) and param_init_key(seed, fqn).
+// init_box with model_init_rule(fqn, args) and param_init_key(seed, fqn).
 void init_param_box(at::Tensor out, const std::string& fqn, c10::IntArrayRef global_shape,
-                    c10::IntArrayRef box_offset, const LlamaArgs& args, uint64_t seed);
+                    c10::IntArrayRef box_offset, const ModelArgs& args, uint64_t seed);
 
 // Initialises a rank's storage of one parameter from its spec: the box is
 // filled by init_param_box, padding (FSDP's rows past the end) is zeroed.
 // `storage` has spec.shape.
-void init_param_storage(at::Tensor storage, const ParamSpec& spec, const LlamaArgs& args, uint64_t seed);
+void init_param_storage(at::Tensor storage, const ParamSpec& spec, const ModelArgs& args, uint64_t seed);
 
 }  // namespace ctitan

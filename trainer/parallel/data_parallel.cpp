@@ -28,7 +28,7 @@ at::Tensor unversioned_alias(const at::Tensor& t) {
 
 }  // namespace
 
-DataParallel::DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions opts)
+DataParallel::DataParallel(Transformer& model, DeviceMesh& mesh, DataParallelOptions opts)
     : model_(model), mesh_(mesh), opts_(std::move(opts)) {
   replicate_ = mesh.size("dp_replicate");
   // FSDP shards over dp_shard, and over dp_shard x cp (TorchTitan's "fsdp")

@@ -16,7 +16,7 @@
 //         shards over dp_replicate.
 //
 // DataParallel is a set of unit hooks (unit_hooks.h): the unit runner
-// (TrainModel) runs the units — Llama3::units(): tok_embeddings, each
+// (TrainModel) runs the units — Transformer::units(): tok_embeddings, each
 // block, norm+output — and backward unit by unit, and calls these hooks at
 // each unit's boundaries to gather, free and reduce. With one rank it holds
 // the optimizer's view of the model and hooks nothing.
@@ -39,7 +39,7 @@
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/dist/flight_recorder.h"
 #include "trainer/dist/mesh.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/parallel/unit_hooks.h"
 
@@ -74,7 +74,7 @@ class DataParallel final : public UnitHooks {
   // The model must have unit storage exactly when dp_shard > 1 (the plan
   // decides before the model allocates). FSDP allocates only this rank's
   // shards; init_weights fills them.
-  DataParallel(Llama3& model, DeviceMesh& mesh, DataParallelOptions opts);
+  DataParallel(Transformer& model, DeviceMesh& mesh, DataParallelOptions opts);
   // TorchTitan's init_weights after parallelize: every rank fills its own
   // boxes from (seed, FQN, global index) — no full model is built anywhere.
   void init_weights(uint64_t seed);
@@ -166,7 +166,7 @@ class DataParallel final : public UnitHooks {
   bool first_replica(const ParamSpec& s) const;
   void plan_norm_ranges();
 
-  Llama3& model_;
+  Transformer& model_;
   DeviceMesh& mesh_;
   DataParallelOptions opts_;
   int64_t replicate_ = 1, shard_ = 1;

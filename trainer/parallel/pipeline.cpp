@@ -19,7 +19,7 @@ const std::vector<std::string>& torchtitan_schedules() {
 
 }  // namespace
 
-std::vector<ModelPart> pipeline_stage_parts(const LlamaArgs& args, int64_t n_stages, int64_t layers_per_stage,
+std::vector<ModelPart> pipeline_stage_parts(const ModelArgs& args, int64_t n_stages, int64_t layers_per_stage,
                                             int64_t first_less, int64_t last_less) {
   const int64_t effective = args.n_layers + first_less + last_less;
   const std::string what = std::to_string(args.n_layers) + " layers (+" + std::to_string(first_less) +
@@ -257,7 +257,7 @@ int64_t stages_per_rank_of(const std::string& name, int64_t stages, int64_t pp, 
 // Parts from lists of module names ("tok_embeddings", "layers.N", "norm",
 // "output"): every layer once, in order; the embedding first, norm and
 // output together last.
-std::vector<ModelPart> parts_from_fqns(const LlamaArgs& args, const std::vector<std::vector<std::string>>& fqns,
+std::vector<ModelPart> parts_from_fqns(const ModelArgs& args, const std::vector<std::vector<std::string>>& fqns,
                                        const std::string& key) {
   std::vector<ModelPart> parts;
   int64_t next = 0;
@@ -308,7 +308,7 @@ std::vector<ModelPart> parts_from_fqns(const LlamaArgs& args, const std::vector<
 
 }  // namespace
 
-int64_t pipeline_stages_per_rank(const std::string& name, const LlamaArgs& args, int64_t pp,
+int64_t pipeline_stages_per_rank(const std::string& name, const ModelArgs& args, int64_t pp,
                                  int64_t layers_per_stage, int64_t first_less, int64_t last_less) {
   if (layers_per_stage <= 0) return pipeline_multi_stage(name) ? 2 : 1;
   const int64_t effective = args.n_layers + first_less + last_less;
@@ -319,7 +319,7 @@ int64_t pipeline_stages_per_rank(const std::string& name, const LlamaArgs& args,
   return stages_per_rank_of(name, (effective + layers_per_stage - 1) / layers_per_stage, pp, what);
 }
 
-PipelineSplit plan_pipeline_split(const LlamaArgs& args, const ParallelismSection& p, int64_t pp) {
+PipelineSplit plan_pipeline_split(const ModelArgs& args, const ParallelismSection& p, int64_t pp) {
   const std::string& name = p.pipeline_parallel_schedule;
   std::vector<std::vector<std::string>> fqns;
   std::string key;

@@ -40,14 +40,14 @@
 #include <vector>
 
 #include "trainer/config/job_config.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 
 namespace ctitan {
 
 // The model parts of `n_stages` stages, in stage order. InputError (one line
 // naming the numbers) when a stage would get fewer than zero transformer
 // layers, or when layers_per_stage (> 0) does not give n_stages stages.
-std::vector<ModelPart> pipeline_stage_parts(const LlamaArgs& args, int64_t n_stages, int64_t layers_per_stage,
+std::vector<ModelPart> pipeline_stage_parts(const ModelArgs& args, int64_t n_stages, int64_t layers_per_stage,
                                             int64_t first_less, int64_t last_less);
 
 struct PipelineAction {
@@ -89,7 +89,7 @@ void check_pipeline_schedule(const std::string& name, bool csv = false);
 // layers_per_stage when set (the stage count must be a multiple of pp;
 // single-stage schedules need exactly one per rank, multi-stage ones at
 // least two, V schedules exactly two), else 1 or 2. InputError otherwise.
-int64_t pipeline_stages_per_rank(const std::string& name, const LlamaArgs& args, int64_t pp,
+int64_t pipeline_stages_per_rank(const std::string& name, const ModelArgs& args, int64_t pp,
                                  int64_t layers_per_stage, int64_t first_less, int64_t last_less);
 
 // How the model is cut and how many stages each rank holds, as the trainer
@@ -102,7 +102,7 @@ struct PipelineSplit {
   int64_t stages_per_rank = 1;
   std::vector<ModelPart> parts;  // every stage, in stage order
 };
-PipelineSplit plan_pipeline_split(const LlamaArgs& args, const ParallelismSection& parallelism, int64_t pp);
+PipelineSplit plan_pipeline_split(const ModelArgs& args, const ParallelismSection& parallelism, int64_t pp);
 
 // The named schedule for p ranks, v stages per rank and m micro-batches,
 // validated. InputError when the schedule cannot run that shape (ZBV: v

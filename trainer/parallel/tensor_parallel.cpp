@@ -287,7 +287,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 }  // namespace
 
-void check_tensor_parallel_degree(const LlamaArgs& a, int64_t tp) {
+void check_tensor_parallel_degree(const ModelArgs& a, int64_t tp) {
   if (tp <= 1) return;
   std::string bad;
   const auto need = [&](int64_t n, const char* what) {
@@ -341,7 +341,7 @@ at::Tensor vocab_parallel_embedding(const at::Tensor& weight_shard, const at::Te
   if (tp.size() == 1) return at::embedding(weight_shard, tokens);
   at::Tensor e;
   if (tokens.is_meta()) {
-    e = weight_shard.index({tokens});  // shapes only (see Llama3::embed)
+    e = weight_shard.index({tokens});  // shapes only (see Transformer::embed)
   } else {
     const int64_t V = weight_shard.size(0);
     const at::Tensor local = tokens - tp.rank() * V;

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "trainer/dist/comm.h"
-#include "trainer/model/llama_args.h"
+#include "trainer/model/model_args.h"
 #include "trainer/model/param_spec.h"
 
 namespace ctitan {
@@ -63,7 +63,7 @@ struct TensorParallelOptions {
 // the numbers, when tp does not divide the heads, the KV heads, the FFN
 // width or the vocabulary (check_tensor_parallel_degree).
 std::vector<ParamSpec> tensor_parallel_plan(std::vector<ParamSpec> specs, int64_t tp, int64_t r);
-void check_tensor_parallel_degree(const LlamaArgs& args, int64_t tp);
+void check_tensor_parallel_degree(const ModelArgs& args, int64_t tp);
 
 at::Tensor copy_to_tp(const at::Tensor& x, Communicator& tp);
 at::Tensor reduce_from_tp(const at::Tensor& x, Communicator& tp);

@@ -8,12 +8,13 @@
 #include "profiling/memory.h"
 #include "profiling/trace.h"
 #include "common/errors.h"
+#include "trainer/model/model_registry.h"
 #include "trainer/parallel/pipeline.h"
 #include "trainer/model/weight_grad.h"
 
 namespace ctitan {
 
-TrainModel::TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataParallelOptions dp_options,
+TrainModel::TrainModel(std::unique_ptr<Transformer> model, DeviceMesh& mesh, DataParallelOptions dp_options,
                        PipelineOptions pp)
     : model_(std::move(model)), pp_(std::move(pp)), loss_group_(&mesh.group("loss")) {
   dp_ = std::make_unique<DataParallel>(*model_, mesh, std::move(dp_options));
@@ -39,14 +40,41 @@ at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tens
 
 // A no-grad forward in the training layout: the same units, hooks and
 // collectives as a training forward, then every gathered unit freed.
+ExpertLoad TrainModel::balance_experts() {
+  Transformer& m = *model_;
+  if (!m.has_moe()) return {};
+  std::vector<at::Tensor> counts;
+  for (int64_t l : m.moe_layers()) counts.push_back(m.take_expert_counts(l));
+  at::Tensor all = at::stack(counts).to(at::kFloat);  // [layers, E]; exact in fp32 below 2^24 tokens
+  loss_group_->all_reduce(all)->wait();
+  const TensorParallelOptions& tp = m.tensor_parallel();
+  if (tp.on() && tp.sequence_parallel) tp.group->all_reduce(all)->wait();
+  const double coeff = m.args().moe.load_balance_coeff;
+  if (coeff > 0)
+    for (size_t i = 0; i < m.moe_layers().size(); ++i)
+      update_expert_bias(m.expert_bias(m.moe_layers()[i]), all[static_cast<int64_t>(i)], coeff);
+  ExpertLoad load;
+  double cv = 0;
+  for (int64_t i = 0; i < all.size(0); ++i) cv += expert_load(all[i]).cv;
+  load = expert_load(all);
+  load.cv = cv / static_cast<double>(all.size(0));  // the layers' mean
+  return load;
+}
+
 at::Tensor TrainModel::evaluate(const at::Tensor& tokens, const at::Tensor& labels) {
   torch::NoGradGuard no_grad;
+  struct CountingOff {
+    Transformer& m;
+    bool was;
+    ~CountingOff() { m.set_expert_counting(was); }
+  } counting_off{*model_, model_->expert_counting()};
+  model_->set_expert_counting(false);
   MemoryCategoryScope mem(MemoryCategory::kActivations);
   const ContextParallelOptions& cp = model_->context_parallel();
   const at::Tensor t = cp_shard(tokens, cp), l = cp_shard(labels, cp);
   at::Tensor loss = pp_.on() ? evaluate_pipeline(t, l) : at::Tensor();
   if (!pp_.on()) {
-    Llama3& m = *model_;
+    Transformer& m = *model_;
     at::Tensor h = t;
     for (size_t u = 0; u < m.units().size(); ++u) {
       if (hooks_) hooks_->before_forward(u);
@@ -64,7 +92,7 @@ at::Tensor TrainModel::evaluate(const at::Tensor& tokens, const at::Tensor& labe
 // runs (the training schedule's count does not apply). The last stage's
 // mean loss reaches every stage.
 at::Tensor TrainModel::evaluate_pipeline(const at::Tensor& tokens, const at::Tensor& labels) {
-  Llama3& m = *model_;
+  Transformer& m = *model_;
   Communicator& pp = *pp_.group;
   const PipelineSchedule& sched = pp_.schedule;
   const int64_t B = tokens.size(0), last_stage = sched.stages() - 1, mb = pp_.microbatch_size;
@@ -135,7 +163,7 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
                                     bool first_micro, bool last_micro) {
   using Clock = std::chrono::steady_clock;
   using Kind = PipelineAction::Kind;
-  Llama3& m = *model_;
+  Transformer& m = *model_;
   Communicator& pp = *pp_.group;
   const PipelineSchedule& sched = pp_.schedule;
   const int64_t rank = pp.rank(), B = tokens.size(0), last_stage = sched.stages() - 1;
@@ -293,7 +321,7 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
 // backward on this thread).
 at::Tensor TrainModel::run_whole(const at::Tensor& tokens, const at::Tensor& labels, double scale) {
   MemoryCategoryScope mem(MemoryCategory::kActivations);
-  Llama3& m = *model_;
+  Transformer& m = *model_;
   const auto& units = m.units();
   const bool traced = Tracer::recording();
   at::Tensor loss;
@@ -336,7 +364,7 @@ at::Tensor TrainModel::run_whole(const at::Tensor& tokens, const at::Tensor& lab
 // the gradients of one autograd pass.
 at::Tensor TrainModel::run_units(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
                                  bool last_micro) {
-  Llama3& m = *model_;
+  Transformer& m = *model_;
   const auto& units = m.units();
   const size_t head = units.size() - 1;  // unit 0 embeds, 1..L are blocks, the last is norm + output + loss
   std::vector<at::Tensor> inputs(head + 1), outputs(head + 1);
@@ -418,7 +446,7 @@ void check_sequence_length(const std::string& key, int64_t S, const TensorParall
 }
 
 // TorchTitan's apply_ac, apply_compile and float8 converter, on one model part.
-void apply_techniques(Llama3& m, const JobConfig& cfg, bool float8) {
+void apply_techniques(Transformer& m, const JobConfig& cfg, bool float8) {
   m.set_activation_checkpointing(
       ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option));
   for (const auto& c : cfg.compile.components)
@@ -431,8 +459,17 @@ void apply_techniques(Llama3& m, const JobConfig& cfg, bool float8) {
 
 }  // namespace
 
-std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runtime& rt, const JobConfig& cfg) {
+std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args_in, const Runtime& rt, const JobConfig& cfg) {
   const bool float8 = float8_converter(cfg);
+  ModelArgs args = args_in;
+  args.moe.force_load_balance = cfg.debug.moe_force_load_balance;
+  check_model_layout(args, ModelLayout{rt.shape.dp_replicate, rt.shape.dp_shard, rt.shape.cp, rt.shape.tp, rt.shape.pp,
+                                       float8});
+  // Hugging Face names and layouts are Llama's (hf_checkpoint.h) so far.
+  if (args.family != "llama3" && (cfg.checkpoint.initial_load_in_hf || cfg.checkpoint.last_save_in_hf))
+    throw InputError("checkpoint.initial_load_in_hf / last_save_in_hf: ctitan reads and writes Hugging Face "
+                     "checkpoints of model.name \"llama3\" only so far; a " + args.family +
+                     " run saves and resumes in ctitan's own checkpoint format (set both to false)");
   // Memory by category: the model's buffers (master, gradient, compute copy)
   // are parameters until train() tags the gradient buffer.
   MemoryCategoryScope param_memory(MemoryCategory::kParameters);
@@ -471,7 +508,7 @@ std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runti
   }
   // The RoPE table covers the longest sequence run: training's or validation's.
   const int64_t max_seq_len = std::max(cfg.training.seq_len, cfg.validation.enable ? cfg.validation.seq_len : 0);
-  auto model = std::make_unique<Llama3>(args, compute_dtype(cfg), max_seq_len, rt.device, parts, storage, tp);
+  auto model = std::make_unique<Transformer>(args, compute_dtype(cfg), max_seq_len, rt.device, parts, storage, tp);
   apply_techniques(*model, cfg, float8);
   model->set_split_backward(pp.on() && pp.schedule.splits_backward());
   ContextParallelOptions cp;

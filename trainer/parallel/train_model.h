@@ -2,7 +2,7 @@
 // the optimizer's flat buffers, the parallelisms' unit hooks, and the unit
 // runner that owns the order of forward and backward.
 //
-// parallelize_llama() is TorchTitan's recipe of passes, in its order:
+// parallelize_model() is TorchTitan's recipe of passes, in its order:
 //   1. build the model part on the runtime's device (meta: shapes only),
 //      its storage chosen by the placement plan (FSDP: unit buffers, no
 //      full master anywhere);
@@ -32,7 +32,7 @@
 
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/job_config.h"
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/parallel/data_parallel.h"
 #include "trainer/parallel/pipeline.h"
@@ -57,11 +57,11 @@ struct PipelineTimes {
 
 class TrainModel {
  public:
-  TrainModel(std::unique_ptr<Llama3> model, DeviceMesh& mesh, DataParallelOptions dp_options,
+  TrainModel(std::unique_ptr<Transformer> model, DeviceMesh& mesh, DataParallelOptions dp_options,
              PipelineOptions pp = {});
 
-  Llama3& model() { return *model_; }
-  const Llama3& model() const { return *model_; }
+  Transformer& model() { return *model_; }
+  const Transformer& model() const { return *model_; }
 
   // One micro-batch: forward, backward of loss * scale, and the hooks'
   // gradient reduction. Under pipeline parallelism the micro-batch is cut
@@ -78,6 +78,13 @@ class TrainModel {
   // The true global L2 norm of the gradients (every shard counted once),
   // gradients clipped to max_norm.
   double clip_grad_norm(double max_norm) { return dp_->clip_grad_norm(max_norm); }
+  // MoE, before the optimizer step: the tokens each local MoE layer's
+  // experts received this step, summed over the ranks that routed other
+  // tokens (the loss group dp × cp, and tp under SP), one all-reduce; with
+  // load_balance_coeff > 0 each expert bias moves by TorchTitan's rule
+  // (moe.h update_expert_bias). Returns the load over all local MoE
+  // layers' experts (zeros without MoE).
+  ExpertLoad balance_experts();
   void init_weights(uint64_t seed) { dp_->init_weights(seed); }
   // After the optimizer: the compute copy of the new weights.
   void begin_step() { dp_->begin_step(); }
@@ -125,7 +132,7 @@ class TrainModel {
                           bool last_micro);
   at::Tensor evaluate_pipeline(const at::Tensor& tokens, const at::Tensor& labels);
 
-  std::unique_ptr<Llama3> model_;
+  std::unique_ptr<Transformer> model_;
   std::unique_ptr<DataParallel> dp_;
   UnitHooks* hooks_ = nullptr;  // null: one autograd pass, no unit boundaries needed
   PipelineOptions pp_;
@@ -133,7 +140,7 @@ class TrainModel {
   Communicator* loss_group_ = nullptr;  // the mesh's "loss" group (dp x cp), as mean_loss averages over
 };
 
-std::unique_ptr<TrainModel> parallelize_llama(const LlamaArgs& args, const Runtime& rt, const JobConfig& cfg);
+std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args, const Runtime& rt, const JobConfig& cfg);
 
 // training.mixed_precision_param as a dtype.
 at::ScalarType compute_dtype(const JobConfig& cfg);

@@ -5,7 +5,7 @@
 // unit's boundaries (gather its parameters, free them, reduce its
 // gradients) and never drives the model's forward itself.
 //
-// Unit indices are Llama3::units(). For one micro-batch the runner calls,
+// Unit indices are Transformer::units(). For one micro-batch the runner calls,
 // in order: before_forward(u) / after_forward(u) for u = 0..n-1, then
 // before_backward(u) / after_backward(u) for u = n-1..0, then
 // after_all_backward(). first/last_micro say where the micro-batch sits in

@@ -1,4 +1,4 @@
-#include "trainer/model/llama.h"
+#include "trainer/model/transformer.h"
 #include "trainer/model/gemm.h"
 
 #include <cmath>
@@ -27,7 +27,7 @@ at::Tensor precompute_freqs_cis(int64_t head_dim, int64_t seq_len, double theta,
     const float f = 1.0f / std::pow(static_cast<float>(theta), exponent);
     const double wavelen = 2.0 * M_PI / f;
     double scaled;
-    if (wavelen < high_wavelen) {
+    if (!s.enabled || wavelen < high_wavelen) {
       scaled = f;
     } else if (wavelen > low_wavelen) {
       scaled = f / s.factor;
@@ -44,7 +44,7 @@ at::Tensor precompute_freqs_cis(int64_t head_dim, int64_t seq_len, double theta,
   return torch::polar(torch::ones_like(angles), angles);
 }
 
-ModelPart ModelPart::resolved(const LlamaArgs& args) const {
+ModelPart ModelPart::resolved(const ModelArgs& args) const {
   ModelPart p = *this;
   if (p.n_layers < 0) p.n_layers = args.n_layers - p.first_layer;
   if (p.first_layer < 0 || p.n_layers < 0 || p.first_layer + p.n_layers > args.n_layers)
@@ -55,16 +55,16 @@ ModelPart ModelPart::resolved(const LlamaArgs& args) const {
   return p;
 }
 
-std::vector<ParamSpec> llama3_param_specs(const LlamaArgs& args, const std::vector<ModelPart>& parts) {
+std::vector<ParamSpec> model_param_specs(const ModelArgs& args, const std::vector<ModelPart>& parts) {
   std::vector<ParamSpec> specs;
   for (const ModelPart& part : parts) {
-    std::vector<ParamSpec> more = llama3_param_specs(args, part);
+    std::vector<ParamSpec> more = model_param_specs(args, part);
     specs.insert(specs.end(), more.begin(), more.end());
   }
   return specs;
 }
 
-std::vector<ParamSpec> llama3_param_specs(const LlamaArgs& args, const ModelPart& part_in) {
+std::vector<ParamSpec> model_param_specs(const ModelArgs& args, const ModelPart& part_in) {
   const ModelPart part = part_in.resolved(args);
   const int64_t d = args.dim, hd = args.head_dim(), f = args.ffn_hidden_dim();
   std::vector<ParamSpec> specs;
@@ -76,15 +76,33 @@ std::vector<ParamSpec> llama3_param_specs(const LlamaArgs& args, const ModelPart
     specs.push_back(whole_param(p + "attention.wk.weight", {args.kv_dim(), d}));
     specs.push_back(whole_param(p + "attention.wv.weight", {args.kv_dim(), d}));
     specs.push_back(whole_param(p + "attention.wo.weight", {d, args.n_heads * hd}));
-    specs.push_back(whole_param(p + "feed_forward.w1.weight", {f, d}));
-    specs.push_back(whole_param(p + "feed_forward.w3.weight", {f, d}));
-    specs.push_back(whole_param(p + "feed_forward.w2.weight", {d, f}));
+    if (args.qk_norm) {
+      specs.push_back(whole_param(p + "attention.q_norm.weight", {hd}));
+      specs.push_back(whole_param(p + "attention.k_norm.weight", {hd}));
+    }
+    if (args.moe_layer(l)) {
+      const MoeArgs& m = args.moe;
+      const int64_t E = m.num_experts, hm = m.hidden_dim, sh = m.num_shared_experts * m.hidden_dim;
+      specs.push_back(whole_param(p + "moe.router.gate.weight", {E, d}));
+      specs.push_back(whole_param(p + "moe.experts.w1", {E, hm, d}));
+      specs.push_back(whole_param(p + "moe.experts.w2", {E, d, hm}));
+      specs.push_back(whole_param(p + "moe.experts.w3", {E, hm, d}));
+      if (sh > 0) {
+        specs.push_back(whole_param(p + "moe.shared_experts.w1.weight", {sh, d}));
+        specs.push_back(whole_param(p + "moe.shared_experts.w3.weight", {sh, d}));
+        specs.push_back(whole_param(p + "moe.shared_experts.w2.weight", {d, sh}));
+      }
+    } else {
+      specs.push_back(whole_param(p + "feed_forward.w1.weight", {f, d}));
+      specs.push_back(whole_param(p + "feed_forward.w3.weight", {f, d}));
+      specs.push_back(whole_param(p + "feed_forward.w2.weight", {d, f}));
+    }
     specs.push_back(whole_param(p + "attention_norm.weight", {d}));
     specs.push_back(whole_param(p + "ffn_norm.weight", {d}));
   }
   if (part.head) {
     specs.push_back(whole_param("norm.weight", {d}));
-    specs.push_back(whole_param("output.weight", {args.vocab_size, d}));
+    if (!args.tie_embeddings) specs.push_back(whole_param("output.weight", {args.vocab_size, d}));
   }
   return specs;
 }
@@ -94,32 +112,34 @@ namespace {
 // TorchTitan's fully_shard units over the part's specs: tok_embeddings, one
 // per block (9 parameters), norm + output.
 // The part's specs under the TP plan (unchanged without TP).
-std::vector<ParamSpec> planned_specs(const LlamaArgs& args, const std::vector<ModelPart>& parts,
+std::vector<ParamSpec> planned_specs(const ModelArgs& args, const std::vector<ModelPart>& parts,
                                      const TensorParallelOptions& tp) {
-  if (!tp.on()) return llama3_param_specs(args, parts);
+  if (!tp.on()) return model_param_specs(args, parts);
   check_tensor_parallel_degree(args, tp.size());
   if (tp.async && !tp.sequence_parallel)
     throw InputError("parallelism.enable_async_tensor_parallel pipelines the sequence-parallel all-gather and "
                      "reduce-scatter; it needs parallelism.enable_sequence_parallel = true");
-  return tensor_parallel_plan(llama3_param_specs(args, parts), tp.size(), tp.rank());
+  return tensor_parallel_plan(model_param_specs(args, parts), tp.size(), tp.rank());
 }
 
 // Pieces of each rank's sequence shard that async TP pipelines over: one per
 // tp rank, as TorchTitan's micro-pipeline splits per shard (at least two).
 int64_t async_chunks(const TensorParallelOptions& tp) { return std::max<int64_t>(2, tp.size()); }
 
-std::vector<ParamStore::UnitSpec> llama3_units(const std::vector<ModelPart>& parts) {
+// TorchTitan's fully_shard units over the part's specs: tok_embeddings, one
+// per block, norm + output (norm alone with a tied output).
+std::vector<ParamStore::UnitSpec> model_units(const ModelArgs& args, const std::vector<ModelPart>& parts) {
   std::vector<ParamStore::UnitSpec> units;
   for (const ModelPart& part : parts) {
     if (part.embedding) units.push_back({"tok_embeddings", 1});
     for (int64_t l = part.first_layer; l < part.first_layer + part.n_layers; ++l)
-      units.push_back({"layers." + std::to_string(l), 9});
-    if (part.head) units.push_back({"norm+output", 2});
+      units.push_back({"layers." + std::to_string(l), model_param_specs(args, ModelPart{false, l, 1, false}).size()});
+    if (part.head) units.push_back({"norm+output", args.tie_embeddings ? size_t{1} : size_t{2}});
   }
   return units;
 }
 
-std::vector<ModelPart> resolved_parts(const LlamaArgs& args, const std::vector<ModelPart>& parts) {
+std::vector<ModelPart> resolved_parts(const ModelArgs& args, const std::vector<ModelPart>& parts) {
   if (parts.empty()) throw InputError("model: no model part to build");
   std::vector<ModelPart> out;
   for (const ModelPart& p : parts) out.push_back(p.resolved(args));
@@ -128,16 +148,16 @@ std::vector<ModelPart> resolved_parts(const LlamaArgs& args, const std::vector<M
 
 }  // namespace
 
-Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
+Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
                ModelPart part, ParamStore::Storage storage, TensorParallelOptions tp)
-    : Llama3(args, compute_dtype, max_seq_len, device, std::vector<ModelPart>{part}, storage, tp) {}
+    : Transformer(args, compute_dtype, max_seq_len, device, std::vector<ModelPart>{part}, storage, tp) {}
 
-Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
+Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
                const std::vector<ModelPart>& parts, ParamStore::Storage storage, TensorParallelOptions tp)
     : args_(args),
       parts_(resolved_parts(args, parts)),
       tp_(tp),
-      store_(planned_specs(args, parts_, tp_), llama3_units(parts_), compute_dtype, device, storage) {
+      store_(planned_specs(args, parts_, tp_), model_units(args, parts_), compute_dtype, device, storage) {
   local_of_.assign(args_.n_layers, -1);
   stage_units_.push_back(0);
   for (const ModelPart& p : parts_) {
@@ -162,9 +182,10 @@ Llama3::Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_
   build_compute_views();
 }
 
-void Llama3::build_compute_views() {
+void Transformer::build_compute_views() {
   ParamStore& st = store_;
   if (has_embedding()) tok_embeddings_ = st.leaf("tok_embeddings.weight", st.slot("tok_embeddings.weight").shape);
+  const auto view = [&](const std::string& name) { return st.leaf(name, st.slot(name).shape); };
   for (int64_t l : layer_ids_) {
     const std::string p = "layers." + std::to_string(l) + ".";
     // Local shapes: the rows of wq, wk, wv (heads × Dh on this rank) and of
@@ -172,42 +193,90 @@ void Llama3::build_compute_views() {
     const auto& wq = st.slot(p + "attention.wq.weight").shape;
     const auto& wk = st.slot(p + "attention.wk.weight").shape;
     const auto& wv = st.slot(p + "attention.wv.weight").shape;
-    const auto& w1 = st.slot(p + "feed_forward.w1.weight").shape;
-    const auto& w3 = st.slot(p + "feed_forward.w3.weight").shape;
     if (qkv_rows_.empty()) qkv_rows_ = {wq[0], wk[0], wv[0]};
     LayerWeights w;
     w.wqkv = st.leaf(p + "attention.wq.weight", {wq[0] + wk[0] + wv[0], wq[1]});
-    w.wo = st.leaf(p + "attention.wo.weight", st.slot(p + "attention.wo.weight").shape);
-    w.w13 = st.leaf(p + "feed_forward.w1.weight", {w1[0] + w3[0], w1[1]});
-    w.w2 = st.leaf(p + "feed_forward.w2.weight", st.slot(p + "feed_forward.w2.weight").shape);
-    w.attention_norm = st.leaf(p + "attention_norm.weight", st.slot(p + "attention_norm.weight").shape);
-    w.ffn_norm = st.leaf(p + "ffn_norm.weight", st.slot(p + "ffn_norm.weight").shape);
+    w.wo = view(p + "attention.wo.weight");
+    if (args_.qk_norm) {
+      w.q_norm = view(p + "attention.q_norm.weight");
+      w.k_norm = view(p + "attention.k_norm.weight");
+    }
+    if (args_.moe_layer(l)) {
+      w.moe.router = view(p + "moe.router.gate.weight");
+      w.moe.w1 = view(p + "moe.experts.w1");
+      w.moe.w2 = view(p + "moe.experts.w2");
+      w.moe.w3 = view(p + "moe.experts.w3");
+      if (args_.moe.num_shared_experts > 0) {
+        w.moe.shared_w1 = view(p + "moe.shared_experts.w1.weight");
+        w.moe.shared_w3 = view(p + "moe.shared_experts.w3.weight");
+        w.moe.shared_w2 = view(p + "moe.shared_experts.w2.weight");
+      }
+      moe_layers_.push_back(l);
+      expert_bias_.push_back(at::zeros({args_.moe.num_experts}, at::TensorOptions(at::kFloat).device(device())));
+      expert_counts_.push_back(at::zeros({args_.moe.num_experts}, at::TensorOptions(at::kLong).device(device())));
+    } else {
+      const auto& w1 = st.slot(p + "feed_forward.w1.weight").shape;
+      const auto& w3 = st.slot(p + "feed_forward.w3.weight").shape;
+      w.w13 = st.leaf(p + "feed_forward.w1.weight", {w1[0] + w3[0], w1[1]});
+      w.w2 = view(p + "feed_forward.w2.weight");
+      expert_bias_.emplace_back();
+      expert_counts_.emplace_back();
+    }
+    w.attention_norm = view(p + "attention_norm.weight");
+    w.ffn_norm = view(p + "ffn_norm.weight");
     layers_.push_back(std::move(w));
   }
   if (has_head()) {
-    norm_ = st.leaf("norm.weight", st.slot("norm.weight").shape);
-    output_ = st.leaf("output.weight", st.slot("output.weight").shape);
+    norm_ = view("norm.weight");
+    // A tied output is the embedding matrix (the family keeps both in one part).
+    output_ = args_.tie_embeddings ? tok_embeddings_ : view("output.weight");
+    TORCH_CHECK(output_.defined(), "a tied output needs the embedding in the same model part");
   }
 }
 
-const Llama3::LayerWeights& Llama3::layer_weights(int64_t layer) const {
+std::vector<at::Tensor> Transformer::LayerWeights::list() const {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor* t : {&attention_norm, &wqkv, &wo, &ffn_norm, &w13, &w2, &q_norm, &k_norm, &moe.router, &moe.w1,
+                              &moe.w2, &moe.w3, &moe.shared_w1, &moe.shared_w2, &moe.shared_w3})
+    if (t->defined()) out.push_back(*t);
+  return out;
+}
+
+Transformer::LayerWeights Transformer::LayerWeights::with(const std::vector<at::Tensor>& in, size_t first) const {
+  LayerWeights w = *this;
+  size_t i = first;
+  for (at::Tensor* t : {&w.attention_norm, &w.wqkv, &w.wo, &w.ffn_norm, &w.w13, &w.w2, &w.q_norm, &w.k_norm,
+                        &w.moe.router, &w.moe.w1, &w.moe.w2, &w.moe.w3, &w.moe.shared_w1, &w.moe.shared_w2,
+                        &w.moe.shared_w3})
+    if (t->defined()) *t = in.at(i++);
+  return w;
+}
+
+at::Tensor Transformer::take_expert_counts(int64_t layer) {
+  at::Tensor& c = expert_counts_.at(local_of_[layer]);
+  at::Tensor out = c.clone();
+  c.zero_();
+  return out;
+}
+
+const Transformer::LayerWeights& Transformer::layer_weights(int64_t layer) const {
   TORCH_CHECK(layer >= 0 && layer < args_.n_layers && local_of_[layer] >= 0, "layer ", layer,
               " is not in this model part");
   return layers_[local_of_[layer]];
 }
 
-void Llama3::init_weights(uint64_t seed) {
+void Transformer::init_weights(uint64_t seed) {
   torch::NoGradGuard no_grad;
   for (const auto& s : store_.slots()) init_param_storage(store_.param(s.name), s, args_, seed);
   store_.begin_step();
 }
 
-void Llama3::set_context_parallel(ContextParallelOptions cp) {
+void Transformer::set_context_parallel(ContextParallelOptions cp) {
   check_context_parallel(cp.rotate_method, cp.load_balancer, 1, 0);  // seq_len is the caller's
   cp_ = std::move(cp);
 }
 
-const at::Tensor& Llama3::rope_table(int64_t S) const {
+const at::Tensor& Transformer::rope_table(int64_t S) const {
   if (!cp_.on()) return freqs_cis_;
   if (!cp_positions_.defined() || cp_positions_.size(0) != S) {
     cp_positions_ = cp_positions(cp_.load_balancer, cp_.size(), cp_.rank(), S * cp_.size());
@@ -218,16 +287,22 @@ const at::Tensor& Llama3::rope_table(int64_t S) const {
   return cp_freqs_;
 }
 
-at::Tensor Llama3::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const {
+at::Tensor Transformer::apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const {
   // x [B,S,n,Dh] → complex pairs (x0 + i·x1) rotated by freqs_cis[S], in fp32.
   const int64_t S = x.size(1);
+  // With rope_half_split the pairs are (i, i + Dh/2) (HF's rotate_half).
   const auto real = x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-  at::Tensor xc = torch::view_as_complex(x.to(real).reshape({x.size(0), S, x.size(2), -1, 2}));
+  const at::Tensor xr = args_.rope_half_split
+                            ? x.to(real).unflatten(3, {2, -1}).transpose(3, 4).contiguous()
+                            : x.to(real).reshape({x.size(0), S, x.size(2), -1, 2});
+  at::Tensor xc = torch::view_as_complex(xr);
   at::Tensor f = rope_table(S).narrow(0, 0, S).view({1, S, 1, -1}).to(xc.scalar_type());
-  return torch::view_as_real(xc * f).flatten(3).to(out_dtype);
+  at::Tensor rotated = torch::view_as_real(xc * f);  // [B,S,n,Dh/2,2]
+  if (args_.rope_half_split) rotated = rotated.transpose(3, 4);
+  return rotated.flatten(3).to(out_dtype);
 }
 
-at::Tensor Llama3::linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit,
+at::Tensor Transformer::linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit,
                           Float8TpSharding tp) const {
   if (!float8) return split_backward_ ? deferrable_linear(x, w) : gemm_linear(x, w);
   const std::string name = layer < 0 ? std::string(unit) : "layers." + std::to_string(layer) + "." + unit;
@@ -238,18 +313,22 @@ at::Tensor Llama3::linear(const at::Tensor& x, const at::Tensor& w, bool float8,
   return y;
 }
 
-std::vector<std::pair<std::string, double>> Llama3::float8_sqnr(const at::Tensor& tokens) {
+std::vector<std::pair<std::string, double>> Transformer::float8_sqnr(const at::Tensor& tokens) {
   std::vector<std::pair<std::string, double>> out;
   if (!float8_) return out;
   torch::NoGradGuard no_grad;
   sqnr_probe_ = &out;
+  const bool counting = count_experts_;
+  count_experts_ = false;
   try {
     forward_logits(tokens);
   } catch (...) {
     sqnr_probe_ = nullptr;
+    count_experts_ = counting;
     throw;
   }
   sqnr_probe_ = nullptr;
+  count_experts_ = counting;
   return out;
 }
 
@@ -268,19 +347,25 @@ at::Tensor meta_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
 
 }  // namespace
 
-at::Tensor Llama3::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
+at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
   return fused_model_ ? fused_rms_norm(x, w, args_.norm_eps) : at::rms_norm(x, {w.size(0)}, w, args_.norm_eps);
 }
 
-at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache) const {
-  // One TransformerBlock: h + attention(norm(h)), then + feed_forward(norm(h)).
-  // Local shapes only: this rank's heads and FFN width come from the weights.
-  // Under TP h is whole or (SP) this rank's part of the sequence; the
-  // column-wise GEMMs see the whole sequence, so B and S come from their output.
+at::Tensor Transformer::block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache,
+                                      bool recompute) const {
+  // One TransformerBlock: h + attention(norm(h)), then + feed_forward(norm(h))
+  // (the dense SwiGLU or the MoE layer).
+  h = h + attention(layer, w, rms_norm(h, norm_weight(w.attention_norm)), cache);
+  return h + feed_forward(layer, w, rms_norm(h, norm_weight(w.ffn_norm)), cache, recompute);
+}
+
+at::Tensor Transformer::attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache) const {
+  // Local shapes only: this rank's heads come from the weights. Under TP x
+  // is whole or (SP) this rank's part of the sequence; the column-wise GEMMs
+  // see the whole sequence, so B and S come from their output.
   const int64_t Dh = args_.head_dim();
-  const int64_t H = qkv_rows_[0] / Dh, K = qkv_rows_[1] / Dh, F = w.w2.size(1);
+  const int64_t H = qkv_rows_[0] / Dh, K = qkv_rows_[1] / Dh;
   const Float8Units f8 = float8_ ? float8_units_[local_of_[layer]] : Float8Units{};
-  at::Tensor x = rms_norm(h, norm_weight(w.attention_norm));
   // split (not narrow): its backward is one concatenation, where three
   // narrows would each materialise a zero-filled full-size gradient.
   // Selective "op" checkpointing keeps every other GEMM output (qkv, w13 —
@@ -288,16 +373,22 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
   at::Tensor qkv_out = column_gemm(x, w.wqkv, f8.qkv, layer, "attention.wq|wk|wv", cache);  // [B,S,(H+2K)Dh]
   const int64_t B = qkv_out.size(0), S = qkv_out.size(1);
   auto qkv = qkv_out.split_with_sizes(qkv_rows_, 2);
-  at::Tensor q, k;
-  if (fused_model_ && cuda_kernels_take(qkv[0])) {
-    std::tie(q, k) = cuda_rope_qk(qkv[0].view({B, S, -1, Dh}), qkv[1].view({B, S, -1, Dh}), rope_table(S),
-                                  attention_dtype_);  // q and k in one launch
+  at::Tensor q = qkv[0].view({B, S, -1, Dh}), k = qkv[1].view({B, S, -1, Dh});
+  if (args_.qk_norm) {  // per head over Dh, before RoPE (Qwen3); the weights see this rank's heads
+    q = rms_norm(q, tp_summed(w.q_norm, true));
+    k = rms_norm(k, tp_summed(w.k_norm, true));
+  }
+  if (args_.rope_half_split) {
+    q = apply_rope(q, attention_dtype_);
+    k = apply_rope(k, attention_dtype_);
+  } else if (fused_model_ && cuda_kernels_take(q)) {
+    std::tie(q, k) = cuda_rope_qk(q, k, rope_table(S), attention_dtype_);  // q and k in one launch
   } else if (fused_model_) {
-    q = fused_rope(qkv[0].view({B, S, -1, Dh}), rope_table(S), attention_dtype_);
-    k = fused_rope(qkv[1].view({B, S, -1, Dh}), rope_table(S), attention_dtype_);
+    q = fused_rope(q, rope_table(S), attention_dtype_);
+    k = fused_rope(k, rope_table(S), attention_dtype_);
   } else {
-    q = apply_rope(qkv[0].view({B, S, -1, Dh}), attention_dtype_);
-    k = apply_rope(qkv[1].view({B, S, -1, Dh}), attention_dtype_);
+    q = apply_rope(q, attention_dtype_);
+    k = apply_rope(k, attention_dtype_);
   }
   at::Tensor v = qkv[2].view({B, S, -1, Dh}).to(attention_dtype_);
   at::Tensor o = cp_.on() && !q.is_meta()
@@ -315,8 +406,26 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
   // (.to aliases a same-dtype tensor whose suggested format is "contiguous" —
   // the ring's [B,H,S,Dh] output transposed — so contiguous() makes sure.)
   o = o.transpose(1, 2).to(compute_dtype(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous).contiguous();
-  h = h + row_gemm(o.view({B, S, -1}), w.wo, f8.wo, layer, "attention.wo");
-  x = rms_norm(h, norm_weight(w.ffn_norm));
+  return row_gemm(o.view({B, S, -1}), w.wo, f8.wo, layer, "attention.wo");
+}
+
+at::Tensor Transformer::feed_forward(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache,
+                                     bool recompute) const {
+  if (w.moe.router.defined()) {
+    // The experts are replicated over tp: each rank routes the tokens it
+    // holds (its sequence part under SP, else all of them, as every rank).
+    const bool sp = tp_.on() && tp_.sequence_parallel;
+    MoeWeights mw = w.moe;
+    for (at::Tensor* t : {&mw.router, &mw.w1, &mw.w2, &mw.w3, &mw.shared_w1, &mw.shared_w2, &mw.shared_w3})
+      if (t->defined()) *t = tp_summed(*t, sp);
+    const int64_t D = x.size(-1);
+    at::Tensor counts;
+    at::Tensor y = moe_forward(x.reshape({-1, D}), mw, expert_bias_[local_of_[layer]], args_.moe, &counts);
+    if (count_experts_ && !recompute && !counts.is_meta()) expert_counts_[local_of_[layer]].add_(counts);
+    return y.view(x.sizes());
+  }
+  const Float8Units f8 = float8_ ? float8_units_[local_of_[layer]] : Float8Units{};
+  const int64_t F = w.w2.size(1);
   at::Tensor gate_up = column_gemm(x, w.w13, f8.w13, layer, "feed_forward.w1|w3", cache);  // [B,S,2F]
   at::Tensor act;
   if (fused_model_) {
@@ -325,15 +434,16 @@ at::Tensor Llama3::block_forward(int64_t layer, const LayerWeights& w, at::Tenso
     auto parts = gate_up.split(F, 2);
     act = at::silu(parts[0]) * parts[1];
   }
-  h = h + row_gemm(act, w.w2, f8.w2, layer, "feed_forward.w2");
-  return h;
+  return row_gemm(act, w.w2, f8.w2, layer, "feed_forward.w2");
 }
 
-at::Tensor Llama3::norm_weight(const at::Tensor& w) const {
-  return tp_.on() && tp_.sequence_parallel ? copy_to_tp(w, *tp_.group) : w;
+at::Tensor Transformer::tp_summed(const at::Tensor& w, bool partial) const {
+  return tp_.on() && partial ? copy_to_tp(w, *tp_.group) : w;
 }
 
-at::Tensor Llama3::column_gemm(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
+at::Tensor Transformer::norm_weight(const at::Tensor& w) const { return tp_summed(w, tp_.sequence_parallel); }
+
+at::Tensor Transformer::column_gemm(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
                                const char* unit, OpCache* cache) const {
   // Async TP runs its own pipelined GEMMs (float8 GEMMs keep the plain regions).
   if (tp_.on() && tp_.async && !float8) return async_gather_linear(x, w, *tp_.group, async_chunks(tp_));
@@ -344,7 +454,7 @@ at::Tensor Llama3::column_gemm(const at::Tensor& x, const at::Tensor& w, bool fl
   return cache ? cached_linear(cache, true, in, w) : linear(in, w, false, layer, unit);
 }
 
-at::Tensor Llama3::row_gemm(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
+at::Tensor Transformer::row_gemm(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
                             const char* unit) const {
   if (tp_.on() && tp_.async && !float8) return async_linear_scatter(x, w, *tp_.group, async_chunks(tp_));
   const at::Tensor partial =
@@ -353,7 +463,7 @@ at::Tensor Llama3::row_gemm(const at::Tensor& x, const at::Tensor& w, bool float
   return tp_.sequence_parallel ? scatter_to_sp(partial, *tp_.group, 1) : reduce_from_tp(partial, *tp_.group);
 }
 
-at::Tensor Llama3::embed(const at::Tensor& tokens) {
+at::Tensor Transformer::embed(const at::Tensor& tokens) {
   const int64_t S = tokens.size(1);
   TORCH_CHECK(S <= freqs_cis_.size(0), "sequence length ", S, " exceeds the model's max ", freqs_cis_.size(0));
   // On meta (the dry run) through aten::index: LibTorch has C++ meta
@@ -364,36 +474,39 @@ at::Tensor Llama3::embed(const at::Tensor& tokens) {
   return at::embedding(tok_embeddings_, tokens);                  // [B,S,D]
 }
 
-at::Tensor Llama3::block(int64_t l, const at::Tensor& h) {
+at::Tensor Transformer::block(int64_t l, const at::Tensor& h) {
   const LayerWeights& w = layer_weights(l);
   if (!ac_policy_.checkpoints_layer(l)) return block_forward(l, w, h);
   std::shared_ptr<OpCache> cache;
   if (ac_policy_.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp) cache = std::make_shared<OpCache>();
+  std::vector<at::Tensor> inputs = w.list();
+  inputs.insert(inputs.begin(), h);
+  auto calls = std::make_shared<int>(0);  // the first call is the forward, later ones recompute
   return checkpoint(
-      [this, l, cache](const std::vector<at::Tensor>& in) {
+      [this, l, cache, calls](const std::vector<at::Tensor>& in) {
         if (cache) cache->next = 0;  // a recomputation replays from the first kept output
-        return block_forward(l, {in[1], in[2], in[3], in[4], in[5], in[6]}, in[0], cache.get());
+        return block_forward(l, layer_weights(l).with(in, 1), in[0], cache.get(), (*calls)++ > 0);
       },
-      {h, w.attention_norm, w.wqkv, w.wo, w.ffn_norm, w.w13, w.w2});
+      inputs);
 }
 
-at::Tensor Llama3::hidden_states(const at::Tensor& tokens) {
+at::Tensor Transformer::hidden_states(const at::Tensor& tokens) {
   TORCH_CHECK(whole(), "hidden_states: needs the whole model, this rank holds pipeline stages");
   at::Tensor h = embed(tokens);
   for (int64_t l : layer_ids_) h = block(l, h);
   return h;
 }
 
-at::Tensor Llama3::local_logits(const at::Tensor& h) const {
+at::Tensor Transformer::local_logits(const at::Tensor& h) const {
   return column_gemm(rms_norm(h, norm_weight(norm_)), output_, float8_output_, -1, "output", nullptr);
 }
 
-at::Tensor Llama3::forward_logits(const at::Tensor& tokens) {
+at::Tensor Transformer::forward_logits(const at::Tensor& tokens) {
   const at::Tensor logits = local_logits(hidden_states(tokens));
   return tp_.on() ? gather_from_tp(logits, *tp_.group, -1) : logits;
 }
 
-at::Tensor Llama3::head_loss(const at::Tensor& h, const at::Tensor& labels) {
+at::Tensor Transformer::head_loss(const at::Tensor& h, const at::Tensor& labels) {
   // On CUDA the fused loss never forms the [B·S,V] logits: chunks of rows
   // through the output GEMM and the CE kernel, gradients made per chunk.
   // Not under TP (vocab-sharded logits), a float8 output layer, or the
@@ -417,21 +530,21 @@ at::Tensor Llama3::head_loss(const at::Tensor& h, const at::Tensor& labels) {
   return chunked_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1));
 }
 
-at::Tensor Llama3::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
+at::Tensor Transformer::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
   TORCH_CHECK(whole(), "forward_loss: needs the whole model, this rank holds pipeline stages");
   at::Tensor h = embed(tokens);
   for (int64_t l : layer_ids_) h = block(l, h);
   return head_loss(h, labels);
 }
 
-at::Tensor Llama3::run_unit(size_t u, const at::Tensor& input, const at::Tensor& labels) {
+at::Tensor Transformer::run_unit(size_t u, const at::Tensor& input, const at::Tensor& labels) {
   const int64_t l = unit_layer_.at(u);
   if (l == kEmbeddingUnit) return embed(input);
   if (l == kHeadUnit) return head_loss(input, labels);
   return block(l, input);
 }
 
-void Llama3::set_compile(bool fused_model, bool fused_loss) {
+void Transformer::set_compile(bool fused_model, bool fused_loss) {
   // The CPU's AVX-512 kernels (fused_ops.h), or ctitan's CUDA kernels
   // (fused_cuda.h) where this build has them; elsewhere ATen's ops.
   const bool kernels = device().is_cpu() || (device().is_cuda() && cuda_kernels_built());
@@ -439,7 +552,7 @@ void Llama3::set_compile(bool fused_model, bool fused_loss) {
   fused_loss_ = fused_loss && kernels;
 }
 
-void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns) {
+void Transformer::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns) {
   float8_ = true;
   float8_recipe_ = recipe;
   float8_emulate_ = emulate;
@@ -476,7 +589,7 @@ void Llama3::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std
                        "' matches no linear layer (names look like layers.0.attention.wq, output)");
 }
 
-std::vector<Llama3::Float8Gemm> Llama3::float8_gemms() const {
+std::vector<Transformer::Float8Gemm> Transformer::float8_gemms() const {
   std::vector<Float8Gemm> out;
   if (!float8_) return out;
   for (int64_t l : layer_ids_) {
@@ -492,7 +605,7 @@ std::vector<Llama3::Float8Gemm> Llama3::float8_gemms() const {
   return out;
 }
 
-std::string Llama3::techniques() const {
+std::string Transformer::techniques() const {
   std::string compile = fused_model_ && fused_loss_ ? "model+loss" : fused_model_ ? "model" : fused_loss_ ? "loss" : "off";
   if ((fused_model_ || fused_loss_) && device().is_cuda())
     compile += " (fused CUDA kernels; attention: ATen's SDPA)";

@@ -29,7 +29,8 @@
 
 #include "trainer/float8/float8_linear.h"
 #include "trainer/model/activation_checkpoint.h"
-#include "trainer/model/llama_args.h"
+#include "trainer/model/model_args.h"
+#include "trainer/model/moe.h"
 #include "trainer/model/param_store.h"
 #include "trainer/parallel/context_parallel.h"
 #include "trainer/parallel/tensor_parallel.h"
@@ -43,17 +44,17 @@ struct ModelPart {
   int64_t n_layers = -1;    // -1: through the last layer
   bool head = true;         // norm, output and the loss
   // InputError when the range does not fit args.n_layers or the part is empty.
-  ModelPart resolved(const LlamaArgs& args) const;
+  ModelPart resolved(const ModelArgs& args) const;
 };
 
 // The part's parameters as whole tensors (FQN, global shape), in forward
 // order: the embedding, each block's wq wk wv wo w1 w3 w2 attention_norm
 // ffn_norm, then norm and output. (Tensor parallelism narrows them later.)
-std::vector<ParamSpec> llama3_param_specs(const LlamaArgs& args, const ModelPart& part);
+std::vector<ParamSpec> model_param_specs(const ModelArgs& args, const ModelPart& part);
 // Several parts (pipeline stages of one rank), one after the other.
-std::vector<ParamSpec> llama3_param_specs(const LlamaArgs& args, const std::vector<ModelPart>& parts);
+std::vector<ParamSpec> model_param_specs(const ModelArgs& args, const std::vector<ModelPart>& parts);
 
-class Llama3 {
+class Transformer {
  public:
   // Every buffer lives on `device` (meta: shapes only, nothing allocated).
   // `storage`: flat buffers, or unit buffers for FSDP (no master: the
@@ -62,13 +63,13 @@ class Llama3 {
   // and forward runs the plan's communication regions; InputError when tp
   // does not divide the heads, KV heads, FFN width or vocabulary, or when
   // async TP is asked for without sequence parallelism.
-  Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len,
+  Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len,
          c10::Device device = c10::Device(c10::kCPU), ModelPart part = {},
          ParamStore::Storage storage = ParamStore::Storage::kFlat, TensorParallelOptions tp = {});
   // Several model parts in one store (the pipeline stages one rank holds
   // under the interleaved and V schedules), in the given order; a layer in
   // two parts is an InputError.
-  Llama3(const LlamaArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
+  Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
          const std::vector<ModelPart>& parts, ParamStore::Storage storage = ParamStore::Storage::kFlat,
          TensorParallelOptions tp = {});
 
@@ -86,6 +87,18 @@ class Llama3 {
   // Unit u of units() on its input: the embedding on tokens, a block on the
   // hidden state, the head on the hidden state and labels (→ the loss).
   at::Tensor run_unit(size_t u, const at::Tensor& input, const at::Tensor& labels);
+
+  // MoE: the aux-loss-free expert bias of each local MoE layer (by global
+  // layer; fp32 [E], zeros at start, selection only) and the tokens routed
+  // to each expert since the last take_expert_counts() (int64 [E]; a
+  // recomputation under activation checkpointing does not count again).
+  bool has_moe() const { return !moe_layers_.empty(); }
+  const std::vector<int64_t>& moe_layers() const { return moe_layers_; }
+  at::Tensor& expert_bias(int64_t layer) { return expert_bias_.at(local_of_[layer]); }
+  at::Tensor take_expert_counts(int64_t layer);
+  // Off: forwards route without counting (validation, probes).
+  void set_expert_counting(bool on) { count_experts_ = on; }
+  bool expert_counting() const { return count_experts_; }
 
   // Which TransformerBlocks recompute their activations in backward.
   void set_activation_checkpointing(const ActivationCheckpointPolicy& p) { ac_policy_ = p; }
@@ -145,7 +158,7 @@ class Llama3 {
   using Unit = ParamStore::Unit;
   const std::vector<Unit>& units() const { return store_.units(); }
 
-  const LlamaArgs& args() const { return args_; }
+  const ModelArgs& args() const { return args_; }
   const std::vector<ModelPart>& parts() const { return parts_; }
   bool has_embedding() const {
     return std::any_of(parts_.begin(), parts_.end(), [](const ModelPart& p) { return p.embedding; });
@@ -166,7 +179,13 @@ class Llama3 {
 
  private:
   struct LayerWeights {
-    at::Tensor attention_norm, wqkv, wo, ffn_norm, w13, w2;
+    at::Tensor attention_norm, wqkv, wo, ffn_norm, w13, w2;  // w13, w2: the dense FFN
+    at::Tensor q_norm, k_norm;                                // qk_norm
+    MoeWeights moe;                                           // an MoE layer: moe.router defined
+    // The defined tensors in a fixed order (checkpoint()'s inputs), and the
+    // same structure over such a list starting at in[first].
+    std::vector<at::Tensor> list() const;
+    LayerWeights with(const std::vector<at::Tensor>& in, size_t first) const;
   };
   // Which GEMMs of a layer (and the output projection) run in float8
   // (indexed like layers_).
@@ -194,7 +213,15 @@ class Llama3 {
   // A replicated norm weight as the block uses it: under SP each rank sees
   // a part of the sequence, so its gradient is summed over tp in backward.
   at::Tensor norm_weight(const at::Tensor& w) const;
-  at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache = nullptr) const;
+  at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache = nullptr,
+                           bool recompute = false) const;
+  at::Tensor attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache) const;
+  at::Tensor feed_forward(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache,
+                          bool recompute) const;
+  // A weight every tp rank holds whole but applies to its part of the
+  // work (norms under SP, q/k norms over its heads, experts under SP): its
+  // gradient is summed over tp in backward.
+  at::Tensor tp_summed(const at::Tensor& w, bool partial) const;
   at::Tensor apply_rope(const at::Tensor& x, at::ScalarType out_dtype) const;  // [B,S,n,Dh]
   // RoPE rotations for S local tokens: rows 0..S-1, or under CP the rows of
   // this rank's positions (also kept in cp_positions_).
@@ -202,7 +229,7 @@ class Llama3 {
   void build_compute_views();
   const LayerWeights& layer_weights(int64_t layer) const;  // by global index
 
-  LlamaArgs args_;
+  ModelArgs args_;
   std::vector<ModelPart> parts_;
   std::vector<int64_t> layer_ids_;     // global index of each local block, in part order
   std::vector<int64_t> local_of_;      // global layer → index into layer_ids_ (-1: not here)
@@ -217,6 +244,10 @@ class Llama3 {
   at::Tensor freqs_cis_;               // complex64 [S_max, Dh/2]
   at::Tensor tok_embeddings_, norm_, output_;  // undefined when the part has no embedding / head
   std::vector<LayerWeights> layers_;   // the blocks, local index (layer_ids_ order)
+  std::vector<int64_t> moe_layers_;    // global indices of the local MoE layers
+  std::vector<at::Tensor> expert_bias_;            // per local layer (undefined: dense)
+  mutable std::vector<at::Tensor> expert_counts_;  // per local layer, accumulated by forward
+  bool count_experts_ = true;
   std::vector<int64_t> qkv_rows_;      // local rows of wq, wk, wv: the QKV output's split
   ActivationCheckpointPolicy ac_policy_;
   bool fused_model_ = false, fused_loss_ = false;

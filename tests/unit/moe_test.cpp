@@ -1,0 +1,255 @@
+// The MoE layer (trainer/model/moe.h) against a float64 reference written
+// here, token by token (softmax/sigmoid scores, top-k with ties to the lower
+// index, group limits, route_norm, shared experts), forward and backward;
+// Qwen3's flavors against hand counts; TorchTitan's expert-bias rule.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "common/errors.h"
+#include "trainer/model/model_registry.h"
+#include "trainer/model/moe.h"
+#include "trainer/model/transformer.h"
+
+namespace ctitan {
+namespace {
+
+// The reference: for each token t, its experts by descending (score + bias),
+// lower index first on ties, within the n_limited best groups (a group's
+// score: the sum of its two best), then y_t = Σ_j g_j · expert_j(x_t)
+// (+ the shared experts). Double precision, one small op at a time.
+at::Tensor reference_moe(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a) {
+  const int64_t T = x.size(0), E = w.router.size(0);
+  std::vector<at::Tensor> rows;
+  for (int64_t t = 0; t < T; ++t) {
+    const at::Tensor xt = x[t];
+    const at::Tensor logits = at::mv(w.router, xt);
+    const at::Tensor s = a.score_func == "sigmoid" ? 1.0 / (1.0 + at::exp(-logits))
+                                                   : at::exp(logits - logits.max()) / at::exp(logits - logits.max()).sum();
+    std::vector<double> choice(E);
+    for (int64_t e = 0; e < E; ++e) choice[e] = s[e].item<double>() + (bias.defined() ? bias[e].item<double>() : 0.0);
+    std::vector<bool> allowed(E, true);
+    if (a.n_expert_groups > 1) {
+      const int64_t G = a.n_expert_groups, per = E / G;
+      std::vector<std::pair<double, int64_t>> groups;
+      for (int64_t g = 0; g < G; ++g) {
+        std::vector<double> v(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+        std::sort(v.rbegin(), v.rend());
+        groups.push_back({v[0] + v[1], g});
+      }
+      std::stable_sort(groups.begin(), groups.end(), [](auto& p, auto& q) { return p.first > q.first; });
+      std::fill(allowed.begin(), allowed.end(), false);
+      for (int64_t i = 0; i < a.n_limited_groups; ++i)
+        for (int64_t e = 0; e < per; ++e) allowed[groups[i].second * per + e] = true;
+    }
+    std::vector<int64_t> order(E);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+      if (allowed[p] != allowed[q]) return static_cast<bool>(allowed[p]);
+      return choice[p] > choice[q];
+    });
+    std::vector<at::Tensor> g;
+    for (int64_t j = 0; j < a.top_k; ++j) g.push_back(s[order[j]]);
+    at::Tensor gsum = at::zeros({}, x.options());
+    for (const auto& gj : g) gsum = gsum + gj;
+    at::Tensor y = at::zeros_like(xt);
+    for (int64_t j = 0; j < a.top_k; ++j) {
+      const int64_t e = order[j];
+      at::Tensor gate = g[j];
+      if (a.route_norm) gate = gate / (gsum + 1e-20);
+      gate = gate * a.route_scale;
+      const at::Tensor in = a.score_before_experts ? xt * gate : xt;
+      at::Tensor h = at::mv(w.w1[e], in);
+      h = h / (1.0 + at::exp(-h)) * at::mv(w.w3[e], in);
+      const at::Tensor out = at::mv(w.w2[e], h);
+      y = y + (a.score_before_experts ? out : out * gate);
+    }
+    if (w.shared_w1.defined()) {
+      at::Tensor h = at::mv(w.shared_w1, xt);
+      y = y + at::mv(w.shared_w2, h / (1.0 + at::exp(-h)) * at::mv(w.shared_w3, xt));
+    }
+    rows.push_back(y);
+  }
+  return at::stack(rows);
+}
+
+struct Case {
+  const char* name;
+  MoeArgs args;
+  int64_t shared = 0;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class MoeLayer : public ::testing::TestWithParam<Case> {};
+
+// 12 tokens, D 16, 8 experts of width 8: experts 0 and 1 have the same
+// router row (their scores tie exactly: the lower index must win) and
+// expert 7's row routes nothing to it (its gradients must be zero).
+TEST_P(MoeLayer, MatchesTheFloat64ReferenceForwardAndBackward) {
+  const Case& c = GetParam();
+  const MoeArgs& a = c.args;
+  const int64_t T = 12, D = 16, E = 8, Hm = 8, S = c.shared * Hm;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const auto f64 = at::TensorOptions(at::kDouble);
+  MoeWeights w64;
+  w64.router = at::randn({E, D}, gen, f64) * 0.5;
+  w64.router[1].copy_(w64.router[0]);
+  w64.router[7].fill_(0.0);
+  w64.w1 = at::randn({E, Hm, D}, gen, f64) * 0.3;
+  w64.w2 = at::randn({E, D, Hm}, gen, f64) * 0.3;
+  w64.w3 = at::randn({E, Hm, D}, gen, f64) * 0.3;
+  if (S > 0) {
+    w64.shared_w1 = at::randn({S, D}, gen, f64) * 0.3;
+    w64.shared_w2 = at::randn({D, S}, gen, f64) * 0.3;
+    w64.shared_w3 = at::randn({S, D}, gen, f64) * 0.3;
+  }
+  const at::Tensor x64 = at::randn({T, D}, gen, f64);
+  // Expert 7 is never chosen: the bias pushes it below every other score.
+  at::Tensor bias = at::zeros({E}, at::kFloat);
+  bias[7] = -10.0f;
+
+  auto leaves = [](const MoeWeights& w, at::ScalarType dt) {
+    MoeWeights o;
+    for (auto [dst, src] : {std::pair{&o.router, &w.router}, {&o.w1, &w.w1}, {&o.w2, &w.w2}, {&o.w3, &w.w3},
+                            {&o.shared_w1, &w.shared_w1}, {&o.shared_w2, &w.shared_w2}, {&o.shared_w3, &w.shared_w3}})
+      if (src->defined()) *dst = src->to(dt).detach().requires_grad_(true);
+    return o;
+  };
+  const MoeWeights w32 = leaves(w64, at::kFloat), wref = leaves(w64, at::kDouble);
+  const at::Tensor x32 = x64.to(at::kFloat).requires_grad_(true), xref = x64.clone().requires_grad_(true);
+  at::Tensor counts;
+  const at::Tensor y = moe_forward(x32, w32, bias, a, &counts);
+  const at::Tensor want = reference_moe(xref, wref, bias.to(at::kDouble), a);
+  ASSERT_EQ(y.sizes(), want.sizes());
+  EXPECT_LT((y.to(at::kDouble) - want).abs().max().item<double>(), 1e-5 * std::max(1.0, want.abs().max().item<double>()));
+  EXPECT_EQ(counts.sum().item<int64_t>(), T * a.top_k);
+  EXPECT_EQ(counts[7].item<int64_t>(), 0) << "expert 7 must receive no token";
+
+  const at::Tensor dy = at::randn({T, D}, gen, f64);
+  y.backward(dy.to(at::kFloat));
+  want.backward(dy);
+  auto close = [](const at::Tensor& got, const at::Tensor& ref, const char* what) {
+    ASSERT_TRUE(got.defined()) << what;
+    const double scale = std::max(1.0, ref.abs().max().item<double>());
+    EXPECT_LT((got.to(at::kDouble) - ref).abs().max().item<double>(), 2e-5 * scale) << what;
+  };
+  close(x32.grad(), xref.grad(), "dx");
+  close(w32.router.grad(), wref.router.grad(), "d router");
+  close(w32.w1.grad(), wref.w1.grad(), "d w1");
+  close(w32.w2.grad(), wref.w2.grad(), "d w2");
+  close(w32.w3.grad(), wref.w3.grad(), "d w3");
+  if (S > 0) close(w32.shared_w2.grad(), wref.shared_w2.grad(), "d shared w2");
+  EXPECT_EQ(w32.w1.grad()[7].abs().max().item<float>(), 0.0f) << "an expert without tokens gets no gradient";
+}
+
+MoeArgs qwen3_like() {
+  MoeArgs a;
+  a.num_experts = 8;
+  a.top_k = 3;
+  a.hidden_dim = 8;
+  a.score_func = "softmax";
+  a.route_norm = true;
+  return a;
+}
+MoeArgs deepseek_like() {
+  MoeArgs a = qwen3_like();
+  a.score_func = "sigmoid";
+  a.route_norm = true;
+  a.route_scale = 2.5;
+  a.score_before_experts = false;
+  a.n_expert_groups = 4;
+  a.n_limited_groups = 2;
+  a.num_shared_experts = 2;
+  return a;
+}
+MoeArgs scores_first() {
+  MoeArgs a = qwen3_like();
+  a.route_norm = false;
+  a.score_before_experts = true;
+  return a;
+}
+
+INSTANTIATE_TEST_SUITE_P(Routing, MoeLayer,
+                         ::testing::Values(Case{"qwen3_softmax_route_norm", qwen3_like()},
+                                           Case{"sigmoid_groups_shared", deepseek_like(), 2},
+                                           Case{"scores_before_experts", scores_first()}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(MoeLayer, TiesGoToTheLowerExpertIndex) {
+  MoeArgs a = qwen3_like();
+  a.top_k = 1;
+  const at::Tensor logits = at::zeros({3, 8});  // every score ties
+  const MoeRouting r = moe_route(logits, at::Tensor(), a);
+  EXPECT_EQ(r.counts[0].item<int64_t>(), 3);
+  EXPECT_EQ(r.counts.sum().item<int64_t>(), 3);
+}
+
+TEST(MoeLayer, ForcedLoadBalanceRoutesRoundRobin) {
+  MoeArgs a = qwen3_like();
+  a.force_load_balance = true;
+  const MoeRouting r = moe_route(at::randn({8, 8}), at::Tensor(), a);  // 8 tokens x top 3 = 24 rows over 8 experts
+  EXPECT_TRUE(r.counts.equal(at::full({8}, 3, at::kLong))) << r.counts;
+}
+
+// TorchTitan's rule worked by hand: counts [10, 0, 5, 5], mean 5, coeff 0.1:
+// sign(mean − c) = [−1, +1, 0, 0] → delta [−0.1, 0.1, 0, 0], mean 0.
+TEST(MoeLayer, ExpertBiasFollowsTorchTitansRule) {
+  at::Tensor bias = at::zeros({4});
+  update_expert_bias(bias, at::tensor({10.0, 0.0, 5.0, 5.0}), 0.1);
+  EXPECT_TRUE(at::allclose(bias, at::tensor({-0.1f, 0.1f, 0.0f, 0.0f}))) << bias;
+  update_expert_bias(bias, at::tensor({9.0, 3.0, 0.0, 0.0}), 0.1);  // mean 3: [−1, 0, +1, +1] → centred by 0.025
+  EXPECT_TRUE(at::allclose(bias, at::tensor({-0.225f, 0.075f, 0.075f, 0.075f}))) << bias;
+  const ExpertLoad l = expert_load(at::tensor({2, 4, 6, 4}));
+  EXPECT_EQ(l.min, 2);
+  EXPECT_EQ(l.max, 6);
+  EXPECT_NEAR(l.cv, std::sqrt(2.0) / 4.0, 1e-12);  // population std sqrt(2), mean 4
+}
+
+// Hand counts (dim D, L layers, H heads, K kv heads, Dh 128, V vocab, E
+// experts, M expert width): per layer D·H·Dh·2 + 2·D·K·Dh + 2·Dh (q/k norms)
+// + 2·D (norms) + E·D (router) + 3·E·M·D, plus V·D embedding, V·D output
+// (untied) and D. debugmodel_moe (D 256, L 8, H 16, K 8, V 2048, E 64, top
+// 8, M 768): 39,338,752 per layer → 315,758,848; active (8 of 64 experts):
+// 6,308,608 per layer → 51,517,696; FLOPs at S 4096 = 6·(51,517,696 −
+// 524,288) + 12·8·16·128·4096 = 1,111,266,816.
+TEST(Qwen3, FlavorsMatchHandCounts) {
+  const ModelArgs moe = model_flavor("qwen3", "debugmodel_moe");
+  EXPECT_EQ(count_params(moe).total, 315758848);
+  EXPECT_EQ(count_params(moe).active, 51517696);
+  EXPECT_DOUBLE_EQ(flops_per_token(moe, 4096), 1111266816.0);
+  // 30B-A3B (D 2048, L 48, H 32, K 4, E 128, M 768, V 151936): 623,120,640
+  // per layer + 2·V·D + D.
+  EXPECT_EQ(count_params(model_flavor("qwen3", "30B-A3B")).total, 30532122624LL);
+  // 8B dense (D 4096, L 36, H 32, K 8, F 12288, V 151936): 8,190,735,360.
+  EXPECT_EQ(count_params(model_flavor("qwen3", "8B")).total, 8190735360LL);
+  // 0.6B, tied: the output is the embedding, counted once: 596,049,920.
+  EXPECT_EQ(count_params(model_flavor("qwen3", "0.6B")).total, 596049920LL);
+  // The allocated parameters (specs, a separate path) add up to the count.
+  for (const char* f : {"debugmodel_moe", "debugmodel", "tiny_moe"}) {
+    Transformer m(model_flavor("qwen3", f), at::kFloat, 16, c10::Device(c10::kMeta));
+    EXPECT_EQ(m.store().num_params(), count_params(m.args()).total) << f;
+  }
+}
+
+TEST(Qwen3, UnknownFlavorAndFamilyAreOneLine) {
+  EXPECT_THROW(model_flavor("qwen3", "7B"), InputError);
+  try {
+    model_flavor("qwen4", "debugmodel");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("\"llama3\", \"qwen3\""), std::string::npos) << e.what();
+  }
+}
+
+TEST(Qwen3, TiedFlavorsRefuseFsdpAndPipelines) {
+  const ModelArgs tied = model_flavor("qwen3", "debugmodel");
+  EXPECT_THROW(check_model_layout(tied, ModelLayout{1, 2, 1, 1, 1, false}), InputError);
+  EXPECT_THROW(check_model_layout(tied, ModelLayout{1, 1, 1, 1, 2, false}), InputError);
+  EXPECT_NO_THROW(check_model_layout(tied, ModelLayout{2, 1, 1, 2, 1, false}));
+  EXPECT_NO_THROW(check_model_layout(model_flavor("qwen3", "debugmodel_moe"), ModelLayout{1, 2, 1, 1, 2, false}));
+}
+
+}  // namespace
+}  // namespace ctitan

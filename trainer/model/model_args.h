@@ -1,0 +1,83 @@
+// The decoder's arguments (every model family: Llama 3, Qwen3, ...) and the
+// numbers derived from them (parameter counts, FLOPs per token) without
+// allocating anything. A family (model_registry.h) fills them from its
+// flavors; Transformer (transformer.h) builds any of them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ctitan {
+
+struct RopeScaling {  // Llama 3.1 frequency scaling
+  bool enabled = true;  // false: plain θ^(-2i/Dh) frequencies (Qwen3)
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+// A mixture-of-experts FFN (TorchTitan's MoEArgs): a router picks top_k of
+// num_experts SwiGLU experts per token; shared experts see every token.
+struct MoeArgs {
+  int64_t num_experts = 0;          // 0: every layer has the dense FFN
+  int64_t num_shared_experts = 0;
+  int64_t top_k = 1;
+  int64_t hidden_dim = 0;           // each expert's SwiGLU width (moe_inter_dim)
+  std::string score_func = "softmax";  // "softmax" | "sigmoid"
+  bool route_norm = false;          // renormalise the top-k scores to sum 1
+  double route_scale = 1.0;
+  bool score_before_experts = false;  // scale the tokens before (true) or the outputs after the experts
+  int64_t n_expert_groups = 0;      // group-limited routing (DeepSeek-V3); 0: off
+  int64_t n_limited_groups = 0;
+  double load_balance_coeff = 0.0;  // > 0: aux-loss-free expert bias (TorchTitan's load_balance_coeff)
+  bool force_load_balance = false;  // debug.moe_force_load_balance: round-robin routing
+};
+
+struct ModelArgs {
+  std::string family = "llama3";  // the model_registry.h family these args belong to
+  int64_t dim = 4096;
+  int64_t n_layers = 32;
+  int64_t n_heads = 32;
+  int64_t n_kv_heads = 32;
+  int64_t vocab_size = 128256;
+  int64_t multiple_of = 256;
+  std::optional<double> ffn_dim_multiplier;
+  double norm_eps = 1e-5;
+  double rope_theta = 500000.0;
+  RopeScaling rope_scaling;
+  bool depth_init = true;  // wo/w2/w3 init std 0.02/sqrt(2(layer+1))
+  std::optional<int64_t> ffn_hidden;  // set: this SwiGLU hidden size (the planner's --model.ffn_hidden)
+  std::optional<int64_t> head_dim_size;  // set: head_dim decoupled from dim (Qwen3)
+  bool qk_norm = false;         // RMSNorm over head_dim on q and k before RoPE (Qwen3)
+  bool tie_embeddings = false;  // output projection = tok_embeddings (TorchTitan's enable_weight_tying)
+  bool rope_half_split = false;  // RoPE pairs (i, i + Dh/2) (HF's rotate_half) instead of (2i, 2i+1)
+  MoeArgs moe;
+  int64_t n_dense_layers = 0;  // with moe: the first n layers keep the dense FFN (DeepSeek-V3)
+
+  int64_t head_dim() const { return head_dim_size ? *head_dim_size : dim / n_heads; }
+  bool moe_layer(int64_t layer) const { return moe.num_experts > 0 && layer >= n_dense_layers; }
+  int64_t n_moe_layers() const { return moe.num_experts > 0 ? n_layers - n_dense_layers : 0; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim(); }
+  // TorchTitan's SwiGLU hidden size: 4d → 2/3 → ×multiplier → round up
+  // (or ffn_hidden when set).
+  int64_t ffn_hidden_dim() const;
+};
+
+struct ParamCounts {
+  int64_t total = 0;
+  int64_t embedding = 0;  // tok_embeddings only, as TorchTitan counts it
+  // Parameters one token's forward touches: total minus the routed experts
+  // it is not sent to (num_experts − top_k of them per MoE layer). = total
+  // for a dense model.
+  int64_t active = 0;
+};
+ParamCounts count_params(const ModelArgs& a);
+
+// TorchTitan: 6·(N_active − N_embedding) + 12·L·H·Dh·S. As TorchTitan, a
+// tied output matrix counts once, as the embedding: its GEMM is left out.
+double flops_per_token(const ModelArgs& a, int64_t seq_len);
+
+}  // namespace ctitan

@@ -1,0 +1,57 @@
+// The model families (TorchTitan's TrainSpec idea): `model.name` selects
+// one, and everything that needs to know a family — its flavors, which
+// layouts it runs, its Hugging Face names — asks here. The decoder itself
+// (transformer.h) is built from the ModelArgs a family's flavor gives.
+//
+// Families live in trainer/models/<name>.cpp, one file each.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "trainer/model/model_args.h"
+
+namespace ctitan {
+
+// The parallel layout and techniques a run asks of a model, for refusals.
+struct ModelLayout {
+  int64_t dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, pp = 1;
+  bool float8 = false;
+};
+
+struct ModelFamily {
+  std::string name;           // model.name
+  std::string description;    // one line for --help and docs
+  std::vector<std::string> (*flavor_names)();
+  // InputError naming the family's flavors when `flavor` is unknown.
+  ModelArgs (*flavor)(const std::string& flavor);
+  // Empty when this family runs `args` in `layout`, else one line saying
+  // why not and what to do. (The layout's degrees against the model's
+  // sizes are checked by the parallelisms themselves.)
+  std::string (*refuses)(const ModelArgs& args, const ModelLayout& layout);
+  // Hugging Face config.json model_type of a checkpoint of `args`.
+  std::string (*hf_model_type)(const ModelArgs& args);
+};
+
+// InputError ("model.name 'x' is not a model family; ctitan's families:
+// ...") when `name` is none of them.
+const ModelFamily& model_family(const std::string& name);
+std::vector<std::string> model_family_names();
+bool is_model_family(const std::string& name);
+
+// model_family(name).flavor(flavor) with model.n_layers applied (> 0
+// replaces the flavor's layer count; with MoE, dense layers stay first).
+ModelArgs model_flavor(const std::string& name, const std::string& flavor, int64_t n_layers = 0);
+
+// A family's flavor table: its names in order, and the lookup that throws
+// InputError ("unknown model.flavor 'x' for qwen3; known flavors: ...").
+using FlavorTable = std::map<std::string, ModelArgs>;
+std::vector<std::string> flavor_names(const FlavorTable& table);
+ModelArgs find_flavor(const FlavorTable& table, const std::string& family, const std::string& flavor);
+
+// Throws InputError with the family's refusal, if any.
+void check_model_layout(const ModelArgs& args, const ModelLayout& layout);
+
+}  // namespace ctitan

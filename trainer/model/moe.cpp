@@ -1,0 +1,110 @@
+#include "trainer/model/moe.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace ctitan {
+
+namespace {
+
+// Indices of the k largest entries per row of s [T,E], ties to the lower
+// index: a stable sort of −s (ascending, so equal values keep their order).
+at::Tensor top_k_stable(const at::Tensor& s, int64_t k) {
+  return std::get<1>(at::sort(s.neg(), /*stable=*/true, /*dim=*/1, /*descending=*/false)).narrow(1, 0, k);
+}
+
+}  // namespace
+
+MoeRouting moe_route(const at::Tensor& logits, const at::Tensor& bias, const MoeArgs& a) {
+  const int64_t T = logits.size(0), E = logits.size(1), k = a.top_k;
+  const at::Tensor scores = a.score_func == "sigmoid" ? at::sigmoid(logits.to(at::kFloat))
+                                                      : at::softmax(logits.to(at::kFloat), 1);
+  at::Tensor chosen;  // [T,k] expert ids
+  if (a.force_load_balance) {
+    chosen = (at::arange(T * k, logits.options().dtype(at::kLong)) % E).view({T, k});
+  } else {
+    at::NoGradGuard no_grad;
+    at::Tensor choice = bias.defined() ? scores.detach() + bias : scores.detach();
+    if (a.n_expert_groups > 1 && a.n_limited_groups > 0 && a.n_limited_groups < a.n_expert_groups) {
+      const int64_t G = a.n_expert_groups;
+      const at::Tensor grouped = choice.view({T, G, E / G});
+      const at::Tensor group_score = std::get<0>(at::topk(grouped, 2, -1)).sum(-1);
+      const at::Tensor keep_groups = top_k_stable(group_score, a.n_limited_groups);  // [T, n_limited]
+      const at::Tensor keep = at::zeros({T, G}, choice.options().dtype(at::kBool)).scatter_(1, keep_groups, true);
+      choice = choice.masked_fill(keep.unsqueeze(-1).expand({T, G, E / G}).reshape({T, E}).logical_not(),
+                                  -std::numeric_limits<float>::infinity());
+    }
+    chosen = top_k_stable(choice, k);
+  }
+  at::Tensor weight = scores.gather(1, chosen);  // [T,k], differentiable in the logits
+  if (a.route_norm) weight = weight / (weight.sum(-1, true) + 1e-20);
+  if (a.route_scale != 1.0) weight = weight * a.route_scale;
+  const at::Tensor flat = chosen.reshape({-1});
+  MoeRouting r;
+  const at::Tensor order = std::get<1>(at::sort(flat, /*stable=*/true, 0, false));  // rows grouped by expert
+  r.token = at::floor_divide(order, k);
+  r.weight = weight.reshape({-1}).index_select(0, order);
+  r.counts = at::zeros({E}, flat.options()).index_add_(0, flat, at::ones_like(flat));
+  return r;
+}
+
+at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& counts) {
+  const int64_t E = w.size(0), out = w.size(1), in = w.size(2);
+  if (x.is_meta()) return at::matmul(x, w.select(0, 0).t());  // shapes only (the dry run)
+  const auto dt = x.scalar_type();
+  const int64_t esize = static_cast<int64_t>(x.element_size());
+  const bool aligned = (in * esize) % 16 == 0 && (out * esize) % 16 == 0;
+  if ((dt == at::kFloat || dt == at::kBFloat16) && aligned && (x.is_cpu() || x.is_cuda())) {
+    const at::Tensor offs = counts.cumsum(0).to(at::kInt).to(x.device());
+    return at::_grouped_mm(x, w.transpose(-2, -1), offs);
+  }
+  // One GEMM per expert that received rows (doubles, odd widths).
+  const at::Tensor cpu_counts = counts.to(at::kCPU);
+  const int64_t* c = cpu_counts.data_ptr<int64_t>();
+  std::vector<at::Tensor> pieces;
+  int64_t start = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    if (c[e] > 0) pieces.push_back(at::linear(x.narrow(0, start, c[e]), w.select(0, e)));
+    start += c[e];
+  }
+  if (pieces.empty()) return at::matmul(x, w.select(0, 0).t());  // no rows: [0, out]
+  return at::cat(pieces, 0);
+}
+
+at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
+                       at::Tensor* counts_out) {
+  const MoeRouting r = moe_route(at::linear(x, w.router), bias, a);
+  if (counts_out) *counts_out = r.counts;
+  at::Tensor routed = x.index_select(0, r.token);  // [T·k, D]
+  const at::Tensor gate = r.weight.unsqueeze(1);
+  if (a.score_before_experts) routed = (routed.to(at::kFloat) * gate).to(x.scalar_type());
+  const at::Tensor h = at::silu(grouped_linear(routed, w.w1, r.counts)) * grouped_linear(routed, w.w3, r.counts);
+  at::Tensor y = grouped_linear(h, w.w2, r.counts);  // [T·k, D]
+  if (!a.score_before_experts) y = (y.to(at::kFloat) * gate).to(x.scalar_type());
+  at::Tensor out = w.shared_w1.defined()
+                       ? at::linear(at::silu(at::linear(x, w.shared_w1)) * at::linear(x, w.shared_w3), w.shared_w2)
+                       : at::zeros_like(x);
+  return out.index_add(0, r.token, y);
+}
+
+void update_expert_bias(at::Tensor& bias, const at::Tensor& counts, double coeff) {
+  at::NoGradGuard no_grad;
+  const at::Tensor c = counts.to(at::kFloat);
+  at::Tensor delta = coeff * at::sign(c.mean() - c);
+  delta = delta - delta.mean();
+  bias.add_(delta.to(bias.device()));
+}
+
+ExpertLoad expert_load(const at::Tensor& counts) {
+  const at::Tensor c = counts.to(at::kCPU).to(at::kDouble);
+  ExpertLoad l;
+  if (c.numel() == 0) return l;
+  l.min = c.min().item<double>();
+  l.max = c.max().item<double>();
+  const double mean = c.mean().item<double>();
+  l.cv = mean > 0 ? std::sqrt(((c - mean).pow(2)).mean().item<double>()) / mean : 0.0;
+  return l;
+}
+
+}  // namespace ctitan

@@ -1,0 +1,61 @@
+// Llama 3 (TorchTitan's torchtitan/models/llama3): flavors and the family
+// entry. "125M" and "tiny" are ctitan's own (benchmarking, golden tests).
+#include "trainer/models/llama3.h"
+
+#include <map>
+
+
+namespace ctitan {
+
+namespace {
+
+ModelArgs make(int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads, int64_t vocab,
+               int64_t multiple_of, std::optional<double> ffn_mult) {
+  ModelArgs a;
+  a.dim = dim;
+  a.n_layers = layers;
+  a.n_heads = heads;
+  a.n_kv_heads = kv_heads;
+  a.vocab_size = vocab;
+  a.multiple_of = multiple_of;
+  a.ffn_dim_multiplier = ffn_mult;
+  return a;
+}
+
+const FlavorTable& flavors() {
+  static const FlavorTable table = {
+      {"tiny", make(32, 2, 4, 2, 64, 16, std::nullopt)},
+      {"debugmodel", make(256, 6, 16, 16, 2048, 256, std::nullopt)},
+      {"125M", make(768, 12, 12, 4, 32000, 256, std::nullopt)},
+      {"8B", make(4096, 32, 32, 8, 128256, 1024, 1.3)},
+      {"70B", make(8192, 80, 64, 8, 128256, 4096, 1.3)},
+      {"405B", make(16384, 126, 128, 8, 128256, 4096, 1.2)},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::vector<std::string> llama3_flavor_names() { return flavor_names(flavors()); }
+
+ModelArgs llama3_flavor(const std::string& flavor, int64_t n_layers) {
+  ModelArgs a = find_flavor(flavors(), "llama3", flavor);
+  if (n_layers > 0) a.n_layers = n_layers;
+  return a;
+}
+
+namespace {
+
+std::string llama3_refuses(const ModelArgs&, const ModelLayout&) { return ""; }
+std::string llama3_hf_type(const ModelArgs&) { return "llama"; }
+ModelArgs llama3_any(const std::string& flavor) { return llama3_flavor(flavor); }
+
+}  // namespace
+
+const ModelFamily& llama3_family() {
+  static const ModelFamily f{"llama3", "Llama 3 / 3.1 (GQA, SwiGLU, RoPE with Llama 3.1 scaling)",
+                             &llama3_flavor_names, &llama3_any, &llama3_refuses, &llama3_hf_type};
+  return f;
+}
+
+}  // namespace ctitan
