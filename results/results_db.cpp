@@ -307,11 +307,12 @@ std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
 }
 
 std::vector<nlohmann::json> ResultsDb::steps(int64_t run_id) const {
-  static constexpr std::array<const char*, 10> kCols = {"rank",   "step", "loss",        "grad_norm",   "tps",
-                                                        "tflops", "mfu",  "step_time_s", "data_time_s", "mem_peak_bytes"};
+  static constexpr std::array<const char*, 13> kCols = {
+      "rank",        "step",        "loss",           "grad_norm",   "tps",          "tflops",      "mfu",
+      "step_time_s", "data_time_s", "mem_peak_bytes", "moe_load_cv", "moe_load_min", "moe_load_max"};
   Statement q(db_, path_,
-              "SELECT rank, step, loss, grad_norm, tps, tflops, mfu, step_time_s, data_time_s, mem_peak_bytes "
-              "FROM steps WHERE run_id = ?1 ORDER BY rank, step");
+              "SELECT rank, step, loss, grad_norm, tps, tflops, mfu, step_time_s, data_time_s, mem_peak_bytes, "
+              "moe_load_cv, moe_load_min, moe_load_max FROM steps WHERE run_id = ?1 ORDER BY rank, step");
   q.bind_all(run_id);
   std::vector<nlohmann::json> out;
   while (q.step()) {

@@ -139,7 +139,7 @@ struct ArtifactRow {
 // std::runtime_error naming the file.
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 8;
+  static constexpr int kSchemaVersion = 9;
   // How long a statement waits for another process's write to finish.
   static constexpr int kBusyTimeoutMs = 10000;
   // read_write: opens (creating if absent) and migrates; a read-only file is

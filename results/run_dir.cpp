@@ -268,13 +268,15 @@ IngestReport ResultsDb::ingest_run_dir(int64_t run_id, const std::string& run_di
   // checkpoint: the later line (the run that went on) replaces the earlier.
   Statement step(db_, path_,
                  "INSERT OR REPLACE INTO steps(run_id, rank, step, loss, grad_norm, tps, tflops, mfu, step_time_s, "
-                 "data_time_s, mem_peak_bytes) VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+                 "data_time_s, mem_peak_bytes, moe_load_cv, moe_load_min, moe_load_max) "
+                 "VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
   for (const nlohmann::json& j : c.steps) {
     step.bind_all(run_id, *results_detail::integer(j, "step"), results_detail::number(j, "loss"),
                   results_detail::number(j, "grad_norm"), results_detail::number(j, "tps"),
                   results_detail::number(j, "tflops"), results_detail::number(j, "mfu"),
                   results_detail::number(j, "step_time_s"), results_detail::number(j, "data_time_s"),
-                  results_detail::integer(j, "mem_peak_bytes"));
+                  results_detail::integer(j, "mem_peak_bytes"), results_detail::number(j, "moe_load_cv"),
+                  results_detail::number(j, "moe_load_min"), results_detail::number(j, "moe_load_max"));
     step.run();
     step.reset();
   }

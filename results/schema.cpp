@@ -145,6 +145,12 @@ CREATE INDEX slurm_jobs_by_job ON slurm_jobs(job_id);
     // The spec file a sweep was run from: two different specs with one name
     // are refused, and the message names both files.
     {8, "ALTER TABLE sweeps ADD COLUMN spec_path TEXT NOT NULL DEFAULT '';"},
+    // MoE runs: each logged step's expert load (tokens per expert over the
+    // data-parallel group: the MoE layers' mean coefficient of variation,
+    // the fewest and most tokens one expert got). NULL for dense models.
+    {9, "ALTER TABLE steps ADD COLUMN moe_load_cv REAL;"
+        "ALTER TABLE steps ADD COLUMN moe_load_min REAL;"
+        "ALTER TABLE steps ADD COLUMN moe_load_max REAL;"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 

@@ -37,13 +37,27 @@ int64_t activation_bytes_estimate(const ModelArgs& a, int64_t batch, int64_t seq
   const int64_t D = a.dim, F = a.ffn_hidden_dim(), Dh = a.head_dim(), H = a.n_heads, K = a.n_kv_heads;
   // Per token of one block: two norm inputs and outputs (4D), q/k/v out of
   // the QKV GEMM and after RoPE (2(H+2K)Dh), the attention output and its
-  // projection input (2·H·Dh), gate/up and the SwiGLU product (3F).
-  const int64_t block = batch * seq_len * (4 * D + 2 * (H + 2 * K) * Dh + 2 * H * Dh + 3 * F) * dtype_bytes;
+  // projection input (2·H·Dh), then the FFN: gate/up and the SwiGLU product
+  // (3F), or in an MoE layer per routed copy (top_k of them) its input and
+  // output rows (2D) and gate/up/product (3·Hm), plus the shared experts'.
+  const MoeArgs& m = a.moe;
+  const int64_t attention = 4 * D + 2 * (H + 2 * K) * Dh + 2 * H * Dh;
+  const int64_t moe_ffn = m.top_k * (2 * D + 3 * m.hidden_dim) + 3 * m.num_shared_experts * m.hidden_dim;
+  const auto block_of = [&](int64_t l) {
+    return batch * seq_len * (attention + (a.moe_layer(l) ? moe_ffn : 3 * F)) * dtype_bytes;
+  };
   const int64_t block_input = batch * seq_len * D * dtype_bytes;
-  int64_t kept = 0, checkpointed = 0;
-  for (int64_t l = 0; l < a.n_layers; ++l) (ac.checkpoints_layer(l) ? checkpointed : kept) += 1;
+  int64_t stored = 0, recompute = 0;
+  for (int64_t l = 0; l < a.n_layers; ++l) {
+    if (ac.checkpoints_layer(l)) {
+      stored += block_input;
+      recompute = std::max(recompute, block_of(l));  // one block's activations live again in its backward
+    } else {
+      stored += block_of(l);
+    }
+  }
   const int64_t logits = batch * seq_len * a.vocab_size * dtype_bytes;
-  return kept * block + checkpointed * block_input + (checkpointed > 0 ? block : 0) + logits;
+  return stored + recompute + logits;
 }
 
 int dry_run(const JobConfig& cfg, const Runtime& rt, TrainModel& tm, AdamW& optimizer) {
@@ -71,8 +85,9 @@ int dry_run(const JobConfig& cfg, const Runtime& rt, TrainModel& tm, AdamW& opti
 
   const ParamCounts counts = count_params(m.args());
   std::cout << "ctitan: dry run of rank 0 of " << rt.env.world_size << " ("
-            << (rt.fake ? "comm.mode fake_backend" : "training.device meta") << ", nothing allocated): llama3 "
-            << cfg.model.flavor << ", " << with_commas(counts.total) << " parameters, mesh " << rt.shape.describe()
+            << (rt.fake ? "comm.mode fake_backend" : "training.device meta") << ", nothing allocated): " << m.args().family
+            << " " << cfg.model.flavor << ", " << with_commas(counts.total) << " parameters"
+            << (m.args().moe.num_experts > 0 ? " (" + with_commas(counts.active) + " active)" : std::string()) << ", mesh " << rt.shape.describe()
             << ", " << tm.describe() << ", " << m.techniques() << std::endl;
   std::cout << "ctitan: layout (FQN, global shape, this rank's shape, placement):" << std::endl;
   print_layout(tm.layout(), m.args().n_layers);

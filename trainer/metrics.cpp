@@ -194,6 +194,9 @@ void MetricsLogger::log_interval() {
     tb_->add_scalar("time_metrics/data_loading(%)", 100.0 * data / time, s);
     add_memory_scalars("", mem, s);
     tb_->add_scalar("lr", last.lr, s);
+    // Attached numbers (the MoE expert load, ...) under moe/..., by key.
+    for (const char* key : {"moe_load_cv", "moe_load_min", "moe_load_max"})
+      if (j.contains(key) && j[key].is_number()) tb_->add_scalar(std::string("moe/") + (key + 4), j[key].get<double>(), s);
     tb_->flush();
   }
   interval_.clear();

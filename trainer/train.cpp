@@ -457,6 +457,13 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     const double max_loss = read_loss ? tm_.max_loss(r.loss) : std::nan("");
     std::string sqnr_line;
     log_float8_sqnr(step, last, sqnr_line);
+    if (tm_.model().has_moe() && metrics_->logs_step(step, last)) {
+      // MoE: how evenly this step's tokens reached the experts (over the
+      // data-parallel group), what MoE comparisons look at.
+      metrics_->attach("moe_load_cv", r.experts.cv);
+      metrics_->attach("moe_load_min", r.experts.min);
+      metrics_->attach("moe_load_max", r.experts.max);
+    }
     // TorchTitan's tps is per device: this rank's tokens over the ranks that
     // share them (the non-data-parallel size, tp·cp·pp).
     metrics_->record(

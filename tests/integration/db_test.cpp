@@ -89,6 +89,7 @@ TEST_F(Db, IngestOfARealRunMatchesItsFiles) {
     // Doubles survive JSON → SQLite REAL → JSON bit for bit.
     for (const char* k : {"loss", "grad_norm", "tps", "tflops", "mfu", "step_time_s", "data_time_s", "mem_peak_bytes"})
       EXPECT_EQ(steps[i][k], lines[i][k]) << k << " at step " << i + 1;
+    EXPECT_TRUE(steps[i]["moe_load_cv"].is_null()) << "a dense model has no expert load";
   }
 
   const auto summary_json = read_json(run_dir() / "summary.json");
@@ -125,6 +126,40 @@ TEST_F(Db, IngestOfARealRunMatchesItsFiles) {
   EXPECT_EQ(kinds["summary"], 1);
   EXPECT_EQ(kinds["env"], 1);
   EXPECT_GE(kinds["checkpoint"], 1);  // step-3 and/or step-6, as the keep policy left them
+}
+
+// An MoE run (qwen3 tiny_moe): each logged step's expert load is in
+// metrics.jsonl and reaches SQLite's steps table unchanged; a dense run's
+// rows have none (NULL).
+TEST(DbMoe, ExpertLoadOfAnMoeRunIsStoredPerStep) {
+  const auto d = fresh_dir("db_moe");
+  auto r = run_ctitan({"train", "--model.name", "qwen3", "--model.flavor", "tiny_moe", "--training.seq_len", "32",
+                       "--training.local_batch_size", "2", "--training.steps", "3", "--metrics.log_freq", "1",
+                       "--metrics.peak_tflops", "1", "--job.dump_folder", (d / "run").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("ctitan: qwen3 tiny_moe, "), std::string::npos) << r.out;
+  const auto lines = read_jsonl(d / "run" / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), 3u);
+  for (const auto& l : lines) {
+    ASSERT_TRUE(l.contains("moe_load_cv")) << l.dump();
+    // 2 x 32 tokens, top 2 of 4 experts: 128 routed rows per layer.
+    EXPECT_LE(l["moe_load_max"].get<double>(), 128.0);
+    EXPECT_LE(l["moe_load_min"].get<double>(), 32.0) << "an even split is 32 each; the fewest cannot exceed it";
+    EXPECT_GE(l["moe_load_cv"].get<double>(), 0.0);
+  }
+  ResultsDb db((d / "results.db").string());
+  RunRow row;
+  row.label = "moe";
+  row.status = "ok";
+  row.world_size = 1;
+  row.run_dir = (d / "run").string();
+  row.host = "localhost";
+  const int64_t id = db.insert_run(row);
+  db.ingest_run_dir(id, row.run_dir);
+  const auto steps = db.steps(id);
+  ASSERT_EQ(steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    for (const char* k : {"moe_load_cv", "moe_load_min", "moe_load_max"}) EXPECT_EQ(steps[i][k], lines[i][k]) << k;
 }
 
 TEST_F(Db, IngestOfACrashedRunIsPartial) {

@@ -121,6 +121,30 @@ TEST(TensorBoard, ScalarsEqualMetricsJsonl) {
   for (const auto& row : rows) EXPECT_EQ(row["max_loss"], row["loss"]);
 }
 
+// An MoE run's expert load: moe/load_cv, moe/load_min, moe/load_max per
+// logged step, equal to metrics.jsonl's moe_load_* (float32).
+TEST(TensorBoard, MoeExpertLoadEqualsMetricsJsonl) {
+  if (!have_tensorboard()) GTEST_SKIP() << ctitan::testing::venv_python() << " cannot import tensorboard (scripts/bootstrap.sh installs it)";
+  const auto dump = fresh_dir("tensorboard_moe");
+  std::vector<std::string> args = run_args(dump);
+  args[2] = "tiny_moe";
+  args.insert(args.begin() + 1, {"--model.name", "qwen3"});
+  const auto r = run_ctitan(args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto tb = read_tensorboard(dump / "tb");
+  const std::string run_name = timestamp_folder(dump).filename().string();
+  ASSERT_TRUE(tb.contains(run_name)) << tb.dump();
+  const auto rows = read_jsonl(dump / "metrics.jsonl");
+  ASSERT_EQ(rows.size(), 4u);
+  for (const auto& row : rows)
+    for (const char* key : {"load_cv", "load_min", "load_max"}) {
+      const double want = row[std::string("moe_") + key].get<double>();
+      EXPECT_NEAR(at_step(tb[run_name], std::string("moe/") + key, row["step"].get<int64_t>()), want,
+                  1e-6 * std::abs(want) + 1e-30)
+          << key;
+    }
+}
+
 TEST(TensorBoard, SaveForAllRanksWritesARankFolderEach) {
   if (!have_tensorboard()) GTEST_SKIP() << ctitan::testing::venv_python() << " cannot import tensorboard (scripts/bootstrap.sh installs it)";
   const auto dump = fresh_dir("tensorboard_ranks");

@@ -143,7 +143,8 @@ TEST(ReliabilityDb, ReadOnlyOpenWritesNothing) {
 // An older file opened for reading is migrated where it can be written.
 TEST(ReliabilityDb, ReadOnlyOpenOfAnOlderWritableFileMigratesIt) {
   const fs::path path = make_db(fresh_dir("older"), 1);
-  sql(path, "ALTER TABLE sweeps DROP COLUMN spec_path; UPDATE schema_version SET version = 7;");
+  sql(path, "ALTER TABLE steps DROP COLUMN moe_load_cv; ALTER TABLE steps DROP COLUMN moe_load_min; "
+            "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE sweeps DROP COLUMN spec_path; UPDATE schema_version SET version = 7;");
   ResultsDb db(path.string(), ResultsDb::Access::read_only);
   EXPECT_EQ(db.schema_version(), ResultsDb::kSchemaVersion);
   EXPECT_EQ(db.sweeps().at(0).spec_path, "");

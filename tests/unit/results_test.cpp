@@ -536,7 +536,9 @@ TEST(Results, MigratesAVersion6DatabaseToSlurmJobs) {
     sweep = db.upsert_sweep("s", "");
     run = db.insert_run(full_run(sweep, "old"));
   }
-  sql(path, "DROP TABLE slurm_jobs; ALTER TABLE sweeps DROP COLUMN spec_path; UPDATE schema_version SET version = 6;");
+  sql(path, "ALTER TABLE steps DROP COLUMN moe_load_cv; ALTER TABLE steps DROP COLUMN moe_load_min; "
+            "ALTER TABLE steps DROP COLUMN moe_load_max; DROP TABLE slurm_jobs; ALTER TABLE sweeps DROP COLUMN spec_path; "
+            "UPDATE schema_version SET version = 6;");
   ResultsDb db(path.string());
   EXPECT_EQ(db.schema_version(), ResultsDb::kSchemaVersion);
   EXPECT_FALSE(db.slurm_job(run));
@@ -573,7 +575,9 @@ TEST(Results, MigratesAVersion5DatabaseToPredictions) {
     ResultsDb db(path.string());
     old_run = db.insert_run(full_run(db.upsert_sweep("s", ""), "old"));
   }
-  sql(path, "DROP TABLE predictions; DROP TABLE slurm_jobs; ALTER TABLE sweeps DROP COLUMN spec_path; "
+  sql(path, "ALTER TABLE steps DROP COLUMN moe_load_cv; ALTER TABLE steps DROP COLUMN moe_load_min; "
+            "ALTER TABLE steps DROP COLUMN moe_load_max; "
+            "DROP TABLE predictions; DROP TABLE slurm_jobs; ALTER TABLE sweeps DROP COLUMN spec_path; "
             "UPDATE schema_version SET version = 5;");
   ASSERT_EQ(sql_text(path, "SELECT count(*) FROM sqlite_master WHERE name = 'predictions'"), "0");
 
@@ -665,10 +669,10 @@ INSTANTIATE_TEST_SUITE_P(
                     "not a ctitan results database (tables: photos)"},
         ForeignFile{"newer_schema",
                     [](const fs::path& p) {
-                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (9);"
+                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (10);"
                              "CREATE TABLE runs(id INTEGER PRIMARY KEY, shiny_new_column TEXT);");
                     },
-                    "newer ctitan (results schema v9, this ctitan reads up to v8)"},
+                    "newer ctitan (results schema v10, this ctitan reads up to v9)"},
         ForeignFile{"newer_schema_in_wal_mode",
                     [](const fs::path& p) {
                       sql(p, "PRAGMA journal_mode=WAL; CREATE TABLE schema_version(version INTEGER);"

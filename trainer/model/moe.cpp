@@ -43,8 +43,8 @@ MoeRouting moe_route(const at::Tensor& logits, const at::Tensor& bias, const Moe
   const at::Tensor flat = chosen.reshape({-1});
   MoeRouting r;
   const at::Tensor order = std::get<1>(at::sort(flat, /*stable=*/true, 0, false));  // rows grouped by expert
-  r.token = at::floor_divide(order, k);
-  r.weight = weight.reshape({-1}).index_select(0, order);
+  r.token = at::div(order, k, "floor");  // (div has a C++ meta kernel, floor_divide not)
+  r.weight = weight.reshape({-1}).index({order});  // (aten::index runs on meta, index_select not)
   r.counts = at::zeros({E}, flat.options()).index_add_(0, flat, at::ones_like(flat));
   return r;
 }
@@ -76,7 +76,7 @@ at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tenso
                        at::Tensor* counts_out) {
   const MoeRouting r = moe_route(at::linear(x, w.router), bias, a);
   if (counts_out) *counts_out = r.counts;
-  at::Tensor routed = x.index_select(0, r.token);  // [T·k, D]
+  at::Tensor routed = x.index({r.token});  // [T·k, D]
   const at::Tensor gate = r.weight.unsqueeze(1);
   if (a.score_before_experts) routed = (routed.to(at::kFloat) * gate).to(x.scalar_type());
   const at::Tensor h = at::silu(grouped_linear(routed, w.w1, r.counts)) * grouped_linear(routed, w.w3, r.counts);
@@ -85,7 +85,9 @@ at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tenso
   at::Tensor out = w.shared_w1.defined()
                        ? at::linear(at::silu(at::linear(x, w.shared_w1)) * at::linear(x, w.shared_w3), w.shared_w2)
                        : at::zeros_like(x);
-  return out.index_add(0, r.token, y);
+  // index_put with accumulate, whose backward is aten::index (a C++ meta
+  // kernel, so the dry run gets through), where index_add's is index_select.
+  return at::index_put(out, c10::List<std::optional<at::Tensor>>{r.token}, y, /*accumulate=*/true);
 }
 
 void update_expert_bias(at::Tensor& bias, const at::Tensor& counts, double coeff) {
