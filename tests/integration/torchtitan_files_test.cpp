@@ -106,6 +106,7 @@ struct Recipe {
   std::string file;
   int nproc;
   bool tensorboard;
+  std::string flavor = "debugmodel";  // TorchTitan's test override (an MoE recipe keeps its debug flavor)
 };
 
 class TorchTitanRecipe : public ::testing::TestWithParam<Recipe> {};
@@ -115,14 +116,14 @@ TEST_P(TorchTitanRecipe, RunsUnchangedForThreeStepsOnC4) {
   // The scratch folder holds what the recipe's relative paths name.
   const fs::path scratch = fresh_dir("tt_" + r.file.substr(0, r.file.find('.')));
   for (const char* assets : {"tests/assets/tokenizer", "assets/hf/Llama-3.1-8B", "assets/hf/Llama-3.1-70B",
-                             "assets/hf/Llama-3.1-405B"})
+                             "assets/hf/Llama-3.1-405B", "assets/hf/Qwen3-0.6B"})
     write_file(scratch / assets / "tokenizer.json", byte_tokenizer_json());
   write_file(scratch / "c4" / "c4-train.00000-of-01024.json.gz", gzip(c4_lines(prose(300, 1))));
   std::vector<std::string> args = {"train"};
   if (r.nproc > 1) args.insert(args.end(), {"--nproc", std::to_string(r.nproc)});
   const std::vector<std::string> overrides = {
       "--job.config_file", (fs::path(source_dir()) / "tests/recipes/torchtitan" / r.file).string(),
-      "--model.flavor", "debugmodel", "--training.steps", "3", "--training.seq_len", "256",
+      "--model.flavor", r.flavor, "--training.steps", "3", "--training.seq_len", "256",
       "--training.dataset_path", "c4/c4-train.00000-of-01024.json.gz"};
   args.insert(args.end(), overrides.begin(), overrides.end());
   const auto res = run_ctitan(args, {}, scratch.string());
@@ -142,11 +143,12 @@ TEST_P(TorchTitanRecipe, RunsUnchangedForThreeStepsOnC4) {
 INSTANTIATE_TEST_SUITE_P(V022, TorchTitanRecipe,
                          ::testing::Values(Recipe{"debug_model.toml", 1, false}, Recipe{"base_config.toml", 1, false},
                                            Recipe{"llama3_8b.toml", 1, true}, Recipe{"llama3_70b.toml", 8, true},
-                                           Recipe{"llama3_405b.toml", 8, true}),
+                                           Recipe{"llama3_405b.toml", 8, true}, Recipe{"qwen3_0.6b.toml", 1, false},
+                                           Recipe{"qwen3_moe_debug.toml", 1, false, "debugmodel_moe"}),
                          [](const auto& info) {
-                           std::string n = info.param.file.substr(0, info.param.file.find('.'));
+                           std::string n = info.param.file.substr(0, info.param.file.rfind('.'));
                            for (char& c : n)
-                             if (c == '_') c = 'X';
+                             if (c == '_' || c == '.') c = 'X';
                            return n;
                          });
 

@@ -1,12 +1,25 @@
 #include "trainer/model/moe.h"
 
+#include "trainer/model/gemm.h"
+
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include <torch/torch.h>
+
 namespace ctitan {
 
 namespace {
+
+// Identity whose backward makes the gradient contiguous: _grouped_mm's
+// backward rejects a broadcast gradient (stride 0, e.g. from a sum).
+struct ContiguousGrad : torch::autograd::Function<ContiguousGrad> {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x) { return x.view_as(x); }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext*, torch::autograd::tensor_list g) {
+    return {g[0].contiguous()};
+  }
+};
 
 // Indices of the k largest entries per row of s [T,E], ties to the lower
 // index: a stable sort of −s (ascending, so equal values keep their order).
@@ -52,12 +65,16 @@ MoeRouting moe_route(const at::Tensor& logits, const at::Tensor& bias, const Moe
 at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& counts) {
   const int64_t E = w.size(0), out = w.size(1), in = w.size(2);
   if (x.is_meta()) return at::matmul(x, w.select(0, 0).t());  // shapes only (the dry run)
+  // bf16 on a CPU without AVX-512: ATen's bf16 GEMMs (and _grouped_mm's
+  // loop over them) are reference loops there; widen as gemm.h does.
+  if (widen_gemm(x) && w.scalar_type() == at::kBFloat16)
+    return grouped_linear(x.to(at::kFloat), w.to(at::kFloat), counts).to(at::kBFloat16);
   const auto dt = x.scalar_type();
   const int64_t esize = static_cast<int64_t>(x.element_size());
   const bool aligned = (in * esize) % 16 == 0 && (out * esize) % 16 == 0;
   if ((dt == at::kFloat || dt == at::kBFloat16) && aligned && (x.is_cpu() || x.is_cuda())) {
     const at::Tensor offs = counts.cumsum(0).to(at::kInt).to(x.device());
-    return at::_grouped_mm(x, w.transpose(-2, -1), offs);
+    return ContiguousGrad::apply(at::_grouped_mm(x, w.transpose(-2, -1), offs));
   }
   // One GEMM per expert that received rows (doubles, odd widths).
   const at::Tensor cpu_counts = counts.to(at::kCPU);
@@ -74,7 +91,7 @@ at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
 
 at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
                        at::Tensor* counts_out) {
-  const MoeRouting r = moe_route(at::linear(x, w.router), bias, a);
+  const MoeRouting r = moe_route(gemm_linear(x, w.router), bias, a);
   if (counts_out) *counts_out = r.counts;
   at::Tensor routed = x.index({r.token});  // [T·k, D]
   const at::Tensor gate = r.weight.unsqueeze(1);
@@ -83,7 +100,7 @@ at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tenso
   at::Tensor y = grouped_linear(h, w.w2, r.counts);  // [T·k, D]
   if (!a.score_before_experts) y = (y.to(at::kFloat) * gate).to(x.scalar_type());
   at::Tensor out = w.shared_w1.defined()
-                       ? at::linear(at::silu(at::linear(x, w.shared_w1)) * at::linear(x, w.shared_w3), w.shared_w2)
+                       ? gemm_linear(at::silu(gemm_linear(x, w.shared_w1)) * gemm_linear(x, w.shared_w3), w.shared_w2)
                        : at::zeros_like(x);
   // index_put with accumulate, whose backward is aten::index (a C++ meta
   // kernel, so the dry run gets through), where index_add's is index_select.

@@ -39,7 +39,8 @@ MoeRouting moe_route(const at::Tensor& logits, const at::Tensor& bias, const Moe
 // x [N, in] whose rows are grouped by expert (counts [E], summing to N)
 // times each group's w[e] [out, in]ᵀ → [N, out], with autograd. One
 // at::_grouped_mm call where LibTorch runs it (fp32/bf16 rows 16-byte
-// aligned, CPU or CUDA), else one GEMM per non-empty group into one output.
+// aligned, CPU or CUDA), else one GEMM per non-empty group into one output;
+// bf16 on a CPU without AVX-512 widened to fp32 (gemm.h).
 at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& counts);
 
 struct MoeWeights {
