@@ -246,6 +246,29 @@ TEST(Qwen3, UnknownFlavorAndFamilyAreOneLine) {
   }
 }
 
+// The float8 GEMM units name their own weights: with QK-norm between wo and
+// the FFN, and MoE layers without a dense FFN (router and experts stay in
+// the compute dtype; a filter entry naming them is accepted).
+TEST(Qwen3, Float8GemmsHoldTheirOwnWeights) {
+  for (const char* flavor : {"tiny", "tiny_moe"}) {
+    Transformer m(model_flavor("qwen3", flavor), at::kFloat, 16);
+    const bool moe = std::string(flavor) == "tiny_moe";
+    m.set_float8(Float8Recipe::kTensorwise, true,
+                 moe ? std::vector<std::string>{"output", "router.gate"} : std::vector<std::string>{"output"});
+    size_t n = 0;
+    for (const auto& g : m.float8_gemms()) {
+      for (size_t s : g.slots) {
+        const std::string& fqn = m.slots()[s].name;
+        const std::string module = fqn.substr(0, fqn.rfind('.'));  // layers.0.attention.wq
+        EXPECT_NE(g.name.find(module.substr(module.rfind('.') + 1)), std::string::npos) << g.name << " holds " << fqn;
+        EXPECT_EQ(fqn.rfind(g.name.substr(0, g.name.find('.', 7) + 1), 0), 0u) << g.name << " holds " << fqn;
+        ++n;
+      }
+    }
+    EXPECT_EQ(n, moe ? 8u : 14u) << flavor << ": 2 layers of wq wk wv wo (+ w1 w3 w2 dense)";
+  }
+}
+
 TEST(Qwen3, TiedFlavorsRefuseFsdpAndPipelines) {
   const ModelArgs tied = model_flavor("qwen3", "debugmodel");
   EXPECT_THROW(check_model_layout(tied, ModelLayout{1, 2, 1, 1, 1, false}), InputError);

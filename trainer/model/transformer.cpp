@@ -571,7 +571,13 @@ void Transformer::set_float8(Float8Recipe recipe, bool emulate, const std::vecto
     const bool o = filtered(p + "attention.wo");
     const bool w1 = filtered(p + "feed_forward.w1"), w3 = filtered(p + "feed_forward.w3");
     const bool w2 = filtered(p + "feed_forward.w2");
-    float8_units_[local_of_[l]] = {!(q || k || v), !o, !(w1 || w3), !w2};
+    // An MoE layer's router and experts stay in the compute dtype (TorchTitan
+    // filters them too); a filter entry naming them is still a valid entry.
+    for (const char* m : {"moe.router.gate", "moe.experts", "moe.shared_experts.w1", "moe.shared_experts.w2",
+                          "moe.shared_experts.w3"})
+      if (args_.moe_layer(l)) filtered(p + m);
+    const bool dense = !args_.moe_layer(l);
+    float8_units_[local_of_[l]] = {!(q || k || v), !o, dense && !(w1 || w3), dense && !w2};
   }
   float8_output_ = has_head() && !filtered("output");
   // An entry may name linears of another pipeline stage: it is a mistake
@@ -594,12 +600,12 @@ std::vector<Transformer::Float8Gemm> Transformer::float8_gemms() const {
   if (!float8_) return out;
   for (int64_t l : layer_ids_) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    const size_t base = store_.index(p + "attention.wq.weight");  // wq wk wv wo w1 w3 w2 (norms follow)
+    const auto slot = [&](const char* m) { return store_.index(p + m + ".weight"); };
     const Float8Units& f = float8_units_[local_of_[l]];
-    if (f.qkv) out.push_back({p + "attention.wq|wk|wv", {base, base + 1, base + 2}});
-    if (f.wo) out.push_back({p + "attention.wo", {base + 3}});
-    if (f.w13) out.push_back({p + "feed_forward.w1|w3", {base + 4, base + 5}});
-    if (f.w2) out.push_back({p + "feed_forward.w2", {base + 6}});
+    if (f.qkv) out.push_back({p + "attention.wq|wk|wv", {slot("attention.wq"), slot("attention.wk"), slot("attention.wv")}});
+    if (f.wo) out.push_back({p + "attention.wo", {slot("attention.wo")}});
+    if (f.w13) out.push_back({p + "feed_forward.w1|w3", {slot("feed_forward.w1"), slot("feed_forward.w3")}});
+    if (f.w2) out.push_back({p + "feed_forward.w2", {slot("feed_forward.w2")}});
   }
   if (float8_output_) out.push_back({"output", {store_.index("output.weight")}});
   return out;
