@@ -38,8 +38,6 @@ at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tens
   return hooks_ ? run_units(t, l, scale, first_micro, last_micro) : run_whole(t, l, scale);
 }
 
-// A no-grad forward in the training layout: the same units, hooks and
-// collectives as a training forward, then every gathered unit freed.
 ExpertLoad TrainModel::balance_experts() {
   Transformer& m = *model_;
   if (!m.has_moe()) return {};
@@ -61,6 +59,9 @@ ExpertLoad TrainModel::balance_experts() {
   return load;
 }
 
+// A no-grad forward in the training layout: the same units, hooks and
+// collectives as a training forward, then every gathered unit freed. MoE
+// layers route without counting their experts' tokens.
 at::Tensor TrainModel::evaluate(const at::Tensor& tokens, const at::Tensor& labels) {
   torch::NoGradGuard no_grad;
   struct CountingOff {
