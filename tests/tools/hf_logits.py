@@ -6,7 +6,7 @@
   hf_logits.py logits MODEL_DIR OUT B S     load MODEL_DIR in float32, run a fixed [B, S] token
                                             batch, save {"tokens", "logits"} as safetensors
 
-The flavors' numbers are written out here from trainer/model/llama_args.cpp
+The flavors' numbers are written out here from trainer/models/llama3.cpp
 (TorchTitan's definitions), not read from ctitan, so a wrong config.json or a
 wrong name/permutation on ctitan's side shows up as different logits.
 """
