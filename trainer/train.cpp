@@ -250,12 +250,14 @@ TrainLoop::StepResult TrainLoop::step(int64_t step) {
       at::Tensor loss = tm_.forward_backward(inputs, labels, scale, micro == 0, micro + 1 == accum_);
       r.loss = micro == 0 ? loss * scale : r.loss + loss * scale;
     }
-    r.grad_norm = tm_.clip_grad_norm(cfg_.training.max_norm);
+    // ctitan's fused AdamW (compile on CUDA) applies the clipping in its pass.
+    double clip = 1.0;
+    r.grad_norm = tm_.clip_grad_norm(cfg_.training.max_norm, opt_.writes_compute_copy() ? &clip : nullptr);
     r.experts = tm_.balance_experts();  // MoE: this step's expert load, the expert biases' update
     TraceRange tr(trace_cat::kCompute, "optimizer");
-    opt_.step(r.lr);
+    opt_.step(r.lr, clip);
     MemoryCategoryScope mem(MemoryCategory::kParameters);  // FSDP: this step's compute copy of the shard
-    tm_.begin_step();
+    tm_.begin_step(/*after_optimizer_step=*/true);
   } catch (const c10::OutOfMemoryError& e) {
     r.oom = e.what_without_backtrace();
   } catch (const std::bad_alloc& e) {
@@ -617,6 +619,8 @@ int train(const JobConfig& cfg) {
   std::unique_ptr<TrainModel> tm = parallelize_model(args, rt, cfg);
 
   AdamW optimizer(tm->params(), tm->grads(), adamw_options(cfg));
+  // compile.enable on CUDA: the optimizer's kernel writes the compute copy.
+  tm->give_compute_copy(optimizer);
   tag_tensor_memory(optimizer.exp_avg(), MemoryCategory::kOptimizerState);
   tag_tensor_memory(optimizer.exp_avg_sq(), MemoryCategory::kOptimizerState);
   tag_tensor_memory(tm->grads(), MemoryCategory::kGradients);

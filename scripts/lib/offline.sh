@@ -66,12 +66,12 @@ offline_cmake_args() {
     "-DCMAKE_PROGRAM_PATH=$prefix/usr/bin"
 }
 
-# source_fingerprint ROOT: one hash over what a build compiles (C++ sources,
-# headers, CMake files, protos) found by name, so that it is the same with or
+# source_fingerprint ROOT: one hash over what a build compiles (C++ and CUDA
+# sources, headers, CMake files, protos) found by name, so that it is the same with or
 # without git (a GPU node gets a copy of the tree, not the repository).
 source_fingerprint() {
   (cd "$1" && find CMakeLists.txt cmake common profiling trainer results reports planner harness tests -type f \
-    \( -name '*.cpp' -o -name '*.h' -o -name '*.cmake' -o -name CMakeLists.txt -o -name '*.in' -o -name '*.proto' \) \
+    \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cmake' -o -name CMakeLists.txt -o -name '*.in' -o -name '*.proto' \) \
     -not -path 'tests/fuzz/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 }
 

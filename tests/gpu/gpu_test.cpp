@@ -20,8 +20,11 @@
 #include "trainer/float8/float8_linear.h"
 #include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
+#include "trainer/model/model_registry.h"
+#include "trainer/model/moe.h"
 #include "trainer/model/transformer.h"
 #include "trainer/model/weight_grad.h"
+#include "trainer/optim/adamw.h"
 
 namespace ctitan {
 namespace {
@@ -42,10 +45,10 @@ void fp32_everywhere() {
   at::globalContext().setAllowTF32CuDNN(false);
 }
 
-TEST(GpuModel, ForwardBackwardMatchesTheCpuFp32Result) {
-  CTITAN_REQUIRE_GPU();
+// One forward/backward of `args` on cuda:0 against the CPU, fp32, TF32 off:
+// loss to 1e-5 relative, gradients to 1e-4 of the largest.
+void expect_gpu_matches_cpu_fp32(const ModelArgs& args) {
   fp32_everywhere();
-  const ModelArgs args = llama3_flavor("debugmodel");
   Transformer cpu(args, torch::kFloat, 64), gpu(args, torch::kFloat, 64, c10::Device(c10::kCUDA, 0));
   cpu.init_weights(7);
   gpu.init_weights(7);  // a function of (seed, FQN, index): the same weights on both devices
@@ -62,6 +65,11 @@ TEST(GpuModel, ForwardBackwardMatchesTheCpuFp32Result) {
   EXPECT_LT((gg - gc).abs().max().item<double>(), 1e-4 * scale);
 }
 
+TEST(GpuModel, ForwardBackwardMatchesTheCpuFp32Result) {
+  CTITAN_REQUIRE_GPU();
+  expect_gpu_matches_cpu_fp32(llama3_flavor("debugmodel"));
+}
+
 std::vector<double> losses_of(const fs::path& dir) {
   std::vector<double> out;
   for (const auto& j : read_jsonl(dir / "metrics.jsonl"))
@@ -69,12 +77,12 @@ std::vector<double> losses_of(const fs::path& dir) {
   return out;
 }
 
-// The ten losses of run `b` within 1e-3 relative of run `a`'s (see the tolerances above).
-void expect_ten_losses_track(const fs::path& a, const fs::path& b) {
+// The ten losses of run `b` within `rtol` (1e-3: see the tolerances above) of run `a`'s.
+void expect_ten_losses_track(const fs::path& a, const fs::path& b, double rtol = 1e-3) {
   const auto la = losses_of(a), lb = losses_of(b);
   ASSERT_EQ(la.size(), 10u);
   ASSERT_EQ(lb.size(), 10u);
-  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(lb[i], la[i], 1e-3 * std::abs(la[i])) << "step " << i + 1;
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(lb[i], la[i], rtol * std::abs(la[i])) << "step " << i + 1;
 }
 
 std::vector<std::string> train_args(const fs::path& dir, const std::string& device) {
@@ -202,22 +210,189 @@ TEST_P(GpuFused, KernelsMatchTheEagerChain) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuFused, ::testing::Values(at::kFloat, at::kBFloat16),
                          [](const auto& info) { return info.param == at::kFloat ? "fp32" : "bf16"; });
 
+// Ten CUDA steps of debugmodel into dir/eager and, with --compile.enable,
+// dir/compile; `dtype` is training.mixed_precision_param.
+::testing::AssertionResult run_eager_and_compiled(const fs::path& dir, const std::string& dtype) {
+  for (const char* run : {"eager", "compile"}) {
+    auto args = train_args(dir / run, "cuda");
+    for (auto& a : args)
+      if (a == "float32") a = dtype;
+    if (std::string(run) == "compile") args.push_back("--compile.enable");
+    const auto r = run_ctitan(args);
+    if (r.exit_code != 0) return ::testing::AssertionFailure() << run << ": exit " << r.exit_code << ": " << r.err;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // compile.enable on CUDA changes the kernels, not the math: ten fp32 steps of
 // debugmodel with and without it agree as the CPU and GPU runs do (1e-3).
 TEST(GpuFusedTrain, CompileTracksTheEagerLossesAndSaysItsKernels) {
   CTITAN_REQUIRE_GPU();
   const fs::path dir = testing::fresh_dir("gpu_fused_train");
-  const auto eager = run_ctitan(train_args(dir / "eager", "cuda"));
-  ASSERT_EQ(eager.exit_code, 0) << eager.err;
-  auto args = train_args(dir / "compile", "cuda");
-  args.insert(args.end(), {"--compile.enable"});
-  const auto compiled = run_ctitan(args);
-  ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
+  ASSERT_TRUE(run_eager_and_compiled(dir, "float32"));
   expect_ten_losses_track(dir / "eager", dir / "compile");
   const auto summary = read_json(dir / "compile" / "summary.json");
   EXPECT_NE(summary["techniques"].get<std::string>().find("fused CUDA kernels"), std::string::npos)
       << summary["techniques"];
   fs::remove_all(dir);
+}
+
+// bf16, the trainer's default: compile.enable adds ctitan's AdamW kernel,
+// which applies the clipping and writes the next step's bf16 compute copy
+// in its pass. Ten steps with and without compile agree within 1e-2
+// relative (the fused kernels round once where the bf16 chain rounds per
+// op). On random tokens the loss barely moves from ln(vocab), so the
+// optimizer's wiring is checked by the next test, not here.
+TEST(GpuFusedTrain, Bf16CompileWithTheFusedAdamWTracksEager) {
+  CTITAN_REQUIRE_GPU();
+  const fs::path dir = testing::fresh_dir("gpu_fused_adamw");
+  ASSERT_TRUE(run_eager_and_compiled(dir, "bfloat16"));
+  expect_ten_losses_track(dir / "eager", dir / "compile", 1e-2);
+  EXPECT_NE(read_json(dir / "compile" / "summary.json")["techniques"].get<std::string>().find(
+                "AdamW writing the bf16 compute copy"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
+// The train step's wiring of the fused AdamW (train.cpp's order: backward,
+// gradients into fp32, clip norm with the coefficient deferred, step,
+// begin_step(after the step)) on a bf16 debugmodel with compile: the
+// buffer the optimizer writes is the one the next forward reads (the
+// compute copy equals master.to(bf16) after every step, and begin_step
+// leaves it) through four steps with the clipping active; after the first
+// step (the same gradients on both sides) the master equals that of ATen's
+// AdamW with a separate clip and cast within 1e-5. Later steps are not
+// compared: AdamW turns an ulp of difference in a near-zero gradient into
+// an update of ±lr (seen on the H200: 8.6e-4 apart after four steps).
+TEST(GpuFusedOptimizer, TheStepWritesTheComputeCopyTheForwardReads) {
+  CTITAN_REQUIRE_GPU();
+  const ModelArgs args = llama3_flavor("debugmodel");
+  const c10::Device cuda(c10::kCUDA, 0);
+  torch::manual_seed(11);
+  const auto tokens = torch::randint(0, args.vocab_size, {2, 64}, torch::kLong).to(cuda);
+  const auto labels = torch::randint(0, args.vocab_size, {2, 64}, torch::kLong).to(cuda);
+  std::vector<at::Tensor> masters;
+  for (bool fused : {true, false}) {
+    Transformer m(args, torch::kBFloat16, 64, cuda);
+    m.set_compile(true, true);
+    m.init_weights(7);
+    AdamW opt(m.store().flat_params(), m.store().flat_grads(), AdamWOptions{});
+    const at::Tensor init = m.store().flat_params().clone();
+    if (fused) {
+      ASSERT_TRUE(opt.write_compute_copy(m.store().compute_for_optimizer()));
+      m.store().set_optimizer_writes_compute();
+    }
+    for (int step = 0; step < 4; ++step) {
+      m.store().zero_grad();
+      m.forward_loss(tokens, labels).backward();
+      m.store().accumulate_grads();
+      double coef = 1.0;
+      clip_grad_norm_(m.store().flat_grads(), 0.05, fused ? &coef : nullptr);  // 0.05: clipping on
+      if (fused) {
+        EXPECT_LT(coef, 1.0);
+      }
+      opt.step(1e-3, coef);
+      m.store().begin_step(/*after_optimizer_step=*/true);
+      if (fused) {
+        ASSERT_TRUE(torch::equal(m.store().compute_for_optimizer(), m.store().flat_params().to(torch::kBFloat16)))
+            << "step " << step;
+      }
+      if (step == 0) masters.push_back(m.store().flat_params().clone());
+    }
+    EXPECT_GT((m.store().flat_params() - init).abs().max().item<double>(), 1e-4) << "the steps moved nothing";
+  }
+  EXPECT_TRUE(close_to(masters[0], masters[1], 1e-5, 1e-5));
+}
+
+// ctitan's AdamW kernel against ATen's _fused_adamw_ after a separate
+// clipping multiply (what it replaces), on the same GPU, three steps: the
+// same math, within 1e-6 relative (nvcc may contract differently); the
+// compute copy it writes is exactly params.to(bf16). Aligned buffers (four
+// elements at a time) and views one element in (one at a time), an odd
+// length for the tail.
+TEST(GpuFusedOptimizer, AdamWMatchesAtenAfterClippingAndWritesTheComputeCopy) {
+  CTITAN_REQUIRE_GPU();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const double lr = 3e-3, b1 = 0.9, b2 = 0.95, wd = 0.1, eps = 1e-8;
+  for (int64_t shift : {0, 1}) {
+    const int64_t N = (int64_t{1} << 20) + 3;
+    torch::manual_seed(5);
+    auto view = [&](at::Tensor t) { return t.narrow(0, shift, N); };
+    at::Tensor p = view(torch::randn({N + shift}, cuda)), m = view(torch::zeros({N + shift}, cuda)),
+               v = view(torch::zeros({N + shift}, cuda)), g = view(torch::empty({N + shift}, cuda));
+    at::Tensor compute = view(torch::empty({N + shift}, cuda.dtype(torch::kBFloat16)));
+    at::Tensor step = torch::zeros({}, cuda);
+    at::Tensor rp = p.clone(), rm = torch::zeros({N}, cuda), rv = torch::zeros({N}, cuda), rstep = torch::zeros({}, cuda);
+    const double scales[] = {1.0, 0.37, 1.0};
+    for (int t = 0; t < 3; ++t) {
+      g.copy_(torch::randn({N}, cuda) * (t == 1 ? 5.0 : 0.5));
+      step.add_(1);
+      cuda_adamw_(p, g, m, v, step, lr, b1, b2, wd, eps, scales[t], compute);
+      at::Tensor rg = g.clone();
+      if (scales[t] != 1.0) rg.mul_(scales[t]);
+      rstep.add_(1);
+      at::_fused_adamw_({rp}, {rg}, {rm}, {rv}, {}, {rstep}, lr, b1, b2, wd, eps, false, false);
+    }
+    EXPECT_TRUE(close_to(p, rp, 1e-7, 1e-6)) << "params, shift " << shift;
+    EXPECT_TRUE(close_to(m, rm, 1e-7, 1e-6)) << "exp_avg, shift " << shift;
+    EXPECT_TRUE(close_to(v, rv, 1e-7, 1e-6)) << "exp_avg_sq, shift " << shift;
+    EXPECT_TRUE(torch::equal(compute, p.to(torch::kBFloat16))) << "compute copy, shift " << shift;
+  }
+}
+
+// The gradient copy of compile.enable (bf16 backward gradients into the
+// fp32 buffer, written or added) is exact, vectorised or not.
+TEST(GpuFusedOptimizer, GradientCopyIntoFp32IsExact) {
+  CTITAN_REQUIRE_GPU();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  for (int64_t shift : {0, 1})
+    for (int64_t N : {4096, 4099})
+      for (auto dt : {torch::kBFloat16, torch::kFloat}) {
+        const at::Tensor src = torch::randn({N + shift}, cuda).to(dt).narrow(0, shift, N);
+        at::Tensor dst = torch::full({N + shift}, 7.0, cuda).narrow(0, shift, N);
+        cuda_accumulate_into(dst, src, false);
+        EXPECT_TRUE(torch::equal(dst, src.to(torch::kFloat))) << "copy N " << N << " shift " << shift << " " << dt;
+        cuda_accumulate_into(dst, src, true);
+        EXPECT_TRUE(torch::equal(dst, src.to(torch::kFloat) + src.to(torch::kFloat)))
+            << "add N " << N << " shift " << shift << " " << dt;
+      }
+}
+
+// Qwen3's MoE flavor on the GPU (routing, the grouped expert GEMMs through
+// at::_grouped_mm, the scatter back) against the CPU, fp32, TF32 off: the
+// model's tolerances (loss 1e-5 relative, gradients 1e-4 of the largest).
+TEST(GpuMoe, Qwen3MoeForwardBackwardMatchesTheCpuFp32Result) {
+  CTITAN_REQUIRE_GPU();
+  expect_gpu_matches_cpu_fp32(model_flavor("qwen3", "tiny_moe"));
+}
+
+// The grouped expert GEMM in bf16 on the GPU (at::_grouped_mm, the path of
+// bf16 MoE training) against one fp32 GEMM per expert, forward and
+// backward, with an expert that receives no rows: within bf16 rounding.
+TEST(GpuMoe, GroupedGemmMatchesOneGemmPerExpertInBf16) {
+  CTITAN_REQUIRE_GPU();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const int64_t E = 4, D = 64, H = 128;
+  const at::Tensor counts = torch::tensor({40, 0, 17, 71}, torch::kLong).to(torch::kCUDA);
+  const int64_t N = 128;
+  torch::manual_seed(9);
+  const at::Tensor x0 = torch::randn({N, D}, cuda), w0 = torch::randn({E, H, D}, cuda) * 0.1;
+  at::Tensor x = x0.to(torch::kBFloat16).requires_grad_(), w = w0.to(torch::kBFloat16).requires_grad_();
+  at::Tensor y = grouped_linear(x, w, counts);
+  const at::Tensor dy = torch::randn({N, H}, cuda);
+  y.backward(dy.to(torch::kBFloat16));
+  // Reference: fp32 from the same bf16 values, one GEMM per expert.
+  at::Tensor xr = x.detach().to(torch::kFloat).requires_grad_(), wr = w.detach().to(torch::kFloat).requires_grad_();
+  std::vector<at::Tensor> parts;
+  const int64_t c[] = {40, 0, 17, 71};
+  for (int64_t e = 0, start = 0; e < E; start += c[e], ++e)
+    if (c[e] > 0) parts.push_back(at::linear(xr.narrow(0, start, c[e]), wr.select(0, e)));
+  at::Tensor yr = at::cat(parts, 0);
+  yr.backward(dy.to(torch::kBFloat16).to(torch::kFloat));
+  EXPECT_TRUE(close_to(y, yr, 8e-3, 1.6e-2)) << "y";
+  EXPECT_TRUE(close_to(x.grad(), xr.grad(), 8e-3, 1.6e-2)) << "dx";
+  EXPECT_TRUE(close_to(w.grad(), wr.grad(), 8e-3, 1.6e-2)) << "dw";
+  EXPECT_EQ(w.grad().select(0, 1).abs().max().item<double>(), 0.0) << "the expert with no rows";
 }
 
 TEST(GpuFsdp, TwoRanksOverNcclMatchOneRank) {

@@ -171,6 +171,47 @@ TEST_P(RowMath, CrossEntropyMatchesEagerThroughLanesAndMerges) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, RowMath, ::testing::Values(at::kFloat, at::kBFloat16),
                          [](const auto& info) { return info.param == at::kFloat ? "fp32" : "bf16"; });
 
+// AdamW's per-element math (the CUDA kernel of compile.enable's optimizer)
+// against ATen's fused AdamW after a separate clipping multiply — what it
+// replaces — and a float64 textbook AdamW, over three steps with
+// different gradient scales (1 = nothing clipped).
+TEST(RowMath, AdamWMatchesAtenFusedAdamWAfterClippingAndATextbookFloat64) {
+  const int64_t N = 4099;
+  const double lr = 3e-3, b1 = 0.9, b2 = 0.95, wd = 0.1, eps = 1e-8;
+  torch::manual_seed(3);
+  const at::Tensor p0 = torch::randn({N});
+  std::vector<float> p = floats(p0), m(N, 0.f), v(N, 0.f);
+  at::Tensor ap = p0.clone(), am = torch::zeros({N}), av = torch::zeros({N}), astep = torch::zeros({});
+  at::Tensor dp = p0.to(at::kDouble), dm = torch::zeros({N}, at::kDouble), dv = torch::zeros({N}, at::kDouble);
+  const float scales[] = {1.0f, 0.37f, 1.0f};
+  for (int t = 1; t <= 3; ++t) {
+    const at::Tensor g = torch::randn({N}) * (t == 2 ? 5.0 : 0.5);
+    const float scale = scales[t - 1];
+    const auto s = rm::adamw_step(lr, b1, b2, wd, eps, static_cast<float>(t), scale);
+    const std::vector<float> gv = floats(g);
+    for (int64_t i = 0; i < N; ++i) rm::adamw(p[i], gv[i], m[i], v[i], s);
+    // ATen: clip in place, then the fused update.
+    at::Tensor ag = g.clone();
+    if (scale != 1.0f) ag.mul_(static_cast<double>(scale));
+    astep.add_(1);
+    at::_fused_adamw_({ap}, {ag}, {am}, {av}, {}, {astep}, lr, b1, b2, wd, eps, false, false);
+    // Textbook, float64.
+    const at::Tensor dg = g.to(at::kDouble) * static_cast<double>(scale);
+    dp.mul_(1 - lr * wd);
+    dm.mul_(b1).add_(dg, 1 - b1);
+    dv.mul_(b2).addcmul_(dg, dg, 1 - b2);
+    const at::Tensor denom = dv.sqrt() / std::sqrt(1 - std::pow(b2, t)) + eps;
+    dp.addcdiv_(dm, denom, -lr / (1 - std::pow(b1, t)));
+  }
+  const at::Tensor got = tensor_of(p, {N}, at::kFloat);
+  EXPECT_TRUE(close(got, ap, kFp32)) << "against ATen's fused AdamW";
+  EXPECT_TRUE(close(tensor_of(m, {N}, at::kFloat), am, kFp32)) << "exp_avg";
+  EXPECT_TRUE(close(tensor_of(v, {N}, at::kFloat), av, kFp32)) << "exp_avg_sq";
+  EXPECT_TRUE(close(got.to(at::kDouble), dp, kFp32)) << "against float64";
+  // The step moved every parameter (a kernel that skipped the update would pass nothing above).
+  EXPECT_GT((got - p0).abs().min().item<double>(), 0.0);
+}
+
 TEST(RowMath, LogSumExpIgnoresMinusInfinityAndKeepsNaN) {
   float m = -INFINITY, s = 0.f;
   rm::lse_add(m, s, -INFINITY);

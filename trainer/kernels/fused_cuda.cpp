@@ -209,6 +209,35 @@ at::Tensor cuda_linear_cross_entropy(const at::Tensor& h, const at::Tensor& w, c
   return CudaLinearCrossEntropy::apply(h, w, labels, grad);
 }
 
+void cuda_adamw_(at::Tensor& params, const at::Tensor& grads, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                 const at::Tensor& step, double lr, double beta1, double beta2, double weight_decay, double eps,
+                 double grad_scale, const at::Tensor& compute) {
+  for (const at::Tensor* t : {static_cast<const at::Tensor*>(&params), &grads, static_cast<const at::Tensor*>(&exp_avg),
+                              static_cast<const at::Tensor*>(&exp_avg_sq)})
+    TORCH_CHECK(t->is_cuda() && t->scalar_type() == at::kFloat && t->is_contiguous() && t->numel() == params.numel(),
+                "cuda_adamw_: params, grads and the two moments must be contiguous fp32 CUDA tensors of one size");
+  TORCH_CHECK(step.is_cuda() && step.scalar_type() == at::kFloat && step.numel() == 1,
+              "cuda_adamw_: step must be one fp32 CUDA value");
+  TORCH_CHECK(!compute.defined() || (compute.is_cuda() && compute.is_contiguous() && compute.numel() == params.numel()),
+              "cuda_adamw_: the compute copy must be contiguous on CUDA with params' numel");
+  const c10::cuda::CUDAGuard guard(params.device());
+  check(ck::adamw(params.data_ptr<float>(), grads.data_ptr<float>(), exp_avg.data_ptr<float>(),
+                  exp_avg_sq.data_ptr<float>(), step.data_ptr<float>(), params.numel(), lr, beta1, beta2, weight_decay,
+                  eps, static_cast<float>(grad_scale), compute.defined() ? compute.data_ptr() : nullptr,
+                  compute.defined() ? dtype_of(compute.scalar_type()) : ck::Dtype::kFloat32, stream_of(params)),
+        "adamw");
+}
+
+void cuda_accumulate_into(at::Tensor& dst, const at::Tensor& src, bool accumulate) {
+  TORCH_CHECK(dst.is_cuda() && dst.scalar_type() == at::kFloat && dst.is_contiguous() && src.is_cuda() &&
+                  src.is_contiguous() && src.numel() == dst.numel(),
+              "cuda_accumulate_into: a contiguous fp32 CUDA dst and a contiguous CUDA src of its numel expected");
+  const c10::cuda::CUDAGuard guard(dst.device());
+  check(ck::accumulate_into(dst.data_ptr<float>(), src.data_ptr(), dtype_of(src.scalar_type()), dst.numel(), accumulate,
+                            stream_of(dst)),
+        "accumulate_into");
+}
+
 #else  // LibTorch without CUDA, or no CUDA toolkit at build time: the model never routes here.
 
 bool cuda_kernels_built() { return false; }
@@ -227,6 +256,11 @@ std::pair<at::Tensor, at::Tensor> cuda_rope_qk(const at::Tensor&, const at::Tens
 at::Tensor cuda_linear_cross_entropy(const at::Tensor&, const at::Tensor&, const at::Tensor&) {
   not_built("cuda_linear_cross_entropy");
 }
+void cuda_adamw_(at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&, const at::Tensor&, double, double, double,
+                 double, double, double, const at::Tensor&) {
+  not_built("cuda_adamw_");
+}
+void cuda_accumulate_into(at::Tensor&, const at::Tensor&, bool) { not_built("cuda_accumulate_into"); }
 
 #endif
 

@@ -44,4 +44,18 @@ at::Tensor cuda_linear_cross_entropy(const at::Tensor& h, const at::Tensor& w, c
 // Rows per chunk of cuda_linear_cross_entropy for a vocabulary of V.
 int64_t linear_cross_entropy_rows_per_chunk(int64_t V);
 
+// AdamW in one pass over flat fp32 buffers on CUDA (row_math.h's adamw:
+// ATen's _fused_adamw_ math, the same result as grads.mul_(grad_scale) and
+// then _fused_adamw_), with `step` already incremented. With `compute`
+// defined (bf16, params' numel), the updated parameters are also rounded
+// into it: the next step's compute copy without a cast pass over the master.
+void cuda_adamw_(at::Tensor& params, const at::Tensor& grads, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                 const at::Tensor& step, double lr, double beta1, double beta2, double weight_decay, double eps,
+                 double grad_scale, const at::Tensor& compute);
+
+// dst (fp32, contiguous) = src, or dst += src with `accumulate`; src float32
+// or bfloat16 of dst's numel, contiguous. The vectorised copy of backward's
+// bf16 gradients into the fp32 gradient buffer.
+void cuda_accumulate_into(at::Tensor& dst, const at::Tensor& src, bool accumulate);
+
 }  // namespace ctitan

@@ -85,4 +85,31 @@ CTITAN_HD float ce_grad(float x, float lse, bool is_label, float scale) {
   return (expf(x - lse) - (is_label ? 1.0f : 0.0f)) * scale;
 }
 
+// --- AdamW, as ATen's _fused_adamw_ (ADAMW mode) ------------------------------------
+// The scalars are doubles, as ATen's kernel takes them, so the mixed
+// double/float arithmetic below rounds where ATen's does; the state is fp32.
+// grad_scale multiplies the gradient first, as a separate grads.mul_(coef)
+// (a float op) would: gradient clipping folded into the step.
+struct AdamWStep {
+  double lr, beta1, beta2, weight_decay, eps;
+  double bias_correction1, bias_correction2_sqrt;  // 1 − β1^t and sqrt(1 − β2^t) of step t
+  float grad_scale;
+};
+CTITAN_HD AdamWStep adamw_step(double lr, double beta1, double beta2, double weight_decay, double eps, float t,
+                               float grad_scale) {
+  return {lr, beta1, beta2, weight_decay, eps, 1 - pow(beta1, static_cast<double>(t)),
+          sqrt(1 - pow(beta2, static_cast<double>(t))), grad_scale};
+}
+// One element: p, m (exp_avg) and v (exp_avg_sq) updated in place.
+CTITAN_HD void adamw(float& p, float g, float& m, float& v, const AdamWStep& s) {
+  const float grad = g * s.grad_scale;
+  float param = p;
+  param -= s.lr * s.weight_decay * param;
+  m = s.beta1 * m + (1 - s.beta1) * grad;
+  v = s.beta2 * v + (1 - s.beta2) * grad * grad;
+  const float step_size = s.lr / s.bias_correction1;
+  const float denom = (sqrtf(v) / s.bias_correction2_sqrt) + s.eps;
+  p = param - step_size * m / denom;
+}
+
 }  // namespace ctitan::row_math

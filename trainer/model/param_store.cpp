@@ -1,5 +1,7 @@
 #include "trainer/model/param_store.h"
 
+#include "trainer/kernels/fused_cuda.h"
+
 #include <c10/core/StorageImpl.h>
 
 #include <stdexcept>
@@ -118,8 +120,14 @@ void ParamStore::fill_unit(size_t u) {
 
 void ParamStore::release_unit(size_t u) { set_storage_bytes(unit_buffers_.at(u), 0); }
 
-void ParamStore::begin_step() {
+at::Tensor ParamStore::compute_for_optimizer() const {
+  if (!fused_cuda_ || !master_.defined() || compute_.is_same(master_) || !compute_.is_cuda()) return {};
+  return compute_;
+}
+
+void ParamStore::begin_step(bool after_optimizer_step) {
   if (!master_.defined() || compute_.is_same(master_)) return;
+  if (after_optimizer_step && optimizer_writes_compute_) return;
   torch::NoGradGuard no_grad;
   compute_.copy_(master_);
 }
@@ -153,6 +161,8 @@ void ParamStore::accumulate_grads(size_t unit) {
     at::Tensor& g = leaf.tensor.mutable_grad();
     if (!g.defined()) {
       if (!master_grad_fresh_[unit]) dst.zero_();  // parameter unused by this batch
+    } else if (fused_cuda_ && cuda_kernels_take(g) && g.is_contiguous()) {
+      cuda_accumulate_into(dst, g, master_grad_fresh_[unit]);
     } else if (master_grad_fresh_[unit]) {
       dst.add_(g);
     } else {

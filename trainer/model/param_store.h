@@ -89,7 +89,21 @@ class ParamStore {
   // releases them.
   void take_unit_grad(size_t u, at::Tensor& out);
 
-  void begin_step();  // refresh the compute copy of the master (flat, bf16)
+  // Refresh the compute copy of the master (flat, bf16); right after an
+  // optimizer step that wrote it itself (hand_compute_to_optimizer), nothing.
+  void begin_step(bool after_optimizer_step = false);
+  // compile.enable on CUDA: backward's bf16 gradients go into the fp32
+  // buffer through ctitan's vectorised kernel, and the optimizer may write
+  // the compute copy.
+  void set_fused_cuda(bool on) { fused_cuda_ = on; }
+  // Flat storage, bf16 compute on CUDA with set_fused_cuda: the flat
+  // compute buffer, for AdamW's fused kernel to round the updated master
+  // into. Undefined otherwise.
+  at::Tensor compute_for_optimizer() const;
+  // The optimizer writes the compute copy in its step: begin_step(true)
+  // leaves it from now on.
+  void set_optimizer_writes_compute() { optimizer_writes_compute_ = true; }
+  bool optimizer_writes_compute() const { return optimizer_writes_compute_; }
   // Starts a new step's gradients. With bf16 compute the fp32 buffer is
   // overwritten by the next accumulate_grads() (read it only after that).
   void zero_grad();
@@ -114,6 +128,7 @@ class ParamStore {
   at::Tensor compute_;                   // flat: compute dtype [N] (aliases master for fp32/fp64)
   std::vector<at::Tensor> unit_buffers_;  // unit storage
   std::vector<bool> master_grad_fresh_;   // per unit: master_grad_ holds this step's sum so far
+  bool fused_cuda_ = false, optimizer_writes_compute_ = false;
   struct Leaf {
     at::Tensor tensor;
     int64_t offset;  // in the flat layout

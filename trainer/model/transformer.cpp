@@ -550,6 +550,7 @@ void Transformer::set_compile(bool fused_model, bool fused_loss) {
   const bool kernels = device().is_cpu() || (device().is_cuda() && cuda_kernels_built());
   fused_model_ = fused_model && kernels;
   fused_loss_ = fused_loss && kernels;
+  store_.set_fused_cuda(fused_model_ && device().is_cuda());
 }
 
 void Transformer::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns) {
@@ -614,7 +615,9 @@ std::vector<Transformer::Float8Gemm> Transformer::float8_gemms() const {
 std::string Transformer::techniques() const {
   std::string compile = fused_model_ && fused_loss_ ? "model+loss" : fused_model_ ? "model" : fused_loss_ ? "loss" : "off";
   if ((fused_model_ || fused_loss_) && device().is_cuda())
-    compile += " (fused CUDA kernels; attention: ATen's SDPA)";
+    compile += store_.optimizer_writes_compute()
+                   ? " (fused CUDA kernels, AdamW writing the bf16 compute copy; attention: ATen's SDPA)"
+                   : " (fused CUDA kernels; attention: ATen's SDPA)";
   else if (fused_model_ || fused_loss_)
     compile += fused_kernels_available() ? " (fused AVX-512 kernels)" : " (no AVX-512: eager fallback)";
   else if (!device().is_cpu())

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "trainer/kernels/fused_cuda.h"
+
 namespace ctitan {
 
 AdamW::AdamW(at::Tensor flat_params, at::Tensor flat_grads, AdamWOptions opts)
@@ -13,9 +15,23 @@ AdamW::AdamW(at::Tensor flat_params, at::Tensor flat_grads, AdamWOptions opts)
 
 int64_t AdamW::steps_taken() const { return static_cast<int64_t>(step_.item<float>()); }
 
-void AdamW::step(double lr) {
+bool AdamW::write_compute_copy(at::Tensor compute) {
+  if (opts_.implementation != "fused" || !cuda_kernels_take(params_) || !compute.defined() ||
+      !cuda_kernels_take(compute) || compute.numel() != params_.numel() || !compute.is_contiguous())
+    return false;
+  compute_ = std::move(compute);
+  return true;
+}
+
+void AdamW::step(double lr, double grad_scale) {
   torch::NoGradGuard no_grad;
   step_.add_(1);  // the fused kernel reads the step count; torch.optim increments it first too
+  if (compute_.defined()) {
+    cuda_adamw_(params_, grads_, exp_avg_, exp_avg_sq_, step_, lr, opts_.beta1, opts_.beta2, opts_.weight_decay,
+                opts_.eps, grad_scale, compute_);
+    return;
+  }
+  if (grad_scale != 1.0) grads_.mul_(grad_scale);
   if (opts_.implementation == "fused") {
     at::_fused_adamw_({params_}, {grads_}, {exp_avg_}, {exp_avg_sq_}, /*max_exp_avg_sqs=*/{}, {step_}, lr,
                       opts_.beta1, opts_.beta2, opts_.weight_decay, opts_.eps, /*amsgrad=*/false,
@@ -32,11 +48,17 @@ void AdamW::step(double lr) {
   params_.addcdiv_(exp_avg_, denom, -lr / bias1);
 }
 
-double clip_grad_norm_(at::Tensor& flat_grads, double max_norm) {
+double clip_coefficient(double norm, double max_norm) { return std::min(1.0, max_norm / (norm + 1e-6)); }
+
+double clip_grad_norm_(at::Tensor& flat_grads, double max_norm, double* deferred_coef) {
   torch::NoGradGuard no_grad;
   const double norm = at::linalg_vector_norm(flat_grads, 2).item<double>();
-  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
-  if (coef < 1.0) flat_grads.mul_(coef);
+  const double coef = clip_coefficient(norm, max_norm);
+  if (deferred_coef != nullptr) {
+    *deferred_coef = coef;
+  } else if (coef < 1.0) {
+    flat_grads.mul_(coef);
+  }
   return norm;
 }
 

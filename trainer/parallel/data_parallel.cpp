@@ -276,9 +276,17 @@ bool DataParallel::reshards_after_forward(size_t u) const {
   return u + 1 < units_.size();  // TorchTitan: the last unit's backward comes right after its forward
 }
 
-void DataParallel::begin_step() {
+bool DataParallel::give_compute_copy(AdamW& opt) {
+  if (sharded()) return false;
+  at::Tensor compute = model_.store().compute_for_optimizer();
+  if (!compute.defined() || !opt.write_compute_copy(compute)) return false;
+  model_.store().set_optimizer_writes_compute();
+  return true;
+}
+
+void DataParallel::begin_step(bool after_optimizer_step) {
   if (!sharded()) {
-    model_.store().begin_step();
+    model_.store().begin_step(after_optimizer_step);
     return;
   }
   torch::NoGradGuard no_grad;
@@ -434,11 +442,11 @@ void DataParallel::finish_oldest_reduction() {
   if (p.finish) p.finish();
 }
 
-double DataParallel::clip_grad_norm(double max_norm) {
+double DataParallel::clip_grad_norm(double max_norm, double* deferred_coef) {
   torch::NoGradGuard no_grad;
   TraceRange range(trace_cat::kCompute, "clip_grad_norm");
   at::Tensor& g = grads();
-  if (norm_ranges_.empty()) return clip_grad_norm_(g, max_norm);  // nothing sharded: every rank has it all
+  if (norm_ranges_.empty()) return clip_grad_norm_(g, max_norm, deferred_coef);  // nothing sharded: every rank has it all
   // Every value counted once over the world: a rank adds the squares of the
   // parameters it holds the first replica of (padding is zero).
   at::Tensor sq = torch::zeros({1}, g.options().dtype(torch::kDouble));
@@ -447,8 +455,12 @@ double DataParallel::clip_grad_norm(double max_norm) {
   Communicator& world = mesh_.group("world");
   wait(world.all_reduce(sq, ReduceOp::kSum), world);
   const double norm = std::sqrt(sq.item<double>());
-  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
-  if (coef < 1.0) g.mul_(coef);
+  const double coef = clip_coefficient(norm, max_norm);
+  if (deferred_coef != nullptr) {
+    *deferred_coef = coef;
+  } else if (coef < 1.0) {
+    g.mul_(coef);
+  }
   return norm;
 }
 

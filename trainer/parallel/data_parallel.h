@@ -102,10 +102,17 @@ class DataParallel final : public UnitHooks {
   // Global L2 norm of the gradients, clipped to max_norm: each value counted
   // once over the world — sharded placements from every rank, replicated
   // ones from the first replica (tp/pp-ready: it reads only placements).
-  double clip_grad_norm(double max_norm);
+  // With `deferred_coef`, the gradients stay as they are and the clipping
+  // coefficient is written there (AdamW::step applies it in its own pass).
+  double clip_grad_norm(double max_norm, double* deferred_coef = nullptr);
   // Mean over the data-parallel ranks (the loss TorchTitan logs).
   double dp_mean(double local);
-  void begin_step();  // after the optimizer: refresh the compute copy
+  // After the optimizer: refresh the compute copy (unless the optimizer has
+  // written it: give_compute_copy).
+  void begin_step(bool after_optimizer_step = false);
+  // Offers the flat compute copy to `opt` to write in its steps
+  // (ParamStore::compute_for_optimizer; never under FSDP); true if taken.
+  bool give_compute_copy(AdamW& opt);
   void reshard_all();  // FSDP: free every gathered unit (after a forward-only pass)
   CommTimes take_comm_times();  // since the last call
 

@@ -77,7 +77,11 @@ class TrainModel {
   at::Tensor evaluate(const at::Tensor& tokens, const at::Tensor& labels);
   // The true global L2 norm of the gradients (every shard counted once),
   // gradients clipped to max_norm.
-  double clip_grad_norm(double max_norm) { return dp_->clip_grad_norm(max_norm); }
+  // With `deferred_coef`: the coefficient is written there, the gradients
+  // left for AdamW::step to scale.
+  double clip_grad_norm(double max_norm, double* deferred_coef = nullptr) {
+    return dp_->clip_grad_norm(max_norm, deferred_coef);
+  }
   // MoE, before the optimizer step: the tokens each local MoE layer's
   // experts received this step, summed over the ranks that routed other
   // tokens (the loss group dp × cp, and tp under SP), one all-reduce; with
@@ -87,7 +91,10 @@ class TrainModel {
   ExpertLoad balance_experts();
   void init_weights(uint64_t seed) { dp_->init_weights(seed); }
   // After the optimizer: the compute copy of the new weights.
-  void begin_step() { dp_->begin_step(); }
+  void begin_step(bool after_optimizer_step = false) { dp_->begin_step(after_optimizer_step); }
+  // compile.enable on CUDA, flat storage, bf16: the optimizer's fused
+  // kernel writes the compute copy (AdamW::write_compute_copy); true if so.
+  bool give_compute_copy(AdamW& opt) { return dp_->give_compute_copy(opt); }
   // The loss TorchTitan logs: `local` averaged over the data-parallel ranks.
   double mean_loss(const at::Tensor& local) { return dp_->dp_mean(local.item<double>()); }
   // TorchTitan's global_max_loss: the largest `local` over the same ranks.

@@ -166,6 +166,76 @@ __global__ void cross_entropy_kernel(T* logits, int64_t ld, const int64_t* label
   for (int64_t v = threadIdx.x; v < V; v += kThreads) store(xr, v, rm::ce_grad(load(xr, v), lse, v == label, scale));
 }
 
+// --- AdamW and the gradient copy: memory-bound passes over flat buffers ---------
+
+// Four elements per thread where every buffer is 16-byte aligned (the flat
+// buffers are), one at a time for the rest.
+template <typename C>
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, const float* step_count, int64_t n,
+                             double lr, double beta1, double beta2, double wd, double eps, float grad_scale, C* out,
+                             bool vec4) {
+  const rm::AdamWStep s = rm::adamw_step(lr, beta1, beta2, wd, eps, *step_count, grad_scale);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t done = 0;
+  if (vec4) {
+    const int64_t n4 = n / 4;
+    for (int64_t i = first; i < n4; i += stride) {
+      float4 pp = reinterpret_cast<float4*>(p)[i], mm = reinterpret_cast<float4*>(m)[i],
+             vv = reinterpret_cast<float4*>(v)[i];
+      const float4 gg = reinterpret_cast<const float4*>(g)[i];
+      rm::adamw(pp.x, gg.x, mm.x, vv.x, s);
+      rm::adamw(pp.y, gg.y, mm.y, vv.y, s);
+      rm::adamw(pp.z, gg.z, mm.z, vv.z, s);
+      rm::adamw(pp.w, gg.w, mm.w, vv.w, s);
+      reinterpret_cast<float4*>(p)[i] = pp;
+      reinterpret_cast<float4*>(m)[i] = mm;
+      reinterpret_cast<float4*>(v)[i] = vv;
+      if (out != nullptr) {
+        store(out, 4 * i, pp.x);
+        store(out, 4 * i + 1, pp.y);
+        store(out, 4 * i + 2, pp.z);
+        store(out, 4 * i + 3, pp.w);
+      }
+    }
+    done = n4 * 4;
+  }
+  for (int64_t i = done + first; i < n; i += stride) {
+    float pp = p[i], mm = m[i], vv = v[i];
+    rm::adamw(pp, g[i], mm, vv, s);
+    p[i] = pp;
+    m[i] = mm;
+    v[i] = vv;
+    if (out != nullptr) store(out, i, pp);
+  }
+}
+
+template <typename S>
+__global__ void accumulate_kernel(float* dst, const S* src, int64_t n, bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = accumulate ? dst[i] + load(src, i) : load(src, i);
+}
+
+// bf16 -> fp32 four at a time (8-byte loads, 16-byte stores).
+__global__ void accumulate_bf16x4_kernel(float4* dst, const uint2* src, int64_t n4, bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += stride) {
+    const uint2 raw = src[i];
+    const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x),
+                         hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+    float4 f{__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi)};
+    if (accumulate) {
+      const float4 d = dst[i];
+      f.x += d.x;
+      f.y += d.y;
+      f.z += d.z;
+      f.w += d.w;
+    }
+    dst[i] = f;
+  }
+}
+
 int launched() { return static_cast<int>(cudaGetLastError()); }
 
 // Grid of a grid-stride loop over n elements.
@@ -182,7 +252,41 @@ int with_types(Dtype a, Dtype b, Fn&& f) {
   return f(__nv_bfloat16{}, __nv_bfloat16{});
 }
 
+
+bool aligned(const void* p, uintptr_t bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+
 }  // namespace
+
+int adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const float* step_count, int64_t n,
+          double lr, double beta1, double beta2, double weight_decay, double eps, float grad_scale, void* compute_out,
+          Dtype compute_dtype, void* stream) {
+  if (n == 0) return 0;
+  const bool vec4 = aligned(param, 16) && aligned(grad, 16) && aligned(exp_avg, 16) && aligned(exp_avg_sq, 16);
+  const unsigned grid = grid_for(vec4 ? (n + 3) / 4 : n);
+  return with_types(compute_dtype, compute_dtype, [&](auto c, auto) {
+    using C = decltype(c);
+    adamw_kernel<C><<<grid, kThreads, 0, as_stream(stream)>>>(param, grad, exp_avg, exp_avg_sq, step_count, n, lr,
+                                                             beta1, beta2, weight_decay, eps, grad_scale,
+                                                             static_cast<C*>(compute_out), vec4);
+    return launched();
+  });
+}
+
+int accumulate_into(float* dst, const void* src, Dtype src_dtype, int64_t n, bool accumulate, void* stream) {
+  if (n == 0) return 0;
+  if (src_dtype == Dtype::kBFloat16 && n % 4 == 0 && aligned(dst, 16) && aligned(src, 8)) {
+    accumulate_bf16x4_kernel<<<grid_for(n / 4), kThreads, 0, as_stream(stream)>>>(
+        static_cast<float4*>(static_cast<void*>(dst)), static_cast<const uint2*>(src), n / 4, accumulate);
+    return launched();
+  }
+  return with_types(src_dtype, src_dtype, [&](auto t, auto) {
+    using S = decltype(t);
+    accumulate_kernel<S><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(dst, static_cast<const S*>(src), n,
+                                                                          accumulate);
+    return launched();
+  });
+}
 
 int rms_norm_forward(const void* x, Dtype xt, const void* w, Dtype wt, void* y, float* rstd, int64_t rows, int64_t D,
                      float eps, void* stream) {

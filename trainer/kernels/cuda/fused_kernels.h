@@ -49,6 +49,20 @@ int rope(const RopeSide& q, const RopeSide& k, Dtype in, Dtype out, const float*
 int cross_entropy_rows(void* logits, int64_t ld, Dtype t, const int64_t* labels, int64_t rows, int64_t V,
                        bool write_grad, float grad_scale, float* loss_rows, void* stream);
 
+// AdamW (ATen's _fused_adamw_, ADAMW mode: row_math.h's adamw) over n
+// elements of flat fp32 buffers, in one pass. The gradient is multiplied by
+// grad_scale first (gradient clipping folded in); step_count is the step
+// tensor (fp32, already incremented). With compute_out, the updated
+// parameters are also rounded into it (compute_dtype): the next step's
+// compute copy, written without a separate cast pass over the master.
+int adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const float* step_count, int64_t n,
+          double lr, double beta1, double beta2, double weight_decay, double eps, float grad_scale, void* compute_out,
+          Dtype compute_dtype, void* stream);
+
+// dst[i] = src[i] (or dst[i] += src[i] with accumulate), fp32 dst, src
+// float32 or bfloat16: the backward's gradients into the fp32 buffer.
+int accumulate_into(float* dst, const void* src, Dtype src_dtype, int64_t n, bool accumulate, void* stream);
+
 const char* error_string(int code);
 
 }  // namespace ctitan::cuda_kernels
