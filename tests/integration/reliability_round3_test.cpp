@@ -64,17 +64,18 @@ std::vector<int64_t> logged_steps(const fs::path& dump) {
 }  // namespace
 
 // Item 1: a TorchTitan recipe of another model family (deepseek_v3's
-// debug_model.toml) trained a Llama 3 and recorded name = "deepseek_v3".
+// debug_model.toml, when ctitan had no deepseek_v3) trained a Llama 3 and
+// recorded its name; a family ctitan still lacks (llama4) is one line.
 TEST(Reliability, ModelNameOfAnotherFamilyIsOneLineExit2) {
   const fs::path dir = fresh_dir("r3_name");
-  std::ofstream(dir / "deepseek.toml") << "[job]\ndump_folder = \"" << (dir / "out").string()
-                                       << "\"\n[model]\nname = \"deepseek_v3\"\nflavor = \"debugmodel\"\n"
-                                          "[training]\nsteps = 2\nseq_len = 32\nlocal_batch_size = 2\n"
-                                          "dataset = \"markov\"\n";
-  const ProcessResult r = run_ctitan({"train", "--job.config_file", (dir / "deepseek.toml").string()});
-  expect_one_line_exit2(r, "model.name \"deepseek_v3\" is a TorchTitan model family ctitan does not have yet; "
-                           "ctitan's families: \"llama3\", \"qwen3\"");
-  EXPECT_NE(r.err.find("deepseek.toml"), std::string::npos) << "the line names where: " << r.err;
+  std::ofstream(dir / "llama4.toml") << "[job]\ndump_folder = \"" << (dir / "out").string()
+                                     << "\"\n[model]\nname = \"llama4\"\nflavor = \"debugmodel\"\n"
+                                        "[training]\nsteps = 2\nseq_len = 32\nlocal_batch_size = 2\n"
+                                        "dataset = \"markov\"\n";
+  const ProcessResult r = run_ctitan({"train", "--job.config_file", (dir / "llama4.toml").string()});
+  expect_one_line_exit2(r, "model.name \"llama4\" is a TorchTitan model family ctitan does not have yet; "
+                           "ctitan's families: \"llama3\", \"qwen3\", \"deepseek_v3\"");
+  EXPECT_NE(r.err.find("llama4.toml"), std::string::npos) << "the line names where: " << r.err;
   expect_one_line_exit2(train({"--model.name", "no_such_family", "--job.dump_folder", (dir / "o2").string()}),
                         "model.name \"no_such_family\" is not a model family");
   EXPECT_FALSE(fs::exists(dir / "out"));

@@ -144,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(V022, TorchTitanRecipe,
                          ::testing::Values(Recipe{"debug_model.toml", 1, false}, Recipe{"base_config.toml", 1, false},
                                            Recipe{"llama3_8b.toml", 1, true}, Recipe{"llama3_70b.toml", 8, true},
                                            Recipe{"llama3_405b.toml", 8, true}, Recipe{"qwen3_0.6b.toml", 1, false},
-                                           Recipe{"qwen3_moe_debug.toml", 1, false, "debugmodel_moe"}),
+                                           Recipe{"qwen3_moe_debug.toml", 1, false, "debugmodel_moe"},
+                                           Recipe{"deepseek_v3_debug_model.toml", 1, false}),
                          [](const auto& info) {
                            std::string n = info.param.file.substr(0, info.param.file.rfind('.'));
                            for (char& c : n)

@@ -223,7 +223,7 @@ void check_model_name(const Checker& k, const std::string& name) {
   std::string known;
   for (const auto& n : model_family_names()) known += (known.empty() ? "\"" : ", \"") + n + "\"";
   std::string what = "model.name " + render_value(Value(name));
-  for (const char* tt : {"llama3_ft", "llama4", "deepseek_v3", "gpt_oss", "flux", "simple_fsdp"})
+  for (const char* tt : {"llama3_ft", "llama4", "gpt_oss", "flux", "simple_fsdp"})
     if (name == tt) {
       what += " is a TorchTitan model family ctitan does not have yet; ctitan's families: " + known;
       k.bad("model.name", what);

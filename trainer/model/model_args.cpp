@@ -14,7 +14,14 @@ int64_t ModelArgs::ffn_hidden_dim() const {
 
 ParamCounts count_params(const ModelArgs& a) {
   const int64_t d = a.dim, hd = a.head_dim(), q = a.n_heads * hd, kv = a.n_kv_heads * hd;
-  const int64_t attention = d * q + 2 * d * kv + q * d + (a.qk_norm ? 2 * hd : 0);
+  int64_t attention = d * q + 2 * d * kv + q * d + (a.qk_norm ? 2 * hd : 0);
+  if (a.is_mla()) {
+    const MlaArgs& m = a.mla;
+    const int64_t H = a.n_heads, qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    const int64_t wq = m.q_lora_rank > 0 ? d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * H * qk : d * H * qk;
+    attention = wq + d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank +
+                m.kv_lora_rank * H * (m.qk_nope_head_dim + m.v_head_dim) + H * m.v_head_dim * d;
+  }
   const int64_t dense_ffn = 3 * d * a.ffn_hidden_dim();
   const MoeArgs& m = a.moe;
   const int64_t expert = 3 * d * m.hidden_dim;
@@ -33,6 +40,11 @@ double flops_per_token(const ModelArgs& a, int64_t seq_len) {
   // As TorchTitan's get_moe_model_nparams_and_flops: a tied output matrix
   // is counted once, as the embedding, so its GEMM is not counted.
   const ParamCounts c = count_params(a);
+  if (a.is_mla()) {
+    const int64_t head_dims = a.mla.qk_nope_head_dim + a.mla.qk_rope_head_dim + a.mla.v_head_dim;
+    return 6.0 * static_cast<double>(c.active - c.embedding) +
+           6.0 * a.n_layers * a.n_heads * head_dims * static_cast<double>(seq_len);
+  }
   return 6.0 * static_cast<double>(c.active - c.embedding) +
          12.0 * a.n_layers * a.n_heads * a.head_dim() * static_cast<double>(seq_len);
 }

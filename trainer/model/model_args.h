@@ -36,6 +36,27 @@ struct MoeArgs {
   bool force_load_balance = false;  // debug.moe_force_load_balance: round-robin routing
 };
 
+// DeepSeek-V3's multi-head latent attention (kv_lora_rank > 0; TorchTitan's
+// deepseek_v3 Attention): q = wq(x), or wq_b(q_norm(wq_a(x))) with
+// q_lora_rank > 0; k and v from wkv_b(kv_norm(c)) where c is the first
+// kv_lora_rank columns of wkv_a(x), whose last qk_rope_head_dim columns are
+// one RoPE key shared by every head. q/k heads are qk_nope + qk_rope wide, v
+// heads v_head_dim. RoPE covers the qk_rope part only.
+struct MlaArgs {
+  int64_t q_lora_rank = 0, kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  double mscale = 1.0;  // with YaRN active: the softmax scale ×(0.1·mscale·ln(factor) + 1)²
+};
+
+// YaRN RoPE scaling (DeepSeek-V3's precompute_freqs_cis): active when the
+// model's longest sequence exceeds original_seq_len; frequencies between
+// the beta_fast/beta_slow correction dims are blended towards freq/factor.
+struct YarnArgs {
+  bool enabled = false;
+  int64_t original_seq_len = 4096;
+  double factor = 40.0, beta_fast = 32.0, beta_slow = 1.0;
+};
+
 struct ModelArgs {
   std::string family = "llama3";  // the model_registry.h family these args belong to
   int64_t dim = 4096;
@@ -56,8 +77,20 @@ struct ModelArgs {
   bool rope_half_split = false;  // RoPE pairs (i, i + Dh/2) (HF's rotate_half) instead of (2i, 2i+1)
   MoeArgs moe;
   int64_t n_dense_layers = 0;  // with moe: the first n layers keep the dense FFN (DeepSeek-V3)
+  MlaArgs mla;                 // kv_lora_rank > 0: multi-head latent attention instead of GQA
+  YarnArgs yarn;
+  // DeepSeek-V3 in TorchTitan builds its final norm as nn.RMSNorm(dim)
+  // without eps: torch.finfo(dtype).eps of the compute dtype (1.19e-7 in
+  // fp32, 2^-7 in bf16), not norm_eps.
+  bool final_norm_eps_of_dtype = false;
+  // The flavor's attention is TorchTitan's block_causal (document masks,
+  // flex attention), which ctitan does not have yet: refused, not run causal.
+  bool block_causal = false;
 
   int64_t head_dim() const { return head_dim_size ? *head_dim_size : dim / n_heads; }
+  bool is_mla() const { return mla.kv_lora_rank > 0; }
+  // The width RoPE rotates: the whole head, or MLA's qk_rope part.
+  int64_t rope_dim() const { return is_mla() ? mla.qk_rope_head_dim : head_dim(); }
   bool moe_layer(int64_t layer) const { return moe.num_experts > 0 && layer >= n_dense_layers; }
   int64_t n_moe_layers() const { return moe.num_experts > 0 ? n_layers - n_dense_layers : 0; }
   int64_t kv_dim() const { return n_kv_heads * head_dim(); }
@@ -76,8 +109,10 @@ struct ParamCounts {
 };
 ParamCounts count_params(const ModelArgs& a);
 
-// TorchTitan: 6·(N_active − N_embedding) + 12·L·H·Dh·S. As TorchTitan, a
-// tied output matrix counts once, as the embedding: its GEMM is left out.
+// TorchTitan: 6·(N_active − N_embedding) + 6·L·H·(Dqk + Dv)·S (12·L·H·Dh·S
+// where q, k and v heads are Dh wide; MLA: qk_nope + qk_rope and v_head_dim).
+// As TorchTitan, a tied output matrix counts once, as the embedding: its
+// GEMM is left out.
 double flops_per_token(const ModelArgs& a, int64_t seq_len);
 
 }  // namespace ctitan

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/errors.h"
+#include "trainer/models/deepseek_v3.h"
 #include "trainer/models/llama3.h"
 #include "trainer/models/qwen3.h"
 
@@ -11,7 +12,7 @@ namespace ctitan {
 namespace {
 
 const std::vector<const ModelFamily*>& families() {
-  static const std::vector<const ModelFamily*> all = {&llama3_family(), &qwen3_family()};
+  static const std::vector<const ModelFamily*> all = {&llama3_family(), &qwen3_family(), &deepseek_v3_family()};
   return all;
 }
 

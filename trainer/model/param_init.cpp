@@ -38,6 +38,9 @@ constexpr LayerWeightRule kLayerWeights[] = {
     {"moe.router.gate.weight", true},
     {"moe.shared_experts.w1.weight", false}, {"moe.shared_experts.w2.weight", true},
     {"moe.shared_experts.w3.weight", true},
+    // DeepSeek-V3's MLA (TorchTitan: std 0.02 for all but wo).
+    {"attention.wq_a.weight", false}, {"attention.wq_b.weight", false}, {"attention.wkv_a.weight", false},
+    {"attention.wkv_b.weight", false},
 };
 
 ParamInitRule trunc_normal(double std, double bound) {
@@ -166,7 +169,7 @@ ParamInitRule model_init_rule(const std::string& fqn, const ModelArgs& args) {
   if (layer >= args.n_layers) unknown_fqn(fqn);
   const std::string rest = fqn.substr(dot + 1);
   if (rest == "attention_norm.weight" || rest == "ffn_norm.weight" || rest == "attention.q_norm.weight" ||
-      rest == "attention.k_norm.weight")
+      rest == "attention.k_norm.weight" || rest == "attention.kv_norm.weight")
     return {ParamInitRule::Kind::kOnes, 0.0, 0.0, 0.0};
   for (const auto& w : kLayerWeights) {
     if (rest != w.name) continue;

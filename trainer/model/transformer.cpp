@@ -44,6 +44,27 @@ at::Tensor precompute_freqs_cis(int64_t head_dim, int64_t seq_len, double theta,
   return torch::polar(torch::ones_like(angles), angles);
 }
 
+at::Tensor precompute_yarn_freqs_cis(int64_t rope_dim, int64_t seq_len, double theta, const YarnArgs& y) {
+  // DeepSeek-V3's precompute_freqs_cis: freqs[i] = θ^(-2i/d) in fp32; past
+  // original_seq_len, blended towards freqs[i]/factor between the correction
+  // dims of beta_fast and beta_slow rotations (a linear ramp over i).
+  const int64_t half = rope_dim / 2;
+  at::Tensor freqs = 1.0 / at::pow(theta, torch::arange(0, rope_dim, 2, torch::kFloat) / static_cast<double>(rope_dim));
+  if (y.enabled && seq_len > y.original_seq_len) {
+    const auto correction_dim = [&](double rotations) {
+      return rope_dim * std::log(y.original_seq_len / (rotations * 2 * M_PI)) / (2 * std::log(theta));
+    };
+    const double low = std::max(std::floor(correction_dim(y.beta_fast)), 0.0);
+    double high = std::min(std::ceil(correction_dim(y.beta_slow)), static_cast<double>(rope_dim - 1));
+    if (low == high) high += 0.001;
+    const at::Tensor ramp = ((torch::arange(half, torch::kFloat) - low) / (high - low)).clamp(0, 1);
+    const at::Tensor smooth = 1 - ramp;
+    freqs = freqs / y.factor * (1 - smooth) + freqs * smooth;
+  }
+  const at::Tensor angles = torch::outer(torch::arange(seq_len, torch::kFloat), freqs);
+  return torch::polar(torch::ones_like(angles), angles);
+}
+
 ModelPart ModelPart::resolved(const ModelArgs& args) const {
   ModelPart p = *this;
   if (p.n_layers < 0) p.n_layers = args.n_layers - p.first_layer;
@@ -71,11 +92,27 @@ std::vector<ParamSpec> model_param_specs(const ModelArgs& args, const ModelPart&
   if (part.embedding) specs.push_back(whole_param("tok_embeddings.weight", {args.vocab_size, d}));
   for (int64_t l = part.first_layer; l < part.first_layer + part.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    // wq,wk,wv adjacent → one [(H+2K)Dh, D] view; w1,w3 adjacent → one [2F, D] view.
-    specs.push_back(whole_param(p + "attention.wq.weight", {args.n_heads * hd, d}));
-    specs.push_back(whole_param(p + "attention.wk.weight", {args.kv_dim(), d}));
-    specs.push_back(whole_param(p + "attention.wv.weight", {args.kv_dim(), d}));
-    specs.push_back(whole_param(p + "attention.wo.weight", {d, args.n_heads * hd}));
+    if (args.is_mla()) {  // DeepSeek-V3's names and shapes
+      const MlaArgs& m = args.mla;
+      const int64_t H = args.n_heads, qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+      if (m.q_lora_rank > 0) {
+        specs.push_back(whole_param(p + "attention.wq_a.weight", {m.q_lora_rank, d}));
+        specs.push_back(whole_param(p + "attention.q_norm.weight", {m.q_lora_rank}));
+        specs.push_back(whole_param(p + "attention.wq_b.weight", {H * qk, m.q_lora_rank}));
+      } else {
+        specs.push_back(whole_param(p + "attention.wq.weight", {H * qk, d}));
+      }
+      specs.push_back(whole_param(p + "attention.wkv_a.weight", {m.kv_lora_rank + m.qk_rope_head_dim, d}));
+      specs.push_back(whole_param(p + "attention.kv_norm.weight", {m.kv_lora_rank}));
+      specs.push_back(whole_param(p + "attention.wkv_b.weight", {H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}));
+      specs.push_back(whole_param(p + "attention.wo.weight", {d, H * m.v_head_dim}));
+    } else {
+      // wq,wk,wv adjacent → one [(H+2K)Dh, D] view; w1,w3 adjacent → one [2F, D] view.
+      specs.push_back(whole_param(p + "attention.wq.weight", {args.n_heads * hd, d}));
+      specs.push_back(whole_param(p + "attention.wk.weight", {args.kv_dim(), d}));
+      specs.push_back(whole_param(p + "attention.wv.weight", {args.kv_dim(), d}));
+      specs.push_back(whole_param(p + "attention.wo.weight", {d, args.n_heads * hd}));
+    }
     if (args.qk_norm) {
       specs.push_back(whole_param(p + "attention.q_norm.weight", {hd}));
       specs.push_back(whole_param(p + "attention.k_norm.weight", {hd}));
@@ -178,7 +215,22 @@ Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, in
   // compute dtype.
   attention_dtype_ = compute_dtype;
   if (device.is_cpu() && compute_dtype == torch::kBFloat16 && args_.head_dim() < 32) attention_dtype_ = torch::kFloat;
-  freqs_cis_ = precompute_freqs_cis(args.head_dim(), max_seq_len, args.rope_theta, args.rope_scaling).to(device);
+  if (args.is_mla()) {
+    freqs_cis_ = precompute_yarn_freqs_cis(args.rope_dim(), max_seq_len, args.rope_theta, args.yarn).to(device);
+    const MlaArgs& m = args.mla;
+    mla_scale_ = std::pow(static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim), -0.5);
+    if (args.yarn.enabled && max_seq_len > args.yarn.original_seq_len) {
+      const double ms = 0.1 * m.mscale * std::log(args.yarn.factor) + 1.0;
+      mla_scale_ *= ms * ms;
+    }
+  } else {
+    freqs_cis_ = precompute_freqs_cis(args.head_dim(), max_seq_len, args.rope_theta, args.rope_scaling).to(device);
+  }
+  // TorchTitan's DeepSeek-V3 final norm: torch.finfo(dtype).eps.
+  head_norm_eps_ = !args.final_norm_eps_of_dtype ? args.norm_eps
+                   : compute_dtype == torch::kBFloat16 ? 0.0078125
+                   : compute_dtype == torch::kDouble   ? 2.220446049250313e-16
+                                                       : 1.1920928955078125e-07;
   build_compute_views();
 }
 
@@ -188,14 +240,27 @@ void Transformer::build_compute_views() {
   const auto view = [&](const std::string& name) { return st.leaf(name, st.slot(name).shape); };
   for (int64_t l : layer_ids_) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    // Local shapes: the rows of wq, wk, wv (heads × Dh on this rank) and of
-    // w1, w3 (the FFN width on this rank) come from the specs.
-    const auto& wq = st.slot(p + "attention.wq.weight").shape;
-    const auto& wk = st.slot(p + "attention.wk.weight").shape;
-    const auto& wv = st.slot(p + "attention.wv.weight").shape;
-    if (qkv_rows_.empty()) qkv_rows_ = {wq[0], wk[0], wv[0]};
     LayerWeights w;
-    w.wqkv = st.leaf(p + "attention.wq.weight", {wq[0] + wk[0] + wv[0], wq[1]});
+    if (args_.is_mla()) {
+      if (args_.mla.q_lora_rank > 0) {
+        w.mla.wq_a = view(p + "attention.wq_a.weight");
+        w.mla.q_norm = view(p + "attention.q_norm.weight");
+        w.mla.wq_b = view(p + "attention.wq_b.weight");
+      } else {
+        w.mla.wq = view(p + "attention.wq.weight");
+      }
+      w.mla.wkv_a = view(p + "attention.wkv_a.weight");
+      w.mla.kv_norm = view(p + "attention.kv_norm.weight");
+      w.mla.wkv_b = view(p + "attention.wkv_b.weight");
+    } else {
+      // Local shapes: the rows of wq, wk, wv (heads × Dh on this rank) and of
+      // w1, w3 (the FFN width on this rank) come from the specs.
+      const auto& wq = st.slot(p + "attention.wq.weight").shape;
+      const auto& wk = st.slot(p + "attention.wk.weight").shape;
+      const auto& wv = st.slot(p + "attention.wv.weight").shape;
+      if (qkv_rows_.empty()) qkv_rows_ = {wq[0], wk[0], wv[0]};
+      w.wqkv = st.leaf(p + "attention.wq.weight", {wq[0] + wk[0] + wv[0], wq[1]});
+    }
     w.wo = view(p + "attention.wo.weight");
     if (args_.qk_norm) {
       w.q_norm = view(p + "attention.q_norm.weight");
@@ -237,7 +302,8 @@ void Transformer::build_compute_views() {
 std::vector<at::Tensor> Transformer::LayerWeights::list() const {
   std::vector<at::Tensor> out;
   for (const at::Tensor* t : {&attention_norm, &wqkv, &wo, &ffn_norm, &w13, &w2, &q_norm, &k_norm, &moe.router, &moe.w1,
-                              &moe.w2, &moe.w3, &moe.shared_w1, &moe.shared_w2, &moe.shared_w3})
+                              &moe.w2, &moe.w3, &moe.shared_w1, &moe.shared_w2, &moe.shared_w3, &mla.wq, &mla.wq_a,
+                              &mla.q_norm, &mla.wq_b, &mla.wkv_a, &mla.kv_norm, &mla.wkv_b})
     if (t->defined()) out.push_back(*t);
   return out;
 }
@@ -247,7 +313,8 @@ Transformer::LayerWeights Transformer::LayerWeights::with(const std::vector<at::
   size_t i = first;
   for (at::Tensor* t : {&w.attention_norm, &w.wqkv, &w.wo, &w.ffn_norm, &w.w13, &w.w2, &w.q_norm, &w.k_norm,
                         &w.moe.router, &w.moe.w1, &w.moe.w2, &w.moe.w3, &w.moe.shared_w1, &w.moe.shared_w2,
-                        &w.moe.shared_w3})
+                        &w.moe.shared_w3, &w.mla.wq, &w.mla.wq_a, &w.mla.q_norm, &w.mla.wq_b, &w.mla.wkv_a,
+                        &w.mla.kv_norm, &w.mla.wkv_b})
     if (t->defined()) *t = in.at(i++);
   return w;
 }
@@ -339,16 +406,20 @@ namespace {
 // this is softmax(q kᵀ) v over views and structured ops that LibTorch runs
 // on meta; the causal mask changes no shape. q [B,H,S,Dh], k/v [B,G,S,Dh].
 at::Tensor meta_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  const int64_t B = q.size(0), H = q.size(1), G = k.size(1), S = k.size(2), Dh = k.size(3);
-  auto heads = [&](const at::Tensor& t) { return t.unsqueeze(2).expand({B, G, H / G, S, Dh}).reshape({B, H, S, Dh}); };
+  const int64_t B = q.size(0), H = q.size(1), G = k.size(1), S = k.size(2);
+  auto heads = [&](const at::Tensor& t) {
+    const int64_t Dh = t.size(3);
+    return t.unsqueeze(2).expand({B, G, H / G, S, Dh}).reshape({B, H, S, Dh});
+  };
   const at::Tensor o = at::matmul(at::softmax(at::matmul(q, heads(k).transpose(-2, -1)), -1), heads(v));
   return o.transpose(1, 2).contiguous().transpose(1, 2);  // laid out [B,S,H,Dh], as SDPA returns it
 }
 
 }  // namespace
 
-at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
-  return fused_model_ ? fused_rms_norm(x, w, args_.norm_eps) : at::rms_norm(x, {w.size(0)}, w, args_.norm_eps);
+at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& w, std::optional<double> eps_in) const {
+  const double eps = eps_in.value_or(args_.norm_eps);
+  return fused_model_ ? fused_rms_norm(x, w, eps) : at::rms_norm(x, {w.size(0)}, w, eps);
 }
 
 at::Tensor Transformer::block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache,
@@ -359,7 +430,36 @@ at::Tensor Transformer::block_forward(int64_t layer, const LayerWeights& w, at::
   return h + feed_forward(layer, w, rms_norm(h, norm_weight(w.ffn_norm)), cache, recompute);
 }
 
+at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, const at::Tensor& x) const {
+  // TorchTitan's DeepSeek-V3 Attention, head by head: q [B,S,H,nope+rope],
+  // k = [k_nope | the one RoPE key expanded over the heads], v [B,S,H,v].
+  const MlaArgs& m = args_.mla;
+  const int64_t B = x.size(0), S = x.size(1), H = args_.n_heads;
+  const int64_t nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim;
+  const at::Tensor q_lin = m.q_lora_rank > 0
+                               ? linear(rms_norm(linear(x, w.mla.wq_a, false, layer, "attention.wq_a"), w.mla.q_norm),
+                                        w.mla.wq_b, false, layer, "attention.wq_b")
+                               : linear(x, w.mla.wq, false, layer, "attention.wq");
+  const auto q_parts = q_lin.view({B, S, H, nope + rope}).split_with_sizes({nope, rope}, 3);
+  at::Tensor q = at::cat({q_parts[0].to(attention_dtype_), apply_rope(q_parts[1], attention_dtype_)}, 3);
+  const auto kv_parts =
+      linear(x, w.mla.wkv_a, false, layer, "attention.wkv_a").split_with_sizes({m.kv_lora_rank, rope}, 2);
+  const at::Tensor k_pe = apply_rope(kv_parts[1].unsqueeze(2), attention_dtype_);  // [B,S,1,rope]
+  const auto kv = linear(rms_norm(kv_parts[0], w.mla.kv_norm), w.mla.wkv_b, false, layer, "attention.wkv_b")
+                      .view({B, S, H, nope + m.v_head_dim})
+                      .split_with_sizes({nope, m.v_head_dim}, 3);
+  at::Tensor k = at::cat({kv[0].to(attention_dtype_), k_pe.expand({B, S, H, rope})}, 3);
+  at::Tensor v = kv[1].to(attention_dtype_);
+  at::Tensor o = q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+                             : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                                /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                                /*scale=*/mla_scale_);
+  o = o.transpose(1, 2).to(compute_dtype(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous).contiguous();
+  return linear(o.view({B, S, -1}), w.wo, false, layer, "attention.wo");
+}
+
 at::Tensor Transformer::attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache) const {
+  if (args_.is_mla()) return mla_attention(layer, w, x);
   // Local shapes only: this rank's heads come from the weights. Under TP x
   // is whole or (SP) this rank's part of the sequence; the column-wise GEMMs
   // see the whole sequence, so B and S come from their output.
@@ -498,7 +598,7 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens) {
 }
 
 at::Tensor Transformer::local_logits(const at::Tensor& h) const {
-  return column_gemm(rms_norm(h, norm_weight(norm_)), output_, float8_output_, -1, "output", nullptr);
+  return column_gemm(rms_norm(h, norm_weight(norm_), head_norm_eps_), output_, float8_output_, -1, "output", nullptr);
 }
 
 at::Tensor Transformer::forward_logits(const at::Tensor& tokens) {
@@ -512,7 +612,8 @@ at::Tensor Transformer::head_loss(const at::Tensor& h, const at::Tensor& labels)
   // Not under TP (vocab-sharded logits), a float8 output layer, or the
   // split backward (which defers the output layer's dW to the W pass).
   if (fused_loss_ && cuda_kernels_take(h) && !tp_.on() && !float8_output_ && !split_backward_)
-    return cuda_linear_cross_entropy(rms_norm(h, norm_weight(norm_)).flatten(0, 1), output_, labels.flatten(0, 1));
+    return cuda_linear_cross_entropy(rms_norm(h, norm_weight(norm_), head_norm_eps_).flatten(0, 1), output_,
+                                     labels.flatten(0, 1));
   at::Tensor logits = local_logits(h);  // [B,S,V] (this rank's V/tp columns under TP)
   if (tp_.on()) {
     // Loss parallelism: the vocab-sharded logits are never gathered (on meta

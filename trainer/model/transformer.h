@@ -182,6 +182,9 @@ class Transformer {
     at::Tensor attention_norm, wqkv, wo, ffn_norm, w13, w2;  // w13, w2: the dense FFN
     at::Tensor q_norm, k_norm;                                // qk_norm
     MoeWeights moe;                                           // an MoE layer: moe.router defined
+    struct Mla {  // multi-head latent attention (DeepSeek-V3): wq, or wq_a/q_norm/wq_b
+      at::Tensor wq, wq_a, q_norm, wq_b, wkv_a, kv_norm, wkv_b;
+    } mla;
     // The defined tensors in a fixed order (checkpoint()'s inputs), and the
     // same structure over such a list starting at in[first].
     std::vector<at::Tensor> list() const;
@@ -198,7 +201,8 @@ class Transformer {
   // scales then come from the whole tensors' amax).
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer, const char* unit,
                     Float8TpSharding tp = {}) const;
-  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
+  // eps: args_.norm_eps unless given.
+  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, std::optional<double> eps = std::nullopt) const;
   at::Tensor hidden_states(const at::Tensor& tokens);  // the last block's output
   // The final norm and the output GEMM on the last block's output h: this
   // rank's vocab columns under TP.
@@ -216,6 +220,9 @@ class Transformer {
   at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache = nullptr,
                            bool recompute = false) const;
   at::Tensor attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache) const;
+  // DeepSeek-V3's MLA (args_.is_mla()): one process, no TP/CP/float8
+  // (the family refuses those layouts), SDPA at mla_scale_.
+  at::Tensor mla_attention(int64_t layer, const LayerWeights& w, const at::Tensor& x) const;
   at::Tensor feed_forward(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache,
                           bool recompute) const;
   // A weight every tp rank holds whole but applies to its part of the
@@ -241,7 +248,9 @@ class Transformer {
   mutable at::Tensor cp_positions_, cp_freqs_;  // for the local length cp_positions_.size(0)
   ParamStore store_;
   at::ScalarType attention_dtype_;     // q/k/v dtype for SDPA (see constructor)
-  at::Tensor freqs_cis_;               // complex64 [S_max, Dh/2]
+  at::Tensor freqs_cis_;               // complex64 [S_max, rope_dim/2]
+  double mla_scale_ = 0;               // MLA's softmax scale (qk head dim^-0.5, YaRN's mscale²)
+  double head_norm_eps_ = 0;           // the final norm's eps
   at::Tensor tok_embeddings_, norm_, output_;  // undefined when the part has no embedding / head
   std::vector<LayerWeights> layers_;   // the blocks, local index (layer_ids_ order)
   std::vector<int64_t> moe_layers_;    // global indices of the local MoE layers
@@ -262,5 +271,8 @@ class Transformer {
 // Precomputed RoPE rotations with Llama 3.1 scaling: complex64 [seq_len, dim/2].
 at::Tensor precompute_freqs_cis(int64_t head_dim, int64_t seq_len, double theta,
                                 const RopeScaling& scaling);
+// DeepSeek-V3's rotations with YaRN (active past yarn.original_seq_len):
+// complex64 [seq_len, rope_dim/2].
+at::Tensor precompute_yarn_freqs_cis(int64_t rope_dim, int64_t seq_len, double theta, const YarnArgs& yarn);
 
 }  // namespace ctitan
