@@ -95,14 +95,16 @@ TEST(TrainRun, LossFallsOnTheLearnableCorpus) {
   EXPECT_LT(s["loss_final"].get<double>(), 3.0) << r.out;
 }
 
-// Stop a run with SIGTERM after its step-4 checkpoint, resume it, and
-// compare every loss with an uninterrupted run: identical bit for bit.
-TEST(TrainRun, ResumeAfterInterruptIsBitExact) {
-  auto full = fresh_dir("resume_full"), split = fresh_dir("resume_split");
-  auto with_ckpt = [](std::vector<std::string> a) {
+// Stop a run (tiny_run plus `extra`) with SIGTERM after its step-4
+// checkpoint, resume it, and compare every loss with an uninterrupted run:
+// identical bit for bit.
+void expect_interrupted_run_resumes_bit_exact(const std::string& name, const std::vector<std::string>& extra) {
+  auto full = fresh_dir(name + "_full"), split = fresh_dir(name + "_split");
+  auto with_ckpt = [&](std::vector<std::string> a) {
     for (std::string s : {"--checkpoint.enable", "--checkpoint.interval", "4", "--checkpoint.no_last_save_model_only",
                           "--metrics.log_freq", "1"})
       a.push_back(s);
+    a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
   auto r_full = run_ctitan(with_ckpt(tiny_run(full, 10)));
@@ -123,6 +125,17 @@ TEST(TrainRun, ResumeAfterInterruptIsBitExact) {
   EXPECT_NE(r2.out.find("resumed from"), std::string::npos) << r2.out;
 
   expect_same_losses(full, split, 10);
+}
+
+TEST(TrainRun, ResumeAfterInterruptIsBitExact) { expect_interrupted_run_resumes_bit_exact("resume", {}); }
+
+// MoE: the aux-loss-free expert biases (TorchTitan's persistent buffer
+// layers.{i}.moe.expert_bias) move every step and steer the routing, so
+// they are in the checkpoint; without them the resumed run routes
+// differently from step 5 on (Qwen3's tiny_moe: softmax over 4 experts
+// whose scores differ by about the bias's steps).
+TEST(TrainRun, MoeResumeAfterInterruptKeepsTheExpertBiases) {
+  expect_interrupted_run_resumes_bit_exact("resume_moe", {"--model.name", "qwen3", "--model.flavor", "tiny_moe"});
 }
 
 // checkpoint.create_seed_checkpoint writes step 0 and exits; a run that

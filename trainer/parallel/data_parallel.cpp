@@ -522,6 +522,16 @@ TensorPieces DataParallel::checkpoint_pieces(AdamW& opt, bool for_save) {
   }
   if (!for_save || mesh_.rank() == 0)
     pieces.push_back({"optimizer.step", opt.step_tensor(), opt.step_tensor().sizes().vec(), {}});
+  // MoE: each layer's aux-loss-free expert bias (TorchTitan's persistent
+  // buffer layers.{i}.moe.expert_bias), the same on every rank of a stage:
+  // written by the stage's first rank in every other dimension.
+  const bool first_of_stage = mesh_.coord("dp_replicate") == 0 && mesh_.coord("dp_shard") == 0 &&
+                              mesh_.coord("cp") == 0 && mesh_.coord("tp") == 0;
+  if (!for_save || first_of_stage)
+    for (int64_t l : model_.moe_layers()) {
+      at::Tensor& bias = model_.expert_bias(l);
+      pieces.push_back({"model.layers." + std::to_string(l) + ".moe.expert_bias", bias, bias.sizes().vec(), {0}});
+    }
   return pieces;
 }
 
