@@ -49,6 +49,20 @@ TEST(DryRun, Llama8BOnFsdp64MatchesTheParameterCount) {
       << r.out;
 }
 
+// DeepSeek-V3 671B (a block_causal flavor: training it is refused, its
+// shapes and memory are not) on 512 fake ranks, PP 8 x FSDP 64: MLA with the
+// low-rank q, 3 dense then 58 MoE layers, group-limited sigmoid routing, all
+// through the meta device's forward and backward.
+TEST(DryRun, DeepSeekV3671BOn512RanksChecksEveryShape) {
+  ScopedNgpu ngpu("512");
+  const auto r = run_ctitan({"train", "--model.name", "deepseek_v3", "--model.flavor", "671B", "--comm.mode",
+                             "fake_backend", "--parallelism.pipeline_parallel_degree", "8"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("671,026,404,352 parameters (37,552,282,624 active)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mesh pp 8 x dp_shard 64"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("one forward and backward on the meta device checked every shape"), std::string::npos) << r.out;
+}
+
 TEST(DryRun, HsdpLayoutReplicatesAndShards) {
   ScopedNgpu ngpu("8");
   const auto r = run_ctitan({"train", "--comm.mode", "fake_backend", "--parallelism.data_parallel_replicate_degree",

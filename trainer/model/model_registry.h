@@ -19,6 +19,7 @@ namespace ctitan {
 struct ModelLayout {
   int64_t dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, pp = 1;
   bool float8 = false;
+  bool dry_run = false;  // shapes and memory on the meta device only
 };
 
 struct ModelFamily {

@@ -44,8 +44,9 @@ MoeRouting moe_route(const at::Tensor& logits, const at::Tensor& bias, const Moe
       const at::Tensor grouped = choice.view({T, G, E / G});
       const at::Tensor group_score = std::get<0>(at::topk(grouped, 2, -1)).sum(-1);
       const at::Tensor keep_groups = top_k_stable(group_score, a.n_limited_groups);  // [T, n_limited]
-      const at::Tensor keep = at::zeros({T, G}, choice.options().dtype(at::kBool)).scatter_(1, keep_groups, true);
-      choice = choice.masked_fill(keep.unsqueeze(-1).expand({T, G, E / G}).reshape({T, E}).logical_not(),
+      // The groups not kept (a mask built directly: logical_not has no C++ meta kernel for the dry run).
+      const at::Tensor drop = at::ones({T, G}, choice.options().dtype(at::kBool)).scatter_(1, keep_groups, false);
+      choice = choice.masked_fill(drop.unsqueeze(-1).expand({T, G, E / G}).reshape({T, E}),
                                   -std::numeric_limits<float>::infinity());
     }
     chosen = top_k_stable(choice, k);

@@ -11,7 +11,8 @@
 //   softmax routing (671B: sigmoid with route_norm), group-limited routing
 //   and route_scale in 236B/671B, the aux-loss-free bias (coeff 1e-3).
 // debugmodel_flex_attn, 16B, 236B and 671B use TorchTitan's block_causal
-// attention, which ctitan does not have yet: they are refused in one line.
+// attention, which ctitan does not have yet: a run of them is refused in one
+// line; the dry run (shapes and memory) takes them.
 #include "trainer/models/deepseek_v3.h"
 
 namespace ctitan {
@@ -89,7 +90,8 @@ std::vector<std::string> deepseek_v3_flavor_names() { return flavor_names(flavor
 ModelArgs deepseek_v3_flavor(const std::string& flavor) { return find_flavor(flavors(), "deepseek_v3", flavor); }
 
 std::string deepseek_v3_refuses(const ModelArgs& a, const ModelLayout& l) {
-  if (a.block_causal)
+  // The dry run checks shapes and memory, which a document mask does not change.
+  if (a.block_causal && !l.dry_run)
     return "model deepseek_v3: this flavor uses TorchTitan's block_causal attention (flex, document masks), which "
            "ctitan does not have yet; use flavor debugmodel (causal) or tiny";
   if (l.tp > 1 || l.cp > 1)

@@ -465,7 +465,7 @@ std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args_in, const Ru
   ModelArgs args = args_in;
   args.moe.force_load_balance = cfg.debug.moe_force_load_balance;
   check_model_layout(args, ModelLayout{rt.shape.dp_replicate, rt.shape.dp_shard, rt.shape.cp, rt.shape.tp, rt.shape.pp,
-                                       float8});
+                                       float8, rt.dry_run()});
   // Hugging Face names and layouts are Llama's (hf_checkpoint.h) so far.
   if (args.family != "llama3" && (cfg.checkpoint.initial_load_in_hf || cfg.checkpoint.last_save_in_hf))
     throw InputError("checkpoint.initial_load_in_hf / last_save_in_hf: ctitan reads and writes Hugging Face "
