@@ -221,7 +221,8 @@ INSTANTIATE_TEST_SUITE_P(
     DeepSeekV3, ThreadRanks,
     ::testing::Values(Layout{"deepseek_fsdp2", 1, 2, "deepseek_v3", "tiny"},
                       Layout{"deepseek_hsdp2x2_ac_full", 2, 2, "deepseek_v3", "tiny", 1, 1, 1, "full"},
-                      Layout{"deepseek_pp2_fsdp2", 1, 2, "deepseek_v3", "tiny", 1, 1, 2}),
+                      Layout{"deepseek_pp2_fsdp2", 1, 2, "deepseek_v3", "tiny", 1, 1, 2},
+                      Layout{"deepseek_ddp2_ac_op_compile", 2, 1, "deepseek_v3", "tiny", 1, 1, 1, "selective", true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
