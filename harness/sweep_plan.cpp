@@ -319,6 +319,10 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
       why.push_back(e.what());
     }
   };
+  // The model family's own refusals (model_registry.h): the reason as the trainer says it.
+  trainer_says([&] {
+    check_model_layout(a, ModelLayout{shape.dp_replicate, shape.dp_shard, shape.cp, shape.tp, shape.pp, float8_on(cfg)});
+  });
   if (shape.pp > 1) {
     const bool whole_microbatches = t.local_batch_size % p.pipeline_parallel_microbatch_size == 0;
     need(whole_microbatches, "local_batch_size " + std::to_string(t.local_batch_size) +

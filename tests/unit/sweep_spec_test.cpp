@@ -159,6 +159,18 @@ TEST(SweepPruning, DegreesMustMultiplyToTheWorldSize) {
             "");  // HSDP 2 x 2
 }
 
+// A layout the model family refuses is pruned with the family's own line
+// (DeepSeek-V3's MLA has no TP yet; Qwen3's tied flavors no FSDP).
+TEST(SweepPruning, ALayoutTheFamilyRefusesIsInfeasibleWithItsReason) {
+  const std::string ds = reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"tiny\"\n"
+                                "parallelism.tensor_parallel_degree = 2\n",
+                                2);
+  EXPECT_NE(ds.find("runs without tensor and context parallelism"), std::string::npos) << ds;
+  EXPECT_EQ(reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"tiny\"\n", 2), "");  // FSDP 2 runs
+  const std::string tied = reason("model.name = \"qwen3\"\nmodel.flavor = \"debugmodel\"\n", 2);
+  EXPECT_NE(tied.find("tied output"), std::string::npos) << tied;
+}
+
 TEST(SweepPruning, TensorPipelineContextParallelNeedDivisibility) {
   // debugmodel: 16 heads, 16 KV heads, 6 layers.
   const std::string tp3 = reason("parallelism.tensor_parallel_degree = 3\n", 3);
