@@ -2,6 +2,7 @@
 #include "trainer/model/gemm.h"
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "common/errors.h"
@@ -228,9 +229,10 @@ Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, in
   }
   // TorchTitan's DeepSeek-V3 final norm: torch.finfo(dtype).eps.
   head_norm_eps_ = !args.final_norm_eps_of_dtype ? args.norm_eps
-                   : compute_dtype == torch::kBFloat16 ? 0.0078125
-                   : compute_dtype == torch::kDouble   ? 2.220446049250313e-16
-                                                       : 1.1920928955078125e-07;
+                   : compute_dtype == torch::kBFloat16
+                       ? static_cast<double>(std::numeric_limits<c10::BFloat16>::epsilon())
+                   : compute_dtype == torch::kDouble ? std::numeric_limits<double>::epsilon()
+                                                     : static_cast<double>(std::numeric_limits<float>::epsilon());
   build_compute_views();
 }
 
@@ -299,23 +301,34 @@ void Transformer::build_compute_views() {
   }
 }
 
+namespace {
+
+// f(tensor) for each of a layer's weight slots, in list()'s fixed order
+// (W: LayerWeights, const or not).
+template <typename W, typename F>
+void each_layer_weight(W& w, F&& f) {
+  for (auto* t : {&w.attention_norm, &w.wqkv, &w.wo, &w.ffn_norm, &w.w13, &w.w2, &w.q_norm, &w.k_norm, &w.moe.router,
+                  &w.moe.w1, &w.moe.w2, &w.moe.w3, &w.moe.shared_w1, &w.moe.shared_w2, &w.moe.shared_w3, &w.mla.wq,
+                  &w.mla.wq_a, &w.mla.q_norm, &w.mla.wq_b, &w.mla.wkv_a, &w.mla.kv_norm, &w.mla.wkv_b})
+    f(*t);
+}
+
+}  // namespace
+
 std::vector<at::Tensor> Transformer::LayerWeights::list() const {
   std::vector<at::Tensor> out;
-  for (const at::Tensor* t : {&attention_norm, &wqkv, &wo, &ffn_norm, &w13, &w2, &q_norm, &k_norm, &moe.router, &moe.w1,
-                              &moe.w2, &moe.w3, &moe.shared_w1, &moe.shared_w2, &moe.shared_w3, &mla.wq, &mla.wq_a,
-                              &mla.q_norm, &mla.wq_b, &mla.wkv_a, &mla.kv_norm, &mla.wkv_b})
-    if (t->defined()) out.push_back(*t);
+  each_layer_weight(*this, [&](const at::Tensor& t) {
+    if (t.defined()) out.push_back(t);
+  });
   return out;
 }
 
 Transformer::LayerWeights Transformer::LayerWeights::with(const std::vector<at::Tensor>& in, size_t first) const {
   LayerWeights w = *this;
   size_t i = first;
-  for (at::Tensor* t : {&w.attention_norm, &w.wqkv, &w.wo, &w.ffn_norm, &w.w13, &w.w2, &w.q_norm, &w.k_norm,
-                        &w.moe.router, &w.moe.w1, &w.moe.w2, &w.moe.w3, &w.moe.shared_w1, &w.moe.shared_w2,
-                        &w.moe.shared_w3, &w.mla.wq, &w.mla.wq_a, &w.mla.q_norm, &w.mla.wq_b, &w.mla.wkv_a,
-                        &w.mla.kv_norm, &w.mla.wkv_b})
-    if (t->defined()) *t = in.at(i++);
+  each_layer_weight(w, [&](at::Tensor& t) {
+    if (t.defined()) t = in.at(i++);
+  });
   return w;
 }
 

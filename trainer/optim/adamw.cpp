@@ -48,17 +48,20 @@ void AdamW::step(double lr, double grad_scale) {
   params_.addcdiv_(exp_avg_, denom, -lr / bias1);
 }
 
-double clip_coefficient(double norm, double max_norm) { return std::min(1.0, max_norm / (norm + 1e-6)); }
+void clip_to_norm_(at::Tensor& grads, double norm, double max_norm, double* deferred_coef) {
+  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  if (deferred_coef != nullptr) {
+    *deferred_coef = coef;
+  } else if (coef < 1.0) {
+    torch::NoGradGuard no_grad;
+    grads.mul_(coef);
+  }
+}
 
 double clip_grad_norm_(at::Tensor& flat_grads, double max_norm, double* deferred_coef) {
   torch::NoGradGuard no_grad;
   const double norm = at::linalg_vector_norm(flat_grads, 2).item<double>();
-  const double coef = clip_coefficient(norm, max_norm);
-  if (deferred_coef != nullptr) {
-    *deferred_coef = coef;
-  } else if (coef < 1.0) {
-    flat_grads.mul_(coef);
-  }
+  clip_to_norm_(flat_grads, norm, max_norm, deferred_coef);
   return norm;
 }
 

@@ -50,7 +50,9 @@ class AdamW {
 // With `deferred_coef`, the gradient is left as it is and the coefficient
 // (1 when nothing is clipped) written there, for AdamW::step's grad_scale.
 double clip_grad_norm_(at::Tensor& flat_grads, double max_norm, double* deferred_coef = nullptr);
-// torch.nn.utils.clip_grad_norm_'s coefficient for a norm: at most 1.
-double clip_coefficient(double norm, double max_norm);
+// The clipping step on its own, for a norm computed elsewhere (sharded
+// gradients): torch.nn.utils.clip_grad_norm_'s coefficient, at most 1,
+// applied to `grads` or written to `deferred_coef`.
+void clip_to_norm_(at::Tensor& grads, double norm, double max_norm, double* deferred_coef);
 
 }  // namespace ctitan

@@ -455,12 +455,7 @@ double DataParallel::clip_grad_norm(double max_norm, double* deferred_coef) {
   Communicator& world = mesh_.group("world");
   wait(world.all_reduce(sq, ReduceOp::kSum), world);
   const double norm = std::sqrt(sq.item<double>());
-  const double coef = clip_coefficient(norm, max_norm);
-  if (deferred_coef != nullptr) {
-    *deferred_coef = coef;
-  } else if (coef < 1.0) {
-    g.mul_(coef);
-  }
+  clip_to_norm_(g, norm, max_norm, deferred_coef);
   return norm;
 }
 
