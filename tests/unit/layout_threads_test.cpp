@@ -25,7 +25,12 @@
 namespace ctitan {
 namespace {
 
-constexpr int64_t kGlobalBatch = 4, kSeq = 16, kSteps = 4;
+constexpr int64_t kGlobalBatch = 4, kSteps = 4;
+
+// 16 tokens; DeepSeek-V3's tiny flavor 48, past its YaRN original_seq_len
+// (32), so that the YaRN frequencies and MLA's scale (not SDPA's default)
+// are the ones every layout must carry.
+
 
 struct Layout {
   const char* name;
@@ -38,12 +43,13 @@ struct Layout {
   int world() const { return static_cast<int>(replicate * shard * tp * cp * pp); }
 };
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
+int64_t seq_of(const Layout& l) { return std::string(l.model) == "deepseek_v3" ? 48 : 16; }
 
 JobConfig tiny_config(const Layout& l) {
   JobConfig cfg;
   cfg.model.name = l.model;
   cfg.model.flavor = l.flavor;
-  cfg.training.seq_len = kSeq;
+  cfg.training.seq_len = seq_of(l);
   cfg.training.local_batch_size = kGlobalBatch / (l.replicate * l.shard);
   cfg.training.mixed_precision_param = "float32";
   cfg.training.max_norm = 0.5;  // low enough that clipping acts: the global norm must be right
@@ -66,11 +72,11 @@ JobConfig tiny_config(const Layout& l) {
   return cfg;
 }
 
-// The batches every layout sees: one [kGlobalBatch, kSeq + 1] batch of
+// The batches every layout sees: one [kGlobalBatch, seq + 1] batch of
 // random tokens, every step — memorised, so the loss falls step by step.
-std::vector<at::Tensor> global_batches(int64_t vocab) {
+std::vector<at::Tensor> global_batches(int64_t vocab, int64_t seq) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
-  return std::vector<at::Tensor>(kSteps, at::randint(vocab, {kGlobalBatch, kSeq + 1}, gen, at::kLong));
+  return std::vector<at::Tensor>(kSteps, at::randint(vocab, {kGlobalBatch, seq + 1}, gen, at::kLong));
 }
 
 struct RankResult {
@@ -97,9 +103,10 @@ RankResult train_rank(const Layout& l, int rank, c10::intrusive_ptr<c10d::Store>
   const int64_t B = cfg.training.local_batch_size, part = rt.mesh->coord("dp");
   EXPECT_EQ(rt.mesh->size("dp") * l.tp * l.cp * l.pp, l.world());
   RankResult res;
-  for (const at::Tensor& batch : global_batches(args.vocab_size)) {
+  for (const at::Tensor& batch : global_batches(args.vocab_size, seq_of(l))) {
     const at::Tensor mine = batch.narrow(0, part * B, B);
-    const at::Tensor inputs = mine.narrow(1, 0, kSeq).contiguous(), labels = mine.narrow(1, 1, kSeq).contiguous();
+    const at::Tensor inputs = mine.narrow(1, 0, seq_of(l)).contiguous(),
+                     labels = mine.narrow(1, 1, seq_of(l)).contiguous();
     const at::Tensor loss = tm->forward_backward(inputs, labels, 1.0, true, true);
     tm->clip_grad_norm(cfg.training.max_norm);
     tm->balance_experts();
@@ -216,13 +223,18 @@ INSTANTIATE_TEST_SUITE_P(
 
 // DeepSeek-V3's tiny flavor (MLA with the low-rank q, a dense layer then
 // MoE layers with a shared expert, sigmoid group-limited routing) in the
-// layouts it runs (it refuses TP and CP).
+// layouts of issue 34 and more (TP: TorchTitan's MLA plan; CP: v padded to
+// q's head size for the flash kernel, MLA's own scale).
 INSTANTIATE_TEST_SUITE_P(
     DeepSeekV3, ThreadRanks,
     ::testing::Values(Layout{"deepseek_fsdp2", 1, 2, "deepseek_v3", "tiny"},
                       Layout{"deepseek_hsdp2x2_ac_full", 2, 2, "deepseek_v3", "tiny", 1, 1, 1, "full"},
                       Layout{"deepseek_pp2_fsdp2", 1, 2, "deepseek_v3", "tiny", 1, 1, 2},
-                      Layout{"deepseek_ddp2_ac_op_compile", 2, 1, "deepseek_v3", "tiny", 1, 1, 1, "selective", true}),
+                      Layout{"deepseek_ddp2_ac_op_compile", 2, 1, "deepseek_v3", "tiny", 1, 1, 1, "selective", true},
+                      Layout{"deepseek_tp2", 1, 1, "deepseek_v3", "tiny", 2},
+                      Layout{"deepseek_cp2", 1, 1, "deepseek_v3", "tiny", 1, 2},
+                      Layout{"deepseek_fsdp2_tp2_ac_full", 1, 2, "deepseek_v3", "tiny", 2, 1, 1, "full"},
+                      Layout{"deepseek_pp2_fsdp2_tp2_compile", 1, 2, "deepseek_v3", "tiny", 2, 1, 2, "none", true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -160,12 +160,14 @@ TEST(SweepPruning, DegreesMustMultiplyToTheWorldSize) {
 }
 
 // A layout the model family refuses is pruned with the family's own line
-// (DeepSeek-V3's MLA has no TP yet; Qwen3's tied flavors no FSDP).
+// (DeepSeek-V3's MLA has no float8 yet; Qwen3's tied flavors no FSDP).
 TEST(SweepPruning, ALayoutTheFamilyRefusesIsInfeasibleWithItsReason) {
   const std::string ds = reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"tiny\"\n"
-                                "parallelism.tensor_parallel_degree = 2\n",
+                                "model.converters = [\"quantize.linear.float8\"]\n",
                                 2);
-  EXPECT_NE(ds.find("runs without tensor and context parallelism"), std::string::npos) << ds;
+  EXPECT_NE(ds.find("float8 linears are not wired"), std::string::npos) << ds;
+  EXPECT_EQ(reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"tiny\"\nparallelism.tensor_parallel_degree = 2\n", 2),
+            "");  // TP 2 runs
   EXPECT_EQ(reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"tiny\"\n", 2), "");  // FSDP 2 runs
   const std::string tied = reason("model.name = \"qwen3\"\nmodel.flavor = \"debugmodel\"\n", 2);
   EXPECT_NE(tied.find("tied output"), std::string::npos) << tied;

@@ -446,29 +446,42 @@ at::Tensor Transformer::block_forward(int64_t layer, const LayerWeights& w, at::
 at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, const at::Tensor& x) const {
   // TorchTitan's DeepSeek-V3 Attention, head by head: q [B,S,H,nope+rope],
   // k = [k_nope | the one RoPE key expanded over the heads], v [B,S,H,v].
+  // Under TP (TorchTitan's plan): the input gathered (SP) or copied once;
+  // wq / wq_b and wkv_b column-wise by heads, wo row-wise; wq_a, q_norm,
+  // wkv_a and kv_norm replicated, their gradients (each rank's heads' part)
+  // summed over tp. H is this rank's heads.
   const MlaArgs& m = args_.mla;
-  const int64_t B = x.size(0), S = x.size(1), H = args_.n_heads;
   const int64_t nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim;
-  const at::Tensor q_lin = m.q_lora_rank > 0
-                               ? linear(rms_norm(linear(x, w.mla.wq_a, false, layer, "attention.wq_a"), w.mla.q_norm),
-                                        w.mla.wq_b, false, layer, "attention.wq_b")
-                               : linear(x, w.mla.wq, false, layer, "attention.wq");
+  const at::Tensor in = !tp_.on()               ? x
+                        : tp_.sequence_parallel ? gather_from_sp(x, *tp_.group, 1)
+                                                : copy_to_tp(x, *tp_.group);
+  const int64_t B = in.size(0), S = in.size(1);
+  const at::Tensor q_lin =
+      m.q_lora_rank > 0
+          ? linear(rms_norm(linear(in, tp_summed(w.mla.wq_a, true), false, layer, "attention.wq_a"),
+                            tp_summed(w.mla.q_norm, true)),
+                   w.mla.wq_b, false, layer, "attention.wq_b")
+          : linear(in, w.mla.wq, false, layer, "attention.wq");
+  const int64_t H = q_lin.size(2) / (nope + rope);
   const auto q_parts = q_lin.view({B, S, H, nope + rope}).split_with_sizes({nope, rope}, 3);
   at::Tensor q = at::cat({q_parts[0].to(attention_dtype_), apply_rope(q_parts[1], attention_dtype_)}, 3);
-  const auto kv_parts =
-      linear(x, w.mla.wkv_a, false, layer, "attention.wkv_a").split_with_sizes({m.kv_lora_rank, rope}, 2);
+  const auto kv_parts = linear(in, tp_summed(w.mla.wkv_a, true), false, layer, "attention.wkv_a")
+                            .split_with_sizes({m.kv_lora_rank, rope}, 2);
   const at::Tensor k_pe = apply_rope(kv_parts[1].unsqueeze(2), attention_dtype_);  // [B,S,1,rope]
-  const auto kv = linear(rms_norm(kv_parts[0], w.mla.kv_norm), w.mla.wkv_b, false, layer, "attention.wkv_b")
+  const auto kv = linear(rms_norm(kv_parts[0], tp_summed(w.mla.kv_norm, true)), w.mla.wkv_b, false, layer,
+                         "attention.wkv_b")
                       .view({B, S, H, nope + m.v_head_dim})
                       .split_with_sizes({nope, m.v_head_dim}, 3);
   at::Tensor k = at::cat({kv[0].to(attention_dtype_), k_pe.expand({B, S, H, rope})}, 3);
   at::Tensor v = kv[1].to(attention_dtype_);
   at::Tensor o = q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-                             : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                                /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                                                /*scale=*/mla_scale_);
+                 : cp_.on()  ? context_parallel_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                          cp_positions_, cp_, mla_scale_)
+                             : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                                v.transpose(1, 2), /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                                /*is_causal=*/true, /*scale=*/mla_scale_);
   o = o.transpose(1, 2).to(compute_dtype(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous).contiguous();
-  return linear(o.view({B, S, -1}), w.wo, false, layer, "attention.wo");
+  return row_gemm(o.view({B, S, -1}), w.wo, false, layer, "attention.wo");
 }
 
 at::Tensor Transformer::attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache) const {

@@ -220,8 +220,9 @@ class Transformer {
   at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache = nullptr,
                            bool recompute = false) const;
   at::Tensor attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache) const;
-  // DeepSeek-V3's MLA (args_.is_mla()): one process, no TP/CP/float8
-  // (the family refuses those layouts), SDPA at mla_scale_.
+  // DeepSeek-V3's MLA (args_.is_mla()): TorchTitan's TP plan, CP through
+  // context_parallel_attention, SDPA at mla_scale_; no float8 (the family
+  // refuses it).
   at::Tensor mla_attention(int64_t layer, const LayerWeights& w, const at::Tensor& x) const;
   at::Tensor feed_forward(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache,
                           bool recompute) const;

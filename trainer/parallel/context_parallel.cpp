@@ -61,14 +61,14 @@ namespace {
 // Devices without ATen's CPU flash kernel: all-gathered keys and values
 // with a position mask (either rotate method).
 at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions,
-                            const ContextParallelOptions& cp) {
+                            const ContextParallelOptions& cp, double scale) {
   Communicator& g = *cp.group;
   const int64_t n = cp.size(), H = q.size(1), Sl = q.size(2), S = Sl * n;
   const at::Tensor k_all = gather_from_sp(k, g, 2), v_all = gather_from_sp(v, g, 2);
   std::vector<at::Tensor> pos;
   for (int64_t s = 0; s < n; ++s) pos.push_back(cp_positions(cp.load_balancer, n, s, S));
   const at::Tensor visible = torch::cat(pos).to(q.device()).view({1, S}).le(positions.to(q.device()).view({Sl, 1}));
-  return at::scaled_dot_product_attention(q, expand_heads(k_all, H), expand_heads(v_all, H), visible, 0.0, false);
+  return at::scaled_dot_product_attention(q, expand_heads(k_all, H), expand_heads(v_all, H), visible, 0.0, false, scale);
 }
 
 using torch::autograd::AutogradContext;
@@ -96,11 +96,11 @@ std::pair<at::Tensor, at::Tensor> merge_by_lse(const std::vector<at::Tensor>& ou
 class MergedAttention : public torch::autograd::Function<MergedAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, at::TensorList blocks,
-                            const std::vector<bool>& causal) {
+                            const std::vector<bool>& causal, double scale) {
     std::vector<at::Tensor> outs, lses;
     for (size_t p = 0; p < causal.size(); ++p) {
       auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, blocks[2 * p], blocks[2 * p + 1], 0.0,
-                                                                      causal[p]);
+                                                                      causal[p], /*attn_mask=*/{}, scale);
       outs.push_back(o);
       lses.push_back(lse);
     }
@@ -110,23 +110,26 @@ class MergedAttention : public torch::autograd::Function<MergedAttention> {
     ctx->save_for_backward(saved);
     std::vector<int64_t> flags(causal.begin(), causal.end());
     ctx->saved_data["causal"] = flags;
+    ctx->saved_data["scale"] = scale;
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     const variable_list s = ctx->get_saved_variables();
     const at::Tensor &q = s[0], &out = s[1], &lse = s[2];
     const std::vector<int64_t> causal = ctx->saved_data["causal"].toIntVector();
+    const double scale = ctx->saved_data["scale"].toDouble();
     at::Tensor dq = at::zeros_like(q);
     variable_list grads{at::Tensor()};  // q's, filled below
     for (size_t p = 0; p < causal.size(); ++p) {
       auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-          g[0], q, s[3 + 2 * p], s[4 + 2 * p], out, lse, 0.0, causal[p] != 0);
+          g[0], q, s[3 + 2 * p], s[4 + 2 * p], out, lse, 0.0, causal[p] != 0, /*attn_mask=*/{}, scale);
       dq += gq;
       grads.push_back(gk);
       grads.push_back(gv);
     }
     grads[0] = dq;
     grads.push_back(at::Tensor());  // causal
+    grads.push_back(at::Tensor());  // scale
     return grads;
   }
 };
@@ -143,7 +146,7 @@ std::vector<Chunk> chunks_of(const ContextParallelOptions& cp, int64_t rank, int
 // Causal attention of this rank's query chunks over key/value blocks that
 // arrive as whole ranks' tokens: blocks[s] = (k, v) of rank s.
 at::Tensor attend_blocks(const at::Tensor& q, const std::vector<std::pair<at::Tensor, at::Tensor>>& blocks,
-                         const std::vector<int64_t>& block_rank, const ContextParallelOptions& cp) {
+                         const std::vector<int64_t>& block_rank, const ContextParallelOptions& cp, double scale) {
   const int64_t H = q.size(1), Sl = q.size(2);
   std::vector<at::Tensor> out;
   for (const Chunk& qc : chunks_of(cp, cp.rank(), Sl)) {
@@ -156,7 +159,7 @@ at::Tensor attend_blocks(const at::Tensor& q, const std::vector<std::pair<at::Te
         kv.push_back(expand_heads(blocks[b].second.narrow(2, kc.offset, kc.length), H));
         causal.push_back(kc.global == qc.global);
       }
-    out.push_back(MergedAttention::apply(q.narrow(2, qc.offset, qc.length), at::TensorList(kv), causal));
+    out.push_back(MergedAttention::apply(q.narrow(2, qc.offset, qc.length), at::TensorList(kv), causal, scale));
   }
   return out.size() == 1 ? out[0] : at::cat(out, 2);
 }
@@ -179,7 +182,7 @@ at::Tensor reduce_heads(const at::Tensor& g, int64_t kv_heads) {
 class RingAttention : public torch::autograd::Function<RingAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const ContextParallelOptions* cp) {
+                            const ContextParallelOptions* cp, double scale) {
     Communicator& g = *cp->group;
     const int64_t n = cp->size(), r = cp->rank(), H = q.size(1), Sl = q.size(2);
     const std::vector<Chunk> qchunks = chunks_of(*cp, r, Sl);
@@ -194,7 +197,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
           if (kc.global > qchunks[i].global) continue;
           auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
               q.narrow(2, qchunks[i].offset, qchunks[i].length), expand_heads(kb.narrow(2, kc.offset, kc.length), H),
-              expand_heads(vb.narrow(2, kc.offset, kc.length), H), 0.0, kc.global == qchunks[i].global);
+              expand_heads(vb.narrow(2, kc.offset, kc.length), H), 0.0, kc.global == qchunks[i].global,
+              /*attn_mask=*/{}, scale);
           outs[i].push_back(o);
           lses[i].push_back(lse);
         }
@@ -210,6 +214,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     const at::Tensor o = at::cat(out, 2), l = at::cat(lse, 2);
     ctx->save_for_backward({q, k, v, o, l});
     ctx->saved_data["cp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(cp));
+    ctx->saved_data["scale"] = scale;
     return o;
   }
 
@@ -219,6 +224,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     const variable_list s = ctx->get_saved_variables();
     const at::Tensor &q = s[0], &out = s[3], &lse = s[4];
     const at::Tensor dout = grad[0].contiguous();
+    const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t n = cp->size(), r = cp->rank(), H = q.size(1), K = s[1].size(1), Sl = q.size(2);
     const auto acc = torch::TensorOptions().dtype(at::promote_types(q.scalar_type(), at::kFloat)).device(q.device());
     at::Tensor dq = at::zeros(q.sizes(), acc);
@@ -232,7 +238,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
           auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
               dout.narrow(2, qc.offset, qc.length), q.narrow(2, qc.offset, qc.length),
               expand_heads(kb.narrow(2, kc.offset, kc.length), H), expand_heads(vb.narrow(2, kc.offset, kc.length), H),
-              out.narrow(2, qc.offset, qc.length), lse.narrow(2, qc.offset, qc.length), 0.0, kc.global == qc.global);
+              out.narrow(2, qc.offset, qc.length), lse.narrow(2, qc.offset, qc.length), 0.0, kc.global == qc.global,
+              /*attn_mask=*/{}, scale);
           dq.narrow(2, qc.offset, qc.length) += gq;
           dkb.narrow(2, kc.offset, kc.length) += reduce_heads(gk, K);
           dvb.narrow(2, kc.offset, kc.length) += reduce_heads(gv, K);
@@ -246,7 +253,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       if (t + 1 < n) kb = kn, vb = vn;
       dkb = dkn, dvb = dvn;
     }
-    return {dq.to(q.scalar_type()), dkb.to(q.scalar_type()), dvb.to(q.scalar_type()), at::Tensor()};
+    return {dq.to(q.scalar_type()), dkb.to(q.scalar_type()), dvb.to(q.scalar_type()), at::Tensor(), at::Tensor()};
   }
 
  private:
@@ -269,9 +276,22 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
 }  // namespace
 
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                      const at::Tensor& positions, const ContextParallelOptions& cp) {
-  if (!q.device().is_cpu()) return masked_attention(q, k, v, positions, cp);
-  if (cp.rotate_method == "alltoall") return RingAttention::apply(q, k, v, &cp);
+                                      const at::Tensor& positions, const ContextParallelOptions& cp,
+                                      std::optional<double> scale_in) {
+  const int64_t D = q.size(3), Dv = v.size(3);
+  // ATen's CPU flash kernel takes one head size for q, k and v. A narrower v
+  // (multi-head latent attention: 128 beside q/k's 192) is padded with zero
+  // columns, which only add zero columns to the output (and take a zero
+  // gradient), then cut off.
+  if (Dv != D) {
+    TORCH_CHECK(Dv < D, "context parallel attention: v's head size ", Dv, " exceeds q's ", D);
+    return context_parallel_attention(q, k, at::constant_pad_nd(v, {0, D - Dv}), positions, cp, scale_in)
+        .narrow(3, 0, Dv);
+  }
+  // ATen's default, 1/sqrt(D), made explicit (the same double ATen computes).
+  const double scale = scale_in.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  if (!q.device().is_cpu()) return masked_attention(q, k, v, positions, cp, scale);
+  if (cp.rotate_method == "alltoall") return RingAttention::apply(q, k, v, &cp, scale);
   // allgather: every rank's keys and values, rank-major (backward reduce-scatters).
   Communicator& g = *cp.group;
   const int64_t Sl = q.size(2);
@@ -282,7 +302,7 @@ at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, 
     blocks.emplace_back(k_all.narrow(2, s * Sl, Sl), v_all.narrow(2, s * Sl, Sl));
     block_rank.push_back(s);
   }
-  return attend_blocks(q, blocks, block_rank, cp);
+  return attend_blocks(q, blocks, block_rank, cp, scale);
 }
 
 }  // namespace ctitan

@@ -26,6 +26,7 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 
 #include "trainer/dist/comm.h"
@@ -56,10 +57,12 @@ at::Tensor cp_positions(const std::string& load_balancer, int64_t cp, int64_t ra
 // This rank's tokens of x [B, S, ...] (dim 1).
 at::Tensor cp_shard(const at::Tensor& x, const ContextParallelOptions& cp);
 
-// Causal attention of this rank's queries: q [B, H, Sl, Dh], k/v
-// [B, K, Sl, Dh] (this rank's tokens, K | H), `positions` their positions
-// (cp_positions); returns [B, H, Sl, Dh].
+// Causal attention of this rank's queries: q [B, H, Sl, Dh], k [B, K, Sl,
+// Dh], v [B, K, Sl, Dv ≤ Dh] (this rank's tokens, K | H), `positions` their
+// positions (cp_positions), softmax scale `scale` (default 1/sqrt(Dh));
+// returns [B, H, Sl, Dv].
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                      const at::Tensor& positions, const ContextParallelOptions& cp);
+                                      const at::Tensor& positions, const ContextParallelOptions& cp,
+                                      std::optional<double> scale = std::nullopt);
 
 }  // namespace ctitan

@@ -59,7 +59,10 @@ struct TensorParallelOptions {
 // rank r of tp: tok_embeddings row-wise (vocab rows, Shard(0)); per block
 // wq, wk, wv, w1, w3 column-wise (Shard(0): their output features) and wo,
 // w2 row-wise (Shard(1): their input features); the norms replicated;
-// output column-wise (vocab rows, Shard(0)). InputError, one line naming
+// output column-wise (vocab rows, Shard(0)). DeepSeek-V3's attention as
+// TorchTitan's plan: wq / wq_b and wkv_b column-wise (by heads), wo
+// row-wise, wq_a, wkv_a and their norms replicated; every MoE tensor
+// replicated (no expert parallelism yet). InputError, one line naming
 // the numbers, when tp does not divide the heads, the KV heads, the FFN
 // width or the vocabulary (check_tensor_parallel_degree).
 std::vector<ParamSpec> tensor_parallel_plan(std::vector<ParamSpec> specs, int64_t tp, int64_t r);
