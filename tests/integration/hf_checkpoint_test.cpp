@@ -28,6 +28,7 @@
 
 #include "tests/integration/process.h"
 #include "trainer/checkpoint/safetensors.h"
+#include "trainer/model/model_registry.h"
 #include "trainer/model/transformer.h"
 
 namespace fs = std::filesystem;
@@ -68,8 +69,10 @@ std::pair<at::Tensor, at::Tensor> transformers_logits(const fs::path& dir) {
 }
 
 // ctitan's logits for `tokens` with the model loaded from the HF folder.
+// `flavor`: a llama3 flavor, or "qwen3:<flavor>" (hf_logits.py's names).
 at::Tensor ctitan_logits(const std::string& flavor, const fs::path& dir, const at::Tensor& tokens) {
-  const ModelArgs args = llama3_flavor(flavor);
+  const bool qwen3 = flavor.rfind("qwen3:", 0) == 0;
+  const ModelArgs args = qwen3 ? model_flavor("qwen3", flavor.substr(6)) : llama3_flavor(flavor);
   Transformer model(args, torch::kFloat, kSeq);
   TensorPieces pieces;
   for (const auto& s : model.slots()) pieces.push_back({"model." + s.name, model.store().param(s.name), s.shape, {}});
@@ -195,6 +198,44 @@ TEST_F(HfCheckpoint, InitialLoadInAnyLayoutGivesTheSameFirstLoss) {
     ASSERT_EQ(r.exit_code, 0) << name << r.out << r.err;
     EXPECT_NEAR(step1_loss(root / name), want, 1e-5 * std::abs(want)) << name;
   }
+}
+
+// Qwen3 both ways: transformers' Qwen3ForCausalLM (untied tiny; debugmodel,
+// tied) and Qwen3MoeForCausalLM (tiny_moe: per-expert tensors) load into
+// ctitan with transformers' logits; ctitan's export of a tiny_moe run under
+// FSDP 2 (expert tensors gathered, split per expert) loads into
+// transformers with ctitan's logits; a Qwen3-MoE checkpoint is refused by a
+// llama3 and by a dense qwen3 run in one line.
+TEST_F(HfCheckpoint, Qwen3AndQwen3MoeBothWaysWithTransformersLogits) {
+  SKIP_WITHOUT_TRANSFORMERS();
+  const fs::path root = fresh_dir("hf_qwen3");
+  for (const std::string flavor : {"qwen3:tiny", "qwen3:tiny_moe", "qwen3:debugmodel"}) {
+    SCOPED_TRACE(flavor);
+    std::string log;
+    const fs::path dir = root / flavor.substr(6);
+    ASSERT_EQ(run_tool({"random", flavor, dir.string(), "21"}, log), 0) << log;
+    expect_same_logits(flavor, dir);
+  }
+  const fs::path dump = root / "export";
+  const auto r = run_ctitan(train_args(dump, 2, 2, 3,
+                                       {"--model.name", "qwen3", "--checkpoint.last_save_in_hf",
+                                        "--parallelism.data_parallel_shard_degree", "2"},
+                                       "tiny_moe"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const fs::path step = dump / "checkpoint" / "step-3";
+  SafetensorsFile f((step / "model.safetensors").string());
+  EXPECT_TRUE(f.find("model.layers.1.mlp.experts.3.down_proj.weight")) << "per-expert tensors";
+  expect_same_logits("qwen3:tiny_moe", step);
+
+  const std::vector<std::string> load = {"--checkpoint.initial_load_in_hf", "--checkpoint.initial_load_path",
+                                         (root / "tiny_moe").string()};
+  expect_one_line_exit2(run_ctitan(train_args(root / "into_llama", 1, 1, 1, load, "tiny")),
+                        "model_type = \"qwen3_moe\" but model.name \"llama3\"");
+  std::vector<std::string> dense = load;
+  dense.insert(dense.end(), {"--model.name", "qwen3"});
+  expect_one_line_exit2(run_ctitan(train_args(root / "into_dense", 1, 1, 1, dense, "tiny")),
+                        "reads Hugging Face \"qwen3\" checkpoints");
+  EXPECT_FALSE(fs::exists(root / "into_dense" / "metrics.jsonl"));
 }
 
 // (d) Bad input: one line naming the problem, exit 2.

@@ -2,19 +2,24 @@
 """transformers' side of ctitan's Hugging Face checkpoint tests.
 
   hf_logits.py random FLAVOR OUT_DIR SEED   a random LlamaForCausalLM shaped like ctitan's
-                                            llama3 FLAVOR (tiny | debugmodel), save_pretrained
+                                            llama3 FLAVOR (tiny | debugmodel), or a random
+                                            Qwen3ForCausalLM / Qwen3MoeForCausalLM for FLAVOR
+                                            qwen3:tiny | qwen3:tiny_moe | qwen3:debugmodel;
+                                            save_pretrained
   hf_logits.py logits MODEL_DIR OUT B S     load MODEL_DIR in float32, run a fixed [B, S] token
                                             batch, save {"tokens", "logits"} as safetensors
 
-The flavors' numbers are written out here from trainer/models/llama3.cpp
-(TorchTitan's definitions), not read from ctitan, so a wrong config.json or a
-wrong name/permutation on ctitan's side shows up as different logits.
+The flavors' numbers are written out here from trainer/models/llama3.cpp and
+qwen3.cpp (TorchTitan's definitions), not read from ctitan, so a wrong
+config.json or a wrong name/permutation on ctitan's side shows up as different
+logits.
 """
 import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 # dim, layers, heads, kv heads, vocab, ffn hidden (TorchTitan's rule), as ctitan's flavors.
 FLAVORS = {
@@ -30,13 +35,39 @@ COMMON = dict(rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=13
               attention_bias=False, mlp_bias=False, hidden_act="silu")
 
 
+# Qwen3 (TorchTitan's qwen3 flavors and ctitan's tiny ones): head_dim decoupled,
+# QK-norm, RoPE theta 1e6 without scaling, norm eps 1e-6.
+QWEN3_COMMON = dict(rms_norm_eps=1e-6, rope_theta=1e6, max_position_embeddings=40960, attention_bias=False,
+                    hidden_act="silu")
+QWEN3 = {
+    "tiny": (Qwen3Config, Qwen3ForCausalLM,
+             dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  vocab_size=64, intermediate_size=64, tie_word_embeddings=False)),
+    "tiny_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM,
+                 dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                      vocab_size=64, intermediate_size=64, tie_word_embeddings=False, num_experts=4,
+                      num_experts_per_tok=2, moe_intermediate_size=16, norm_topk_prob=True, decoder_sparse_step=1,
+                      mlp_only_layers=[])),
+    "debugmodel": (Qwen3Config, Qwen3ForCausalLM,
+                   dict(hidden_size=256, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8,
+                        head_dim=128, vocab_size=2048, intermediate_size=3072, tie_word_embeddings=True)),
+}
+
+
+def build(flavor):
+    if flavor.startswith("qwen3:"):
+        config, model, shape = QWEN3[flavor[len("qwen3:"):]]
+        return model(config(**shape, **QWEN3_COMMON))
+    return LlamaForCausalLM(LlamaConfig(**FLAVORS[flavor], **COMMON))
+
+
 def tokens(vocab, batch, seq):
     return ((torch.arange(batch * seq, dtype=torch.int64) * 7919 + 13) % vocab).view(batch, seq)
 
 
 def random_model(flavor, out_dir, seed):
     torch.manual_seed(int(seed))
-    model = LlamaForCausalLM(LlamaConfig(**FLAVORS[flavor], **COMMON)).float()
+    model = build(flavor).float()
     with torch.no_grad():  # larger than init's 0.02, so that every weight moves the logits
         for name, p in model.named_parameters():
             if p.dim() == 1:
@@ -47,7 +78,7 @@ def random_model(flavor, out_dir, seed):
 
 
 def logits(model_dir, out, batch, seq):
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     t = tokens(model.config.vocab_size, int(batch), int(seq))
     with torch.no_grad():

@@ -20,6 +20,7 @@
 #include "common/errors.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/config/config_loader.h"
+#include "trainer/model/model_registry.h"
 #include "trainer/model/transformer.h"
 
 namespace fs = std::filesystem;
@@ -196,21 +197,24 @@ TEST(HfExport, ShardsWithIndexInBfloat16) {
 
 // Each rank's boxes of a layout — FSDP rows that cut heads in half, TP
 // column blocks, both — hold exactly the whole import's values there.
+// (Llama 3's permuted wq/wk; Qwen3-MoE's experts, one Hugging Face tensor
+// each, in boxes that cut the expert dimension and the rows.)
 TEST(HfImport, BoxesOfAnyLayoutEqualTheWholeTensors) {
-  const ModelArgs args = llama3_flavor("tiny");
+  for (const ModelArgs& args : {llama3_flavor("tiny"), model_flavor("qwen3", "tiny_moe")}) {
+  SCOPED_TRACE(args.family);
   const auto m = random_model(args, 4);
-  const fs::path dir = fresh("boxes") / "hf";
+  const fs::path dir = fresh("boxes_" + args.family) / "hf";
   export_model(dir, args, m);
   for (const auto& [rows, cols] : std::vector<std::pair<int, int>>{{3, 1}, {1, 2}, {5, 2}}) {
     TensorPieces pieces;
     for (const auto& [fqn, t] : m) {
       for (int r = 0; r < rows; ++r) {
-        for (int c = 0; c < (t.dim() == 2 ? cols : 1); ++c) {
+        for (int c = 0; c < (t.dim() >= 2 ? cols : 1); ++c) {
           std::vector<int64_t> off(t.dim(), 0), ext = t.sizes().vec();
           const int64_t rc = (t.size(0) + rows - 1) / rows;
           off[0] = std::min<int64_t>(t.size(0), r * rc);
           ext[0] = std::min<int64_t>(t.size(0), off[0] + rc) - off[0];
-          if (t.dim() == 2) {
+          if (t.dim() >= 2) {
             off[1] = c * (t.size(1) / cols);
             ext[1] = t.size(1) / cols;
           }
@@ -219,14 +223,46 @@ TEST(HfImport, BoxesOfAnyLayoutEqualTheWholeTensors) {
       }
     }
     pieces.push_back({"optimizer.step", torch::zeros({}), {}, {}});  // not the model's: left alone
+    // An MoE layer's expert biases have no Hugging Face tensor: left alone too.
+    pieces.push_back({"model.layers.0.moe.expert_bias", torch::full({4}, 7.0), {4}, {}});
     load_hf_checkpoint(dir.string(), args, pieces);
     for (const auto& p : pieces) {
       if (p.name == "optimizer.step") continue;
+      if (p.name == "model.layers.0.moe.expert_bias") {
+        EXPECT_TRUE(torch::equal(p.tensor, torch::full({4}, 7.0)));
+        continue;
+      }
       at::Tensor want = m.at(p.name.substr(6));
       for (int64_t d = 0; d < want.dim(); ++d) want = want.narrow(d, p.offsets[d], p.tensor.size(d));
       EXPECT_TRUE(torch::equal(p.tensor, want)) << p.name << " rows " << rows << " cols " << cols;
     }
   }
+  }
+}
+
+// Qwen3's names (TorchTitan's Qwen3StateDictAdapter): QK-norms, the router,
+// one tensor per expert; no q/k permutation (its RoPE is rotate_half).
+TEST(HfNames, Qwen3AndItsExpertsMapBothWays) {
+  EXPECT_EQ(hf_name_of("layers.1.attention.q_norm.weight"), "model.layers.1.self_attn.q_norm.weight");
+  EXPECT_EQ(hf_name_of("layers.1.moe.router.gate.weight"), "model.layers.1.mlp.gate.weight");
+  EXPECT_EQ(fqn_of_hf("model.layers.1.mlp.experts.3.down_proj.weight"), "layers.1.moe.experts.w2");
+  EXPECT_EQ(fqn_of_hf("model.layers.1.mlp.experts.0.gate_proj.weight"), "layers.1.moe.experts.w1");
+  EXPECT_EQ(fqn_of_hf("model.layers.1.mlp.experts.x.up_proj.weight"), "");
+  const ModelArgs args = model_flavor("qwen3", "tiny_moe");
+  const auto m = random_model(args, 5);
+  const fs::path dir = fresh("qwen3_names") / "hf";
+  export_model(dir, args, m);
+  SafetensorsFile f((dir / "model.safetensors").string());
+  // Expert 2 of layer 1's w1 [4, 16, 32] is gate_proj [16, 32], byte for byte.
+  EXPECT_TRUE(torch::equal(f.tensor("model.layers.1.mlp.experts.2.gate_proj.weight"), m.at("layers.1.moe.experts.w1")[2]));
+  EXPECT_TRUE(torch::equal(f.tensor("model.layers.0.self_attn.q_proj.weight"), m.at("layers.0.attention.wq.weight")));
+  EXPECT_EQ(f.entries().size(), m.size() - 6 + 2 * 3 * 4);  // 3 expert tensors per layer → 4 each
+  const auto config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  EXPECT_EQ(config["model_type"], "qwen3_moe");
+  EXPECT_EQ(config["num_experts"], 4);
+  // DeepSeek-V3 has no Hugging Face layout in ctitan yet: one line.
+  EXPECT_NE(error_of([] { check_hf_checkpoint_family(model_flavor("deepseek_v3", "tiny")); }).find("deepseek_v3"),
+            std::string::npos);
 }
 
 // Two ranks (threads) each save half the rows of every tensor; rank 0 writes

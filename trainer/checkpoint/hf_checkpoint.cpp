@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "trainer/checkpoint/checkpoint_metadata.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/data/tokenizer.h"
+#include "trainer/model/model_registry.h"
 #include "trainer/model/transformer.h"
 
 namespace fs = std::filesystem;
@@ -33,7 +35,17 @@ const std::vector<std::pair<std::string, std::string>>& layer_names() {
       {"attention.wv.weight", "self_attn.v_proj.weight"},    {"attention.wo.weight", "self_attn.o_proj.weight"},
       {"feed_forward.w1.weight", "mlp.gate_proj.weight"},    {"feed_forward.w3.weight", "mlp.up_proj.weight"},
       {"feed_forward.w2.weight", "mlp.down_proj.weight"},    {"attention_norm.weight", "input_layernorm.weight"},
-      {"ffn_norm.weight", "post_attention_layernorm.weight"}};
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      // Qwen3: QK-norm and the MoE router (TorchTitan's Qwen3StateDictAdapter).
+      {"attention.q_norm.weight", "self_attn.q_norm.weight"}, {"attention.k_norm.weight", "self_attn.k_norm.weight"},
+      {"moe.router.gate.weight", "mlp.gate.weight"}};
+  return t;
+}
+
+// Routed experts: ctitan's [E, ...] tensor ↔ one Hugging Face tensor per expert.
+const std::vector<std::pair<std::string, std::string>>& expert_names() {
+  static const std::vector<std::pair<std::string, std::string>> t = {
+      {"moe.experts.w1", "gate_proj.weight"}, {"moe.experts.w3", "up_proj.weight"}, {"moe.experts.w2", "down_proj.weight"}};
   return t;
 }
 const std::vector<std::pair<std::string, std::string>>& top_names() {
@@ -54,8 +66,11 @@ std::optional<std::pair<std::string, std::string>> split_layer(const std::string
   return std::make_pair(n, name.substr(dot + 1));
 }
 
-// Heads whose rows RoPE rotates: wq (query heads) and wk (KV heads); 0 otherwise.
+// Heads whose rows RoPE rotates in pairs (x[2i], x[2i+1]): wq (query heads)
+// and wk (KV heads); 0 otherwise, and for a family whose RoPE already is
+// Hugging Face's rotate_half (Qwen3).
 int64_t rotary_heads(const std::string& fqn, const ModelArgs& args) {
+  if (args.rope_half_split) return 0;
   const auto layer = split_layer(fqn, "layers.");
   if (!layer) return 0;
   if (layer->second == "attention.wq.weight") return args.n_heads;
@@ -163,9 +178,11 @@ bool check_config(const fs::path& dir, const ModelArgs& args) {
   }
   if (!c.is_object()) throw InputError(path.string() + " is not a JSON object; restore it or delete it");
   const std::string other = "; the checkpoint is for another model: check model.flavor (and model.n_layers)";
-  if (c.contains("model_type") && c["model_type"] != "llama")
-    throw InputError(path.string() + ": model_type = " + message_text(c["model_type"].dump()) +
-                     " but model.name \"llama3\" reads Hugging Face \"llama\" checkpoints; use a Llama checkpoint");
+  const std::string want_type = model_family(args.family).hf_model_type(args);
+  if (c.contains("model_type") && c["model_type"] != want_type)
+    throw InputError(path.string() + ": model_type = " + message_text(c["model_type"].dump()) + " but model.name \"" +
+                     args.family + "\" (this flavor) reads Hugging Face \"" + want_type +
+                     "\" checkpoints; use a checkpoint of that model or set model.name and model.flavor to its own");
   const auto check = [&](const char* key, int64_t want) {
     if (!c.contains(key)) return;
     if (!c[key].is_number_integer() || c[key].get<int64_t>() != want)
@@ -174,7 +191,20 @@ bool check_config(const fs::path& dir, const ModelArgs& args) {
   };
   check("num_hidden_layers", args.n_layers);
   check("hidden_size", args.dim);
-  check("intermediate_size", args.ffn_hidden_dim());
+  const bool all_moe = args.moe.num_experts > 0 && args.n_dense_layers == 0;
+  if (!all_moe) check("intermediate_size", args.ffn_hidden_dim());  // an all-MoE model has no dense FFN
+  if (args.moe.num_experts > 0) {
+    check(c.contains("num_experts") ? "num_experts" : "num_local_experts", args.moe.num_experts);
+    check("num_experts_per_tok", args.moe.top_k);
+    check("moe_intermediate_size", args.moe.hidden_dim);
+    if (c.contains("decoder_sparse_step")) check("decoder_sparse_step", 1);
+    if (c.contains("mlp_only_layers") && !(c["mlp_only_layers"].is_array() && c["mlp_only_layers"].empty()))
+      throw InputError(path.string() + ": mlp_only_layers = " + message_text(c["mlp_only_layers"].dump()) +
+                       " but every layer of the model is an MoE layer" + other);
+    if (c.contains("norm_topk_prob") && c["norm_topk_prob"] != args.moe.route_norm)
+      throw InputError(path.string() + ": norm_topk_prob = " + message_text(c["norm_topk_prob"].dump()) +
+                       " but the model's route_norm is " + (args.moe.route_norm ? "true" : "false") + other);
+  }
   check("num_attention_heads", args.n_heads);
   check("num_key_value_heads", args.n_kv_heads);
   check("head_dim", args.head_dim());
@@ -195,6 +225,7 @@ bool check_config(const fs::path& dir, const ModelArgs& args) {
 }
 
 // `name` through the tables: TorchTitan → Hugging Face (to_hf) or back.
+// (Routed experts map per expert: expert_hf_name / expert_of_hf.)
 std::string map_name(const std::string& name, bool to_hf) {
   for (const auto& [tt, hf] : top_names())
     if (name == (to_hf ? tt : hf)) return to_hf ? hf : tt;
@@ -206,10 +237,64 @@ std::string map_name(const std::string& name, bool to_hf) {
   return "";
 }
 
+// "layers.N.moe.experts.w1" and expert e → "model.layers.N.mlp.experts.e.gate_proj.weight";
+// "" when fqn is no routed-expert tensor.
+std::string expert_hf_name(const std::string& fqn, int64_t e) {
+  const auto layer = split_layer(fqn, "layers.");
+  if (!layer) return "";
+  for (const auto& [tt, hf] : expert_names())
+    if (layer->second == tt) return "model.layers." + layer->first + ".mlp.experts." + std::to_string(e) + "." + hf;
+  return "";
+}
+
+// The inverse: (fqn, expert) of a per-expert Hugging Face name, nullopt otherwise.
+std::optional<std::pair<std::string, int64_t>> expert_of_hf(const std::string& hf) {
+  const auto layer = split_layer(hf, "model.layers.");
+  if (!layer) return std::nullopt;
+  const auto expert = split_layer(layer->second, "mlp.experts.");
+  if (!expert) return std::nullopt;
+  for (const auto& [tt, name] : expert_names())
+    if (expert->second == name) return std::make_pair("layers." + layer->first + "." + tt, std::stoll(expert->first));
+  return std::nullopt;
+}
+
+// One Hugging Face tensor of a ctitan parameter: the whole parameter, or
+// expert `expert` of a routed-expert tensor (its dim-0 slice).
+struct HfTensor {
+  std::string name;
+  int64_t expert = -1;
+};
+
+std::vector<HfTensor> hf_tensors_of(const ParamSpec& p) {
+  if (expert_hf_name(p.name, 0).empty()) return {{hf_name_of(p.name), -1}};
+  std::vector<HfTensor> out;
+  for (int64_t e = 0; e < p.global_shape.at(0); ++e) out.push_back({expert_hf_name(p.name, e), e});
+  return out;
+}
+
+std::vector<int64_t> hf_shape(const ParamSpec& p, const HfTensor& t) {
+  if (t.expert < 0) return p.global_shape;
+  return std::vector<int64_t>(p.global_shape.begin() + 1, p.global_shape.end());
+}
+
+// A family whose Hugging Face layout ctitan does not write or read yet:
+// InputError naming what to do.
+void check_hf_family(const ModelArgs& args) {
+  if (args.is_mla())
+    throw InputError("Hugging Face checkpoints of model.name \"deepseek_v3\" are not read or written by ctitan yet "
+                     "(llama3 and qwen3 are); a deepseek_v3 run saves and resumes in ctitan's own checkpoint format: "
+                     "set checkpoint.initial_load_in_hf and last_save_in_hf to false");
+}
+
 }  // namespace
 
+void check_hf_checkpoint_family(const ModelArgs& args) { check_hf_family(args); }
+
 std::string hf_name_of(const std::string& fqn) { return map_name(fqn, true); }
-std::string fqn_of_hf(const std::string& hf_name) { return map_name(hf_name, false); }
+std::string fqn_of_hf(const std::string& hf_name) {
+  if (const auto e = expert_of_hf(hf_name)) return e->first;
+  return map_name(hf_name, false);
+}
 
 at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const ModelArgs& args) {
   const int64_t n = rotary_heads(fqn, args), Dh = args.head_dim();
@@ -260,53 +345,82 @@ HfExportOptions hf_export_options(const JobConfig& cfg) {
 }
 
 nlohmann::json hf_config_json(const ModelArgs& args, const HfExportOptions& opts) {
-  const RopeScaling& r = args.rope_scaling;
-  nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}},
-                      {"model_type", "llama"},
-                      {"hidden_size", args.dim},
-                      {"intermediate_size", args.ffn_hidden_dim()},
-                      {"num_hidden_layers", args.n_layers},
-                      {"num_attention_heads", args.n_heads},
-                      {"num_key_value_heads", args.n_kv_heads},
-                      {"head_dim", args.head_dim()},
-                      {"vocab_size", args.vocab_size},
-                      {"hidden_act", "silu"},
-                      {"rms_norm_eps", args.norm_eps},
-                      {"rope_theta", args.rope_theta},
-                      // ctitan (like TorchTitan) always applies Llama 3.1's frequency scaling.
-                      {"rope_scaling",
-                       {{"rope_type", "llama3"},
-                        {"factor", r.factor},
-                        {"low_freq_factor", r.low_freq_factor},
-                        {"high_freq_factor", r.high_freq_factor},
-                        {"original_max_position_embeddings", r.original_max_position_embeddings}}},
-                      {"max_position_embeddings", 131072},  // TorchTitan's TransformerModelArgs.max_seq_len
-                      {"attention_bias", false},
-                      {"attention_dropout", 0.0},
-                      {"mlp_bias", false},
-                      {"initializer_range", 0.02},
-                      {"tie_word_embeddings", false},
-                      {"use_cache", true},
-                      {"torch_dtype", export_dtype_name(opts.dtype)}};
-  // transformers 5 spells these rope_parameters and dtype; 4.x reads the keys above.
-  c["rope_parameters"] = c["rope_scaling"];
-  c["rope_parameters"]["rope_theta"] = args.rope_theta;
-  c["dtype"] = c["torch_dtype"];
+  check_hf_family(args);
+  const bool moe = args.moe.num_experts > 0;
+  const std::string dtype = export_dtype_name(opts.dtype);
+  // The keys of every family's decoder (transformers 5 spells the dtype
+  // "dtype" and the RoPE "rope_parameters"; 4.x reads torch_dtype, rope_theta
+  // and rope_scaling).
+  nlohmann::json c = {
+      {"architectures", {args.family == "qwen3" ? (moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM") : "LlamaForCausalLM"}},
+      {"model_type", model_family(args.family).hf_model_type(args)},
+      {"hidden_size", args.dim},
+      {"intermediate_size", args.ffn_hidden_dim()},
+      {"num_hidden_layers", args.n_layers},
+      {"num_attention_heads", args.n_heads},
+      {"num_key_value_heads", args.n_kv_heads},
+      {"head_dim", args.head_dim()},
+      {"vocab_size", args.vocab_size},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", args.norm_eps},
+      {"rope_theta", args.rope_theta},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"initializer_range", 0.02},
+      {"tie_word_embeddings", args.tie_embeddings},
+      {"use_cache", true},
+      {"torch_dtype", dtype},
+      {"dtype", dtype}};
   if (opts.bos_id >= 0) c["bos_token_id"] = opts.bos_id;
   if (opts.eos_id >= 0) c["eos_token_id"] = opts.eos_id;
+  if (args.family == "qwen3") {  // Qwen3Config / Qwen3MoeConfig: RoPE without scaling
+    c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", args.rope_theta}};
+    c["max_position_embeddings"] = 40960;  // Qwen3's released configs
+    c["use_sliding_window"] = false;
+    c["sliding_window"] = nullptr;
+    c["max_window_layers"] = args.n_layers;
+    if (moe) {
+      c["num_experts"] = args.moe.num_experts;
+      c["num_experts_per_tok"] = args.moe.top_k;
+      c["moe_intermediate_size"] = args.moe.hidden_dim;
+      c["norm_topk_prob"] = args.moe.route_norm;
+      c["decoder_sparse_step"] = 1;
+      c["mlp_only_layers"] = nlohmann::json::array();
+      c["output_router_logits"] = false;
+      c["router_aux_loss_coef"] = 0.001;
+    }
+    return c;
+  }
+  // Llama 3: ctitan (like TorchTitan) always applies Llama 3.1's frequency scaling.
+  const RopeScaling& r = args.rope_scaling;
+  c["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", r.factor},
+                       {"low_freq_factor", r.low_freq_factor},
+                       {"high_freq_factor", r.high_freq_factor},
+                       {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  c["rope_parameters"] = c["rope_scaling"];
+  c["rope_parameters"]["rope_theta"] = args.rope_theta;
+  c["max_position_embeddings"] = 131072;  // TorchTitan's TransformerModelArgs.max_seq_len
+  c["mlp_bias"] = false;
   return c;
 }
 
 void write_hf_checkpoint(const std::string& dir_in, const ModelArgs& args,
                          const std::function<at::Tensor(const std::string& fqn)>& whole, const HfExportOptions& opts) {
+  check_hf_family(args);
   const fs::path dir = fs::absolute(dir_in).lexically_normal();
   const std::vector<ParamSpec> params = model_param_specs(args, ModelPart{});
+  // One entry per Hugging Face tensor (a routed-expert tensor gives one per
+  // expert), in model order.
   std::vector<SafetensorsWriter::Spec> specs;
+  std::vector<std::pair<size_t, int64_t>> source;  // (params index, expert or -1)
   int64_t total = 0;
-  for (const auto& p : params) {
-    specs.push_back({hf_name_of(p.name), opts.dtype, p.global_shape});
-    total += SafetensorsWriter::nbytes(specs.back());
-  }
+  for (size_t i = 0; i < params.size(); ++i)
+    for (const HfTensor& h : hf_tensors_of(params[i])) {
+      specs.push_back({h.name, opts.dtype, hf_shape(params[i], h)});
+      source.emplace_back(i, h.expert);
+      total += SafetensorsWriter::nbytes(specs.back());
+    }
   const auto shards = plan_shards(specs, opts.max_shard_bytes);
 
   const fs::path tmp = dir.parent_path() / ("." + dir.filename().string() + ".hf.tmp");
@@ -314,17 +428,24 @@ void write_hf_checkpoint(const std::string& dir_in, const ModelArgs& args,
   fs::create_directories(tmp);
   nlohmann::json weight_map = nlohmann::json::object();
   torch::NoGradGuard no_grad;
+  size_t held = params.size();  // the parameter `t` holds (each is asked for once: its entries are adjacent)
+  at::Tensor t;
   for (size_t k = 0; k < shards.size(); ++k) {
     const std::string file = shards.size() == 1 ? "model.safetensors" : shard_file_name(k, shards.size());
     std::vector<SafetensorsWriter::Spec> in_shard;
     for (size_t i : shards[k]) in_shard.push_back(specs[i]);
     SafetensorsWriter out((tmp / file).string(), in_shard);
     for (size_t i : shards[k]) {
-      const at::Tensor t = whole(params[i].name);
-      if (t.sizes().vec() != params[i].global_shape)
-        throw std::logic_error("hf export: '" + params[i].name + "' is " + dims_text(t.sizes().vec()) + ", expected " +
-                               dims_text(params[i].global_shape));
-      out.add(to_hf_layout(params[i].name, t.cpu(), args).to(opts.dtype));
+      const auto [pi, expert] = source[i];
+      if (pi != held) {
+        t = whole(params[pi].name);
+        held = pi;
+        if (t.sizes().vec() != params[pi].global_shape)
+          throw std::logic_error("hf export: '" + params[pi].name + "' is " + dims_text(t.sizes().vec()) +
+                                 ", expected " + dims_text(params[pi].global_shape));
+        t = to_hf_layout(params[pi].name, t.cpu(), args);
+      }
+      out.add((expert < 0 ? t : t[expert]).to(opts.dtype));
       weight_map[specs[i].name] = file;
     }
     out.finish();
@@ -384,41 +505,47 @@ void load_hf_checkpoint(const std::string& dir_in, const ModelArgs& args, const 
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw InputError(where + " is not a folder; point checkpoint.initial_load_path at a Hugging Face model folder");
+  check_hf_family(args);
   const bool tied = check_config(dir, args);
   HfFolder folder(dir);
 
   // Everything is checked before anything loads, in model order.
   const std::vector<ParamSpec> params = model_param_specs(args, ModelPart{});
-  std::map<std::string, std::string> source;  // fqn → Hugging Face name
+  std::map<std::string, std::vector<HfTensor>> source;  // fqn → its Hugging Face tensors
   for (const auto& p : params) {
-    std::string hf = hf_name_of(p.name);
-    // Tied embeddings (Llama 3.2 1B/3B): no lm_head.weight, and config.json says so.
-    if (!folder.file_of(hf) && p.name == "output.weight" && tied) hf = "model.embed_tokens.weight";
-    const SafetensorsFile* f = folder.file_of(hf);
-    if (!f)
-      throw InputError(where + " has no tensor '" + hf + "' (the model's " + p.name + ")" +
-                       (p.name == "output.weight" ? " and its config.json does not say tie_word_embeddings = true"
-                                                  : "") +
-                       "; check model.flavor or the checkpoint's architecture");
-    const at::ScalarType dtype = f->find(hf)->dtype;
-    if (!at::isFloatingType(dtype))
-      throw InputError(where + ": tensor '" + hf + "' is " + safetensors_dtype_name(dtype) +
-                       ", not a floating-point type (F32, BF16, F16, F64): these are not model weights; "
-                       "re-export the checkpoint");
-    const auto& shape = f->find(hf)->shape;
-    if (shape != p.global_shape)
-      throw InputError(where + ": tensor '" + hf + "' has shape " + dims_text(shape) + " but the model expects " +
-                       dims_text(p.global_shape) + " (" + p.name +
-                       "); the checkpoint is for another model size: check model.flavor");
-    source[p.name] = hf;
+    std::vector<HfTensor> hfs = hf_tensors_of(p);
+    for (HfTensor& h : hfs) {
+      // Tied embeddings (Llama 3.2 1B/3B): no lm_head.weight, and config.json says so.
+      if (!folder.file_of(h.name) && p.name == "output.weight" && tied) h.name = "model.embed_tokens.weight";
+      const SafetensorsFile* f = folder.file_of(h.name);
+      if (!f)
+        throw InputError(where + " has no tensor '" + h.name + "' (the model's " + p.name + ")" +
+                         (p.name == "output.weight" ? " and its config.json does not say tie_word_embeddings = true"
+                                                    : "") +
+                         "; check model.flavor or the checkpoint's architecture");
+      const at::ScalarType dtype = f->find(h.name)->dtype;
+      if (!at::isFloatingType(dtype))
+        throw InputError(where + ": tensor '" + h.name + "' is " + safetensors_dtype_name(dtype) +
+                         ", not a floating-point type (F32, BF16, F16, F64): these are not model weights; "
+                         "re-export the checkpoint");
+      const auto& shape = f->find(h.name)->shape;
+      if (shape != hf_shape(p, h))
+        throw InputError(where + ": tensor '" + h.name + "' has shape " + dims_text(shape) + " but the model expects " +
+                         dims_text(hf_shape(p, h)) + " (" + p.name +
+                         "); the checkpoint is for another model size: check model.flavor");
+    }
+    source[p.name] = std::move(hfs);
   }
   for (const auto& [hf, file] : folder.names()) {
     if (hf.find("rotary_emb.inv_freq") != std::string::npos) continue;
     const std::string fqn = fqn_of_hf(hf);
-    if (fqn.empty() || !source.count(fqn))
+    const auto expert = expert_of_hf(hf);
+    const auto it = source.find(fqn);
+    if (fqn.empty() || it == source.end() || (expert && expert->second >= static_cast<int64_t>(it->second.size())))
       throw InputError(where + ": tensor '" + message_text(hf) + "' in " + message_text(file) +
-                       " has no place in the model (" + std::to_string(args.n_layers) +
-                       " layers); the checkpoint is for another model: check model.flavor");
+                       " has no place in the model (" + std::to_string(args.n_layers) + " layers" +
+                       (args.moe.num_experts > 0 ? ", " + std::to_string(args.moe.num_experts) + " experts" : "") +
+                       "); the checkpoint is for another model: check model.flavor");
   }
 
   torch::NoGradGuard no_grad;
@@ -426,29 +553,51 @@ void load_hf_checkpoint(const std::string& dir_in, const ModelArgs& args, const 
     if (piece.name.rfind("model.", 0) != 0) continue;
     const std::string fqn = piece.name.substr(6);
     auto it = source.find(fqn);
+    // The MoE expert biases are buffers Hugging Face's Qwen3-MoE lacks: they
+    // keep their initial zeros, as a model built by TorchTitan's adapter.
+    if (it == source.end() && fqn.size() > 15 && fqn.compare(fqn.size() - 15, 15, "moe.expert_bias") == 0) continue;
     if (it == source.end()) throw std::logic_error("hf load: the model has no parameter '" + fqn + "'");
-    at::Tensor src = folder.file_of(it->second)->tensor(it->second);
     const at::Tensor& dst = piece.tensor;
     std::vector<int64_t> lo = piece.offsets;
     if (lo.empty()) lo.assign(dst.dim(), 0);
+    const auto box_of = [&](at::Tensor src, const at::Tensor& to, size_t first_dim) {
+      for (int64_t d = 0; d < to.dim(); ++d) src = src.narrow(d, lo[d + first_dim], to.size(d));
+      return src;
+    };
+    const std::vector<HfTensor>& hfs = it->second;
     const int64_t heads = rotary_heads(fqn, args);
-    if (heads == 0) {
-      for (int64_t d = 0; d < dst.dim(); ++d) src = src.narrow(d, lo[d], dst.size(d));
+    struct Copy {
+      at::Tensor to, from;
+      const std::string& name;  // the Hugging Face tensor `from` is a box of
+    };
+    std::vector<Copy> copies;
+    if (hfs.front().expert >= 0) {
+      // This box's experts, one Hugging Face tensor each.
+      for (int64_t e = 0; e < dst.size(0); ++e) {
+        const std::string& name = hfs.at(lo[0] + e).name;
+        copies.push_back({dst[e], box_of(folder.file_of(name)->tensor(name), dst[e], 1), name});
+      }
+    } else if (heads == 0) {
+      copies.push_back({dst, box_of(folder.file_of(hfs.front().name)->tensor(hfs.front().name), dst, 0), hfs.front().name});
     } else {
       // Only the heads the box touches are un-permuted (rows of a head are
       // contiguous in both layouts).
+      const at::Tensor src = folder.file_of(hfs.front().name)->tensor(hfs.front().name);
       const int64_t Dh = args.head_dim(), rows = dst.size(0);
       const int64_t h0 = lo[0] / Dh, h1 = (lo[0] + rows + Dh - 1) / Dh;
-      src = src.view({heads, 2, Dh / 2, src.size(1)})
-                .narrow(0, h0, h1 - h0)
-                .narrow(3, lo[1], dst.size(1))
-                .transpose(1, 2)
-                .reshape({(h1 - h0) * Dh, dst.size(1)})
-                .narrow(0, lo[0] - h0 * Dh, rows);
+      copies.push_back({dst,
+                        src.view({heads, 2, Dh / 2, src.size(1)})
+                            .narrow(0, h0, h1 - h0)
+                            .narrow(3, lo[1], dst.size(1))
+                            .transpose(1, 2)
+                            .reshape({(h1 - h0) * Dh, dst.size(1)})
+                            .narrow(0, lo[0] - h0 * Dh, rows),
+                        hfs.front().name});
     }
-    if (!at::isfinite(src).all().item<bool>())  // this rank's box of it
-      throw InputError(where + ": tensor '" + it->second + "' holds NaN or infinite values; re-export the checkpoint");
-    dst.copy_(src);
+    for (const Copy& c : copies)
+      if (!at::isfinite(c.from).all().item<bool>())  // this rank's box of it
+        throw InputError(where + ": tensor '" + c.name + "' holds NaN or infinite values; re-export the checkpoint");
+    for (const Copy& c : copies) at::Tensor(c.to).copy_(c.from);
   }
 }
 

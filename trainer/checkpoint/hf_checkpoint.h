@@ -1,7 +1,9 @@
-// Hugging Face Llama checkpoints in and out (TorchTitan's
-// checkpoint.last_save_in_hf / checkpoint.initial_load_in_hf).
+// Hugging Face checkpoints in and out (TorchTitan's
+// checkpoint.last_save_in_hf / checkpoint.initial_load_in_hf): Llama 3
+// (LlamaForCausalLM), Qwen3 (Qwen3ForCausalLM) and Qwen3-MoE
+// (Qwen3MoeForCausalLM); DeepSeek-V3 not yet (one line).
 //
-//   <folder>/config.json                     LlamaForCausalLM config (hf_config_json)
+//   <folder>/config.json                     the family's config (hf_config_json)
 //           /model.safetensors               one file, or above the shard size:
 //           /model-0000K-of-0000N.safetensors + model.safetensors.index.json
 //
@@ -11,7 +13,11 @@
 // pairs (x[2i], x[2i+1]) of a head; Hugging Face's rotate_half pairs x[i]
 // with x[i + Dh/2]. So the rows of wq and wk are permuted inside every head
 // on the way out (row 2i+j → row j·Dh/2 + i) and back on the way in, exactly
-// the adapter's _permute / _reverse_permute.
+// the adapter's _permute / _reverse_permute. Qwen3's RoPE is rotate_half
+// already (no permutation); its QK-norms are self_attn.q_norm / k_norm, its
+// router mlp.gate, and a routed-expert tensor layers.N.moe.experts.w1
+// [E, F, D] is E tensors model.layers.N.mlp.experts.<e>.gate_proj.weight
+// (w3: up_proj, w2: down_proj), as Qwen3StateDictAdapter.
 //
 // Export gathers whole tensors from any parallel layout through the
 // checkpoint's box re-sharding: every rank writes its boxes to a hidden
@@ -47,7 +53,8 @@ struct HfExportOptions {
 };
 
 // TorchTitan FQN (no "model." prefix) ↔ Hugging Face name; empty when the
-// name has no counterpart (e.g. rotary_emb.inv_freq).
+// name has no counterpart (e.g. rotary_emb.inv_freq). A per-expert Hugging
+// Face name maps to its experts' tensor (hf_name_of of that tensor is "").
 std::string hf_name_of(const std::string& fqn);
 std::string fqn_of_hf(const std::string& hf_name);
 
@@ -55,7 +62,11 @@ std::string fqn_of_hf(const std::string& hf_name);
 at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const ModelArgs& args);
 at::Tensor from_hf_layout(const std::string& fqn, const at::Tensor& hf, const ModelArgs& args);
 
-// config.json for transformers' LlamaForCausalLM.
+// InputError (one line) for a family ctitan has no Hugging Face layout for.
+void check_hf_checkpoint_family(const ModelArgs& args);
+
+// config.json for transformers' LlamaForCausalLM, Qwen3ForCausalLM or
+// Qwen3MoeForCausalLM.
 nlohmann::json hf_config_json(const ModelArgs& args, const HfExportOptions& opts);
 // "float32" | "bfloat16" | "float16" ↔ dtype (std::invalid_argument otherwise).
 at::ScalarType export_dtype(const std::string& name);

@@ -8,6 +8,7 @@
 #include "profiling/memory.h"
 #include "profiling/trace.h"
 #include "common/errors.h"
+#include "trainer/checkpoint/hf_checkpoint.h"
 #include "trainer/model/model_registry.h"
 #include "trainer/parallel/pipeline.h"
 #include "trainer/model/weight_grad.h"
@@ -466,11 +467,7 @@ std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args_in, const Ru
   args.moe.force_load_balance = cfg.debug.moe_force_load_balance;
   check_model_layout(args, ModelLayout{rt.shape.dp_replicate, rt.shape.dp_shard, rt.shape.cp, rt.shape.tp, rt.shape.pp,
                                        float8, rt.dry_run()});
-  // Hugging Face names and layouts are Llama's (hf_checkpoint.h) so far.
-  if (args.family != "llama3" && (cfg.checkpoint.initial_load_in_hf || cfg.checkpoint.last_save_in_hf))
-    throw InputError("checkpoint.initial_load_in_hf / last_save_in_hf: ctitan reads and writes Hugging Face "
-                     "checkpoints of model.name \"llama3\" only so far; a " + args.family +
-                     " run saves and resumes in ctitan's own checkpoint format (set both to false)");
+  if (cfg.checkpoint.initial_load_in_hf || cfg.checkpoint.last_save_in_hf) check_hf_checkpoint_family(args);
   // Memory by category: the model's buffers (master, gradient, compute copy)
   // are parameters until train() tags the gradient buffer.
   MemoryCategoryScope param_memory(MemoryCategory::kParameters);
