@@ -61,7 +61,7 @@ void check(const JobConfig& cfg, const config::Origins& origins) {
     return it == origins.end() ? std::string() : it->second + ": ";
   };
   try {
-    model_flavor(cfg.model.name, cfg.model.flavor, cfg.model.n_layers);
+    model_flavor(cfg.model.name, cfg.model.flavor, cfg.model.n_layers);  // the MoE keys prune (infeasibility)
   } catch (const InputError& e) {
     throw InputError(at("model.flavor") + e.what());
   }
@@ -294,7 +294,15 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
     shape = MeshShape{};
     shape.tp = p.tensor_parallel_degree, shape.pp = p.pipeline_parallel_degree, shape.cp = p.context_parallel_degree;
   }
-  const ModelArgs a = model_flavor(cfg.model.name, cfg.model.flavor, cfg.model.n_layers);
+  // The MoE keys against the flavor (top_k above the experts, ...) prune
+  // like a degree that does not divide: the point is infeasible.
+  ModelArgs a;
+  try {
+    a = model_flavor(cfg.model);
+  } catch (const InputError& e) {
+    why.push_back(e.what());
+    a = model_flavor(cfg.model.name, cfg.model.flavor, cfg.model.n_layers);
+  }
   const auto& t = cfg.training;
   const auto need = [&](bool ok, const std::string& what) {
     if (!ok) why.push_back(what);

@@ -614,7 +614,7 @@ int train(const JobConfig& cfg) {
   Runtime rt = init_runtime(cfg);
   if (rt.rank0())
     for (const std::string& line : config_warnings(cfg)) std::cerr << line << std::endl;
-  const ModelArgs args = model_flavor(cfg.model.name, cfg.model.flavor, cfg.model.n_layers);
+  const ModelArgs args = model_flavor(cfg.model);
   const int64_t accum = accumulation_steps(cfg, rt);
   std::unique_ptr<TrainModel> tm = parallelize_model(args, rt, cfg);
 

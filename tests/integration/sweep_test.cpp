@@ -199,6 +199,18 @@ TEST(Sweep, ShippedLongContextSweepPlans) {
       << r.out;
 }
 
+// The shipped MoE sweep (scripts/run.sh runs it; about a minute on two
+// cores): MoE keys as axes, the unservable top_k pruned with the trainer's
+// line, nothing else pruned.
+TEST(Sweep, ShippedMoeSweepPlans) {
+  auto r = run_ctitan({"sweep", (fs::path(source_dir()) / "recipes/sweeps/moe_debug.toml").string(), "--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("13 points at world sizes 1, 2: 12 to run x 1 repeat, 1 infeasible"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("why: model.moe_top_k 8 exceeds the 4 experts a token can reach"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.name=deepseek_v3 model.flavor=debugmodel"), std::string::npos) << r.out;
+}
+
 // The shipped debug sweep plans as docs/sweeps.md says (it runs in about two
 // minutes on two cores: too long for this suite, run by hand).
 TEST(Sweep, ShippedDebugSweepPlans) {

@@ -393,16 +393,17 @@ def percentile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--flavor", default="debugmodel", choices=list(FLAVORS))
+def peer_arguments(flavors, default_flavor: str, doc: str, steps_help: str = "") -> argparse.ArgumentParser:
+    """The peers' common command line (model, shapes, loop, optimizer, device, output)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--flavor", default=default_flavor, choices=list(flavors))
     ap.add_argument("--n-layers", type=int, default=None,
                     help="replace the flavor's layer count (ctitan: --model.n_layers)")
     ap.add_argument("--mode", default="eager", choices=["eager", "compile"])
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=30, help=steps_help or None)
     ap.add_argument("--warmup", type=int, default=10, help="initial steps excluded from the stats")
     ap.add_argument("--lr", type=float, default=8e-4)
     ap.add_argument("--lr-warmup-steps", type=int, default=2)
@@ -415,19 +416,29 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: all cores)")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON summary line on stdout (step lines go to stderr)")
-    args = ap.parse_args(argv)
-    if args.warmup >= args.steps:
-        ap.error("--warmup must be smaller than --steps")
+    return ap
 
+
+def setup_run(ap: argparse.ArgumentParser, args):
+    """Threads, seed and the log function of a parsed command line; returns (threads, log)."""
+    if args.n_layers is not None and args.n_layers < 1:
+        ap.error("--n-layers must be at least 1")
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
     torch.manual_seed(args.seed)
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
+    return threads, log
+
+
+def main(argv=None) -> int:
+    ap = peer_arguments(FLAVORS, "debugmodel", __doc__)
+    args = ap.parse_args(argv)
+    if args.warmup >= args.steps:
+        ap.error("--warmup must be smaller than --steps")
+    threads, log = setup_run(ap, args)
 
     margs = ModelArgs(**{**FLAVORS[args.flavor].__dict__})
     if args.n_layers is not None:
-        if args.n_layers < 1:
-            ap.error("--n-layers must be at least 1")
         margs.n_layers = args.n_layers
     margs.max_seq_len = args.seq_len  # TorchTitan: update_from_config sets max_seq_len = seq_len
     param_dtype = torch.bfloat16 if args.dtype == "bf16" else None
@@ -443,6 +454,21 @@ def main(argv=None) -> int:
     model.train()
     nparams, _, flops_per_token = nparams_and_flops(model, margs, args.seq_len)
 
+    fwd = torch.compile(model) if args.mode == "compile" else model
+    return train_and_report("llama_peer", model, fwd, margs.vocab_size, args, dev, threads,
+                            {"flavor": args.flavor, "n_layers": margs.n_layers, "nparams": nparams,
+                             "flops_per_token": flops_per_token})
+
+
+def train_and_report(name: str, model: nn.Module, fwd, vocab_size: int, args, dev: torch.device, threads: int,
+                     facts: dict, before_optimizer_step=None) -> int:
+    """TorchTitan's training loop over synthetic tokens, timed per step, then the summary.
+
+    `fwd` is the model or its compiled form; `facts` (flavor, n_layers, nparams,
+    flops_per_token, ...) go into the log line and the --json summary;
+    `before_optimizer_step` runs between clipping and the optimizer step.
+    """
+    log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
     impl = args.optimizer_impl
     if impl == "auto":
         impl = "fused" if fused_adamw_works(dev.type) else "foreach"
@@ -452,10 +478,9 @@ def main(argv=None) -> int:
         opt,
         lambda s: linear_warmup_stable_decay(s, args.lr_warmup_steps, 0, decay_steps),
     )
-
-    fwd = torch.compile(model) if args.mode == "compile" else model
+    flops_per_token = facts["flops_per_token"]
     log(
-        f"llama_peer: flavor={args.flavor} params={nparams:,} mode={args.mode} dtype={args.dtype} "
+        f"{name}: flavor={args.flavor} params={facts['nparams']:,} mode={args.mode} dtype={args.dtype} "
         f"seq_len={args.seq_len} batch={args.batch} steps={args.steps} threads={threads} "
         f"optimizer=AdamW({impl}) torch={torch.__version__}"
     )
@@ -464,7 +489,7 @@ def main(argv=None) -> int:
     step_times, losses = [], []
     for step in range(1, args.steps + 1):
         t0 = time.perf_counter()
-        data = torch.randint(0, margs.vocab_size, (args.batch, args.seq_len + 1)).to(dev, non_blocking=True)
+        data = torch.randint(0, vocab_size, (args.batch, args.seq_len + 1)).to(dev, non_blocking=True)
         inputs, labels = data[:, :-1], data[:, 1:]
         opt.zero_grad(set_to_none=True)
         logits = fwd(inputs)
@@ -472,6 +497,8 @@ def main(argv=None) -> int:
         del logits
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_norm, foreach=True)
+        if before_optimizer_step is not None:
+            before_optimizer_step()
         opt.step()
         sched.step()
         loss_v = loss.item()
@@ -488,7 +515,6 @@ def main(argv=None) -> int:
     tps_list = [ntok / t for t in measured]
     summary = {
         "flavor": args.flavor,
-        "n_layers": margs.n_layers,
         "mode": args.mode,
         "dtype": args.dtype,
         "seq_len": args.seq_len,
@@ -503,10 +529,9 @@ def main(argv=None) -> int:
         "torch_version": torch.__version__,
         "num_threads": torch.get_num_threads(),
         "optimizer_impl": impl,
-        "nparams": nparams,
-        "flops_per_token": flops_per_token,
         "device": str(dev) if dev.type == "cpu" else f"{torch.cuda.get_device_name(dev)} ({dev})",
     }
+    summary.update(facts)
     if dev.type == "cuda":  # TorchTitan's memory numbers
         summary["max_active_bytes"] = torch.cuda.memory_stats(dev)["active_bytes.all.peak"]
         summary["max_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)

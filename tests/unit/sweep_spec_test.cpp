@@ -171,6 +171,9 @@ TEST(SweepPruning, ALayoutTheFamilyRefusesIsInfeasibleWithItsReason) {
   EXPECT_EQ(reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"tiny\"\n", 2), "");  // FSDP 2 runs
   const std::string tied = reason("model.name = \"qwen3\"\nmodel.flavor = \"debugmodel\"\n", 2);
   EXPECT_NE(tied.find("tied output"), std::string::npos) << tied;
+  // An MoE axis value the flavor cannot take is pruned, not a spec error.
+  const std::string topk = reason("model.name = \"qwen3\"\nmodel.flavor = \"tiny_moe\"\nmodel.moe_top_k = 8\n", 1);
+  EXPECT_NE(topk.find("model.moe_top_k 8 exceeds the 4 experts"), std::string::npos) << topk;
 }
 
 TEST(SweepPruning, TensorPipelineContextParallelNeedDivisibility) {

@@ -424,6 +424,36 @@ TEST(PeakFlops, AnUnknownGpuGetsNoPeakAndAWarningNotAnotherGpusPeak) {
   EXPECT_EQ(resolve_cpu_peak_flops(torch::kBFloat16, 2.5).flops, 2.5e12);
 }
 
+// A CPU peak cached while other work shared the cores is low and would
+// inflate every later MFU: a run measures again and keeps the higher value;
+// a cached value above what this run measures stays.
+TEST(PeakFlops, ACachedCpuPeakOnlyRises) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("ctitan_peak_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "ctitan");
+  const char* old = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = old ? old : "";
+  setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+  const std::string key = host_fingerprint() + "|Float";
+  const auto write_cache = [&](double flops) {
+    std::ofstream(dir / "ctitan" / "peak_flops.json") << "{\"" << key << "\": " << flops << "}\n";
+  };
+  write_cache(1e6);  // 1 MFLOP/s: far below any CPU
+  const PeakFlops low = resolve_cpu_peak_flops(torch::kFloat, 0);
+  EXPECT_GT(low.flops, 1e8);
+  EXPECT_EQ(low.source, "measured");
+  std::ifstream in(dir / "ctitan" / "peak_flops.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("1000000.0"), std::string::npos) << "the low value stayed cached: " << text;
+  write_cache(1e18);  // above any CPU: kept
+  const PeakFlops high = resolve_cpu_peak_flops(torch::kFloat, 0);
+  EXPECT_EQ(high.flops, 1e18);
+  EXPECT_EQ(high.source, "cached");
+  if (old) setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  else unsetenv("XDG_CACHE_HOME");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(HardwareFlops, AddsWhatActivationCheckpointingRecomputes) {
   const ModelArgs a = llama3_flavor("debugmodel");  // D 256, L 6, H 16, Dh 16, F 768
   const int64_t S = 64;

@@ -2,6 +2,7 @@
 // features ctitan lacks are rejected here; whether a model flavor exists or a
 // parallel layout fits the world size is decided by the code that knows
 // (model registry, device mesh).
+#include <cmath>
 #include <initializer_list>
 #include <string>
 
@@ -241,6 +242,16 @@ void validate_with_origins(const JobConfig& cfg, const Origins& origins) {
   if (cfg.model.n_layers < 0 || cfg.model.n_layers > 4096)
     k.bad("model.n_layers", "model.n_layers must be in [0, 4096] (0 = the flavor's count), got " +
                                 std::to_string(cfg.model.n_layers));
+  if (cfg.model.moe_num_experts < 0 || cfg.model.moe_num_experts > 65536)
+    k.bad("model.moe_num_experts", "model.moe_num_experts must be in [0, 65536] (0 = the flavor's), got " +
+                                       std::to_string(cfg.model.moe_num_experts));
+  if (cfg.model.moe_top_k < 0 || cfg.model.moe_top_k > 65536)
+    k.bad("model.moe_top_k",
+          "model.moe_top_k must be in [0, 65536] (0 = the flavor's), got " + std::to_string(cfg.model.moe_top_k));
+  const double coeff = cfg.model.moe_load_balance_coeff;
+  if (!std::isfinite(coeff) || (coeff < 0 && coeff != -1))
+    k.bad("model.moe_load_balance_coeff", "model.moe_load_balance_coeff must be -1 (the flavor's) or >= 0, got " +
+                                              render_value(Value(coeff)));
   check_training(k, cfg.training);
   check_validation(k, cfg.validation);
   check_optimizer(k, cfg.optimizer, cfg.lr_scheduler);

@@ -1,5 +1,7 @@
 #include "trainer/model/model_registry.h"
 
+#include "trainer/config/job_config.h"
+
 #include <algorithm>
 
 #include "common/errors.h"
@@ -37,15 +39,44 @@ const ModelFamily& model_family(const std::string& name) {
   throw InputError("model.name \"" + name + "\" is not a model family; ctitan's families: " + known);
 }
 
-ModelArgs model_flavor(const std::string& name, const std::string& flavor, int64_t n_layers) {
+ModelArgs model_flavor(const std::string& name, const std::string& flavor, const FlavorOverrides& o) {
   const ModelFamily& f = model_family(name);
   ModelArgs a = f.flavor(flavor);
   a.family = f.name;
-  if (n_layers > 0) {
-    a.n_layers = n_layers;
-    a.n_dense_layers = std::min(a.n_dense_layers, n_layers);
+  if (o.n_layers > 0) {
+    a.n_layers = o.n_layers;
+    a.n_dense_layers = std::min(a.n_dense_layers, o.n_layers);
   }
+  const bool moe_keys = o.moe_num_experts > 0 || o.moe_top_k > 0 || o.moe_load_balance_coeff >= 0;
+  if (!moe_keys) return a;
+  MoeArgs& m = a.moe;
+  const std::string what = name + " " + flavor;
+  if (m.num_experts == 0)
+    throw InputError("model.moe_num_experts / moe_top_k / moe_load_balance_coeff: " + what +
+                     " has no MoE layers; pick an MoE flavor (e.g. qwen3 debugmodel_moe, deepseek_v3 debugmodel)");
+  if (o.moe_num_experts > 0) m.num_experts = o.moe_num_experts;
+  if (o.moe_top_k > 0) m.top_k = o.moe_top_k;
+  if (o.moe_load_balance_coeff >= 0) m.load_balance_coeff = o.moe_load_balance_coeff;
+  const std::string sizes = " (" + what + ": " + std::to_string(m.num_experts) + " experts, top_k " +
+                            std::to_string(m.top_k) + ")";
+  if (m.n_expert_groups > 0 && m.num_experts % m.n_expert_groups != 0)
+    throw InputError("model.moe_num_experts " + std::to_string(m.num_experts) + " is not divisible by the flavor's " +
+                     std::to_string(m.n_expert_groups) + " expert groups" + sizes +
+                     "; choose a multiple of the groups");
+  const int64_t reachable =
+      m.n_expert_groups > 0 ? m.n_limited_groups * (m.num_experts / m.n_expert_groups) : m.num_experts;
+  if (m.top_k > reachable)
+    throw InputError("model.moe_top_k " + std::to_string(m.top_k) + " exceeds the " + std::to_string(reachable) +
+                     " experts a token can reach" +
+                     (m.n_expert_groups > 0 ? " in its best " + std::to_string(m.n_limited_groups) + " groups" : "") +
+                     sizes + ": each token picks top_k distinct experts; choose top_k <= " +
+                     std::to_string(reachable));
   return a;
+}
+
+ModelArgs model_flavor(const ModelSection& m) {
+  return model_flavor(m.name, m.flavor,
+                      FlavorOverrides{m.n_layers, m.moe_num_experts, m.moe_top_k, m.moe_load_balance_coeff});
 }
 
 std::vector<std::string> flavor_names(const FlavorTable& table) {

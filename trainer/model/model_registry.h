@@ -15,6 +15,8 @@
 
 namespace ctitan {
 
+struct ModelSection;
+
 // The parallel layout and techniques a run asks of a model, for refusals.
 struct ModelLayout {
   int64_t dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, pp = 1;
@@ -42,9 +44,27 @@ const ModelFamily& model_family(const std::string& name);
 std::vector<std::string> model_family_names();
 bool is_model_family(const std::string& name);
 
-// model_family(name).flavor(flavor) with model.n_layers applied (> 0
-// replaces the flavor's layer count; with MoE, dense layers stay first).
-ModelArgs model_flavor(const std::string& name, const std::string& flavor, int64_t n_layers = 0);
+// ctitan's keys over a flavor: model.n_layers (> 0 replaces the flavor's
+// layer count; with MoE, dense layers stay first) and the MoE ones —
+// model.moe_num_experts, model.moe_top_k (> 0 replace the flavor's),
+// model.moe_load_balance_coeff (>= 0 replaces it; 0 turns the expert-bias
+// update off) — so that sweeps can cross them.
+struct FlavorOverrides {
+  int64_t n_layers = 0;
+  int64_t moe_num_experts = 0, moe_top_k = 0;
+  double moe_load_balance_coeff = -1;
+};
+
+// model_family(name).flavor(flavor) with the overrides applied. InputError,
+// one line, for an MoE key on a dense flavor, top_k above the experts (or
+// above the experts its group limit leaves), or experts the flavor's
+// expert groups do not divide.
+ModelArgs model_flavor(const std::string& name, const std::string& flavor, const FlavorOverrides& overrides = {});
+inline ModelArgs model_flavor(const std::string& name, const std::string& flavor, int64_t n_layers) {
+  return model_flavor(name, flavor, FlavorOverrides{n_layers});
+}
+// The [model] section's family, flavor and overrides.
+ModelArgs model_flavor(const ModelSection& model);
 
 // A family's flavor table: its names in order, and the lookup that throws
 // InputError ("unknown model.flavor 'x' for qwen3; known flavors: ...").
