@@ -137,6 +137,8 @@ step kernels_8B_4L_compile 30 kernels 8B_4L_compile llama3_8b.toml 2048 2 --mode
 step ctitan_moe 30 ctitan_run moe llama3_debugmodel.toml 2048 8 --model.name qwen3 --model.flavor debugmodel_moe
 step ctitan_moe_compile 30 ctitan_run moe_compile llama3_debugmodel.toml 2048 8 --model.name qwen3 \
   --model.flavor debugmodel_moe --compile.enable
+step eager_moe 30 peer eager debugmodel_moe 2048 8    # TorchTitan's Qwen3 MoE in eager PyTorch, same shapes
+step compile_moe 90 peer compile debugmodel_moe 2048 8
 step sweep 30 sweep_and_report                    # debugmodel, 20 steps, into SQLite + report
 step nccl_2gpu 30 two_gpus                        # FSDP over 2 GPUs through NCCL (skipped on 1)
 

@@ -108,13 +108,15 @@ ctitan_run() {
     --metrics.warmup_steps "$warmup" --job.dump_folder "$out/runs/$name" "$@"
 }
 
-# peer MODE FLAVOR SEQ BATCH [ARGS...]: tests/peer/llama_peer.py (eager PyTorch or torch.compile), same model and shapes.
+# peer MODE FLAVOR SEQ BATCH [ARGS...]: tests/peer/llama_peer.py (eager PyTorch or torch.compile), same model and
+# shapes; FLAVOR debugmodel_moe: tests/peer/qwen3_moe_peer.py (TorchTitan's Qwen3 MoE, its grouped_mm experts).
 peer() {
   local mode=$1 flavor=$2 seq=$3 batch=$4; shift 4
-  local name="${mode}_${flavor}"
+  local name="${mode}_${flavor}" script=llama_peer.py
   [[ " $* " == *" --n-layers 4 "* ]] && name+="_4L"
-  ((toy)) && { seq=128 batch=1 flavor=debugmodel; }
-  "$py" "$root/tests/peer/llama_peer.py" --device "$device" --mode "$mode" --flavor "$flavor" --dtype bf16 \
+  [[ $flavor == debugmodel_moe ]] && { name="${mode}_moe" script=qwen3_moe_peer.py; }
+  ((toy)) && { seq=128 batch=1; [[ $flavor == debugmodel_moe ]] && set -- "$@" --n-layers 1 || flavor=debugmodel; }
+  "$py" "$root/tests/peer/$script" --device "$device" --mode "$mode" --flavor "$flavor" --dtype bf16 \
     --seq-len "$seq" --batch "$batch" --steps "$steps" --warmup "$warmup" --json "$@" >"$out/runs/$name.json"
   cat "$out/runs/$name.json"
 }

@@ -95,7 +95,7 @@ if timing:
         print(f"| {name} | {ev:.4f} | {tr:.4f} | {100.0 * (tr / ev - 1.0):+.1f} % | {tech} |")
 
 ratios = []
-for model in ("125M", "8B_4L"):
+for model in ("125M", "8B_4L", "moe"):
     base, comp = tps_of.get(f"ctitan {model}"), tps_of.get(f"ctitan {model}_compile")
     for label, other in (("ctitan eager", base), ("eager PyTorch", tps_of.get(f"eager {model}")),
                          ("torch.compile", tps_of.get(f"compile {model}"))):
