@@ -82,6 +82,25 @@ TEST(Reliability, ModelNameOfAnotherFamilyIsOneLineExit2) {
   EXPECT_FALSE(fs::exists(dir / "o2"));
 }
 
+// Issue 34's bad input for MoE: a top_k above the experts, an unknown
+// flavor (one line each), a TP degree that does not divide MLA's heads —
+// exit 2, nothing written.
+TEST(Reliability, MoeBadInputIsOneLineExit2) {
+  const fs::path dir = fresh_dir("r3_moe");
+  expect_one_line_exit2(train({"--model.name", "qwen3", "--model.flavor", "tiny_moe", "--model.moe_top_k", "5",
+                               "--job.dump_folder", (dir / "topk").string()}),
+                        "model.moe_top_k 5 exceeds the 4 experts a token can reach");
+  expect_one_line_exit2(train({"--model.name", "deepseek_v3", "--model.flavor", "debugmodel_moe", "--job.dump_folder",
+                               (dir / "flavor").string()}),
+                        "unknown model.flavor 'debugmodel_moe' for deepseek_v3; known flavors:");
+  // Three ranks: the failing rank's line, then the launcher's.
+  const ProcessResult tp = train({"--nproc", "3", "--model.name", "deepseek_v3", "--model.flavor", "debugmodel",
+                                  "--parallelism.tensor_parallel_degree", "3", "--job.dump_folder", (dir / "tp").string()});
+  EXPECT_EQ(tp.exit_code, 2) << tp.err;
+  EXPECT_NE(tp.err.find("tensor_parallel_degree 3 does not divide n_heads 16"), std::string::npos) << tp.err;
+  for (const char* sub : {"topk", "flavor", "tp"}) EXPECT_FALSE(fs::exists(dir / sub)) << sub;
+}
+
 // Item 2: extending a run finished under last_save_model_only (TorchTitan's
 // default) restarted it from step 1 with a fresh optimizer and wrote every
 // step number twice. Now refused in one line, with nothing written; a run
