@@ -115,6 +115,7 @@ peer() {
   local name="${mode}_${flavor}" script=llama_peer.py
   [[ " $* " == *" --n-layers 4 "* ]] && name+="_4L"
   [[ $flavor == debugmodel_moe ]] && { name="${mode}_moe" script=qwen3_moe_peer.py; }
+  # Toy MoE: one layer (its bf16 grouped_mm is a reference loop on a CPU: ~30 s a step here).
   ((toy)) && { seq=128 batch=1; [[ $flavor == debugmodel_moe ]] && set -- "$@" --n-layers 1 || flavor=debugmodel; }
   "$py" "$root/tests/peer/$script" --device "$device" --mode "$mode" --flavor "$flavor" --dtype bf16 \
     --seq-len "$seq" --batch "$batch" --steps "$steps" --warmup "$warmup" --json "$@" >"$out/runs/$name.json"
