@@ -449,7 +449,7 @@ TEST(PointKey, EveryOtherKeyChangesTheKey) {
     config::Value v = f.get(cfg);
     if (auto* b = std::get_if<bool>(&v)) v = !*b;
     else if (auto* i = std::get_if<int64_t>(&v)) v = *i + 7;
-    else if (auto* d = std::get_if<double>(&v)) v = *d * 2 + 1;
+    else if (auto* d = std::get_if<double>(&v)) v = *d == -1 ? 0.5 : *d * 2 + 1;  // (2d + 1 keeps -1)
     else if (auto* s = std::get_if<std::string>(&v)) v = *s + "x";
     else if (auto* l = std::get_if<std::vector<std::string>>(&v)) l->push_back("x"), v = *l;
     else if (std::holds_alternative<std::optional<int64_t>>(v)) v = std::optional<int64_t>(7);
