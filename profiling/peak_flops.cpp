@@ -118,15 +118,15 @@ PeakFlops resolve_cpu_peak_flops(at::ScalarType dtype, double override_tflops) {
   const double before = cached ? cache[key].get<double>() : 0.0;
   const double now = measure_cpu_gemm_flops(dtype, 2048, cached ? 0.1 : 0.4);
   if (cached && now <= before) return {before, "cached", ""};
-  const double flops = now;
-  cache[key] = flops;  std::error_code ec;
+  cache[key] = now;
+  std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
   try {
     write_file_atomic(path.string(), cache.dump(2) + "\n");
   } catch (const InputError&) {
     // The cache only saves a re-measurement next time; a full disk here is not the run's failure.
   }
-  return {flops, "measured", ""};
+  return {now, "measured", ""};
 }
 
 }  // namespace ctitan

@@ -1,10 +1,9 @@
 #include "trainer/model/model_registry.h"
 
-#include "trainer/config/job_config.h"
-
 #include <algorithm>
 
 #include "common/errors.h"
+#include "trainer/config/job_config.h"
 #include "trainer/models/deepseek_v3.h"
 #include "trainer/models/llama3.h"
 #include "trainer/models/qwen3.h"
