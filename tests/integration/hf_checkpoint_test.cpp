@@ -59,30 +59,33 @@ bool have_transformers() {
   if (!have_transformers()) GTEST_SKIP() << "no transformers in " << ctitan::testing::venv_python()
 
 // transformers' logits (and the token batch) for the model in `dir`.
-std::pair<at::Tensor, at::Tensor> transformers_logits(const fs::path& dir) {
+std::pair<at::Tensor, at::Tensor> transformers_logits(const fs::path& dir, int64_t seq) {
   const fs::path out = dir.parent_path() / (dir.filename().string() + ".logits.safetensors");
   std::string log;
-  const int rc = run_tool({"logits", dir.string(), out.string(), std::to_string(kBatch), std::to_string(kSeq)}, log);
+  const int rc = run_tool({"logits", dir.string(), out.string(), std::to_string(kBatch), std::to_string(seq)}, log);
   if (rc != 0) throw std::runtime_error("hf_logits.py logits failed: " + log);
   SafetensorsFile f(out.string());
   return {f.tensor("tokens").clone(), f.tensor("logits").clone()};
 }
 
 // ctitan's logits for `tokens` with the model loaded from the HF folder.
-// `flavor`: a llama3 flavor, or "qwen3:<flavor>" (hf_logits.py's names).
+// `flavor`: a llama3 flavor, or "<family>:<flavor>" (hf_logits.py's names).
 at::Tensor ctitan_logits(const std::string& flavor, const fs::path& dir, const at::Tensor& tokens) {
-  const bool qwen3 = flavor.rfind("qwen3:", 0) == 0;
-  const ModelArgs args = qwen3 ? model_flavor("qwen3", flavor.substr(6)) : llama3_flavor(flavor);
-  Transformer model(args, torch::kFloat, kSeq);
+  const size_t colon = flavor.find(':');
+  const ModelArgs args = colon == std::string::npos ? llama3_flavor(flavor)
+                                                    : model_flavor(flavor.substr(0, colon), flavor.substr(colon + 1));
+  Transformer model(args, torch::kFloat, tokens.size(1));
   TensorPieces pieces;
   for (const auto& s : model.slots()) pieces.push_back({"model." + s.name, model.store().param(s.name), s.shape, {}});
+  for (int64_t l : model.moe_layers())  // DeepSeek-V3's e_score_correction_bias (as the trainer's pieces)
+    pieces.push_back({"model.layers." + std::to_string(l) + ".moe.expert_bias", model.expert_bias(l), {args.moe.num_experts}, {0}});
   load_hf_checkpoint(dir.string(), args, pieces);
   torch::NoGradGuard no_grad;
   return model.forward_logits(tokens).to(torch::kFloat);
 }
 
-void expect_same_logits(const std::string& flavor, const fs::path& dir) {
-  const auto [tokens, want] = transformers_logits(dir);
+void expect_same_logits(const std::string& flavor, const fs::path& dir, int64_t seq = kSeq) {
+  const auto [tokens, want] = transformers_logits(dir, seq);
   const at::Tensor got = ctitan_logits(flavor, dir, tokens);
   ASSERT_EQ(got.sizes(), want.sizes());
   const double scale = want.abs().max().item<double>(), diff = (got - want).abs().max().item<double>();
@@ -236,6 +239,54 @@ TEST_F(HfCheckpoint, Qwen3AndQwen3MoeBothWaysWithTransformersLogits) {
   expect_one_line_exit2(run_ctitan(train_args(root / "into_dense", 1, 1, 1, dense, "tiny")),
                         "reads Hugging Face \"qwen3\" checkpoints");
   EXPECT_FALSE(fs::exists(root / "into_dense" / "metrics.jsonl"));
+}
+
+// DeepSeek-V3 (ctitan's tiny flavor: low-rank q, YaRN, sigmoid routing in
+// groups with route_scale, a shared expert, a dense first layer) both ways:
+// a random DeepseekV3ForCausalLM (with a random e_score_correction_bias, so
+// the bias steers the expert choice) loads into ctitan with transformers'
+// logits over 48 tokens, where YaRN is on in both; ctitan's export of an
+// FSDP 2 run of 32 tokens (YaRN off: config.json names plain RoPE) loads
+// into transformers with ctitan's logits, its trained expert biases in fp32.
+// A softmax-routed flavor (transformers routes by sigmoid only) and a
+// DeepSeek-V3 checkpoint for a qwen3 run are one line each.
+TEST_F(HfCheckpoint, DeepSeekV3BothWaysWithTransformersLogits) {
+  SKIP_WITHOUT_TRANSFORMERS();
+  const fs::path root = fresh_dir("hf_deepseek_v3");
+  std::string log;
+  ASSERT_EQ(run_tool({"random", "deepseek_v3:tiny", (root / "tiny").string(), "23"}, log), 0) << log;
+  expect_same_logits("deepseek_v3:tiny", root / "tiny", 48);
+
+  const fs::path dump = root / "export";
+  const auto r = run_ctitan(train_args(dump, 2, 2, 3,
+                                       {"--model.name", "deepseek_v3", "--checkpoint.last_save_in_hf",
+                                        "--parallelism.data_parallel_shard_degree", "2"},
+                                       "tiny"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const fs::path step = dump / "checkpoint" / "step-3";
+  {
+    SafetensorsFile f((step / "model.safetensors").string());
+    const auto* bias = f.find("model.layers.2.mlp.gate.e_score_correction_bias");
+    ASSERT_TRUE(bias);
+    EXPECT_EQ(bias->dtype, at::kFloat);
+    EXPECT_GT(f.tensor("model.layers.2.mlp.gate.e_score_correction_bias").abs().max().item<double>(), 0.0)
+        << "three steps of load balancing moved the bias";
+    EXPECT_TRUE(f.find("model.layers.1.mlp.experts.3.down_proj.weight")) << "per-expert tensors";
+    const auto config = nlohmann::json::parse(std::ifstream(step / "config.json"));
+    EXPECT_EQ(config["rope_parameters"]["rope_type"], "default") << "32 tokens: the run did not apply YaRN";
+  }
+  expect_same_logits("deepseek_v3:tiny", step);
+
+  expect_one_line_exit2(run_ctitan(train_args(root / "softmax", 1, 1, 1,
+                                              {"--model.name", "deepseek_v3", "--checkpoint.last_save_in_hf"})),
+                        "transformers' DeepseekV3 always routes by sigmoid");
+  EXPECT_FALSE(fs::exists(root / "softmax" / "metrics.jsonl"));
+  expect_one_line_exit2(
+      run_ctitan(train_args(root / "into_qwen3", 1, 1, 1,
+                            {"--model.name", "qwen3", "--checkpoint.initial_load_in_hf",
+                             "--checkpoint.initial_load_path", (root / "tiny").string()},
+                            "tiny_moe")),
+      "model_type = \"deepseek_v3\" but model.name \"qwen3\"");
 }
 
 // (d) Bad input: one line naming the problem, exit 2.

@@ -4,13 +4,14 @@
   hf_logits.py random FLAVOR OUT_DIR SEED   a random LlamaForCausalLM shaped like ctitan's
                                             llama3 FLAVOR (tiny | debugmodel), or a random
                                             Qwen3ForCausalLM / Qwen3MoeForCausalLM for FLAVOR
-                                            qwen3:tiny | qwen3:tiny_moe | qwen3:debugmodel;
-                                            save_pretrained
+                                            qwen3:tiny | qwen3:tiny_moe | qwen3:debugmodel, or a
+                                            random DeepseekV3ForCausalLM for deepseek_v3:tiny (with
+                                            a random e_score_correction_bias); save_pretrained
   hf_logits.py logits MODEL_DIR OUT B S     load MODEL_DIR in float32, run a fixed [B, S] token
                                             batch, save {"tokens", "logits"} as safetensors
 
-The flavors' numbers are written out here from trainer/models/llama3.cpp and
-qwen3.cpp (TorchTitan's definitions), not read from ctitan, so a wrong
+The flavors' numbers are written out here from trainer/models/llama3.cpp,
+qwen3.cpp and deepseek_v3.cpp (TorchTitan's definitions), not read from ctitan, so a wrong
 config.json or a wrong name/permutation on ctitan's side shows up as different
 logits.
 """
@@ -18,8 +19,8 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM,
-                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
+from transformers import (AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, LlamaConfig,
+                          LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 # dim, layers, heads, kv heads, vocab, ffn hidden (TorchTitan's rule), as ctitan's flavors.
 FLAVORS = {
@@ -53,8 +54,27 @@ QWEN3 = {
                         head_dim=128, vocab_size=2048, intermediate_size=3072, tie_word_embeddings=True)),
 }
 
+# DeepSeek-V3, ctitan's tiny flavor: multi-head latent attention with the
+# low-rank q, RoPE θ 1e4 on interleaved pairs with YaRN (factor 4, original
+# length 32, β 32/1, mscale 1), one dense layer then MoE layers of 4 routed
+# experts in 2 groups (best 1 group, top 2, sigmoid, normalised, scale 2.5)
+# and one shared expert; norm eps 1e-5.
+DEEPSEEK_V3 = {
+    "tiny": dict(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=3,
+                 first_k_dense_replace=1, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16,
+                 kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, n_routed_experts=4,
+                 n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1, norm_topk_prob=True,
+                 routed_scaling_factor=2.5, rms_norm_eps=1e-5, rope_interleave=True, max_position_embeddings=128,
+                 tie_word_embeddings=False, attention_bias=False, hidden_act="silu",
+                 rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                  "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0,
+                                  "mscale": 1.0, "mscale_all_dim": 1.0}),
+}
+
 
 def build(flavor):
+    if flavor.startswith("deepseek_v3:"):
+        return DeepseekV3ForCausalLM(DeepseekV3Config(**DEEPSEEK_V3[flavor[len("deepseek_v3:"):]]))
     if flavor.startswith("qwen3:"):
         config, model, shape = QWEN3[flavor[len("qwen3:"):]]
         return model(config(**shape, **QWEN3_COMMON))
@@ -74,6 +94,9 @@ def random_model(flavor, out_dir, seed):
                 p.uniform_(0.5, 1.5)
             else:
                 p.normal_(0.0, 1.0 / p.shape[1] ** 0.5 if "embed" not in name else 1.0)
+        for name, b in model.named_buffers():  # DeepSeek-V3's router bias steers the expert choice
+            if name.endswith("e_score_correction_bias"):
+                b.normal_(0.0, 0.1)
     model.save_pretrained(out_dir, safe_serialization=True)
 
 

@@ -57,6 +57,8 @@ void write_raw(const fs::path& path, const std::string& header, size_t data_byte
   out << header << std::string(data_bytes, '\0');
 }
 
+bool expert_of_hf_name_empty(const std::string& fqn) { return fqn.find("moe.experts.") == std::string::npos; }
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -260,9 +262,72 @@ TEST(HfNames, Qwen3AndItsExpertsMapBothWays) {
   const auto config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
   EXPECT_EQ(config["model_type"], "qwen3_moe");
   EXPECT_EQ(config["num_experts"], 4);
-  // DeepSeek-V3 has no Hugging Face layout in ctitan yet: one line.
-  EXPECT_NE(error_of([] { check_hf_checkpoint_family(model_flavor("deepseek_v3", "tiny")); }).find("deepseek_v3"),
+}
+
+// DeepSeek-V3's names (TorchTitan's DeepSeekV3StateDictAdapter): every
+// tensor maps both ways, the expert biases travel as the router's fp32
+// e_score_correction_bias, RoPE rows are not permuted (rope_interleave), and
+// a load of the export gives back every tensor and bias bit for bit.
+// config.json names YaRN only for a run longer than its original length.
+TEST(HfNames, DeepSeekV3MapsBothWaysWithItsExpertBias) {
+  EXPECT_EQ(hf_name_of("layers.1.attention.q_norm.weight", true), "model.layers.1.self_attn.q_a_layernorm.weight");
+  EXPECT_EQ(hf_name_of("layers.1.attention.wkv_a.weight", true), "model.layers.1.self_attn.kv_a_proj_with_mqa.weight");
+  EXPECT_EQ(hf_name_of("layers.2.moe.shared_experts.w2.weight", true),
+            "model.layers.2.mlp.shared_experts.down_proj.weight");
+  EXPECT_EQ(fqn_of_hf("model.layers.2.mlp.gate.e_score_correction_bias", true), "layers.2.moe.expert_bias");
+  EXPECT_EQ(fqn_of_hf("model.layers.1.self_attn.q_norm.weight", true), "") << "Qwen3's QK-norm is no MLA name";
+  const ModelArgs args = model_flavor("deepseek_v3", "tiny");
+  auto m = random_model(args, 9);
+  for (const auto& [fqn, t] : m) {
+    if (expert_of_hf_name_empty(fqn)) {
+      EXPECT_EQ(fqn_of_hf(hf_name_of(fqn, true), true), fqn) << fqn;
+    }
+  }
+  for (int64_t l : {1, 2}) m["layers." + std::to_string(l) + ".moe.expert_bias"] = torch::randn({4}) * 1e-3;
+  const fs::path dir = fresh("deepseek_v3_names") / "hf";
+  HfExportOptions opts;
+  opts.seq_len = 32;  // = the flavor's original length: no YaRN
+  export_model(dir, args, m, opts);
+  SafetensorsFile f((dir / "model.safetensors").string());
+  EXPECT_TRUE(torch::equal(f.tensor("model.layers.0.self_attn.q_b_proj.weight"), m.at("layers.0.attention.wq_b.weight")))
+      << "no RoPE permutation";
+  EXPECT_EQ(f.find("model.layers.2.mlp.gate.e_score_correction_bias")->dtype, at::kFloat);
+  auto config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  EXPECT_EQ(config["model_type"], "deepseek_v3");
+  EXPECT_EQ(config["rope_parameters"]["rope_type"], "default");
+  EXPECT_EQ(config["n_group"], 2);
+  EXPECT_EQ(config["topk_group"], 1);
+  EXPECT_FALSE(config.contains("head_dim"));
+  TensorPieces pieces;
+  std::map<std::string, at::Tensor> back;
+  for (const auto& [fqn, t] : m) {
+    back[fqn] = torch::zeros_like(t);
+    pieces.push_back({"model." + fqn, back[fqn], t.sizes().vec(), {}});
+  }
+  load_hf_checkpoint(dir.string(), args, pieces);
+  for (const auto& [fqn, t] : m) EXPECT_TRUE(torch::equal(back.at(fqn), t)) << fqn;
+
+  opts.seq_len = 48;
+  export_model(dir, args, m, opts);
+  config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  EXPECT_EQ(config["rope_parameters"]["rope_type"], "yarn");
+  EXPECT_EQ(config["rope_parameters"]["factor"], 4.0);
+  EXPECT_EQ(config["rope_parameters"]["original_max_position_embeddings"], 32);
+  // A checkpoint whose YaRN or routing differs from the flavor is one line.
+  config["rope_parameters"]["factor"] = 40.0;
+  std::ofstream(dir / "config.json") << config.dump();
+  EXPECT_NE(error_of([&] { load_hf_checkpoint(dir.string(), args, pieces); }).find("rope_parameters.factor = 40.0"),
             std::string::npos);
+  config["rope_parameters"]["factor"] = 4.0;
+  config["routed_scaling_factor"] = 1.0;
+  std::ofstream(dir / "config.json") << config.dump();
+  EXPECT_NE(error_of([&] { load_hf_checkpoint(dir.string(), args, pieces); }).find("routed_scaling_factor = 1.0"),
+            std::string::npos);
+  // transformers routes by sigmoid only: a softmax-routed flavor is one line.
+  EXPECT_NE(error_of([] { check_hf_checkpoint_family(model_flavor("deepseek_v3", "debugmodel")); })
+                .find("always routes by sigmoid"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { check_hf_checkpoint_family(args); }), "");
 }
 
 // Two ranks (threads) each save half the rows of every tensor; rank 0 writes

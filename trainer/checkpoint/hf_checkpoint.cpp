@@ -28,17 +28,41 @@ namespace fs = std::filesystem;
 namespace ctitan {
 namespace {
 
-// A block's parameters: TorchTitan suffix → Hugging Face suffix.
-const std::vector<std::pair<std::string, std::string>>& layer_names() {
+// A block's parameters: TorchTitan suffix → Hugging Face suffix. Every family's ...
+const std::vector<std::pair<std::string, std::string>>& common_layer_names() {
   static const std::vector<std::pair<std::string, std::string>> t = {
-      {"attention.wq.weight", "self_attn.q_proj.weight"},    {"attention.wk.weight", "self_attn.k_proj.weight"},
-      {"attention.wv.weight", "self_attn.v_proj.weight"},    {"attention.wo.weight", "self_attn.o_proj.weight"},
+      {"attention.wq.weight", "self_attn.q_proj.weight"},    {"attention.wo.weight", "self_attn.o_proj.weight"},
       {"feed_forward.w1.weight", "mlp.gate_proj.weight"},    {"feed_forward.w3.weight", "mlp.up_proj.weight"},
       {"feed_forward.w2.weight", "mlp.down_proj.weight"},    {"attention_norm.weight", "input_layernorm.weight"},
-      {"ffn_norm.weight", "post_attention_layernorm.weight"},
-      // Qwen3: QK-norm and the MoE router (TorchTitan's Qwen3StateDictAdapter).
-      {"attention.q_norm.weight", "self_attn.q_norm.weight"}, {"attention.k_norm.weight", "self_attn.k_norm.weight"},
-      {"moe.router.gate.weight", "mlp.gate.weight"}};
+      {"ffn_norm.weight", "post_attention_layernorm.weight"}, {"moe.router.gate.weight", "mlp.gate.weight"}};
+  return t;
+}
+// ... then grouped-query attention's (Llama 3; Qwen3's QK-norms, as
+// TorchTitan's Qwen3StateDictAdapter) ...
+const std::vector<std::pair<std::string, std::string>>& gqa_layer_names() {
+  static const std::vector<std::pair<std::string, std::string>> t = {
+      {"attention.wk.weight", "self_attn.k_proj.weight"},
+      {"attention.wv.weight", "self_attn.v_proj.weight"},
+      {"attention.q_norm.weight", "self_attn.q_norm.weight"},
+      {"attention.k_norm.weight", "self_attn.k_norm.weight"}};
+  return t;
+}
+// ... or DeepSeek-V3's (TorchTitan's DeepSeekV3StateDictAdapter): multi-head
+// latent attention's projections and norms, the shared experts and the
+// router's score-correction bias (ctitan's aux-loss-free expert bias, a
+// buffer: Hugging Face keeps it in fp32).
+const std::vector<std::pair<std::string, std::string>>& mla_layer_names() {
+  static const std::vector<std::pair<std::string, std::string>> t = {
+      {"attention.wq_a.weight", "self_attn.q_a_proj.weight"},
+      {"attention.q_norm.weight", "self_attn.q_a_layernorm.weight"},
+      {"attention.wq_b.weight", "self_attn.q_b_proj.weight"},
+      {"attention.wkv_a.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+      {"attention.kv_norm.weight", "self_attn.kv_a_layernorm.weight"},
+      {"attention.wkv_b.weight", "self_attn.kv_b_proj.weight"},
+      {"moe.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},
+      {"moe.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
+      {"moe.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"},
+      {"moe.expert_bias", "mlp.gate.e_score_correction_bias"}};
   return t;
 }
 
@@ -70,7 +94,9 @@ std::optional<std::pair<std::string, std::string>> split_layer(const std::string
 // and wk (KV heads); 0 otherwise, and for a family whose RoPE already is
 // Hugging Face's rotate_half (Qwen3).
 int64_t rotary_heads(const std::string& fqn, const ModelArgs& args) {
-  if (args.rope_half_split) return 0;
+  // DeepSeek-V3's interleaved pairs stay as they are: its config.json says
+  // rope_interleave = true, and transformers rotates (x[2i], x[2i+1]) then.
+  if (args.rope_half_split || args.is_mla()) return 0;
   const auto layer = split_layer(fqn, "layers.");
   if (!layer) return 0;
   if (layer->second == "attention.wq.weight") return args.n_heads;
@@ -161,15 +187,35 @@ class HfFolder {
   std::map<std::string, std::string> where_;  // tensor → file
 };
 
+// What config.json says beyond the shapes: tie_word_embeddings (false when
+// absent, Llama 3's value) and DeepSeek-V3's multi-token-prediction layers.
+struct HfConfigFacts {
+  bool tied = false;
+  int64_t mtp_layers = 0;
+};
+
+// DeepSeek-V3's YaRN as config.json states it (rope_parameters in
+// transformers 5, rope_scaling in DeepSeek's own files); nullptr without YaRN.
+const nlohmann::json* yarn_of(const nlohmann::json& c) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!c.contains(key) || !c[key].is_object()) continue;
+    const nlohmann::json& r = c[key];
+    const auto type = r.contains("rope_type") ? r["rope_type"] : r.contains("type") ? r["type"] : nlohmann::json();
+    if (type == "yarn") return &r;
+  }
+  return nullptr;
+}
+
 // Reads config.json (when present: a bare safetensors folder has none) and
 // checks it against the recipe before any tensor: the family, every size,
 // RoPE's theta and whether the embeddings are tied (the tensors' shapes
-// cannot show the head counts the q/k permutation depends on, nor theta).
-// Returns tie_word_embeddings (false when absent, Llama 3's value).
-bool check_config(const fs::path& dir, const ModelArgs& args) {
+// cannot show the head counts the q/k permutation depends on, nor theta);
+// for DeepSeek-V3 also the routing and YaRN, which no shape shows.
+HfConfigFacts check_config(const fs::path& dir, const ModelArgs& args) {
   const fs::path path = dir / "config.json";
   std::error_code ec;
-  if (!fs::exists(path, ec)) return false;
+  HfConfigFacts facts;
+  if (!fs::exists(path, ec)) return facts;
   nlohmann::json c;
   try {
     c = nlohmann::json::parse(read_file_bounded(path.string(), "Hugging Face config", kMaxJsonBytes, false));
@@ -189,50 +235,90 @@ bool check_config(const fs::path& dir, const ModelArgs& args) {
       throw InputError(path.string() + ": " + key + " = " + message_text(c[key].dump()) + " but the model has " +
                        std::to_string(want) + other);
   };
+  const auto check_real = [&](const nlohmann::json& v, const std::string& key, double want) {
+    if (!v.is_number() || std::abs(v.get<double>() - want) > 1e-6 * std::abs(want))
+      throw InputError(path.string() + ": " + key + " = " + message_text(v.dump()) + " but the model has " +
+                       std::to_string(want) + other);
+  };
+  const auto check_bool = [&](const char* key, bool want, const char* what) {
+    if (c.contains(key) && c[key] != want)
+      throw InputError(path.string() + ": " + key + " = " + message_text(c[key].dump()) + " but the model's " + what +
+                       " is " + (want ? "true" : "false") + other);
+  };
   check("num_hidden_layers", args.n_layers);
   check("hidden_size", args.dim);
   const bool all_moe = args.moe.num_experts > 0 && args.n_dense_layers == 0;
   if (!all_moe) check("intermediate_size", args.ffn_hidden_dim());  // an all-MoE model has no dense FFN
   if (args.moe.num_experts > 0) {
-    check(c.contains("num_experts") ? "num_experts" : "num_local_experts", args.moe.num_experts);
+    check(c.contains("num_experts") ? "num_experts" : c.contains("n_routed_experts") ? "n_routed_experts"
+                                                                                      : "num_local_experts",
+          args.moe.num_experts);
     check("num_experts_per_tok", args.moe.top_k);
     check("moe_intermediate_size", args.moe.hidden_dim);
     if (c.contains("decoder_sparse_step")) check("decoder_sparse_step", 1);
     if (c.contains("mlp_only_layers") && !(c["mlp_only_layers"].is_array() && c["mlp_only_layers"].empty()))
       throw InputError(path.string() + ": mlp_only_layers = " + message_text(c["mlp_only_layers"].dump()) +
                        " but every layer of the model is an MoE layer" + other);
-    if (c.contains("norm_topk_prob") && c["norm_topk_prob"] != args.moe.route_norm)
-      throw InputError(path.string() + ": norm_topk_prob = " + message_text(c["norm_topk_prob"].dump()) +
-                       " but the model's route_norm is " + (args.moe.route_norm ? "true" : "false") + other);
+    check_bool("norm_topk_prob", args.moe.route_norm, "route_norm");
   }
   check("num_attention_heads", args.n_heads);
-  check("num_key_value_heads", args.n_kv_heads);
-  check("head_dim", args.head_dim());
+  if (args.is_mla()) {  // DeepseekV3Config: head_dim is the RoPE part there
+    const MlaArgs& m = args.mla;
+    check("kv_lora_rank", m.kv_lora_rank);
+    if (c.contains("q_lora_rank") && !(c["q_lora_rank"].is_null() && m.q_lora_rank == 0)) check("q_lora_rank", m.q_lora_rank);
+    check("qk_nope_head_dim", m.qk_nope_head_dim);
+    check("qk_rope_head_dim", m.qk_rope_head_dim);
+    check("v_head_dim", m.v_head_dim);
+    check("first_k_dense_replace", args.n_dense_layers);
+    check("n_shared_experts", args.moe.num_shared_experts);
+    check("n_group", std::max<int64_t>(args.moe.n_expert_groups, 1));
+    check("topk_group", args.moe.n_expert_groups > 1 ? args.moe.n_limited_groups : 1);
+    if (c.contains("routed_scaling_factor")) check_real(c["routed_scaling_factor"], "routed_scaling_factor", args.moe.route_scale);
+    if (c.contains("rope_interleave") && c["rope_interleave"] != true)
+      throw InputError(path.string() + ": rope_interleave = " + message_text(c["rope_interleave"].dump()) +
+                       ", but ctitan (as TorchTitan) reads DeepSeek-V3 weights whose RoPE rotates interleaved pairs; "
+                       "convert the checkpoint or set rope_interleave to true if its weights are interleaved");
+    if (const nlohmann::json* y = yarn_of(c)) {
+      const YarnArgs& want = args.yarn;
+      if (!want.enabled)
+        throw InputError(path.string() + ": the checkpoint uses YaRN RoPE scaling and this flavor does not" + other);
+      const auto real = [&](const char* key, double w) {
+        if (y->contains(key)) check_real((*y)[key], std::string("rope_parameters.") + key, w);
+      };
+      real("factor", want.factor);
+      real("original_max_position_embeddings", static_cast<double>(want.original_seq_len));
+      real("beta_fast", want.beta_fast);
+      real("beta_slow", want.beta_slow);
+      real("mscale_all_dim", m.mscale);
+    }
+    if (c.contains("num_nextn_predict_layers") && c["num_nextn_predict_layers"].is_number_integer())
+      facts.mtp_layers = std::max<int64_t>(c["num_nextn_predict_layers"].get<int64_t>(), 0);
+  } else {
+    check("num_key_value_heads", args.n_kv_heads);
+    check("head_dim", args.head_dim());
+  }
   check("vocab_size", args.vocab_size);
-  const auto check_theta = [&](const nlohmann::json& v, const std::string& key) {
-    if (!v.is_number() || std::abs(v.get<double>() - args.rope_theta) > 1e-6 * args.rope_theta)
-      throw InputError(path.string() + ": " + key + " = " + message_text(v.dump()) + " but the model has " +
-                       std::to_string(args.rope_theta) + other);
-  };
-  if (c.contains("rope_theta")) check_theta(c["rope_theta"], "rope_theta");
+  if (c.contains("rope_theta")) check_real(c["rope_theta"], "rope_theta", args.rope_theta);
   if (c.contains("rope_parameters") && c["rope_parameters"].is_object() && c["rope_parameters"].contains("rope_theta"))
-    check_theta(c["rope_parameters"]["rope_theta"], "rope_parameters.rope_theta");
-  if (!c.contains("tie_word_embeddings")) return false;
+    check_real(c["rope_parameters"]["rope_theta"], "rope_parameters.rope_theta", args.rope_theta);
+  if (!c.contains("tie_word_embeddings")) return facts;
   if (!c["tie_word_embeddings"].is_boolean())
     throw InputError(path.string() + ": tie_word_embeddings = " + message_text(c["tie_word_embeddings"].dump()) +
                      " is not true or false; restore the file");
-  return c["tie_word_embeddings"].get<bool>();
+  facts.tied = c["tie_word_embeddings"].get<bool>();
+  return facts;
 }
 
 // `name` through the tables: TorchTitan → Hugging Face (to_hf) or back.
 // (Routed experts map per expert: expert_hf_name / expert_of_hf.)
-std::string map_name(const std::string& name, bool to_hf) {
+std::string map_name(const std::string& name, bool to_hf, bool mla) {
   for (const auto& [tt, hf] : top_names())
     if (name == (to_hf ? tt : hf)) return to_hf ? hf : tt;
   const std::string from = to_hf ? "layers." : "model.layers.", to = to_hf ? "model.layers." : "layers.";
   if (const auto layer = split_layer(name, from)) {
-    for (const auto& [tt, hf] : layer_names())
-      if (layer->second == (to_hf ? tt : hf)) return to + layer->first + "." + (to_hf ? hf : tt);
+    for (const auto* table : {&common_layer_names(), mla ? &mla_layer_names() : &gqa_layer_names()})
+      for (const auto& [tt, hf] : *table)
+        if (layer->second == (to_hf ? tt : hf)) return to + layer->first + "." + (to_hf ? hf : tt);
   }
   return "";
 }
@@ -265,8 +351,8 @@ struct HfTensor {
   int64_t expert = -1;
 };
 
-std::vector<HfTensor> hf_tensors_of(const ParamSpec& p) {
-  if (expert_hf_name(p.name, 0).empty()) return {{hf_name_of(p.name), -1}};
+std::vector<HfTensor> hf_tensors_of(const ParamSpec& p, bool mla) {
+  if (expert_hf_name(p.name, 0).empty()) return {{hf_name_of(p.name, mla), -1}};
   std::vector<HfTensor> out;
   for (int64_t e = 0; e < p.global_shape.at(0); ++e) out.push_back({expert_hf_name(p.name, e), e});
   return out;
@@ -277,23 +363,42 @@ std::vector<int64_t> hf_shape(const ParamSpec& p, const HfTensor& t) {
   return std::vector<int64_t>(p.global_shape.begin() + 1, p.global_shape.end());
 }
 
-// A family whose Hugging Face layout ctitan does not write or read yet:
-// InputError naming what to do.
+// A model whose weights would compute other logits in transformers:
+// InputError naming what to do. transformers' DeepseekV3 routes by sigmoid
+// scores only; TorchTitan's debugmodel, 16B and 236B route by softmax.
 void check_hf_family(const ModelArgs& args) {
-  if (args.is_mla())
-    throw InputError("Hugging Face checkpoints of model.name \"deepseek_v3\" are not read or written by ctitan yet "
-                     "(llama3 and qwen3 are); a deepseek_v3 run saves and resumes in ctitan's own checkpoint format: "
-                     "set checkpoint.initial_load_in_hf and last_save_in_hf to false");
+  if (args.is_mla() && args.moe.num_experts > 0 && args.moe.score_func != "sigmoid")
+    throw InputError("Hugging Face checkpoints of model.name \"deepseek_v3\": this flavor routes by " +
+                     args.moe.score_func +
+                     " scores, but transformers' DeepseekV3 always routes by sigmoid, so the same weights would give "
+                     "other logits there; use a sigmoid-routed flavor (671B) or set checkpoint.initial_load_in_hf and "
+                     "last_save_in_hf to false (ctitan's own checkpoint format)");
+}
+
+// The tensors a Hugging Face checkpoint holds, as TorchTitan FQNs: the
+// model's parameters and, for DeepSeek-V3, each MoE layer's expert bias
+// (e_score_correction_bias; Qwen3-MoE has no such tensor).
+std::vector<ParamSpec> hf_param_specs(const ModelArgs& args) {
+  std::vector<ParamSpec> specs = model_param_specs(args, ModelPart{});
+  if (args.is_mla() && args.moe.num_experts > 0)
+    for (int64_t l = args.n_dense_layers; l < args.n_layers; ++l)
+      specs.push_back(whole_param("layers." + std::to_string(l) + ".moe.expert_bias", {args.moe.num_experts}));
+  return specs;
+}
+
+bool is_expert_bias(const std::string& fqn) {
+  static const std::string suffix = ".moe.expert_bias";
+  return fqn.size() > suffix.size() && fqn.compare(fqn.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
 
 void check_hf_checkpoint_family(const ModelArgs& args) { check_hf_family(args); }
 
-std::string hf_name_of(const std::string& fqn) { return map_name(fqn, true); }
-std::string fqn_of_hf(const std::string& hf_name) {
+std::string hf_name_of(const std::string& fqn, bool mla) { return map_name(fqn, true, mla); }
+std::string fqn_of_hf(const std::string& hf_name, bool mla) {
   if (const auto e = expert_of_hf(hf_name)) return e->first;
-  return map_name(hf_name, false);
+  return map_name(hf_name, false, mla);
 }
 
 at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const ModelArgs& args) {
@@ -330,6 +435,7 @@ std::string export_dtype_name(at::ScalarType dtype) {
 HfExportOptions hf_export_options(const JobConfig& cfg) {
   HfExportOptions o;
   o.dtype = export_dtype(cfg.checkpoint.export_dtype);
+  o.seq_len = cfg.training.seq_len;
   // BOS/EOS ids come from the run's tokenizer, when it has one.
   const std::string& assets = cfg.model.hf_assets_path;
   if (!assets.empty() && (fs::exists(fs::path(assets) / "tokenizer.json") || fs::is_regular_file(assets))) {
@@ -352,7 +458,9 @@ nlohmann::json hf_config_json(const ModelArgs& args, const HfExportOptions& opts
   // "dtype" and the RoPE "rope_parameters"; 4.x reads torch_dtype, rope_theta
   // and rope_scaling).
   nlohmann::json c = {
-      {"architectures", {args.family == "qwen3" ? (moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM") : "LlamaForCausalLM"}},
+      {"architectures", {args.is_mla()              ? "DeepseekV3ForCausalLM"
+                         : args.family == "qwen3" ? (moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM")
+                                                  : "LlamaForCausalLM"}},
       {"model_type", model_family(args.family).hf_model_type(args)},
       {"hidden_size", args.dim},
       {"intermediate_size", args.ffn_hidden_dim()},
@@ -391,6 +499,46 @@ nlohmann::json hf_config_json(const ModelArgs& args, const HfExportOptions& opts
     }
     return c;
   }
+  if (args.is_mla()) {  // DeepseekV3Config
+    const MlaArgs& m = args.mla;
+    c.erase("head_dim");  // transformers derives it (the RoPE part)
+    c["q_lora_rank"] = m.q_lora_rank > 0 ? nlohmann::json(m.q_lora_rank) : nlohmann::json(nullptr);
+    c["kv_lora_rank"] = m.kv_lora_rank;
+    c["qk_nope_head_dim"] = m.qk_nope_head_dim;
+    c["qk_rope_head_dim"] = m.qk_rope_head_dim;
+    c["v_head_dim"] = m.v_head_dim;
+    c["rope_interleave"] = true;  // ctitan's (TorchTitan's) complex RoPE pairs
+    c["first_k_dense_replace"] = args.n_dense_layers;
+    c["moe_intermediate_size"] = args.moe.hidden_dim;
+    c["n_routed_experts"] = args.moe.num_experts;
+    c["n_shared_experts"] = args.moe.num_shared_experts;
+    c["num_experts_per_tok"] = args.moe.top_k;
+    c["n_group"] = std::max<int64_t>(args.moe.n_expert_groups, 1);
+    c["topk_group"] = args.moe.n_expert_groups > 1 ? args.moe.n_limited_groups : 1;
+    c["routed_scaling_factor"] = args.moe.route_scale;
+    c["norm_topk_prob"] = args.moe.route_norm;
+    c["num_nextn_predict_layers"] = 0;
+    // YaRN as the run computed it: TorchTitan (and ctitan) scale only when
+    // the run's sequence is longer than original_seq_len, transformers
+    // whenever config.json names YaRN; so it is named only then.
+    const YarnArgs& y = args.yarn;
+    if (y.enabled && (opts.seq_len == 0 || opts.seq_len > y.original_seq_len)) {
+      c["rope_parameters"] = {{"rope_type", "yarn"},
+                              {"rope_theta", args.rope_theta},
+                              {"factor", y.factor},
+                              {"original_max_position_embeddings", y.original_seq_len},
+                              {"beta_fast", y.beta_fast},
+                              {"beta_slow", y.beta_slow},
+                              {"mscale", m.mscale},
+                              {"mscale_all_dim", m.mscale}};
+      c["max_position_embeddings"] = static_cast<int64_t>(static_cast<double>(y.original_seq_len) * y.factor);
+    } else {
+      c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", args.rope_theta}};
+      c["max_position_embeddings"] = y.enabled ? y.original_seq_len : std::max<int64_t>(opts.seq_len, 1);
+    }
+    c["rope_scaling"] = c["rope_parameters"];
+    return c;
+  }
   // Llama 3: ctitan (like TorchTitan) always applies Llama 3.1's frequency scaling.
   const RopeScaling& r = args.rope_scaling;
   c["rope_scaling"] = {{"rope_type", "llama3"},
@@ -409,15 +557,17 @@ void write_hf_checkpoint(const std::string& dir_in, const ModelArgs& args,
                          const std::function<at::Tensor(const std::string& fqn)>& whole, const HfExportOptions& opts) {
   check_hf_family(args);
   const fs::path dir = fs::absolute(dir_in).lexically_normal();
-  const std::vector<ParamSpec> params = model_param_specs(args, ModelPart{});
+  const std::vector<ParamSpec> params = hf_param_specs(args);
   // One entry per Hugging Face tensor (a routed-expert tensor gives one per
   // expert), in model order.
   std::vector<SafetensorsWriter::Spec> specs;
   std::vector<std::pair<size_t, int64_t>> source;  // (params index, expert or -1)
   int64_t total = 0;
   for (size_t i = 0; i < params.size(); ++i)
-    for (const HfTensor& h : hf_tensors_of(params[i])) {
-      specs.push_back({h.name, opts.dtype, hf_shape(params[i], h)});
+    for (const HfTensor& h : hf_tensors_of(params[i], args.is_mla())) {
+      // The expert bias stays fp32, as transformers keeps it (a bf16 bias
+      // would round away the ±coeff steps it accumulates).
+      specs.push_back({h.name, is_expert_bias(params[i].name) ? at::kFloat : opts.dtype, hf_shape(params[i], h)});
       source.emplace_back(i, h.expert);
       total += SafetensorsWriter::nbytes(specs.back());
     }
@@ -445,7 +595,7 @@ void write_hf_checkpoint(const std::string& dir_in, const ModelArgs& args,
                                  ", expected " + dims_text(params[pi].global_shape));
         t = to_hf_layout(params[pi].name, t.cpu(), args);
       }
-      out.add((expert < 0 ? t : t[expert]).to(opts.dtype));
+      out.add((expert < 0 ? t : t[expert]).to(specs[i].dtype));
       weight_map[specs[i].name] = file;
     }
     out.finish();
@@ -483,7 +633,7 @@ void export_hf_checkpoint(const std::string& checkpoint_folder, int64_t step, co
   boxes.save_sharded(step, model, {{"step", step}}, nlohmann::json::object(), true, group);
   if (group.rank == 0) {
     const at::ScalarType master = model.empty() ? at::kFloat : model.front().tensor.scalar_type();
-    const std::vector<ParamSpec> params = model_param_specs(args, ModelPart{});
+    const std::vector<ParamSpec> params = hf_param_specs(args);
     std::map<std::string, std::vector<int64_t>> shapes;
     for (const auto& p : params) shapes[p.name] = p.global_shape;
     write_hf_checkpoint((fs::path(checkpoint_folder) / ("step-" + std::to_string(step))).string(), args,
@@ -506,14 +656,15 @@ void load_hf_checkpoint(const std::string& dir_in, const ModelArgs& args, const 
   if (!fs::is_directory(dir, ec))
     throw InputError(where + " is not a folder; point checkpoint.initial_load_path at a Hugging Face model folder");
   check_hf_family(args);
-  const bool tied = check_config(dir, args);
+  const HfConfigFacts config = check_config(dir, args);
+  const bool tied = config.tied;
   HfFolder folder(dir);
 
   // Everything is checked before anything loads, in model order.
-  const std::vector<ParamSpec> params = model_param_specs(args, ModelPart{});
+  const std::vector<ParamSpec> params = hf_param_specs(args);
   std::map<std::string, std::vector<HfTensor>> source;  // fqn → its Hugging Face tensors
   for (const auto& p : params) {
-    std::vector<HfTensor> hfs = hf_tensors_of(p);
+    std::vector<HfTensor> hfs = hf_tensors_of(p, args.is_mla());
     for (HfTensor& h : hfs) {
       // Tied embeddings (Llama 3.2 1B/3B): no lm_head.weight, and config.json says so.
       if (!folder.file_of(h.name) && p.name == "output.weight" && tied) h.name = "model.embed_tokens.weight";
@@ -538,7 +689,12 @@ void load_hf_checkpoint(const std::string& dir_in, const ModelArgs& args, const 
   }
   for (const auto& [hf, file] : folder.names()) {
     if (hf.find("rotary_emb.inv_freq") != std::string::npos) continue;
-    const std::string fqn = fqn_of_hf(hf);
+    // DeepSeek-V3's multi-token-prediction layers follow the model's last
+    // layer (model.layers.61 of 671B): transformers skips them, as does ctitan.
+    if (const auto layer = split_layer(hf, "model.layers."))
+      if (std::stoll(layer->first) >= args.n_layers && std::stoll(layer->first) < args.n_layers + config.mtp_layers)
+        continue;
+    const std::string fqn = fqn_of_hf(hf, args.is_mla());
     const auto expert = expert_of_hf(hf);
     const auto it = source.find(fqn);
     if (fqn.empty() || it == source.end() || (expert && expert->second >= static_cast<int64_t>(it->second.size())))
@@ -555,7 +711,7 @@ void load_hf_checkpoint(const std::string& dir_in, const ModelArgs& args, const 
     auto it = source.find(fqn);
     // The MoE expert biases are buffers Hugging Face's Qwen3-MoE lacks: they
     // keep their initial zeros, as a model built by TorchTitan's adapter.
-    if (it == source.end() && fqn.size() > 15 && fqn.compare(fqn.size() - 15, 15, "moe.expert_bias") == 0) continue;
+    if (it == source.end() && is_expert_bias(fqn)) continue;
     if (it == source.end()) throw std::logic_error("hf load: the model has no parameter '" + fqn + "'");
     const at::Tensor& dst = piece.tensor;
     std::vector<int64_t> lo = piece.offsets;
@@ -618,6 +774,24 @@ bool initial_load_hf(const JobConfig& cfg, const Checkpointer& ckpt, const Model
     throw InputError(std::string(key) + " '" + dir +
                      "' is not a folder; point checkpoint.initial_load_path at a Hugging Face model folder");
   load_hf_checkpoint(dir, args, pieces);
+  if (rank0 && args.is_mla()) {
+    // transformers applies the YaRN config.json names at every length;
+    // ctitan (as TorchTitan) only past original_seq_len. Loading is right
+    // either way; the logits differ from transformers' where the two differ.
+    nlohmann::json c;
+    try {
+      c = nlohmann::json::parse(
+          read_file_bounded((fs::path(dir) / "config.json").string(), "Hugging Face config", kMaxJsonBytes, false));
+    } catch (const std::exception&) {
+    }
+    const bool named = c.is_object() && yarn_of(c) != nullptr;
+    const bool applied = args.yarn.enabled && cfg.training.seq_len > args.yarn.original_seq_len;
+    if (named != applied)
+      std::cerr << "ctitan: warning: " << dir << "/config.json " << (named ? "names" : "does not name")
+                << " YaRN RoPE scaling, but this run (training.seq_len " << cfg.training.seq_len << ", original length "
+                << args.yarn.original_seq_len << ") " << (applied ? "applies" : "does not apply")
+                << " it, as TorchTitan; its logits differ from transformers' for the same weights" << std::endl;
+  }
   if (rank0)
     std::cout << "ctitan: loaded the model from Hugging Face checkpoint " << dir << " (" << key
               << "; weights only, training starts at step 1)" << std::endl;

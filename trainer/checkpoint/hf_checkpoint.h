@@ -1,7 +1,8 @@
 // Hugging Face checkpoints in and out (TorchTitan's
 // checkpoint.last_save_in_hf / checkpoint.initial_load_in_hf): Llama 3
 // (LlamaForCausalLM), Qwen3 (Qwen3ForCausalLM) and Qwen3-MoE
-// (Qwen3MoeForCausalLM); DeepSeek-V3 not yet (one line).
+// (Qwen3MoeForCausalLM) and DeepSeek-V3 (DeepseekV3ForCausalLM) with
+// sigmoid routing (transformers' only kind; a softmax-routed flavor is one line).
 //
 //   <folder>/config.json                     the family's config (hf_config_json)
 //           /model.safetensors               one file, or above the shard size:
@@ -18,6 +19,13 @@
 // router mlp.gate, and a routed-expert tensor layers.N.moe.experts.w1
 // [E, F, D] is E tensors model.layers.N.mlp.experts.<e>.gate_proj.weight
 // (w3: up_proj, w2: down_proj), as Qwen3StateDictAdapter.
+// DeepSeek-V3 as DeepSeekV3StateDictAdapter: wq_a/q_norm/wq_b →
+// q_a_proj/q_a_layernorm/q_b_proj, wkv_a/kv_norm/wkv_b →
+// kv_a_proj_with_mqa/kv_a_layernorm/kv_b_proj, shared experts →
+// mlp.shared_experts.*, and the expert bias → mlp.gate.e_score_correction_bias
+// (fp32); RoPE stays interleaved (config.json: rope_interleave = true).
+// transformers applies YaRN whenever config.json names it, TorchTitan only
+// past original_seq_len: an export names it only when the run used it.
 //
 // Export gathers whole tensors from any parallel layout through the
 // checkpoint's box re-sharding: every rank writes its boxes to a hidden
@@ -50,23 +58,29 @@ struct HfExportOptions {
   at::ScalarType dtype = at::kFloat;  // checkpoint.export_dtype
   int64_t max_shard_bytes = kHfShardBytes;
   int64_t bos_id = -1, eos_id = -1;  // written to config.json when >= 0
+  // The run's training.seq_len: DeepSeek-V3's config.json names YaRN only
+  // when the run applied it (longer than its original length; 0: always).
+  int64_t seq_len = 0;
 };
 
 // TorchTitan FQN (no "model." prefix) ↔ Hugging Face name; empty when the
 // name has no counterpart (e.g. rotary_emb.inv_freq). A per-expert Hugging
 // Face name maps to its experts' tensor (hf_name_of of that tensor is "").
-std::string hf_name_of(const std::string& fqn);
-std::string fqn_of_hf(const std::string& hf_name);
+// `mla`: DeepSeek-V3's names (multi-head latent attention, shared experts,
+// the router's e_score_correction_bias).
+std::string hf_name_of(const std::string& fqn, bool mla = false);
+std::string fqn_of_hf(const std::string& hf_name, bool mla = false);
 
 // The whole tensor `fqn` in Hugging Face's layout (wq/wk rows permuted), and back.
 at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const ModelArgs& args);
 at::Tensor from_hf_layout(const std::string& fqn, const at::Tensor& hf, const ModelArgs& args);
 
-// InputError (one line) for a family ctitan has no Hugging Face layout for.
+// InputError (one line) for a model whose weights transformers would read
+// into other logits (a softmax-routed DeepSeek-V3).
 void check_hf_checkpoint_family(const ModelArgs& args);
 
-// config.json for transformers' LlamaForCausalLM, Qwen3ForCausalLM or
-// Qwen3MoeForCausalLM.
+// config.json for transformers' LlamaForCausalLM, Qwen3ForCausalLM,
+// Qwen3MoeForCausalLM or DeepseekV3ForCausalLM.
 nlohmann::json hf_config_json(const ModelArgs& args, const HfExportOptions& opts);
 // "float32" | "bfloat16" | "float16" ↔ dtype (std::invalid_argument otherwise).
 at::ScalarType export_dtype(const std::string& name);
