@@ -146,7 +146,7 @@ TEST(DeepSeekV3, RefusedLayoutsAndFlavorsAreOneLine) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("n_heads 16"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(check_model_layout(tiny, ModelLayout{1, 1, 1, 1, 1, true}), InputError);
+  EXPECT_NO_THROW(check_model_layout(tiny, ModelLayout{1, 1, 1, 1, 1, true}));  // float8 on MLA's head GEMMs
   for (const char* flavor : {"debugmodel_flex_attn", "16B", "236B", "671B"}) {
     try {
       check_model_layout(model_flavor("deepseek_v3", flavor), ModelLayout{});

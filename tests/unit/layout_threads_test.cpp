@@ -40,6 +40,7 @@ struct Layout {
   int64_t tp = 1, cp = 1, pp = 1;
   const char* ac = "none";
   bool compile = false;
+  bool float8 = false;  // tensorwise, emulated: the golden run is one process with float8 too
   int world() const { return static_cast<int>(replicate * shard * tp * cp * pp); }
 };
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
@@ -69,6 +70,7 @@ JobConfig tiny_config(const Layout& l) {
   cfg.parallelism.pipeline_parallel_microbatch_size = 1;
   cfg.activation_checkpoint.mode = l.ac;
   cfg.compile.enable = l.compile;
+  if (l.float8) cfg.model.converters = {"quantize.linear.float8"};
   return cfg;
 }
 
@@ -167,7 +169,8 @@ class ThreadRanks : public ::testing::TestWithParam<Layout> {
   static void TearDownTestSuite() { goldens_.clear(); }
   // One process of the layout's model (the same flavor, AC and compile).
   static const LayoutRun& golden(const Layout& l) {
-    const std::string key = std::string(l.model) + "/" + l.flavor + "/" + l.ac + (l.compile ? "/compile" : "");
+    const std::string key = std::string(l.model) + "/" + l.flavor + "/" + l.ac + (l.compile ? "/compile" : "") +
+                            (l.float8 ? "/float8" : "");
     auto it = goldens_.find(key);
     if (it == goldens_.end()) {
       Layout one = l;
@@ -199,7 +202,11 @@ TEST_P(ThreadRanks, LossesAndParametersMatchOneProcess) {
     auto it = std::find_if(run.params.begin(), run.params.end(), [&](const auto& nt) { return nt.first == name; });
     ASSERT_NE(it, run.params.end()) << name;
     ASSERT_FALSE(it->second.isnan().any().item<bool>()) << l.name << ": no rank holds part of " << name;
-    EXPECT_LT(max_rel_diff(it->second, w), 1e-5) << l.name << " " << name;
+    // Float8: a 1-ulp difference in a partial sum can flip one e4m3 code
+    // (2^-3 relative) of one element, which AdamW turns into up to ±lr on a
+    // weight; the losses still agree within 1e-5. Measured 7.4e-5 of the
+    // scale after 4 steps (DeepSeek-V3 TP 2, wq_b).
+    EXPECT_LT(max_rel_diff(it->second, w), l.float8 ? 2e-4 : 1e-5) << l.name << " " << name;
   }
 }
 
@@ -234,7 +241,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"deepseek_tp2", 1, 1, "deepseek_v3", "tiny", 2},
                       Layout{"deepseek_cp2", 1, 1, "deepseek_v3", "tiny", 1, 2},
                       Layout{"deepseek_fsdp2_tp2_ac_full", 1, 2, "deepseek_v3", "tiny", 2, 1, 1, "full"},
-                      Layout{"deepseek_pp2_fsdp2_tp2_compile", 1, 2, "deepseek_v3", "tiny", 2, 1, 2, "none", true}),
+                      Layout{"deepseek_pp2_fsdp2_tp2_compile", 1, 2, "deepseek_v3", "tiny", 2, 1, 2, "none", true},
+                      // Float8 (tensorwise, emulated) on MLA's wq_b, wkv_b and wo and the dense
+                      // FFN, each GEMM's scales over the whole weight. TP only: data-parallel ranks
+                      // scale their own half of the batch's activations, so a float8 run under
+                      // FSDP is not the one-process float8 run (as in TorchTitan), by design.
+                      Layout{"deepseek_tp2_float8", 1, 1, "deepseek_v3", "tiny", 2, 1, 1, "none", false, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

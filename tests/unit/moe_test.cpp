@@ -298,6 +298,57 @@ TEST(Qwen3, Float8GemmsHoldTheirOwnWeights) {
   }
 }
 
+// DeepSeek-V3's float8 units: MLA's head-sharded GEMMs (wq_b, or wq
+// without the low-rank q; wkv_b; wo) and the dense layers' FFN; the
+// low-rank down-projections wq_a / wkv_a, the router and the experts stay in
+// the compute dtype. The SQNR probe sees exactly those units run in float8,
+// with float8-sized errors.
+TEST(DeepSeekV3, Float8OnMlaHeadShardedGemms) {
+  for (const char* flavor : {"tiny", "debugmodel"}) {
+    SCOPED_TRACE(flavor);
+    const ModelArgs args = model_flavor("deepseek_v3", flavor);
+    Transformer m(args, at::kFloat, 16);
+    m.set_float8(Float8Recipe::kTensorwise, true, {"output", "router.gate", "attention.wkv_a"});
+    const std::string q = args.mla.q_lora_rank > 0 ? "attention.wq_b" : "attention.wq";
+    std::vector<std::string> want;
+    for (int64_t l = 0; l < args.n_layers; ++l) {
+      const std::string p = "layers." + std::to_string(l) + ".";
+      for (const std::string& u : {q, std::string("attention.wkv_b"), std::string("attention.wo")}) want.push_back(p + u);
+      if (l < args.n_dense_layers) {
+        want.push_back(p + "feed_forward.w1|w3");
+        want.push_back(p + "feed_forward.w2");
+      }
+    }
+    std::vector<std::string> got;
+    for (const auto& g : m.float8_gemms()) got.push_back(g.name);
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, want);
+    if (std::string(flavor) != "tiny") continue;
+    {
+      torch::NoGradGuard no_grad;
+      torch::manual_seed(3);
+      for (const auto& sl : m.slots()) {
+        at::Tensor p = m.store().param(sl.name);
+        if (p.dim() == 1)
+          p.fill_(1.0);
+        else
+          p.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(p.size(-1))));
+      }
+    }
+    const auto sqnr = m.float8_sqnr(at::randint(args.vocab_size, {2, 16}, at::kLong));
+    std::vector<std::string> probed;
+    for (const auto& [name, db] : sqnr) {
+      probed.push_back(name);
+      EXPECT_GT(db, 15.0) << name;
+      EXPECT_LT(db, 60.0) << name;
+    }
+    std::sort(probed.begin(), probed.end());
+    probed.erase(std::unique(probed.begin(), probed.end()), probed.end());
+    EXPECT_EQ(probed, want);
+  }
+}
+
 TEST(Qwen3, TiedFlavorsRefuseFsdpAndPipelines) {
   const ModelArgs tied = model_flavor("qwen3", "debugmodel");
   EXPECT_THROW(check_model_layout(tied, ModelLayout{1, 2, 1, 1, 1, false}), InputError);

@@ -452,6 +452,9 @@ at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, cons
   // summed over tp. H is this rank's heads.
   const MlaArgs& m = args_.mla;
   const int64_t nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim;
+  const Float8Units f8 = float8_ ? float8_units_[local_of_[layer]] : Float8Units{};
+  // wq / wq_b and wkv_b are column-wise: float8 scales over the whole weight.
+  const Float8TpSharding column = tp_.on() ? Float8TpSharding::column(tp_.group) : Float8TpSharding{};
   const at::Tensor in = !tp_.on()               ? x
                         : tp_.sequence_parallel ? gather_from_sp(x, *tp_.group, 1)
                                                 : copy_to_tp(x, *tp_.group);
@@ -460,16 +463,16 @@ at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, cons
       m.q_lora_rank > 0
           ? linear(rms_norm(linear(in, tp_summed(w.mla.wq_a, true), false, layer, "attention.wq_a"),
                             tp_summed(w.mla.q_norm, true)),
-                   w.mla.wq_b, false, layer, "attention.wq_b")
-          : linear(in, w.mla.wq, false, layer, "attention.wq");
+                   w.mla.wq_b, f8.qkv, layer, "attention.wq_b", column)
+          : linear(in, w.mla.wq, f8.qkv, layer, "attention.wq", column);
   const int64_t H = q_lin.size(2) / (nope + rope);
   const auto q_parts = q_lin.view({B, S, H, nope + rope}).split_with_sizes({nope, rope}, 3);
   at::Tensor q = at::cat({q_parts[0].to(attention_dtype_), apply_rope(q_parts[1], attention_dtype_)}, 3);
   const auto kv_parts = linear(in, tp_summed(w.mla.wkv_a, true), false, layer, "attention.wkv_a")
                             .split_with_sizes({m.kv_lora_rank, rope}, 2);
   const at::Tensor k_pe = apply_rope(kv_parts[1].unsqueeze(2), attention_dtype_);  // [B,S,1,rope]
-  const auto kv = linear(rms_norm(kv_parts[0], tp_summed(w.mla.kv_norm, true)), w.mla.wkv_b, false, layer,
-                         "attention.wkv_b")
+  const auto kv = linear(rms_norm(kv_parts[0], tp_summed(w.mla.kv_norm, true)), w.mla.wkv_b, f8.kv_b, layer,
+                         "attention.wkv_b", column)
                       .view({B, S, H, nope + m.v_head_dim})
                       .split_with_sizes({nope, m.v_head_dim}, 3);
   at::Tensor k = at::cat({kv[0].to(attention_dtype_), k_pe.expand({B, S, H, rope})}, 3);
@@ -481,7 +484,7 @@ at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, cons
                                                                 v.transpose(1, 2), /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                                 /*is_causal=*/true, /*scale=*/mla_scale_);
   o = o.transpose(1, 2).to(compute_dtype(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous).contiguous();
-  return row_gemm(o.view({B, S, -1}), w.wo, false, layer, "attention.wo");
+  return row_gemm(o.view({B, S, -1}), w.wo, f8.wo, layer, "attention.wo");
 }
 
 at::Tensor Transformer::attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache) const {
@@ -692,10 +695,23 @@ void Transformer::set_float8(Float8Recipe recipe, bool emulate, const std::vecto
     return hit;
   };
   float8_units_.assign(layer_ids_.size(), {});
+  const bool mla = args_.is_mla();
+  const char* mla_q = args_.mla.q_lora_rank > 0 ? "attention.wq_b" : "attention.wq";
   for (int64_t l : layer_ids_) {
     const std::string p = "layers." + std::to_string(l) + ".";
     // Evaluate every module so each filter entry is marked as matched.
-    const bool q = filtered(p + "attention.wq"), k = filtered(p + "attention.wk"), v = filtered(p + "attention.wv");
+    // MLA: the low-rank down-projections wq_a and wkv_a stay in the compute
+    // dtype. They are replicated over tp and each rank's gradient into them
+    // is a partial sum over its heads: float8 codes of the parts are not the
+    // codes of the sum, so a TP run could not match one process; their
+    // outputs (576 and 1536 wide in 671B) are also below the sizes where
+    // torchao's auto-filter finds float8 GEMMs worth it. A filter entry
+    // naming them is still valid.
+    if (mla && args_.mla.q_lora_rank > 0) filtered(p + "attention.wq_a");
+    if (mla) filtered(p + "attention.wkv_a");
+    const bool q = filtered(p + (mla ? mla_q : "attention.wq"));
+    const bool k = mla ? filtered(p + "attention.wkv_b") : filtered(p + "attention.wk");
+    const bool v = !mla && filtered(p + "attention.wv");
     const bool o = filtered(p + "attention.wo");
     const bool w1 = filtered(p + "feed_forward.w1"), w3 = filtered(p + "feed_forward.w3");
     const bool w2 = filtered(p + "feed_forward.w2");
@@ -705,7 +721,8 @@ void Transformer::set_float8(Float8Recipe recipe, bool emulate, const std::vecto
                           "moe.shared_experts.w3"})
       if (args_.moe_layer(l)) filtered(p + m);
     const bool dense = !args_.moe_layer(l);
-    float8_units_[local_of_[l]] = {!(q || k || v), !o, dense && !(w1 || w3), dense && !w2};
+    float8_units_[local_of_[l]] = mla ? Float8Units{!q, !o, dense && !(w1 || w3), dense && !w2, !k}
+                                      : Float8Units{!(q || k || v), !o, dense && !(w1 || w3), dense && !w2};
   }
   float8_output_ = has_head() && !filtered("output");
   // An entry may name linears of another pipeline stage: it is a mistake
@@ -713,7 +730,8 @@ void Transformer::set_float8(Float8Recipe recipe, bool emulate, const std::vecto
   for (size_t i = 0; i < filter_fqns.size() && !whole(); ++i) {
     for (int64_t l = 0; l < args_.n_layers && !used[i]; ++l)
       for (const char* m : {"attention.wq", "attention.wk", "attention.wv", "attention.wo", "feed_forward.w1",
-                            "feed_forward.w3", "feed_forward.w2"})
+                            "feed_forward.w3", "feed_forward.w2", "attention.wq_a", "attention.wq_b",
+                            "attention.wkv_a", "attention.wkv_b"})
         if (("layers." + std::to_string(l) + "." + m).find(filter_fqns[i]) != std::string::npos) used[i] = true;
     if (std::string("output").find(filter_fqns[i]) != std::string::npos) used[i] = true;
   }
@@ -730,7 +748,13 @@ std::vector<Transformer::Float8Gemm> Transformer::float8_gemms() const {
     const std::string p = "layers." + std::to_string(l) + ".";
     const auto slot = [&](const char* m) { return store_.index(p + m + ".weight"); };
     const Float8Units& f = float8_units_[local_of_[l]];
-    if (f.qkv) out.push_back({p + "attention.wq|wk|wv", {slot("attention.wq"), slot("attention.wk"), slot("attention.wv")}});
+    if (f.qkv && args_.is_mla()) {
+      const char* q = args_.mla.q_lora_rank > 0 ? "attention.wq_b" : "attention.wq";
+      out.push_back({p + q, {slot(q)}});
+    } else if (f.qkv) {
+      out.push_back({p + "attention.wq|wk|wv", {slot("attention.wq"), slot("attention.wk"), slot("attention.wv")}});
+    }
+    if (f.kv_b) out.push_back({p + "attention.wkv_b", {slot("attention.wkv_b")}});
     if (f.wo) out.push_back({p + "attention.wo", {slot("attention.wo")}});
     if (f.w13) out.push_back({p + "feed_forward.w1|w3", {slot("feed_forward.w1"), slot("feed_forward.w3")}});
     if (f.w2) out.push_back({p + "feed_forward.w2", {slot("feed_forward.w2")}});

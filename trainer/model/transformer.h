@@ -192,8 +192,11 @@ class Transformer {
   };
   // Which GEMMs of a layer (and the output projection) run in float8
   // (indexed like layers_).
+  // MLA: qkv is wq (or wq_b with the low-rank q) and kv_b is wkv_b; the
+  // low-rank down-projections wq_a and wkv_a stay in the compute dtype
+  // (set_float8 says why).
   struct Float8Units {
-    bool qkv = false, wo = false, w13 = false, w2 = false;
+    bool qkv = false, wo = false, w13 = false, w2 = false, kv_b = false;
   };
   // at::linear, or float8_linear for a float8 unit; `layer`/`unit` name it
   // for the SQNR probe (layer −1: outside the blocks).

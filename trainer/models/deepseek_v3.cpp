@@ -94,9 +94,6 @@ std::string deepseek_v3_refuses(const ModelArgs& a, const ModelLayout& l) {
   if (a.block_causal && !l.dry_run)
     return "model deepseek_v3: this flavor uses TorchTitan's block_causal attention (flex, document masks), which "
            "ctitan does not have yet; use flavor debugmodel (causal) or tiny";
-  if (l.float8)
-    return "model deepseek_v3: float8 linears are not wired to multi-head latent attention's projections yet; remove "
-           "\"quantize.linear.float8\" from model.converters";
   return "";
 }
 
