@@ -31,6 +31,9 @@ const char* kHelp =
     "traffic, Float8, recomputation, communication per mesh dimension with what overlaps, the\n"
     "pipeline schedule's bubble), and tokens/s and MFU per device. Every figure is a prediction on\n"
     "the named hardware spec (recipes/hardware/*.toml, default h100_sxm) with its calibration source.\n"
+    "Any model.name of the trainer (llama3, qwen3, deepseek_v3) with its flavors, model.n_layers and\n"
+    "the MoE keys (model.moe_num_experts, moe_top_k); the --model.dim ... shape options describe\n"
+    "dense Llama-style (or gpt) models.\n"
     "The world size is --ngpu (or NGPU), else nodes x gpus-per-node, else the product of the\n"
     "recipe's parallelism degrees, else one node of the spec. Config overrides as for `ctitan train`.\n"
     "\n"
@@ -73,7 +76,7 @@ std::vector<MeasuredRun> published_runs(const std::string& path, const std::stri
     r.world_size = row.world_size;
     PlanRequest q;
     q.cfg = row.cfg;
-    q.model = model_from_flavor(row.cfg.model.flavor, row.cfg.model.n_layers);
+    q.model = model_from_config(row.cfg.model);
     q.world_size = row.world_size;
     const MeshShape shape = resolve_mesh_shape(row.cfg.parallelism, row.world_size);
     const int64_t dp = shape.dp_replicate * shape.dp_shard;
@@ -177,7 +180,8 @@ int plan_command(const std::vector<std::string>& args) {
     } else if (a == "--gpus-per-node") {
       per_node = parse_count(a, take_value(args, i));
     } else if (a.rfind("--model.", 0) == 0 && a != "--model.flavor" && a != "--model.name" &&
-               a != "--model.converters" && a.rfind("--model.hf_assets", 0) != 0 &&
+               a != "--model.converters" && a != "--model.n_layers" && a.rfind("--model.moe_", 0) != 0 &&
+               a.rfind("--model.hf_assets", 0) != 0 &&
                a.rfind("--model.tokenizer", 0) != 0 && a.rfind("--model.print", 0) != 0) {
       model_overrides.emplace_back(a.substr(8), take_value(args, i));
     } else if (a.rfind("--", 0) == 0) {
@@ -209,11 +213,7 @@ int plan_command(const std::vector<std::string>& args) {
   cargs.insert(cargs.end(), config_args.begin(), config_args.end());
   PlanRequest req;
   req.cfg = parse_job_config(cargs);
-  if (req.cfg.model.name != "llama3")
-    throw InputError("ctitan plan: model.name \"" + req.cfg.model.name +
-                     "\" is not described by the planner yet (it models llama3's dense blocks); "
-                     "`ctitan train --training.device meta` (the dry run) gives such a model's memory on one rank");
-  req.model = model_from_flavor(req.cfg.model.flavor, req.cfg.model.n_layers);
+  req.model = model_from_config(req.cfg.model);
   for (const auto& [k, v] : model_overrides) override_model(req.model, k, v);
   const HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);
   if (ngpu == 0)

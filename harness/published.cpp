@@ -168,7 +168,7 @@ PublishedReport predict_published(const std::vector<PublishedRow>& rows) {
     try {
       PlanRequest req;
       req.cfg = row.cfg;
-      req.model = model_from_flavor(row.cfg.model.flavor, row.cfg.model.n_layers);
+      req.model = model_from_config(row.cfg.model);
       req.world_size = row.world_size;
       const Prediction pred = predict(req, hw);
       p.predicted_tps = pred.tps_per_device;

@@ -150,7 +150,7 @@ class HardwareCache {
 Prediction predict_on(const JobConfig& cfg, int world_size, const ResolvedHardware& hw) {
   PlanRequest req;
   req.cfg = cfg;
-  req.model = model_from_flavor(cfg.model.flavor, cfg.model.n_layers);
+  req.model = model_from_config(cfg.model);
   req.world_size = world_size;
   Prediction p = predict(req, hw.spec);
   if (hw.stand_in) {  // another GPU's speed says nothing about this one's
@@ -268,12 +268,7 @@ Prediction predict_point(const JobConfig& cfg, int world_size, const DeviceBudge
   return predict_on(cfg, world_size, resolve_hardware(budget, on_gpu(cfg, budget)));
 }
 
-// The planner describes Llama 3 models only so far: another family's
-// points run without a prediction (and are not pruned for lacking one).
-bool plannable(const JobConfig& cfg) { return cfg.model.name == "llama3"; }
-
 std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudget& budget) {
-  if (!plannable(cfg)) return infeasibility(cfg, world_size, budget, nullptr, "");
   try {
     const Prediction p = predict_point(cfg, world_size, budget);
     return infeasibility(cfg, world_size, budget, &p, "");
@@ -463,7 +458,7 @@ std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& bu
       const ResolvedHardware& hw = hardware.get(on_gpu(pt.config, budget));  // an unknown spec: bad input
       std::string predict_error;
       try {
-        if (plannable(pt.config)) pt.prediction = predict_on(pt.config, ws, hw);
+        pt.prediction = predict_on(pt.config, ws, hw);
       } catch (const InputError& e) {
         predict_error = strip_prefix(e.what());
       }

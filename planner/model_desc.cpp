@@ -20,16 +20,18 @@ int64_t ModelDesc::params() const {
     const int64_t block = attention + mlp + 4 * D;
     return embedding_params() + max_positions * D + n_layers * block + 2 * D + vocab_size * D;
   }
-  return count_params(llama_args()).total;
+  return count_params(trainer_args()).total;
 }
 
 double ModelDesc::flops_per_token(int64_t seq_len) const {
+  if (family != "gpt") return ctitan::flops_per_token(trainer_args(), seq_len);
   // Position embeddings are lookups, like the token embedding: neither is a matmul.
   const double matmul_params = static_cast<double>(params() - embedding_params() - max_positions * dim);
   return 6.0 * matmul_params + 12.0 * static_cast<double>(n_layers * n_heads * head_dim()) * static_cast<double>(seq_len);
 }
 
-ModelArgs ModelDesc::llama_args() const {
+ModelArgs ModelDesc::trainer_args() const {
+  if (flavor_args) return *flavor_args;
   ModelArgs a;
   a.dim = dim;
   a.n_layers = n_layers;
@@ -40,10 +42,13 @@ ModelArgs ModelDesc::llama_args() const {
   return a;
 }
 
-ModelDesc model_from_flavor(const std::string& flavor, int64_t n_layers) {
-  const ModelArgs a = model_flavor("llama3", flavor, n_layers);
+namespace {
+
+ModelDesc desc_of(const ModelArgs& a, const std::string& name) {
   ModelDesc m;
-  m.name = "llama3 " + flavor + (n_layers > 0 ? " (" + std::to_string(n_layers) + " layers)" : "");
+  m.name = name;
+  m.family = a.family;
+  m.flavor_args = a;
   m.dim = a.dim;
   m.n_layers = a.n_layers;
   m.n_heads = a.n_heads;
@@ -53,7 +58,24 @@ ModelDesc model_from_flavor(const std::string& flavor, int64_t n_layers) {
   return m;
 }
 
+}  // namespace
+
+ModelDesc model_from_flavor(const std::string& flavor, int64_t n_layers) {
+  return desc_of(model_flavor("llama3", flavor, n_layers),
+                 "llama3 " + flavor + (n_layers > 0 ? " (" + std::to_string(n_layers) + " layers)" : ""));
+}
+
+ModelDesc model_from_config(const ModelSection& model) {
+  return desc_of(model_flavor(model), model.name + " " + model.flavor +
+                                          (model.n_layers > 0 ? " (" + std::to_string(model.n_layers) + " layers)" : ""));
+}
+
 void override_model(ModelDesc& m, const std::string& key, const std::string& value) {
+  if (m.family != "llama3" && m.family != "gpt")
+    throw InputError("--model." + key + ": the planner's shape options describe dense Llama-style (or gpt) models; " +
+                     m.family + " is described by its flavors and model keys (model.flavor, model.n_layers, "
+                     "model.moe_num_experts, model.moe_top_k)");
+  m.flavor_args.reset();  // a shape of its own from here on
   if (key == "family") {
     if (value != "llama3" && value != "gpt")
       throw InputError("--model.family '" + value + "' is unknown; use llama3 (SwiGLU, RoPE) or gpt (4·D MLP, learned positions)");

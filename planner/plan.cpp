@@ -55,36 +55,110 @@ struct UnitCost {
   double b() const { return gemm_b + attn_b + elem_b; }
 };
 
-UnitCost block_cost(const Env& e, double T) {
+// One block's GEMMs: N x K weights over M = T tokens (x m_mult), `groups`
+// equal grouped-GEMM problems (routed experts), `fp8` where Float8 applies.
+struct BlockGemm {
+  double n, k;
+  bool row = false;
+  bool fp8 = true;
+  double m_mult = 1;
+  double groups = 1;
+};
+
+// The block's shapes: attention (grouped-query, or DeepSeek-V3's
+// multi-head latent attention with its low-rank projections) and the FFN
+// (dense SwiGLU, or an MoE layer: router, top_k of E routed experts as one
+// grouped GEMM per projection, shared experts), split by TP as ctitan
+// splits them (MoE layers and MLA's low-rank projections replicated).
+struct BlockShape {
+  std::vector<BlockGemm> gemms;
+  double heads = 0, qk_dim = 0, v_dim = 0;  // attention: this rank's heads, q/k and v head dims
+  double kv_cp = 0;                          // K and V elements per token that context parallelism moves
+  double attn_io = 0;                        // element-wise traffic of the attention part per token
+  double ffn_io = 0;                         // of the FFN part
+};
+
+BlockShape block_shape(const Env& e, bool moe_layer) {
   const ModelDesc& m = e.m;
+  const ModelArgs a = m.family == "gpt" ? ModelArgs{} : m.trainer_args();
   const double t = static_cast<double>(e.shape.tp), D = static_cast<double>(m.dim);
   const double H = static_cast<double>(m.n_heads), K = static_cast<double>(m.n_kv_heads);
-  const double Dh = static_cast<double>(m.head_dim()), F = static_cast<double>(m.ffn_hidden);
+  const double Dh = static_cast<double>(m.family == "gpt" ? m.head_dim() : a.head_dim());
+  const double F = static_cast<double>(m.ffn_hidden);
+  BlockShape s;
+  s.heads = H / t;
+  if (m.family == "gpt") {
+    s.gemms = {{(H + 2 * K) * Dh / t, D}, {D, H * Dh / t, true}, {F / t, D}, {D, F / t, true}};
+    s.qk_dim = s.v_dim = Dh;
+    s.kv_cp = 2 * K * Dh / t;
+    s.attn_io = (4 * H + 6 * K) * Dh / t;
+    s.ffn_io = 2 * F / t;
+    return s;
+  }
+  if (a.is_mla()) {
+    const MlaArgs& l = a.mla;
+    const double qk = static_cast<double>(l.qk_nope_head_dim + l.qk_rope_head_dim), v = static_cast<double>(l.v_head_dim);
+    const double kv_a = static_cast<double>(l.kv_lora_rank + l.qk_rope_head_dim), kv = static_cast<double>(l.kv_lora_rank);
+    if (l.q_lora_rank > 0) {
+      const double q = static_cast<double>(l.q_lora_rank);
+      s.gemms.push_back({q, D, false, false});
+      s.gemms.push_back({H * qk / t, q});
+    } else {
+      s.gemms.push_back({H * qk / t, D});
+    }
+    s.gemms.push_back({kv_a, D, false, false});
+    s.gemms.push_back({H * (qk - l.qk_rope_head_dim + v) / t, kv});
+    s.gemms.push_back({D, H * v / t, true});
+    s.qk_dim = qk;
+    s.v_dim = v;
+    s.kv_cp = H * (qk + v) / t;
+    s.attn_io = H * (4 * qk + 3 * v) / t + 2 * (kv_a + static_cast<double>(l.q_lora_rank));
+  } else {
+    s.gemms = {{H * Dh / t, D}, {K * Dh / t, D}, {K * Dh / t, D}, {D, H * Dh / t, true}};
+    s.qk_dim = s.v_dim = Dh;
+    s.kv_cp = 2 * K * Dh / t;
+    s.attn_io = (4 * H + 6 * K) * Dh / t;
+  }
+  if (moe_layer) {
+    const MoeArgs& x = a.moe;
+    const double E = static_cast<double>(x.num_experts), k = static_cast<double>(x.top_k);
+    const double hm = static_cast<double>(x.hidden_dim), sh = static_cast<double>(x.num_shared_experts) * hm;
+    // Each expert sees T·k/E tokens on average (a balanced load).
+    s.gemms.push_back({E, D, false, false});
+    for (int i = 0; i < 3; ++i) s.gemms.push_back({i < 2 ? hm : D, i < 2 ? D : hm, i == 2, false, k / E, E});
+    if (sh > 0)
+      for (int i = 0; i < 3; ++i) s.gemms.push_back({i < 2 ? sh : D, i < 2 ? D : sh, i == 2, false});
+    // SwiGLU over the routed and shared hidden states; the tokens permuted
+    // to their experts and combined back (k copies of D each way).
+    s.ffn_io = 3 * (k * hm + sh) + 4 * k * D;
+  } else {
+    for (int i = 0; i < 3; ++i) s.gemms.push_back({i < 2 ? F / t : D, i < 2 ? D : F / t, i == 2});
+    s.ffn_io = 3 * F / t;
+  }
+  return s;
+}
+
+UnitCost block_cost(const Env& e, double T, bool moe_layer) {
+  const ModelDesc& m = e.m;
+  const double t = static_cast<double>(e.shape.tp), D = static_cast<double>(m.dim);
   const double S = static_cast<double>(e.cfg.training.seq_len);
   const bool sp = e.shape.tp > 1 && e.cfg.parallelism.enable_sequence_parallel;
   UnitCost c;
-  struct G {
-    double n, k;
-    bool row;
-  };
-  std::vector<G> gemms;
-  if (m.gated_mlp()) {
-    gemms = {{H * Dh / t, D, false}, {K * Dh / t, D, false}, {K * Dh / t, D, false}, {D, H * Dh / t, true},
-             {F / t, D, false},      {F / t, D, false},      {D, F / t, true}};
-  } else {
-    gemms = {{(H + 2 * K) * Dh / t, D, false}, {D, H * Dh / t, true}, {F / t, D, false}, {D, F / t, true}};
-  }
+  const BlockShape shape = block_shape(e, moe_layer);
+  const std::vector<BlockGemm>& gemms = shape.gemms;
   // Float8 recipes (torchao): tensorwise runs all three GEMMs in fp8;
   // rowwise scales per row, casts twice as much (both layouts of each
   // operand) and keeps the weight gradient in bf16 ("rowwise_with_gw_hp" too).
   const bool rowwise = e.float8 && e.cfg.float8.recipe_name.rfind("rowwise", 0) == 0;
-  for (const G& g : gemms) {
-    const double fwd = gemm_s(e, T, g.n, g.k, e.float8);
+  for (const BlockGemm& g : gemms) {
+    const bool fp8 = e.float8 && g.fp8;
+    const double M = T * g.m_mult;
+    const double fwd = g.groups * gemm_s(e, M, g.n, g.k, fp8);
     c.gemm_f += fwd;
     // Input and weight gradients: the same FLOPs and shapes as the forward.
-    c.gemm_b += rowwise ? fwd + gemm_s(e, T, g.n, g.k, false) : 2 * fwd;
+    c.gemm_b += fp8 && rowwise ? fwd + g.groups * gemm_s(e, M, g.n, g.k, false) : 2 * fwd;
     if (g.row) c.row_gemm_f += fwd;
-    if (e.float8) {
+    if (fp8) {
       // Scaling: amax, scale and cast of the input and weight in forward
       // (read 2, write 1, read again for amax), of the output gradient in
       // backward; fused into neighbours under compile.
@@ -92,10 +166,11 @@ UnitCost block_cost(const Env& e, double T) {
       c.cast += bytes * (e.compiled ? e.hw.eff.fused_traffic : 1.0) / e.bandwidth;
     }
   }
+  const double H = shape.heads * t, Dh = shape.qk_dim;
   // Causal flash attention: QKᵀ and PV over S/2 keys on average (CP's
   // load balancing keeps every rank's share equal); backward recomputes
   // the scores (2.5x the forward).
-  const double attn_flops = 2 * 2 * T * (S / 2) * (H / t) * Dh;
+  const double attn_flops = 2 * T * (S / 2) * (H / t) * (shape.qk_dim + shape.v_dim);
   const double attn_eff = e.hw.eff.attention * Dh / (Dh + e.hw.eff.gemm_half_size / 4);
   c.attn_f = attn_flops / (e.peak * attn_eff);
   c.attn_b = 2.5 * c.attn_f;
@@ -104,12 +179,17 @@ UnitCost block_cost(const Env& e, double T) {
   // (split by TP under sequence parallelism), RoPE and layout copies of
   // q/k/v, the SwiGLU (or GELU) product.
   const double seq_part = sp ? t : 1.0;
-  const double per_token = 10 * D / seq_part + (4 * H + 6 * K) * Dh / t + (m.gated_mlp() ? 3 : 2) * F / t;
+  const double per_token = 10 * D / seq_part + shape.attn_io + shape.ffn_io;
   const double traffic = e.compiled ? e.hw.eff.fused_traffic : 1.0;
   c.elem_f += T * per_token * e.elem * traffic / (e.bandwidth * e.hw.eff.memory);
   c.elem_b += 2 * c.elem_f;
   const double kernels = e.compiled ? 10 : 25;
-  c.kernels_f = (kernels + (e.float8 ? (e.compiled ? 2 : 6) * static_cast<double>(gemms.size()) : 0)) *
+  // An MoE layer adds routing (softmax/sigmoid, top-k, sort, gather,
+  // scatter, the bias) and its grouped GEMMs' launches.
+  const double moe_kernels = moe_layer ? 12 : 0;
+  double fp8_gemms = 0;
+  for (const BlockGemm& g : gemms) fp8_gemms += g.fp8 ? 1 : 0;
+  c.kernels_f = (kernels + moe_kernels + (e.float8 ? (e.compiled ? 2 : 6) * fp8_gemms : 0)) *
                 e.hw.eff.kernel_overhead_s * e.overhead_mult;
   if (e.shape.tp > 1 && e.cfg.parallelism.enable_async_tensor_parallel && !e.float8)  // each TP GEMM in tp chunks
     c.kernels_f += 4 * static_cast<double>(e.shape.tp - 1) * 2 * e.hw.eff.kernel_overhead_s * e.overhead_mult;
@@ -118,7 +198,24 @@ UnitCost block_cost(const Env& e, double T) {
     c.tp_bytes = T * D * e.elem;
     c.tp_collectives = sp ? 8 : 4;
   }
-  if (e.shape.cp > 1) c.cp_bytes = 3 * T * 2 * K * Dh / t * e.elem;  // K,V forward; K,V and their grads backward
+  if (e.shape.cp > 1) c.cp_bytes = 3 * T * shape.kv_cp * e.elem;  // K,V forward; K,V and their grads backward
+  return c;
+}
+
+// (1 − w)·a + w·b, field by field (the collectives' count is the same in both).
+UnitCost mean_block(const UnitCost& a, const UnitCost& b, double w) {
+  const auto mix = [w](double x, double y) { return (1 - w) * x + w * y; };
+  UnitCost c = a;
+  c.gemm_f = mix(a.gemm_f, b.gemm_f);
+  c.gemm_b = mix(a.gemm_b, b.gemm_b);
+  c.attn_f = mix(a.attn_f, b.attn_f);
+  c.attn_b = mix(a.attn_b, b.attn_b);
+  c.elem_f = mix(a.elem_f, b.elem_f);
+  c.elem_b = mix(a.elem_b, b.elem_b);
+  c.cast = mix(a.cast, b.cast);
+  c.kernels_f = mix(a.kernels_f, b.kernels_f);
+  c.kernels_b = mix(a.kernels_b, b.kernels_b);
+  c.row_gemm_f = mix(a.row_gemm_f, b.row_gemm_f);
   return c;
 }
 
@@ -223,7 +320,17 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
 
   const ActivationCheckpointPolicy ac =
       ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option);
-  const UnitCost blk = block_cost(e, T), head = head_cost(e, T);
+  const ModelArgs args = m.family == "gpt" ? ModelArgs{} : m.trainer_args();
+  const UnitCost dense_blk = block_cost(e, T, false), head = head_cost(e, T);
+  const UnitCost moe_blk = args.moe.num_experts > 0 ? block_cost(e, T, true) : dense_blk;
+  if (args.moe.num_experts > 0)
+    p.notes.push_back("MoE: the routed experts' grouped GEMMs are timed as dense GEMMs of each expert's share of the "
+                      "tokens (a balanced load); their own efficiency is not calibrated yet (ATen's CPU grouped GEMM "
+                      "reaches about a quarter of the dense GEMMs' rate: step times here are optimistic)");
+  // The mean block (MoE models: dense and MoE layers in the model's
+  // proportion), for what is reported or communicated per block.
+  const UnitCost blk = mean_block(dense_blk, moe_blk,
+                                  m.n_layers > 0 ? static_cast<double>(args.n_moe_layers()) / static_cast<double>(m.n_layers) : 0);
   UnitCost emb;
   emb.elem_f = T * static_cast<double>(m.dim) * e.elem * 2 / (e.bandwidth * e.hw.eff.memory);
   emb.elem_b = 2 * emb.elem_f;
@@ -238,6 +345,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     double fs = 0, bs = 0, rec = 0;
     if (part.embedding) fs += emb.f() + emb.kernels_f, bs += emb.b() + emb.kernels_b;
     for (int64_t l = part.first_layer; l < part.first_layer + part.n_layers; ++l) {
+      const UnitCost& blk = args.moe_layer(l) ? moe_blk : dense_blk;
       fs += blk.f() + blk.cast + blk.kernels_f;
       bs += blk.b() + blk.cast + blk.kernels_b;
       if (ac.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp)

@@ -93,7 +93,7 @@ Layout derived_layout(const ModelDesc& m, const MeshShape& shape) {
 Layout build_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape);
 
 Layout plan_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape) {
-  if (m.family != "llama3") return derived_layout(m, shape);
+  if (m.family == "gpt") return derived_layout(m, shape);
   // The layout depends on the model, the config and the mesh only: built
   // once per process for each (calibration predicts the same runs often).
   static std::map<std::string, Layout> cache;
@@ -106,7 +106,7 @@ Layout plan_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& sh
 }
 
 Layout build_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape) {
-  const ModelArgs args = m.llama_args();
+  const ModelArgs args = m.trainer_args();
   Layout out;
   out.source = "the trainer's dry-run layout (meta device)";
   if (shape.pp > 1) {

@@ -16,8 +16,29 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
                                   MemoryBreakdown mem) {
   const double t = static_cast<double>(shape.tp), D = static_cast<double>(m.dim);
   const double H = static_cast<double>(m.n_heads), K = static_cast<double>(m.n_kv_heads);
-  const double Dh = static_cast<double>(m.head_dim()), F = static_cast<double>(m.ffn_hidden);
+  const ModelArgs a = m.family == "gpt" ? ModelArgs{} : m.trainer_args();
+  const double Dh = static_cast<double>(m.family == "gpt" ? m.head_dim() : a.head_dim());
   const double V = static_cast<double>(m.vocab_size);
+  // The FFN's hidden width per token on this rank: an MoE layer's top_k
+  // routed experts and its shared experts (replicated over tp), averaged
+  // with the dense layers in the model's proportion.
+  double F = static_cast<double>(m.ffn_hidden) / t;
+  if (a.moe.num_experts > 0 && m.n_layers > 0) {
+    const double w = static_cast<double>(a.n_moe_layers()) / static_cast<double>(m.n_layers);
+    const double hm = static_cast<double>(a.moe.hidden_dim);
+    F = (1 - w) * F + w * (static_cast<double>(a.moe.top_k) * hm + static_cast<double>(a.moe.num_shared_experts) * hm);
+  }
+  // Attention widths per token on this rank: q, k, v (after projection)
+  // and the output; MLA's q/k heads are nope + rope wide, v its own, plus
+  // the low-rank latents (replicated).
+  double qkv_width = (H + 2 * K) * Dh / t, out_width = H * Dh / t, latent = 0;
+  if (a.is_mla()) {
+    const double qk = static_cast<double>(a.mla.qk_nope_head_dim + a.mla.qk_rope_head_dim);
+    const double v = static_cast<double>(a.mla.v_head_dim);
+    qkv_width = H * (2 * qk + v) / t;
+    out_width = H * v / t;
+    latent = static_cast<double>(a.mla.kv_lora_rank + a.mla.qk_rope_head_dim + a.mla.q_lora_rank);
+  }
   const bool sp = shape.tp > 1 && cfg.parallelism.enable_sequence_parallel;
   const double seq_part = sp ? t : 1.0;
   const bool float8 = !cfg.model.converters.empty();
@@ -28,14 +49,14 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
   // parts), q/k/v after the projection and after RoPE, the attention output
   // and its log-sum-exp, the MLP's hidden activations (gate, up, product).
   const double norm_io = 3 * D / seq_part * elem;
-  const double gemm_inputs = 2 * D * gemm_in + (H * Dh / t + (m.gated_mlp() ? F : F) / t) * gemm_in;
-  const double qkv = 2 * (H + 2 * K) * Dh / t * elem;
-  const double attn = H * Dh / t * elem + H / t * 4;
-  const double mlp = (m.gated_mlp() ? 3 : 2) * F / t * elem;
+  const double gemm_inputs = 2 * D * gemm_in + (out_width + F + latent) * gemm_in;
+  const double qkv = 2 * (qkv_width + latent) * elem;
+  const double attn = out_width * elem + H / t * 4;
+  const double mlp = (m.gated_mlp() ? 3 : 2) * F * elem;
   const double full_block = (norm_io + gemm_inputs + qkv + attn + mlp) * hw.eff.activation_factor;
   const double block_input = D / seq_part * elem;
   // Op-level checkpointing keeps the column GEMMs' outputs and attention.
-  const double op_block = block_input + ((H + 2 * K) * Dh / t + 2 * F / t) * elem + attn;
+  const double op_block = block_input + (qkv_width + 2 * F) * elem + attn;
 
   // Micro-batches alive at once on this rank: every one under GPipe and
   // looped BFS (all forwards first), at most the pipeline depth otherwise.
@@ -75,7 +96,7 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
   // the largest such GEMM adds its copies at the peak. The output head's
   // (T·V·4 + T·D·4 + V·D·4) where this rank has it, else the FFN's gate|up.
   if (widened_gemm && elem == 2 && !float8) {
-    const double f = 2 * F / t;
+    const double f = 2 * F;  // (F is this rank's width already)
     double widest = T * D * 4 + f * D * 4 + T * f * 4;
     if (rank.head) {
       const double v = shape.tp > 1 ? V / t : V;

@@ -12,6 +12,7 @@
 #include "planner/calibrate.h"
 #include "planner/plan.h"
 #include "planner/plan_internal.h"
+#include "trainer/model/model_registry.h"
 #include "trainer/models/llama3.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/kernels/fused_ops.h"
@@ -134,6 +135,57 @@ TEST(Planner, PublishedModelSizes) {
   const double tied = static_cast<double>(gpt3.params() - gpt3.embedding_params());
   EXPECT_NEAR(tied / 175e9, 1.0, 0.01);
   EXPECT_EQ(gpt3.ffn_hidden, 4 * 12288);
+}
+
+// The registry's other families (model_from_config): the parameter count
+// and the MFU numerator are the trainer's own (active parameters, MLA's
+// head dims); the state comes from the trainer's layout, so every expert is
+// stored while only top_k of them compute; more experts per token cost
+// GEMM time and activations, more experts per layer cost state; a dense
+// shape option on an MoE flavor is one line.
+TEST(Planner, MoeAndMlaModelsThroughTheRegistry) {
+  const auto moe_request = [](const std::string& name, const std::string& flavor, int64_t experts, int64_t top_k) {
+    PlanRequest q;
+    q.cfg.model.name = name;
+    q.cfg.model.flavor = flavor;
+    q.cfg.model.moe_num_experts = experts;
+    q.cfg.model.moe_top_k = top_k;
+    q.cfg.training.seq_len = 256;
+    q.cfg.training.local_batch_size = 2;
+    q.model = model_from_config(q.cfg.model);
+    q.world_size = 1;
+    return q;
+  };
+  for (const auto& [name, flavor] : {std::pair<std::string, std::string>{"qwen3", "debugmodel_moe"}, {"deepseek_v3", "debugmodel"}}) {
+    SCOPED_TRACE(name);
+    const PlanRequest q = moe_request(name, flavor, 0, 0);
+    const ModelArgs a = model_flavor(name, flavor);
+    EXPECT_EQ(q.model.params(), count_params(a).total);
+    EXPECT_EQ(q.model.flavor_args->mla.kv_lora_rank, a.mla.kv_lora_rank);
+    EXPECT_DOUBLE_EQ(q.model.flops_per_token(256), flops_per_token(a, 256));
+    EXPECT_LT(count_params(a).active, count_params(a).total);
+    const Prediction p = predict(q, gpu_spec());
+    EXPECT_DOUBLE_EQ(p.memory.gradients, static_cast<double>(count_params(a).total) * 4) << "every expert's gradient";
+    bool noted = false;
+    for (const auto& n : p.notes) noted = noted || n.find("grouped GEMMs") != std::string::npos;
+    EXPECT_TRUE(noted);
+  }
+  const Prediction k2 = predict(moe_request("qwen3", "debugmodel_moe", 16, 2), gpu_spec());
+  const Prediction k8 = predict(moe_request("qwen3", "debugmodel_moe", 16, 8), gpu_spec());
+  const Prediction e64 = predict(moe_request("qwen3", "debugmodel_moe", 64, 2), gpu_spec());
+  // 4x the experts' FLOPs, but each expert's GEMM is then 4x taller (64 →
+  // 256 rows of 512 tokens), nearer the spec's efficient size.
+  EXPECT_GT(k8.time.gemm, 1.2 * k2.time.gemm);
+  EXPECT_GT(k8.memory.activations, k2.memory.activations);
+  EXPECT_DOUBLE_EQ(k2.time.attention, k8.time.attention);
+  EXPECT_GT(e64.memory.optimizer, 3 * k2.memory.optimizer) << "4x the experts' state";
+  ModelDesc m = model_from_config(moe_request("qwen3", "debugmodel_moe", 0, 0).cfg.model);
+  try {
+    override_model(m, "dim", "512");
+    ADD_FAILURE() << "--model.dim on an MoE flavor was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("described by its flavors and model keys"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Planner, MoreOfEachCostCostsMoreTime) {
