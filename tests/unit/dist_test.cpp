@@ -146,6 +146,56 @@ TEST(DistComm, AllToAllSendsChunkRToRankR) {
   }
 }
 
+// Variable splits (expert parallelism's token dispatch): rank s sends
+// (s + d) % 3 rows of width 4 to rank d (so some pairs exchange nothing),
+// row j of that block holding 1000 s + 100 d + j; then every rank sends all
+// its rows to rank 0 (the others receive nothing). uint16 travels as bytes
+// on Gloo, so the splits are rescaled there.
+TEST(DistComm, AllToAllVariableSplits) {
+  for (int world : {2, 3, 4}) {
+    run_group(world, [&](int r, Communicator& c) {
+      const auto rows = [](int s, int d) { return static_cast<int64_t>((s + d) % 3); };
+      const auto block = [](int s, int d, int64_t n) {
+        return (torch::arange(n).unsqueeze(1) + 1000 * s + 100 * d).expand({n, 4}).contiguous();
+      };
+      for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kUInt16, torch::kLong}) {
+        std::vector<int64_t> in_splits, out_splits;
+        std::vector<torch::Tensor> sent, want;
+        for (int d = 0; d < world; ++d) {
+          in_splits.push_back(rows(r, d));
+          out_splits.push_back(rows(d, r));
+          sent.push_back(block(r, d, rows(r, d)));
+          want.push_back(block(d, r, rows(d, r)));
+        }
+        const auto expected = torch::cat(want).to(dtype);
+        auto out = torch::full({expected.size(0), 4}, -1, dtype);
+        c.all_to_all_v(out, torch::cat(sent).to(dtype), out_splits, in_splits)->wait();
+        EXPECT_TRUE(torch::equal(out, expected)) << "world " << world << " rank " << r << " " << out;
+      }
+      // Everything to rank 0.
+      std::vector<int64_t> to0(world, 0), from(world, 0);
+      to0[0] = 2;
+      if (r == 0) std::fill(from.begin(), from.end(), 2);
+      auto out = torch::zeros({r == 0 ? 2 * world : 0, 3});
+      c.all_to_all_v(out, torch::full({2, 3}, static_cast<float>(r)), from, to0)->wait();
+      for (int s = 0; r == 0 && s < world; ++s) {
+        EXPECT_TRUE(torch::equal(out.slice(0, 2 * s, 2 * s + 2), torch::full({2, 3}, static_cast<float>(s))));
+      }
+    });
+  }
+}
+
+// Splits that cannot describe the tensors are an error before any byte moves.
+TEST(DistComm, AllToAllVariableSplitsCheckTheirCounts) {
+  run_group(2, [&](int, Communicator& c) {
+    const auto x = torch::zeros({3, 2});
+    EXPECT_THROW(c.all_to_all_v(torch::zeros({3, 2}), x, {1, 2}, {1, 1}), CommError);      // input splits sum to 2
+    EXPECT_THROW(c.all_to_all_v(torch::zeros({3, 2}), x, {3}, {1, 2}), CommError);         // one entry per rank
+    EXPECT_THROW(c.all_to_all_v(torch::zeros({3, 3}), x, {1, 2}, {1, 2}), CommError);      // trailing shape
+    EXPECT_THROW(c.all_to_all_v(torch::zeros({3, 2}), x, {4, -1}, {1, 2}), CommError);     // negative
+  });
+}
+
 TEST(DistComm, BroadcastFromEveryRoot) {
   run_group(3, [&](int r, Communicator& c) {
     for (int root = 0; root < 3; ++root) {

@@ -367,6 +367,24 @@ class ProcessGroupCommunicator final : public Communicator {
     }, std::move(plan.copy_back));
   }
 
+  WorkPtr all_to_all_v(at::Tensor out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                       const std::vector<int64_t>& in_splits) override {
+    dist_internal::check_all_to_all_v(*this, group_->global_rank, out, in, out_splits, in_splits);
+    const BackendKind kind = kind_of(in, "all_to_all_v");
+    MovePlan plan = plan_move(kind, out, in);
+    // The wire tensors are flat (and bytes for dtypes Gloo cannot move):
+    // the splits count their elements.
+    int64_t per_row = 1;
+    for (int64_t d = 1; d < in.dim(); ++d) per_row *= in.size(d);
+    if (plan.in.scalar_type() != in.scalar_type()) per_row *= static_cast<int64_t>(in.element_size());
+    std::vector<int64_t> outs(out_splits), ins(in_splits);
+    for (auto& n : outs) n *= per_row;
+    for (auto& n : ins) n *= per_row;
+    return issue({"all_to_all_v", bytes_of(in), in.scalar_type()}, kind, [&](c10d::Backend& b) {
+      return b.alltoall_base(plan.out, plan.in, outs, ins);
+    }, std::move(plan.copy_back));
+  }
+
   WorkPtr send(at::Tensor t, int dst, int tag) override {
     ArgChecks(*this, group_->global_rank, "send").peer(dst, "destination");
     const BackendKind kind = kind_of(t, "send");

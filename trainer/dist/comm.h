@@ -99,6 +99,15 @@ class Communicator {
   // in/out: size() equal chunks; chunk r of in goes to rank r, chunk r of out
   // came from rank r.
   virtual WorkPtr all_to_all(at::Tensor out, const at::Tensor& in) = 0;
+  // Variable splits along dim 0, as torch.distributed.all_to_all_single with
+  // split sizes: in's rows are size() consecutive blocks of in_splits[r]
+  // rows, block r going to rank r; out receives out_splits[r] rows from rank
+  // r, rank-major. in and out share dtype and trailing shape; each splits
+  // vector has size() entries summing to its tensor's rows (zeros allowed).
+  // The splits must agree between ranks (out_splits[s] here = in_splits[me]
+  // on rank s): exchange the counts first, e.g. with all_to_all.
+  virtual WorkPtr all_to_all_v(at::Tensor out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                               const std::vector<int64_t>& in_splits) = 0;
   virtual WorkPtr send(at::Tensor t, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(at::Tensor t, int src, int tag = 0) = 0;
   virtual void barrier() = 0;

@@ -42,6 +42,8 @@ class ArgChecks {
 void check_all_gather(const Communicator& c, int global_rank, const at::Tensor& out, const at::Tensor& in);
 void check_reduce_scatter(const Communicator& c, int global_rank, const at::Tensor& out, const at::Tensor& in);
 void check_all_to_all(const Communicator& c, int global_rank, const at::Tensor& out, const at::Tensor& in);
+void check_all_to_all_v(const Communicator& c, int global_rank, const at::Tensor& out, const at::Tensor& in,
+                        const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits);
 
 // A group of size 1: collectives are local copies, complete on return.
 std::shared_ptr<Communicator> make_local_communicator(std::string name, int global_rank);

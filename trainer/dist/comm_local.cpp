@@ -108,6 +108,30 @@ void check_all_to_all(const Communicator& c, int global_rank, const at::Tensor& 
   }
 }
 
+void check_all_to_all_v(const Communicator& c, int global_rank, const at::Tensor& out, const at::Tensor& in,
+                        const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits) {
+  ArgChecks ck(c, global_rank, "all_to_all_v");
+  ck.same_dtype(out, in);
+  if (in.dim() < 1 || out.dim() < 1 || in.sizes().slice(1) != out.sizes().slice(1))
+    ck.error("input " + c10::str(in.sizes()) + " and output " + c10::str(out.sizes()) +
+             " must be rows of the same trailing shape");
+  const auto check = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* what) {
+    if (splits.size() != static_cast<size_t>(c.size()))
+      ck.error(std::string(what) + " splits have " + std::to_string(splits.size()) + " entries, not " +
+               std::to_string(c.size()));
+    int64_t rows = 0;
+    for (int64_t n : splits) {
+      if (n < 0) ck.error(std::string(what) + " splits hold a negative count");
+      rows += n;
+    }
+    if (rows != t.size(0))
+      ck.error(std::string(what) + " splits sum to " + std::to_string(rows) + " rows, the " + what + " has " +
+               std::to_string(t.size(0)));
+  };
+  check(in_splits, in, "input");
+  check(out_splits, out, "output");
+}
+
 namespace {
 
 class DoneWork final : public Work {
@@ -141,6 +165,11 @@ class LocalCommunicator final : public Communicator {
   }
   WorkPtr all_to_all(at::Tensor out, const at::Tensor& in) override {
     check_all_to_all(*this, global_rank_, out, in);
+    return copy(out, in);
+  }
+  WorkPtr all_to_all_v(at::Tensor out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                       const std::vector<int64_t>& in_splits) override {
+    check_all_to_all_v(*this, global_rank_, out, in, out_splits, in_splits);
     return copy(out, in);
   }
   WorkPtr send(at::Tensor, int, int) override {
@@ -189,6 +218,11 @@ class FakeCommunicator final : public Communicator {
   }
   WorkPtr all_to_all(at::Tensor out, const at::Tensor& in) override {
     check_all_to_all(*this, global_rank_, out, in);
+    return done();
+  }
+  WorkPtr all_to_all_v(at::Tensor out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                       const std::vector<int64_t>& in_splits) override {
+    check_all_to_all_v(*this, global_rank_, out, in, out_splits, in_splits);
     return done();
   }
   WorkPtr send(at::Tensor, int dst, int) override {
