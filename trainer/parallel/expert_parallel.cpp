@@ -1,0 +1,118 @@
+#include "trainer/parallel/expert_parallel.h"
+
+#include <torch/autograd.h>
+
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/errors.h"
+
+namespace ctitan {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+std::mutex g_exposed_mutex;
+std::unordered_map<const Communicator*, double> g_exposed_s;
+
+void timed_wait(const WorkPtr& w, const Communicator& ep) {
+  const auto t0 = std::chrono::steady_clock::now();
+  w->wait();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(g_exposed_mutex);
+  g_exposed_s[&ep] += s;
+}
+
+at::Tensor exchanged(const at::Tensor& x, Communicator& comm, const std::vector<int64_t>& out_splits,
+                     const std::vector<int64_t>& in_splits) {
+  int64_t rows = 0;
+  for (int64_t n : out_splits) rows += n;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape[0] = rows;
+  at::Tensor out = at::empty(shape, x.options());
+  timed_wait(comm.all_to_all_v(out, x.contiguous(), out_splits, in_splits), comm);
+  return out;
+}
+
+// The communicator travels to backward as its address: the ep group
+// outlives every graph built over it (the mesh owns it for the whole run).
+class AllToAllRows : public torch::autograd::Function<AllToAllRows> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm,
+                            std::vector<int64_t> out_splits, std::vector<int64_t> in_splits) {
+    ctx->saved_data["comm"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(comm));
+    ctx->saved_data["out"] = out_splits;
+    ctx->saved_data["in"] = in_splits;
+    return exchanged(x, *comm, out_splits, in_splits);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    auto& comm = *reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["comm"].toInt()));
+    // The transposed exchange: what came from rank s goes back to it.
+    const at::Tensor gx = exchanged(g[0], comm, ctx->saved_data["in"].toIntVector(),
+                                    ctx->saved_data["out"].toIntVector());
+    return {gx, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor all_to_all_rows(const at::Tensor& x, Communicator& comm, const std::vector<int64_t>& out_splits,
+                           const std::vector<int64_t>& in_splits) {
+  return AllToAllRows::apply(x, &comm, out_splits, in_splits);
+}
+
+EpRoute ep_route(const at::Tensor& counts, Communicator& ep) {
+  const int64_t P = ep.size(), E = counts.numel();
+  if (E % P != 0)
+    throw InputError("expert parallelism: " + std::to_string(E) + " experts do not divide over ep " +
+                     std::to_string(P) + "; set parallelism.expert_parallel_degree to a divisor of num_experts");
+  const int64_t L = E / P;
+  const at::Tensor sent = counts.to(at::kCPU).to(at::kLong).contiguous();
+  at::Tensor got = at::empty({P * L}, sent.options());
+  timed_wait(ep.all_to_all(got, sent), ep);  // got[s·L + e]: rows rank s sends to my local expert e
+  const int64_t* c = sent.data_ptr<int64_t>();
+  const int64_t* g = got.data_ptr<int64_t>();
+  EpRoute r;
+  r.send_rows.assign(static_cast<size_t>(P), 0);
+  r.recv_rows.assign(static_cast<size_t>(P), 0);
+  std::vector<int64_t> start(static_cast<size_t>(P * L));  // offset of block (s, e) in the received rows
+  int64_t at_row = 0;
+  for (int64_t s = 0; s < P; ++s) {
+    for (int64_t e = 0; e < L; ++e) {
+      r.send_rows[static_cast<size_t>(s)] += c[s * L + e];
+      r.recv_rows[static_cast<size_t>(s)] += g[s * L + e];
+      start[static_cast<size_t>(s * L + e)] = at_row;
+      at_row += g[s * L + e];
+    }
+  }
+  r.local_counts = got.view({P, L}).sum(0).to(counts.device());
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(at_row));
+  for (int64_t e = 0; e < L; ++e)
+    for (int64_t s = 0; s < P; ++s)
+      for (int64_t i = 0; i < g[s * L + e]; ++i) order.push_back(start[static_cast<size_t>(s * L + e)] + i);
+  r.order = at::tensor(order, at::kLong).to(counts.device());
+  r.inverse = at::empty_like(r.order).index_put_({r.order}, at::arange(at_row, r.order.options()));
+  return r;
+}
+
+at::Tensor ep_dispatch(const at::Tensor& rows, const EpRoute& route, Communicator& ep) {
+  return all_to_all_rows(rows, ep, route.recv_rows, route.send_rows).index({route.order});
+}
+
+at::Tensor ep_combine(const at::Tensor& rows, const EpRoute& route, Communicator& ep) {
+  return all_to_all_rows(rows.index({route.inverse}), ep, route.send_rows, route.recv_rows);
+}
+
+double take_ep_exposed_seconds(const Communicator& ep) {
+  std::lock_guard<std::mutex> lock(g_exposed_mutex);
+  const auto it = g_exposed_s.find(&ep);
+  if (it == g_exposed_s.end()) return 0.0;
+  const double s = it->second;
+  it->second = 0.0;
+  return s;
+}
+
+}  // namespace ctitan

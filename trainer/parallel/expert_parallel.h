@@ -1,0 +1,49 @@
+// Expert parallelism's token dispatch and combine (TorchTitan v0.2.2's
+// ExpertParallel._token_dispatch / _token_combine), over one ep group.
+//
+// Each rank holds E/ep consecutive routed experts (rank p: experts
+// [p·E/ep, (p+1)·E/ep)). After routing, a rank's rows are sorted by global
+// expert with `counts[e]` rows for expert e. Dispatch:
+//   1. all_to_all of the counts: rank p learns how many rows every rank
+//      sends to each of its local experts;
+//   2. all_to_all_v of the rows (variable splits);
+//   3. a permutation from (source rank, local expert) order to expert-major
+//      order, so that the grouped GEMM sees one contiguous block per local
+//      expert (TorchTitan's permute; no padding is needed on the CPU).
+// Combine undoes 3 and 2. Both are differentiable: the backward of an
+// all_to_all_v is the transposed exchange (the splits swapped).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "trainer/dist/comm.h"
+
+namespace ctitan {
+
+struct EpRoute {
+  std::vector<int64_t> send_rows, recv_rows;  // per ep rank: rows this rank sends to / receives from it
+  at::Tensor local_counts;                    // [E/ep] int64: rows per local expert after dispatch
+  at::Tensor order;                           // expert-major row i = received row order[i]
+  at::Tensor inverse;                         // received row j = expert-major row inverse[j]
+};
+
+// Step 1: exchanges this rank's per-expert row counts ([E] int64, E a
+// multiple of ep.size()) and plans steps 2 and 3.
+EpRoute ep_route(const at::Tensor& counts, Communicator& ep);
+// Steps 2–3: rows [sum(counts), ...] sorted by global expert → this rank's
+// received rows, expert-major ([sum(local_counts), ...]).
+at::Tensor ep_dispatch(const at::Tensor& rows, const EpRoute& route, Communicator& ep);
+// The reverse: expert-major outputs → this rank's rows in their dispatch order.
+at::Tensor ep_combine(const at::Tensor& rows, const EpRoute& route, Communicator& ep);
+
+// A differentiable all_to_all_v along dim 0 (Communicator::all_to_all_v).
+at::Tensor all_to_all_rows(const at::Tensor& x, Communicator& comm, const std::vector<int64_t>& out_splits,
+                           const std::vector<int64_t>& in_splits);
+
+// Seconds spent blocked in `ep`'s exchanges since the last call (the exposed
+// EP communication), then reset.
+double take_ep_exposed_seconds(const Communicator& ep);
+
+}  // namespace ctitan
