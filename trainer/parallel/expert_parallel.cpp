@@ -2,28 +2,14 @@
 
 #include <torch/autograd.h>
 
-#include <chrono>
-#include <mutex>
-#include <unordered_map>
-
 #include "common/errors.h"
+#include "trainer/parallel/tensor_parallel.h"
 
 namespace ctitan {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-std::mutex g_exposed_mutex;
-std::unordered_map<const Communicator*, double> g_exposed_s;
-
-void timed_wait(const WorkPtr& w, const Communicator& ep) {
-  const auto t0 = std::chrono::steady_clock::now();
-  w->wait();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::lock_guard<std::mutex> lock(g_exposed_mutex);
-  g_exposed_s[&ep] += s;
-}
 
 at::Tensor exchanged(const at::Tensor& x, Communicator& comm, const std::vector<int64_t>& out_splits,
                      const std::vector<int64_t>& in_splits) {
@@ -32,7 +18,7 @@ at::Tensor exchanged(const at::Tensor& x, Communicator& comm, const std::vector<
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape[0] = rows;
   at::Tensor out = at::empty(shape, x.options());
-  timed_wait(comm.all_to_all_v(out, x.contiguous(), out_splits, in_splits), comm);
+  wait_exposed(comm.all_to_all_v(out, x.contiguous(), out_splits, in_splits), comm);
   return out;
 }
 
@@ -71,7 +57,7 @@ EpRoute ep_route(const at::Tensor& counts, Communicator& ep) {
   const int64_t L = E / P;
   const at::Tensor sent = counts.to(at::kCPU).to(at::kLong).contiguous();
   at::Tensor got = at::empty({P * L}, sent.options());
-  timed_wait(ep.all_to_all(got, sent), ep);  // got[s·L + e]: rows rank s sends to my local expert e
+  wait_exposed(ep.all_to_all(got, sent), ep);  // got[s·L + e]: rows rank s sends to my local expert e
   const int64_t* c = sent.data_ptr<int64_t>();
   const int64_t* g = got.data_ptr<int64_t>();
   EpRoute r;
@@ -106,13 +92,6 @@ at::Tensor ep_combine(const at::Tensor& rows, const EpRoute& route, Communicator
   return all_to_all_rows(rows.index({route.inverse}), ep, route.send_rows, route.recv_rows);
 }
 
-double take_ep_exposed_seconds(const Communicator& ep) {
-  std::lock_guard<std::mutex> lock(g_exposed_mutex);
-  const auto it = g_exposed_s.find(&ep);
-  if (it == g_exposed_s.end()) return 0.0;
-  const double s = it->second;
-  it->second = 0.0;
-  return s;
-}
+double take_ep_exposed_seconds(const Communicator& ep) { return take_tp_exposed_seconds(ep); }
 
 }  // namespace ctitan

@@ -43,7 +43,8 @@ at::Tensor all_to_all_rows(const at::Tensor& x, Communicator& comm, const std::v
                            const std::vector<int64_t>& in_splits);
 
 // Seconds spent blocked in `ep`'s exchanges since the last call (the exposed
-// EP communication), then reset.
+// EP communication), then reset: the per-group ledger of wait_exposed
+// (tensor_parallel.h).
 double take_ep_exposed_seconds(const Communicator& ep);
 
 }  // namespace ctitan
