@@ -451,7 +451,8 @@ using Members = std::map<std::string, std::vector<std::vector<int64_t>>>;  // di
 Members mesh_members(const MeshShape& shape) {
   const int world = static_cast<int>(shape.world());
   Members members;
-  const std::vector<std::string> dims = {"world", "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp"};
+  const std::vector<std::string> dims = {"world", "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "ep",
+                                         "dp_shard_mod_ep"};
   for (const auto& d : dims) members[d].resize(world);
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::mutex mu;
@@ -496,13 +497,67 @@ TEST(DistMesh, PipelineTwoByTensorTwo) {
   EXPECT_EQ(m["dp"], (Groups{{0}, {1}, {2}, {3}}));
 }
 
+// Expert parallelism's groups over Gloo against TorchTitan's layout built
+// independently here: the ranks as a tensor of shape (pp, dp_replicate,
+// dp_shard_mod_ep, dp_shard_in_ep, cp, tp); a group is every rank that
+// shares the coordinates outside its dimensions.
+Groups torchtitan_groups(const MeshShape& s, const std::vector<int64_t>& dims) {
+  const int64_t in_ep = s.etp == s.tp ? s.ep / s.cp : s.ep / (s.cp * s.tp);
+  const auto ranks = torch::arange(s.world()).view({s.pp, s.dp_replicate, s.dp_shard / in_ep, in_ep, s.cp, s.tp});
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < 6; ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) order.push_back(d);
+  order.insert(order.end(), dims.begin(), dims.end());
+  int64_t size = 1;
+  for (int64_t d : dims) size *= ranks.size(d);
+  const auto rows = ranks.permute(order).reshape({-1, size});
+  Groups by_rank(static_cast<size_t>(s.world()));
+  for (int64_t g = 0; g < rows.size(0); ++g) {
+    const auto row = rows[g].contiguous();
+    std::vector<int64_t> members(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + size);
+    std::sort(members.begin(), members.end());
+    for (int64_t r : members) by_rank[static_cast<size_t>(r)] = members;
+  }
+  return by_rank;
+}
+
+TEST(DistMesh, ExpertParallelGroupsFollowTorchTitan) {
+  struct Case {
+    int64_t dr, ds, cp, tp, ep, etp;
+  };
+  // EP inside dp_shard; EP = cp; EP over dp_shard x tp with ETP 1; EP with
+  // ETP = TP beside dp_replicate (ep is then dp_shard's own group).
+  for (const Case c : {Case{1, 4, 1, 1, 2, 1}, Case{1, 2, 2, 1, 2, 1}, Case{1, 2, 1, 2, 4, 1}, Case{2, 2, 1, 2, 2, 2}}) {
+    MeshShape s;
+    s.dp_replicate = c.dr;
+    s.dp_shard = c.ds;
+    s.cp = c.cp;
+    s.tp = c.tp;
+    s.ep = c.ep;
+    s.etp = c.etp;
+    const auto m = mesh_members(s);
+    const std::vector<int64_t> ep_dims = c.etp == c.tp && c.tp > 1 ? std::vector<int64_t>{3, 4}
+                                                                    : std::vector<int64_t>{3, 4, 5};
+    EXPECT_EQ(m.at("ep"), torchtitan_groups(s, ep_dims)) << s.describe();
+    EXPECT_EQ(m.at("dp_shard_mod_ep"), torchtitan_groups(s, {2})) << s.describe();
+    EXPECT_EQ(m.at("ep")[0].size(), static_cast<size_t>(c.ep)) << s.describe();
+  }
+  // Without EP: ep is each rank alone and the experts shard over fsdp.
+  MeshShape plain;
+  plain.dp_shard = 2;
+  plain.cp = 2;
+  const auto m = mesh_members(plain);
+  EXPECT_EQ(m.at("ep"), (Groups{{0}, {1}, {2}, {3}}));
+  EXPECT_EQ(m.at("dp_shard_mod_ep")[1], (std::vector<int64_t>{0, 1, 2, 3}));
+}
+
 TEST(DistMesh, SingleHasOnlySizeOneGroups) {
   auto mesh = DeviceMesh::single();
-  for (const char* d : {"world", "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp"}) {
+  for (const char* d : {"world", "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "ep", "dp_shard_mod_ep"}) {
     EXPECT_EQ(mesh->group(d).size(), 1) << d;
     EXPECT_EQ(mesh->coord(d), 0) << d;
   }
-  EXPECT_THROW(mesh->group("ep"), std::invalid_argument);
+  EXPECT_THROW(mesh->group("experts"), std::invalid_argument);
 }
 
 TEST(DistMesh, RendezvousThenAllReduceOverTcpStore) {
@@ -538,8 +593,11 @@ TEST(DistMesh, RendezvousThenAllReduceOverTcpStore) {
 
 // ---- Mesh shape from [parallelism] ----
 
-MeshShape resolve(int64_t dr, int64_t ds, int64_t tp, int64_t pp, int64_t cp, int64_t world) {
+MeshShape resolve(int64_t dr, int64_t ds, int64_t tp, int64_t pp, int64_t cp, int64_t world, int64_t ep = 1,
+                  int64_t etp = 1) {
   ParallelismSection p;
+  p.expert_parallel_degree = ep;
+  p.expert_tensor_parallel_degree = etp;
   p.data_parallel_replicate_degree = dr;
   p.data_parallel_shard_degree = ds;
   p.tensor_parallel_degree = tp;
@@ -548,9 +606,10 @@ MeshShape resolve(int64_t dr, int64_t ds, int64_t tp, int64_t pp, int64_t cp, in
   return resolve_mesh_shape(p, world);
 }
 
-std::string resolve_error(int64_t dr, int64_t ds, int64_t tp, int64_t pp, int64_t cp, int64_t world) {
+std::string resolve_error(int64_t dr, int64_t ds, int64_t tp, int64_t pp, int64_t cp, int64_t world,
+                          int64_t ep = 1, int64_t etp = 1) {
   try {
-    resolve(dr, ds, tp, pp, cp, world);
+    resolve(dr, ds, tp, pp, cp, world, ep, etp);
   } catch (const InputError& e) {
     return e.what();
   }
@@ -565,6 +624,27 @@ TEST(DistMeshShape, OneUnsetDegreeTakesTheRest) {
   EXPECT_EQ(t.tp, 4);
   EXPECT_EQ(resolve(1, -1, 1, 1, 1, 1).describe(), "1 rank");
   EXPECT_EQ(resolve(2, 2, 1, 2, 1, 8).describe(), "pp 2 x dp_replicate 2 x dp_shard 2");
+}
+
+// TorchTitan v0.2.2's ParallelDims rules for ep and etp.
+TEST(DistMeshShape, ExpertParallelDegreesFollowTorchTitansRules) {
+  // resolve(dr, ds, tp, pp, cp, world, ep, etp)
+  const MeshShape s = resolve(1, -1, 2, 1, 1, 8, 4, 1);
+  EXPECT_EQ(s.ep, 4);
+  EXPECT_EQ(s.describe(), "dp_shard 4 x tp 2 x (ep 4, etp 1)");
+  EXPECT_EQ(resolve(1, 2, 1, 1, 2, 4, 4, 1).ep, 4);  // all of cp and dp_shard
+  EXPECT_EQ(resolve_error(1, 2, 2, 1, 1, 4, 2, 3),
+            "parallelism.expert_tensor_parallel_degree = 3 is neither 1 nor tensor_parallel_degree (2); TorchTitan "
+            "supports only ETP = TP or ETP = 1");
+  EXPECT_EQ(resolve_error(1, 4, 1, 1, 1, 4, 3, 1),
+            "parallelism.expert_parallel_degree = 3 must be a multiple of cp (1) dividing dp_shard x cp (4): expert "
+            "parallelism borrows its ranks from them");
+  EXPECT_EQ(resolve_error(1, 2, 2, 1, 1, 4, 8, 1),
+            "parallelism.expert_parallel_degree = 8 must be a multiple of cp x tp (2) dividing dp_shard x cp x tp "
+            "(4): expert parallelism borrows its ranks from them");
+  EXPECT_EQ(resolve_error(1, 2, 2, 1, 1, 4, 2, 1), "no error");  // ep = tp's ranks (etp 1)
+  EXPECT_EQ(resolve_error(1, 2, 1, 1, 2, 4, 1, 1), "no error");
+  EXPECT_NE(resolve_error(1, 2, 1, 1, 2, 4, 0, 1).find("use positive degrees"), std::string::npos);
 }
 
 TEST(DistMeshShape, BadDegreesAreOneLineErrors) {

@@ -59,6 +59,41 @@ int64_t group_index(const MeshShape& s, const std::array<int64_t, 5>& coords, st
   return index;
 }
 
+// Expert parallelism's view of a rank: dp_shard split into
+// (dp_shard_mod_ep, dp_shard_in_ep), so 6 coordinates
+// (pp, dp_replicate, mod, in, cp, tp), and the members of its two groups.
+struct ExpertView {
+  std::array<int64_t, 6> sizes{}, coords{};
+};
+
+ExpertView expert_view(const MeshShape& s, const std::array<int64_t, 5>& c) {
+  const int64_t in_ep = s.etp == s.tp ? s.ep / s.cp : s.ep / (s.cp * s.tp);
+  return {{s.pp, s.dp_replicate, s.dp_shard / in_ep, in_ep, s.cp, s.tp},
+          {c[0], c[1], c[2] / in_ep, c[2] % in_ep, c[3], c[4]}};
+}
+
+// The expert view's dimensions of "ep" and "dp_shard_mod_ep".
+std::vector<int> expert_group_dims(const MeshShape& s, const std::string& name) {
+  if (name == "dp_shard_mod_ep") return {2};
+  if (s.etp == s.tp && s.tp > 1) return {3, 4};
+  return {3, 4, 5};
+}
+
+// (group index, rank in group, size) of a group over `dims` of the view:
+// the other coordinates row-major give the index, `dims` the rank.
+std::array<int64_t, 3> view_coord(const ExpertView& v, const std::vector<int>& dims) {
+  int64_t index = 0, rank = 0, size = 1;
+  for (int i = 0; i < 6; ++i) {
+    if (std::find(dims.begin(), dims.end(), i) != dims.end()) {
+      rank = rank * v.sizes[i] + v.coords[i];
+      size *= v.sizes[i];
+    } else {
+      index = index * v.sizes[i] + v.coords[i];
+    }
+  }
+  return {index, rank, size};
+}
+
 std::optional<std::string> env(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr) return std::nullopt;
@@ -299,6 +334,8 @@ std::string MeshShape::describe() const {
     if (sizes[i] == 1) continue;
     out += (out.empty() ? "" : " x ") + std::string(kDims[i]) + " " + std::to_string(sizes[i]);
   }
+  if (ep > 1) out += (out.empty() ? "" : " x ") + std::string("(ep ") + std::to_string(ep) + ", etp " +
+                     std::to_string(etp) + ")";
   return out.empty() ? "1 rank" : out;
 }
 
@@ -358,6 +395,25 @@ MeshShape resolve_mesh_shape(const ParallelismSection& p, int64_t world_size) {
   s.tp = d[2].value;
   s.pp = d[3].value;
   s.cp = d[4].value;
+  // Expert parallelism (TorchTitan v0.2.2's ParallelDims._validate).
+  const int64_t ep = p.expert_parallel_degree, etp = p.expert_tensor_parallel_degree;
+  if (ep < 1 || etp < 1)
+    throw InputError("parallelism.expert_parallel_degree = " + std::to_string(ep) +
+                     ", expert_tensor_parallel_degree = " + std::to_string(etp) + ": use positive degrees");
+  if (ep > 1) {
+    if (etp != 1 && etp != s.tp)
+      throw InputError("parallelism.expert_tensor_parallel_degree = " + std::to_string(etp) +
+                       " is neither 1 nor tensor_parallel_degree (" + std::to_string(s.tp) +
+                       "); TorchTitan supports only ETP = TP or ETP = 1");
+    const int64_t inner = etp == s.tp ? s.cp : s.cp * s.tp;  // what ep borrows whole
+    const std::string what = etp == s.tp ? "cp" : "cp x tp";
+    if (ep % inner != 0 || (s.dp_shard * inner) % ep != 0)
+      throw InputError("parallelism.expert_parallel_degree = " + std::to_string(ep) + " must be a multiple of " +
+                       what + " (" + std::to_string(inner) + ") dividing dp_shard x " + what + " (" +
+                       std::to_string(s.dp_shard * inner) + "): expert parallelism borrows its ranks from them");
+    s.ep = ep;
+    s.etp = etp;
+  }
   return s;
 }
 
@@ -465,6 +521,22 @@ std::shared_ptr<DeviceMesh> DeviceMesh::build(const MeshShape& shape, int rank, 
     const auto [index, size] = flat_coord(shape, coords, f.dims);
     mesh->groups_[f.name] = join(f.name, group_index(shape, coords, f.dims), index, size);
   }
+  // Expert parallelism's groups; without it, ep is size 1 and the experts
+  // shard over fsdp. A group whose members an earlier group already has
+  // (e.g. ep = dp_shard) is that group.
+  if (shape.ep == 1) {
+    mesh->groups_["ep"] = join("ep", rank, 0, 1);
+    mesh->groups_["dp_shard_mod_ep"] = mesh->groups_["fsdp"];
+    return mesh;
+  }
+  const ExpertView view = expert_view(shape, coords);
+  for (const char* name : {"ep", "dp_shard_mod_ep"}) {
+    const auto [index, group_rank, size] = view_coord(view, expert_group_dims(shape, name));
+    std::string same;
+    for (const auto& [other, g] : mesh->groups_)
+      if (same.empty() && other != "ep" && g->size() == size && mesh->members(other) == mesh->members(name)) same = other;
+    mesh->groups_[name] = same.empty() ? join(name, index, group_rank, size) : mesh->groups_[same];
+  }
   return mesh;
 }
 
@@ -472,13 +544,39 @@ Communicator& DeviceMesh::group(const std::string& dim) {
   auto it = groups_.find(dim);
   if (it == groups_.end()) {
     throw std::invalid_argument("device mesh has no dimension '" + dim +
-                                "'; use world, pp, dp_replicate, dp_shard, cp, tp, dp, fsdp, loss or batch");
+                                "'; use world, pp, dp_replicate, dp_shard, cp, tp, dp, fsdp, loss, batch, ep or dp_shard_mod_ep");
   }
   return *it->second;
 }
 
+std::vector<int64_t> DeviceMesh::members(const std::string& dim) const {
+  std::vector<int64_t> out;
+  const auto mine = coords_of(shape_, rank_);
+  const bool expert = dim == "ep" || dim == "dp_shard_mod_ep";
+  for (int64_t r = 0; r < shape_.world(); ++r) {
+    const auto c = coords_of(shape_, r);
+    bool same = true;
+    if (expert && shape_.ep > 1) {
+      const std::vector<int> dims = expert_group_dims(shape_, dim);
+      const ExpertView a = expert_view(shape_, mine), b = expert_view(shape_, c);
+      for (int i = 0; i < 6; ++i)
+        if (std::find(dims.begin(), dims.end(), i) == dims.end() && a.coords[i] != b.coords[i]) same = false;
+    } else if (dim != "world") {
+      const Flattened* f = flattened(expert ? (dim == "ep" ? "" : "fsdp") : dim);
+      std::vector<int> dims;
+      if (f) dims.assign(f->dims.begin(), f->dims.end());
+      else if (dim != "ep") dims.push_back(dim_index(dim));
+      for (int i = 0; i < 5; ++i)
+        if (std::find(dims.begin(), dims.end(), i) == dims.end() && mine[i] != c[i]) same = false;
+    }
+    if (same) out.push_back(r);
+  }
+  return out;
+}
+
 int DeviceMesh::coord(const std::string& dim) const {
   if (dim == "world") return rank_;
+  if (dim == "ep" || dim == "dp_shard_mod_ep") return groups_.at(dim)->rank();
   const auto c = coords_of(shape_, rank_);
   if (const Flattened* f = flattened(dim)) return static_cast<int>(flat_coord(shape_, c, f->dims).first);
   const int i = dim_index(dim);
@@ -488,6 +586,7 @@ int DeviceMesh::coord(const std::string& dim) const {
 
 int DeviceMesh::size(const std::string& dim) const {
   if (dim == "world") return static_cast<int>(shape_.world());
+  if (dim == "ep" || dim == "dp_shard_mod_ep") return groups_.at(dim)->size();
   if (const Flattened* f = flattened(dim)) return static_cast<int>(flat_coord(shape_, {}, f->dims).second);
   const int i = dim_index(dim);
   if (i < 0) throw std::invalid_argument("device mesh has no dimension '" + dim + "'");

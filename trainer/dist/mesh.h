@@ -36,6 +36,14 @@
 // and split its sequence), "fsdp" = dp_shard x cp (parameters shard over
 // it), "loss" = dp_replicate x dp_shard x cp (the loss and the gradient
 // reduction span it).
+//
+// Expert parallelism (TorchTitan v0.2.2's ParallelDims with ep > 1) borrows
+// its ranks: dp_shard splits into (dp_shard_mod_ep, dp_shard_in_ep), outer
+// first, and "ep" is dp_shard_in_ep x cp (etp = tp: experts keep the tp
+// ranks' tensor parallelism) or dp_shard_in_ep x cp x tp (etp = 1: the tp
+// ranks hold different experts); "dp_shard_mod_ep" is the rest of dp_shard,
+// over which the routed experts are FSDP-sharded. Without EP, "ep" has
+// size 1 and "dp_shard_mod_ep" is "fsdp".
 #pragma once
 
 #include <array>
@@ -74,13 +82,16 @@ int slurm_master_port(uint64_t job_id);
 
 struct MeshShape {
   int64_t pp = 1, dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1;
+  int64_t ep = 1, etp = 1;  // expert parallelism: borrowed ranks, not a factor of world()
   int64_t world() const { return pp * dp_replicate * dp_shard * cp * tp; }
   std::string describe() const;  // "dp_replicate 2 x dp_shard 2"
 };
 
 // Resolves the [parallelism] degrees for `world_size` ranks: one -1 takes
 // the rest (data_parallel_shard_degree's default). InputError, naming the
-// degrees, when they do not multiply to world_size.
+// degrees, when they do not multiply to world_size, or when ep/etp break
+// TorchTitan's rules (etp 1 or tp; ep a multiple of cp, or of cp x tp with
+// etp 1, dividing dp_shard x cp, or dp_shard x cp x tp with etp 1).
 MeshShape resolve_mesh_shape(const ParallelismSection& p, int64_t world_size);
 
 class DeviceMesh {
@@ -101,10 +112,13 @@ class DeviceMesh {
   static std::shared_ptr<DeviceMesh> fake(const MeshShape& shape, int rank);
 
   // Group of a dimension: "world", "pp", "dp_replicate", "dp_shard", "cp",
-  // "tp", or a flattened one: "dp", "fsdp", "loss", "batch". A dimension of
-  // size 1 yields a group of size 1.
+  // "tp", or a flattened one: "dp", "fsdp", "loss", "batch", or expert
+  // parallelism's "ep" and "dp_shard_mod_ep". A dimension of size 1 yields
+  // a group of size 1.
   Communicator& group(const std::string& dim);
   int coord(const std::string& dim) const;  // this rank's index in that group
+  // The world ranks of this rank's group along `dim`, ascending.
+  std::vector<int64_t> members(const std::string& dim) const;
   int size(const std::string& dim) const;
 
   // The runtime's teardown (torch's destroy_process_group): every group is
