@@ -15,6 +15,7 @@
 #include "trainer/optim/adamw.h"
 #include "trainer/parallel/train_model.h"
 #include "trainer/runtime.h"
+#include "tests/unit/thread_ranks.h"
 
 namespace ctitan {
 namespace {
@@ -85,41 +86,61 @@ struct Case {
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
+// D 16, 8 experts of width 8: experts 0 and 1 have the same router row
+// (their scores tie exactly: the lower index must win) and expert 7's row
+// is zero (with the bias below, no token reaches it).
+constexpr int64_t kD = 16, kE = 8, kHm = 8;
+MoeWeights random_weights(int64_t shared, at::Generator& gen) {
+  const auto f64 = at::TensorOptions(at::kDouble);
+  const int64_t S = shared * kHm;
+  MoeWeights w64;
+  w64.router = at::randn({kE, kD}, gen, f64) * 0.5;
+  w64.router[1].copy_(w64.router[0]);
+  w64.router[7].fill_(0.0);
+  w64.w1 = at::randn({kE, kHm, kD}, gen, f64) * 0.3;
+  w64.w2 = at::randn({kE, kD, kHm}, gen, f64) * 0.3;
+  w64.w3 = at::randn({kE, kHm, kD}, gen, f64) * 0.3;
+  if (S > 0) {
+    w64.shared_w1 = at::randn({S, kD}, gen, f64) * 0.3;
+    w64.shared_w2 = at::randn({kD, S}, gen, f64) * 0.3;
+    w64.shared_w3 = at::randn({S, kD}, gen, f64) * 0.3;
+  }
+  return w64;
+}
+
+// Expert 7 is never chosen: the bias pushes it below every other score.
+at::Tensor bias_against_expert_7() {
+  at::Tensor bias = at::zeros({kE}, at::kFloat);
+  bias[7] = -10.0f;
+  return bias;
+}
+
+// Leaf copies in `dt`; with `ep_rank`/`ep`, only that rank's routed experts.
+MoeWeights leaves(const MoeWeights& w, at::ScalarType dt, int64_t ep_rank = 0, int64_t ep = 1) {
+  MoeWeights o;
+  for (auto [dst, src] : {std::pair{&o.router, &w.router}, {&o.w1, &w.w1}, {&o.w2, &w.w2}, {&o.w3, &w.w3},
+                          {&o.shared_w1, &w.shared_w1}, {&o.shared_w2, &w.shared_w2}, {&o.shared_w3, &w.shared_w3}}) {
+    if (!src->defined()) continue;
+    const bool routed = dst == &o.w1 || dst == &o.w2 || dst == &o.w3;
+    const at::Tensor t = routed ? src->narrow(0, ep_rank * kE / ep, kE / ep) : *src;
+    *dst = t.to(dt).detach().requires_grad_(true);
+  }
+  return o;
+}
+
 class MoeLayer : public ::testing::TestWithParam<Case> {};
 
-// 12 tokens, D 16, 8 experts of width 8: experts 0 and 1 have the same
-// router row (their scores tie exactly: the lower index must win) and
-// expert 7's row routes nothing to it (its gradients must be zero).
+// 12 tokens through the layer against the reference, forward and backward;
+// expert 7 gets no token (and so no gradient).
 TEST_P(MoeLayer, MatchesTheFloat64ReferenceForwardAndBackward) {
   const Case& c = GetParam();
   const MoeArgs& a = c.args;
-  const int64_t T = 12, D = 16, E = 8, Hm = 8, S = c.shared * Hm;
+  const int64_t T = 12, S = c.shared * kHm;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
   const auto f64 = at::TensorOptions(at::kDouble);
-  MoeWeights w64;
-  w64.router = at::randn({E, D}, gen, f64) * 0.5;
-  w64.router[1].copy_(w64.router[0]);
-  w64.router[7].fill_(0.0);
-  w64.w1 = at::randn({E, Hm, D}, gen, f64) * 0.3;
-  w64.w2 = at::randn({E, D, Hm}, gen, f64) * 0.3;
-  w64.w3 = at::randn({E, Hm, D}, gen, f64) * 0.3;
-  if (S > 0) {
-    w64.shared_w1 = at::randn({S, D}, gen, f64) * 0.3;
-    w64.shared_w2 = at::randn({D, S}, gen, f64) * 0.3;
-    w64.shared_w3 = at::randn({S, D}, gen, f64) * 0.3;
-  }
-  const at::Tensor x64 = at::randn({T, D}, gen, f64);
-  // Expert 7 is never chosen: the bias pushes it below every other score.
-  at::Tensor bias = at::zeros({E}, at::kFloat);
-  bias[7] = -10.0f;
-
-  auto leaves = [](const MoeWeights& w, at::ScalarType dt) {
-    MoeWeights o;
-    for (auto [dst, src] : {std::pair{&o.router, &w.router}, {&o.w1, &w.w1}, {&o.w2, &w.w2}, {&o.w3, &w.w3},
-                            {&o.shared_w1, &w.shared_w1}, {&o.shared_w2, &w.shared_w2}, {&o.shared_w3, &w.shared_w3}})
-      if (src->defined()) *dst = src->to(dt).detach().requires_grad_(true);
-    return o;
-  };
+  const MoeWeights w64 = random_weights(c.shared, gen);
+  const at::Tensor x64 = at::randn({T, kD}, gen, f64);
+  const at::Tensor bias = bias_against_expert_7();
   const MoeWeights w32 = leaves(w64, at::kFloat), wref = leaves(w64, at::kDouble);
   const at::Tensor x32 = x64.to(at::kFloat).requires_grad_(true), xref = x64.clone().requires_grad_(true);
   at::Tensor counts;
@@ -130,7 +151,7 @@ TEST_P(MoeLayer, MatchesTheFloat64ReferenceForwardAndBackward) {
   EXPECT_EQ(counts.sum().item<int64_t>(), T * a.top_k);
   EXPECT_EQ(counts[7].item<int64_t>(), 0) << "expert 7 must receive no token";
 
-  const at::Tensor dy = at::randn({T, D}, gen, f64);
+  const at::Tensor dy = at::randn({T, kD}, gen, f64);
   y.backward(dy.to(at::kFloat));
   want.backward(dy);
   auto close = [](const at::Tensor& got, const at::Tensor& ref, const char* what) {
@@ -145,6 +166,50 @@ TEST_P(MoeLayer, MatchesTheFloat64ReferenceForwardAndBackward) {
   close(w32.w3.grad(), wref.w3.grad(), "d w3");
   if (S > 0) close(w32.shared_w2.grad(), wref.shared_w2.grad(), "d shared w2");
   EXPECT_EQ(w32.w1.grad()[7].abs().max().item<float>(), 0.0f) << "an expert without tokens gets no gradient";
+}
+
+// Expert parallelism (thread ranks over Gloo, EP 2 and 4): each rank routes
+// its own 6 tokens and holds 8/ep experts, whose rows arrive from every
+// rank; outputs and every gradient against the float64 reference on all
+// ranks' tokens at once (the router's and shared experts' gradients summed
+// over the ranks, as the data-parallel reduction will).
+TEST_P(MoeLayer, ExpertParallelMatchesTheReference) {
+  const Case& c = GetParam();
+  const MoeArgs& a = c.args;
+  for (int world : {2, 4}) {
+    const int64_t T = 6, L = kE / world;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+    const MoeWeights w64 = random_weights(c.shared, gen);
+    const at::Tensor x64 = at::randn({world * T, kD}, gen, at::kDouble), dy = at::randn({world * T, kD}, gen, at::kDouble);
+    const at::Tensor bias = bias_against_expert_7();
+    const MoeWeights wref = leaves(w64, at::kDouble);
+    const at::Tensor xref = x64.clone().requires_grad_(true);
+    const at::Tensor want = reference_moe(xref, wref, bias.to(at::kDouble), a);
+    want.backward(dy);
+    testing::run_group(world, [&](int r, Communicator& ep) {
+      const MoeWeights mine = leaves(w64, at::kFloat, r, world);
+      const at::Tensor x = x64.narrow(0, r * T, T).to(at::kFloat).requires_grad_(true);
+      const at::Tensor y = moe_forward(x, mine, bias, a, nullptr, &ep);
+      y.backward(dy.narrow(0, r * T, T).to(at::kFloat));
+      const auto close = [&](const at::Tensor& got, const at::Tensor& ref, const std::string& what) {
+        const double scale = std::max(1.0, ref.abs().max().item<double>());
+        EXPECT_LT((got.to(at::kDouble) - ref).abs().max().item<double>(), 2e-5 * scale)
+            << what << " (ep " << world << ", rank " << r << ")";
+      };
+      const auto summed = [&](const at::Tensor& g) {
+        at::Tensor t = g.clone();
+        ep.all_reduce(t)->wait();
+        return t;
+      };
+      close(y, want.narrow(0, r * T, T), "y");
+      close(x.grad(), xref.grad().narrow(0, r * T, T), "dx");
+      close(mine.w1.grad(), wref.w1.grad().narrow(0, r * L, L), "d w1");
+      close(mine.w2.grad(), wref.w2.grad().narrow(0, r * L, L), "d w2");
+      close(mine.w3.grad(), wref.w3.grad().narrow(0, r * L, L), "d w3");
+      close(summed(mine.router.grad()), wref.router.grad(), "d router");
+      if (c.shared > 0) close(summed(mine.shared_w1.grad()), wref.shared_w1.grad(), "d shared w1");
+    });
+  }
 }
 
 MoeArgs qwen3_like() {

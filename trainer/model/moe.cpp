@@ -1,6 +1,7 @@
 #include "trainer/model/moe.h"
 
 #include "trainer/model/gemm.h"
+#include "trainer/parallel/expert_parallel.h"
 
 #include <cmath>
 #include <limits>
@@ -91,14 +92,25 @@ at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
 }
 
 at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
-                       at::Tensor* counts_out) {
+                       at::Tensor* counts_out, Communicator* ep) {
   const MoeRouting r = moe_route(gemm_linear(x, w.router), bias, a);
   if (counts_out) *counts_out = r.counts;
   at::Tensor routed = x.index({r.token});  // [T·k, D]
   const at::Tensor gate = r.weight.unsqueeze(1);
   if (a.score_before_experts) routed = (routed.to(at::kFloat) * gate).to(x.scalar_type());
-  const at::Tensor h = at::silu(grouped_linear(routed, w.w1, r.counts)) * grouped_linear(routed, w.w3, r.counts);
-  at::Tensor y = grouped_linear(h, w.w2, r.counts);  // [T·k, D]
+  const auto experts = [&](const at::Tensor& rows, const at::Tensor& counts) {
+    const at::Tensor h = at::silu(grouped_linear(rows, w.w1, counts)) * grouped_linear(rows, w.w3, counts);
+    return grouped_linear(h, w.w2, counts);
+  };
+  at::Tensor y;  // [T·k, D]
+  if (ep != nullptr && ep->size() > 1) {
+    TORCH_CHECK(w.w1.size(0) * ep->size() == r.counts.numel(), "expert parallelism: ", w.w1.size(0),
+                " local experts on each of ", ep->size(), " ranks, but the router scores ", r.counts.numel());
+    const EpRoute route = ep_route(r.counts, *ep);
+    y = ep_combine(experts(ep_dispatch(routed, route, *ep), route.local_counts), route, *ep);
+  } else {
+    y = experts(routed, r.counts);
+  }
   if (!a.score_before_experts) y = (y.to(at::kFloat) * gate).to(x.scalar_type());
   at::Tensor out = w.shared_w1.defined()
                        ? gemm_linear(at::silu(gemm_linear(x, w.shared_w1)) * gemm_linear(x, w.shared_w3), w.shared_w2)

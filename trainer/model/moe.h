@@ -16,6 +16,7 @@
 
 #include <optional>
 
+#include "trainer/dist/comm.h"
 #include "trainer/model/model_args.h"
 
 namespace ctitan {
@@ -50,9 +51,13 @@ struct MoeWeights {
 };
 
 // The layer on x [T, D] (compute dtype). `bias`: the expert bias or
-// undefined. `counts_out`, when given, receives the rows per expert [E].
+// undefined. `counts_out`, when given, receives this rank's rows per expert
+// [E] (before any dispatch). `ep` (expert parallelism, size > 1): w.w1/w2/w3
+// hold this rank's E/ep experts (rank p: experts [p·E/ep, (p+1)·E/ep)); the
+// routed rows travel to their experts' ranks and back
+// (trainer/parallel/expert_parallel.h); router and shared experts are local.
 at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
-                       at::Tensor* counts_out = nullptr);
+                       at::Tensor* counts_out = nullptr, Communicator* ep = nullptr);
 
 // TorchTitan's aux-loss-free load balancing, applied before the optimizer
 // step: bias += coeff · sign(mean(counts) − counts), centred to mean 0.
