@@ -550,25 +550,30 @@ Communicator& DeviceMesh::group(const std::string& dim) {
 }
 
 std::vector<int64_t> DeviceMesh::members(const std::string& dim) const {
+  // The ranks that share this rank's coordinates outside the group's
+  // dimensions: in the expert view for EP's groups, else in the mesh's.
+  const auto same_outside = [](const auto& a, const auto& b, const std::vector<int>& dims) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::find(dims.begin(), dims.end(), static_cast<int>(i)) == dims.end() && a[i] != b[i]) return false;
+    return true;
+  };
+  const bool expert = dim == "ep" || dim == "dp_shard_mod_ep";
+  std::vector<int> dims;  // mesh dimensions of a non-EP group (ep alone: none; dp_shard_mod_ep: fsdp's)
+  if (dim == "world") {
+    dims = {0, 1, 2, 3, 4};
+  } else if (!expert || shape_.ep == 1) {
+    const Flattened* f = flattened(dim == "dp_shard_mod_ep" ? "fsdp" : dim);
+    if (f) dims.assign(f->dims.begin(), f->dims.end());
+    else if (dim != "ep") dims = {dim_index(dim)};
+  }
   std::vector<int64_t> out;
   const auto mine = coords_of(shape_, rank_);
-  const bool expert = dim == "ep" || dim == "dp_shard_mod_ep";
   for (int64_t r = 0; r < shape_.world(); ++r) {
     const auto c = coords_of(shape_, r);
-    bool same = true;
-    if (expert && shape_.ep > 1) {
-      const std::vector<int> dims = expert_group_dims(shape_, dim);
-      const ExpertView a = expert_view(shape_, mine), b = expert_view(shape_, c);
-      for (int i = 0; i < 6; ++i)
-        if (std::find(dims.begin(), dims.end(), i) == dims.end() && a.coords[i] != b.coords[i]) same = false;
-    } else if (dim != "world") {
-      const Flattened* f = flattened(expert ? (dim == "ep" ? "" : "fsdp") : dim);
-      std::vector<int> dims;
-      if (f) dims.assign(f->dims.begin(), f->dims.end());
-      else if (dim != "ep") dims.push_back(dim_index(dim));
-      for (int i = 0; i < 5; ++i)
-        if (std::find(dims.begin(), dims.end(), i) == dims.end() && mine[i] != c[i]) same = false;
-    }
+    const bool same = expert && shape_.ep > 1
+                          ? same_outside(expert_view(shape_, mine).coords, expert_view(shape_, c).coords,
+                                         expert_group_dims(shape_, dim))
+                          : same_outside(mine, c, dims);
     if (same) out.push_back(r);
   }
   return out;
