@@ -55,6 +55,8 @@ EpRoute ep_route(const at::Tensor& counts, Communicator& ep) {
     throw InputError("expert parallelism: " + std::to_string(E) + " experts do not divide over ep " +
                      std::to_string(P) + "; set parallelism.expert_parallel_degree to a divisor of num_experts");
   const int64_t L = E / P;
+  // The counts are host-side plans (splits, permutation), so they are
+  // exchanged as CPU tensors (over Gloo also in a CUDA run).
   const at::Tensor sent = counts.to(at::kCPU).to(at::kLong).contiguous();
   at::Tensor got = at::empty({P * L}, sent.options());
   wait_exposed(ep.all_to_all(got, sent), ep);  // got[s·L + e]: rows rank s sends to my local expert e
@@ -91,7 +93,5 @@ at::Tensor ep_dispatch(const at::Tensor& rows, const EpRoute& route, Communicato
 at::Tensor ep_combine(const at::Tensor& rows, const EpRoute& route, Communicator& ep) {
   return all_to_all_rows(rows.index({route.inverse}), ep, route.send_rows, route.recv_rows);
 }
-
-double take_ep_exposed_seconds(const Communicator& ep) { return take_tp_exposed_seconds(ep); }
 
 }  // namespace ctitan

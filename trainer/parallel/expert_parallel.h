@@ -11,7 +11,9 @@
 //      order, so that the grouped GEMM sees one contiguous block per local
 //      expert (TorchTitan's permute; no padding is needed on the CPU).
 // Combine undoes 3 and 2. Both are differentiable: the backward of an
-// all_to_all_v is the transposed exchange (the splits swapped).
+// all_to_all_v is the transposed exchange (the splits swapped). The time
+// blocked in them counts in wait_exposed's per-group ledger
+// (tensor_parallel.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -41,10 +43,5 @@ at::Tensor ep_combine(const at::Tensor& rows, const EpRoute& route, Communicator
 // A differentiable all_to_all_v along dim 0 (Communicator::all_to_all_v).
 at::Tensor all_to_all_rows(const at::Tensor& x, Communicator& comm, const std::vector<int64_t>& out_splits,
                            const std::vector<int64_t>& in_splits);
-
-// Seconds spent blocked in `ep`'s exchanges since the last call (the exposed
-// EP communication), then reset: the per-group ledger of wait_exposed
-// (tensor_parallel.h).
-double take_ep_exposed_seconds(const Communicator& ep);
 
 }  // namespace ctitan
