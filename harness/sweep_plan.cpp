@@ -13,6 +13,7 @@
 
 #include "common/errors.h"
 #include "trainer/parallel/context_parallel.h"
+#include "trainer/parallel/expert_parallel.h"
 #include "trainer/parallel/pipeline.h"
 #include "common/build_identity.h"
 #include "profiling/gpu_info.h"
@@ -326,6 +327,7 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
   trainer_says([&] {
     check_model_layout(a, ModelLayout{shape.dp_replicate, shape.dp_shard, shape.cp, shape.tp, shape.pp, float8_on(cfg)});
   });
+  trainer_says([&] { check_expert_parallel(a, shape.ep, shape.etp > 1, shape.tp, p.enable_sequence_parallel); });
   if (shape.pp > 1) {
     const bool whole_microbatches = t.local_batch_size % p.pipeline_parallel_microbatch_size == 0;
     need(whole_microbatches, "local_batch_size " + std::to_string(t.local_batch_size) +

@@ -200,12 +200,16 @@ TEST(Sweep, ShippedLongContextSweepPlans) {
 }
 
 // The shipped MoE sweep (scripts/run.sh runs it; about a minute on two
-// cores): MoE keys as axes, the unservable top_k pruned with the trainer's
-// line, nothing else pruned.
+// cores): MoE keys as axes, the unservable top_k and the ep that does not
+// divide dp_shard pruned with the trainer's lines, nothing else pruned.
 TEST(Sweep, ShippedMoeSweepPlans) {
   auto r = run_ctitan({"sweep", (fs::path(source_dir()) / "recipes/sweeps/moe_debug.toml").string(), "--dry-run"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("13 points at world sizes 1, 2: 12 to run x 1 repeat, 1 infeasible"), std::string::npos)
+  EXPECT_NE(r.out.find("17 points at world sizes 1, 2: 15 to run x 1 repeat, 2 infeasible"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("why: parallelism.expert_parallel_degree = 3 must be a multiple of cp (1) dividing dp_shard "
+                       "x cp (4)"),
+            std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("why: model.moe_top_k 8 exceeds the 4 experts a token can reach"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("model.name=deepseek_v3 model.flavor=debugmodel"), std::string::npos) << r.out;

@@ -41,6 +41,9 @@ struct Layout {
   const char* ac = "none";
   bool compile = false;
   bool float8 = false;  // tensorwise, emulated: the golden run is one process with float8 too
+  int64_t ep = 1, etp = 1;  // expert parallelism: borrows dp_shard x cp (x tp when etp = 1)
+  bool force_balance = false;  // debug.moe_force_load_balance
+  int64_t experts = 0;         // routed experts per layer (0: the flavor's)
   int world() const { return static_cast<int>(replicate * shard * tp * cp * pp); }
 };
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
@@ -68,6 +71,9 @@ JobConfig tiny_config(const Layout& l) {
   cfg.parallelism.context_parallel_degree = l.cp;
   cfg.parallelism.pipeline_parallel_degree = l.pp;
   cfg.parallelism.pipeline_parallel_microbatch_size = 1;
+  cfg.parallelism.expert_parallel_degree = l.ep;
+  cfg.parallelism.expert_tensor_parallel_degree = l.etp;
+  cfg.debug.moe_force_load_balance = l.force_balance;
   cfg.activation_checkpoint.mode = l.ac;
   cfg.compile.enable = l.compile;
   if (l.float8) cfg.model.converters = {"quantize.linear.float8"};
@@ -83,6 +89,7 @@ std::vector<at::Tensor> global_batches(int64_t vocab, int64_t seq) {
 
 struct RankResult {
   std::vector<double> losses;  // the data-parallel mean, as train() logs it
+  std::vector<std::string> layout;  // one line per parameter (TrainModel::layout)
 };
 
 // Trains rank `rank` of layout `l`; its boxes of the final parameters are
@@ -95,7 +102,8 @@ RankResult train_rank(const Layout& l, int rank, c10::intrusive_ptr<c10d::Store>
   rt.env.world_size = rt.env.local_world_size = l.world();
   rt.shape = resolve_mesh_shape(cfg.parallelism, l.world());
   rt.mesh = l.world() == 1 ? DeviceMesh::single() : DeviceMesh::create(rt.shape, rank, store, CommOptions{});
-  const ModelArgs args = model_flavor(cfg.model.name, cfg.model.flavor);
+  ModelArgs args = model_flavor(cfg.model.name, cfg.model.flavor);
+  if (l.experts > 0) args.moe.num_experts = l.experts;
   auto tm = parallelize_model(args, rt, cfg);
   const auto& o = cfg.optimizer;
   AdamW opt(tm->params(), tm->grads(), {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.implementation});
@@ -105,6 +113,7 @@ RankResult train_rank(const Layout& l, int rank, c10::intrusive_ptr<c10d::Store>
   const int64_t B = cfg.training.local_batch_size, part = rt.mesh->coord("dp");
   EXPECT_EQ(rt.mesh->size("dp") * l.tp * l.cp * l.pp, l.world());
   RankResult res;
+  res.layout = tm->layout();
   for (const at::Tensor& batch : global_batches(args.vocab_size, seq_of(l))) {
     const at::Tensor mine = batch.narrow(0, part * B, B);
     const at::Tensor inputs = mine.narrow(1, 0, seq_of(l)).contiguous(),
@@ -132,19 +141,23 @@ RankResult train_rank(const Layout& l, int rank, c10::intrusive_ptr<c10d::Store>
 struct LayoutRun {
   std::vector<std::vector<double>> losses;  // per rank
   NamedTensors params;                      // assembled from every rank's boxes
+  std::vector<std::vector<std::string>> layouts;  // per rank
 };
 
 LayoutRun run_layout(const Layout& l) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   LayoutRun run;
   run.losses.resize(l.world());
+  run.layouts.resize(l.world());
   std::mutex mu;
   std::vector<std::string> errors(l.world());
   std::vector<std::thread> ranks;
   for (int r = 0; r < l.world(); ++r)
     ranks.emplace_back([&, r] {
       try {
-        run.losses[r] = train_rank(l, r, store, run.params, mu).losses;
+        RankResult res = train_rank(l, r, store, run.params, mu);
+        run.losses[r] = std::move(res.losses);
+        run.layouts[r] = std::move(res.layout);
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -170,12 +183,13 @@ class ThreadRanks : public ::testing::TestWithParam<Layout> {
   // One process of the layout's model (the same flavor, AC and compile).
   static const LayoutRun& golden(const Layout& l) {
     const std::string key = std::string(l.model) + "/" + l.flavor + "/" + l.ac + (l.compile ? "/compile" : "") +
-                            (l.float8 ? "/float8" : "");
+                            (l.float8 ? "/float8" : "") + (l.force_balance ? "/force_balance" : "") +
+                            "/experts" + std::to_string(l.experts);
     auto it = goldens_.find(key);
     if (it == goldens_.end()) {
       Layout one = l;
       one.name = "single";
-      one.replicate = one.shard = one.tp = one.cp = one.pp = 1;
+      one.replicate = one.shard = one.tp = one.cp = one.pp = one.ep = one.etp = 1;
       it = goldens_.emplace(key, run_layout(one)).first;
     }
     return it->second;
@@ -196,6 +210,21 @@ TEST_P(ThreadRanks, LossesAndParametersMatchOneProcess) {
     ASSERT_EQ(run.losses[r].size(), want.size()) << "rank " << r;
     for (size_t s = 0; s < want.size(); ++s)
       EXPECT_NEAR(run.losses[r][s], want[s], 1e-5 * std::abs(want[s])) << l.name << " rank " << r << " step " << s + 1;
+  }
+  if (l.ep > 1) {  // the routed experts are where TorchTitan puts them
+    const int64_t E = l.experts > 0 ? l.experts : 4, mod_ep = l.shard * l.cp * (l.etp == 1 ? l.tp : 1) / l.ep;
+    const std::string fsdp = mod_ep > 1 ? ", Shard(" + std::string(mod_ep * l.ep > E ? "1" : "0") +
+                                              ") over dp_shard_mod_ep " + std::to_string(mod_ep)
+                                        : "";
+    const std::string want = "Shard(0) over ep " + std::to_string(l.ep) +
+                             (l.etp > 1 ? ", Shard(1) over tp " + std::to_string(l.tp) : "") + fsdp;
+    int experts = 0;
+    for (const std::string& line : run.layouts[0])
+      if (line.find("moe.experts.w1 ") != std::string::npos) {
+        ++experts;
+        EXPECT_NE(line.find(want), std::string::npos) << line << "\nwant: " << want;
+      }
+    EXPECT_GT(experts, 0) << "rank 0 holds no routed expert";
   }
   ASSERT_EQ(run.params.size(), golden_->params.size());
   for (const auto& [name, w] : golden_->params) {
@@ -248,6 +277,44 @@ INSTANTIATE_TEST_SUITE_P(
                       // FSDP is not the one-process float8 run (as in TorchTitan), by design.
                       Layout{"deepseek_tp2_float8", 1, 1, "deepseek_v3", "tiny", 2, 1, 1, "none", false, true}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Expert parallelism (TorchTitan v0.2.2's layout): the routed experts
+// Shard(0) over ep, FSDP of each rank's experts over dp_shard_mod_ep
+// (along the hidden dimension when its ranks x ep outnumber the experts),
+// the tokens dispatched by all-to-all. Both MoE families, with AC and with
+// moe_force_load_balance (a balanced dispatch) beside the learned routing.
+Layout ep_layout(const char* name, const char* model, int64_t shard, int64_t ep, int64_t tp = 1, int64_t pp = 1,
+                 int64_t etp = 1, const char* ac = "none", bool force = false, int64_t cp = 1) {
+  Layout l{name, 1, shard, model, std::string(model) == "qwen3" ? "tiny_moe" : "tiny", tp, cp, pp, ac};
+  l.ep = ep;
+  l.etp = etp;
+  l.force_balance = force;
+  return l;
+}
+INSTANTIATE_TEST_SUITE_P(
+    ExpertParallel, ThreadRanks,
+    ::testing::Values(ep_layout("qwen3_ep2", "qwen3", 2, 2), ep_layout("qwen3_ep4_ac_full", "qwen3", 4, 4, 1, 1, 1, "full"),
+                      ep_layout("qwen3_fsdp2_ep2_forced", "qwen3", 4, 2, 1, 1, 1, "none", true),
+                      ep_layout("qwen3_ep2_tp2", "qwen3", 1, 2, 2),
+                      ep_layout("qwen3_fsdp2_ep2_etp2", "qwen3", 2, 2, 2, 1, 2),
+                      ep_layout("qwen3_pp2_ep2", "qwen3", 2, 2, 1, 2),
+                      ep_layout("qwen3_ep2_cp2", "qwen3", 1, 2, 1, 1, 1, "none", false, 2),
+                      ep_layout("deepseek_ep2", "deepseek_v3", 2, 2),
+                      ep_layout("deepseek_ep4_forced", "deepseek_v3", 4, 4, 1, 1, 1, "none", true),
+                      ep_layout("deepseek_fsdp2_ep2_ac_full", "deepseek_v3", 4, 2, 1, 1, 1, "full"),
+                      ep_layout("deepseek_fsdp2_ep2_tp2_etp2", "deepseek_v3", 2, 2, 2, 1, 2),
+                      ep_layout("deepseek_pp2_ep2_tp2", "deepseek_v3", 1, 2, 2, 2)),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Two experts over ep 2 x dp_shard_mod_ep 2: fewer local experts (1) than
+// FSDP ranks (2), so FSDP shards each expert's hidden dimension (Shard(1)).
+Layout hidden_sharded() {
+  Layout l = ep_layout("qwen3_2experts_fsdp2_ep2_shard1", "qwen3", 4, 2);
+  l.experts = 2;
+  return l;
+}
+INSTANTIATE_TEST_SUITE_P(ExpertParallelHiddenSharded, ThreadRanks, ::testing::Values(hidden_sharded()),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace ctitan

@@ -293,6 +293,35 @@ TEST(SweepPruning, ThePlannersRejectionIsTheReasonWhenNoRuleFired) {
   EXPECT_EQ(r.find("the planner says no"), std::string::npos) << r;
 }
 
+// Expert parallelism prunes with TorchTitan's mesh rule and the trainer's
+// own lines against the model: an ep that divides dp_shard but not the
+// experts, an ep on a dense model, an ep spanning tp without SP.
+TEST(SweepPruning, ExpertParallelDegreesTheTrainerRefuses) {
+  JobConfig cfg = load_toml_file(base_recipe());
+  const DeviceBudget b = host_budget(int64_t{1} << 40);
+  cfg.model.name = "qwen3";
+  cfg.model.flavor = "debugmodel_moe";  // 64 experts
+  cfg.parallelism.data_parallel_shard_degree = 6;
+  cfg.parallelism.expert_parallel_degree = 3;
+  EXPECT_EQ(infeasibility(cfg, 6, b, nullptr, ""),
+            "parallelism.expert_parallel_degree 3 does not divide the 64 routed experts per layer; choose a divisor "
+            "of 64");
+  cfg.parallelism.expert_parallel_degree = 4;
+  EXPECT_NE(infeasibility(cfg, 6, b, nullptr, "").find("must be a multiple of cp (1) dividing dp_shard x cp (6)"),
+            std::string::npos);
+  cfg.parallelism.data_parallel_shard_degree = 1;
+  cfg.parallelism.tensor_parallel_degree = 2;
+  cfg.parallelism.expert_parallel_degree = 2;
+  EXPECT_EQ(infeasibility(cfg, 2, b, nullptr, ""), "");
+  cfg.parallelism.enable_sequence_parallel = false;
+  EXPECT_NE(infeasibility(cfg, 2, b, nullptr, "").find("it needs parallelism.enable_sequence_parallel = true"),
+            std::string::npos);
+  cfg.model.name = "llama3";
+  cfg.model.flavor = "debugmodel";
+  cfg.parallelism.enable_sequence_parallel = true;
+  EXPECT_NE(infeasibility(cfg, 2, b, nullptr, "").find("this model has none"), std::string::npos);
+}
+
 // Points are predicted on this machine's spec: cpu here, the GPU's spec on
 // a GPU node, a stand-in with the GPU's memory (memory only) for a GPU no
 // spec describes, or the one [sweep] hardware names.

@@ -13,8 +13,11 @@ namespace ctitan::config {
 namespace {
 
 const char* kNoMoe =
-    "ctitan's MoE layers have no expert parallelism or quantised grouped GEMMs yet: experts are replicated over tp, "
-    "sharded by FSDP like every parameter, and their grouped GEMMs run in the compute dtype";
+    "ctitan's MoE grouped GEMMs run in the compute dtype (no float8 or MX grouped GEMM), and its selective AC "
+    "chooses by op, not by GEMM shape";
+const char* kNoDeepEp =
+    "ctitan's expert-parallel dispatch is its communicator's all_to_all_v (TorchTitan's \"standard\"); there is "
+    "no DeepEP kernel";
 const char* kNoTorchFt = "ctitan has no TorchFT fault tolerance (fault_tolerance.enable must stay false)";
 const char* kNoMx = "MX (mxfp8) linears are not implemented: model.converters accepts only quantize.linear.float8";
 const char* kPinned = "ctitan stages every batch through pinned memory on CUDA (and needs none on CPU)";
@@ -37,9 +40,7 @@ const std::map<std::string, std::string>& unsupported_reasons() {
       {"training.dtype",
        "full-bf16 training (no float32 master weights) is not implemented: parameters, gradients and AdamW state "
        "stay float32; training.mixed_precision_param = \"bfloat16\" (the default) runs forward and backward in bf16"},
-      {"parallelism.expert_parallel_degree", kNoMoe},
-      {"parallelism.expert_tensor_parallel_degree", kNoMoe},
-      {"parallelism.expert_parallel_comm_backend", kNoMoe},
+      {"parallelism.expert_parallel_comm_backend", kNoDeepEp},
       {"checkpoint.initial_load_in_hf_quantized", "quantized Hugging Face checkpoints are not loaded"},
       {"activation_checkpoint.early_stop", "ctitan recomputes a checkpointed layer whole"},
       {"activation_checkpoint.visualize_memory_budget_pareto",
@@ -66,7 +67,8 @@ const std::map<std::string, std::string>& unsupported_reasons() {
       {"parallelism.enable_compiled_autograd",
        "compiled autograd belongs to torch.compile; ctitan's backward is ATen autograd (compile.enable selects its "
        "fused kernels)"},
-      {"parallelism.pipeline_parallel_expert_parallel_overlap", kNoMoe},
+      {"parallelism.pipeline_parallel_expert_parallel_overlap",
+       "DualPipeV's overlap of expert-parallel all-to-alls with compute; ctitan has no DualPipeV schedule"},
       {"checkpoint.export_dtype",
        "ctitan's own checkpoints keep the training dtype; export_dtype applies to the Hugging Face export "
        "(checkpoint.last_save_in_hf)"},

@@ -112,12 +112,14 @@ at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tenso
     y = experts(routed, r.counts);
   }
   if (!a.score_before_experts) y = (y.to(at::kFloat) * gate).to(x.scalar_type());
-  at::Tensor out = w.shared_w1.defined()
-                       ? gemm_linear(at::silu(gemm_linear(x, w.shared_w1)) * gemm_linear(x, w.shared_w3), w.shared_w2)
-                       : at::zeros_like(x);
+  at::Tensor out = w.shared_w1.defined() ? moe_shared_experts(x, w) : at::zeros_like(x);
   // index_put with accumulate, whose backward is aten::index (a C++ meta
   // kernel, so the dry run gets through), where index_add's is index_select.
   return at::index_put(out, c10::List<std::optional<at::Tensor>>{r.token}, y, /*accumulate=*/true);
+}
+
+at::Tensor moe_shared_experts(const at::Tensor& x, const MoeWeights& w) {
+  return gemm_linear(at::silu(gemm_linear(x, w.shared_w1)) * gemm_linear(x, w.shared_w3), w.shared_w2);
 }
 
 void update_expert_bias(at::Tensor& bias, const at::Tensor& counts, double coeff) {

@@ -59,6 +59,9 @@ struct MoeWeights {
 at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
                        at::Tensor* counts_out = nullptr, Communicator* ep = nullptr);
 
+// The shared experts' SwiGLU on x [T, D] (w.shared_* defined).
+at::Tensor moe_shared_experts(const at::Tensor& x, const MoeWeights& w);
+
 // TorchTitan's aux-loss-free load balancing, applied before the optimizer
 // step: bias += coeff · sign(mean(counts) − counts), centred to mean 0.
 // `counts`: tokens per expert summed over the data-parallel group.

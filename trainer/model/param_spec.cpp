@@ -41,14 +41,19 @@ ParamSpec whole_param(std::string name, std::vector<int64_t> shape) {
 }
 
 ParamSpec shard_rows(ParamSpec s, const std::string& mesh_dim, int64_t n, int64_t r) {
+  return shard_padded(std::move(s), mesh_dim, n, r, 0);
+}
+
+ParamSpec shard_padded(ParamSpec s, const std::string& mesh_dim, int64_t n, int64_t r, int dim) {
   if (n == 1) return s;
-  const int64_t rows = s.box_shape[0], chunk = (rows + n - 1) / n;
-  const int64_t valid = std::clamp(rows - r * chunk, int64_t{0}, chunk);
-  s.box_offset[0] += std::min(r * chunk, rows);
-  s.box_shape[0] = valid;
-  s.numel = s.numel / s.shape[0] * chunk;
-  s.shape[0] = chunk;
-  s.placements.push_back({mesh_dim, n, 0});
+  const auto d = static_cast<size_t>(dim);
+  const int64_t size = s.box_shape.at(d), chunk = (size + n - 1) / n;
+  const int64_t valid = std::clamp(size - r * chunk, int64_t{0}, chunk);
+  s.box_offset[d] += std::min(r * chunk, size);
+  s.box_shape[d] = valid;
+  s.numel = s.numel / s.shape[d] * chunk;
+  s.shape[d] = chunk;
+  s.placements.push_back({mesh_dim, n, dim});
   return s;
 }
 

@@ -52,6 +52,10 @@ ParamSpec whole_param(std::string name, std::vector<int64_t> shape);
 // it: rows [r·c, (r+1)·c) of the current box, c = ceil(rows / n); the
 // storage keeps c rows (zero padding past the box's end). n = 1: unchanged.
 ParamSpec shard_rows(ParamSpec s, const std::string& mesh_dim, int64_t n, int64_t r);
+// The same along dimension `dim` (FSDP2's Shard(dim) from a
+// shard_placement_fn: TorchTitan's experts when there are fewer local
+// experts than FSDP ranks).
+ParamSpec shard_padded(ParamSpec s, const std::string& mesh_dim, int64_t n, int64_t r, int dim);
 
 // Tensor parallelism's Shard(dim) over mesh dimension `mesh_dim` of size n,
 // as rank r of it: an even split of the current box along `dim` (no

@@ -151,13 +151,15 @@ namespace {
 // per block (9 parameters), norm + output.
 // The part's specs under the TP plan (unchanged without TP).
 std::vector<ParamSpec> planned_specs(const ModelArgs& args, const std::vector<ModelPart>& parts,
-                                     const TensorParallelOptions& tp) {
-  if (!tp.on()) return model_param_specs(args, parts);
+                                     const TensorParallelOptions& tp, const ExpertParallelOptions& ep) {
+  check_expert_parallel(args, ep.size(), ep.etp, tp.size(), tp.sequence_parallel);
+  if (!tp.on()) return expert_parallel_plan(model_param_specs(args, parts), ep, 1, 0);
   check_tensor_parallel_degree(args, tp.size());
   if (tp.async && !tp.sequence_parallel)
     throw InputError("parallelism.enable_async_tensor_parallel pipelines the sequence-parallel all-gather and "
                      "reduce-scatter; it needs parallelism.enable_sequence_parallel = true");
-  return tensor_parallel_plan(model_param_specs(args, parts), tp.size(), tp.rank());
+  return expert_parallel_plan(tensor_parallel_plan(model_param_specs(args, parts), tp.size(), tp.rank()), ep,
+                              tp.size(), tp.rank());
 }
 
 // Pieces of each rank's sequence shard that async TP pipelines over: one per
@@ -187,15 +189,17 @@ std::vector<ModelPart> resolved_parts(const ModelArgs& args, const std::vector<M
 }  // namespace
 
 Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
-               ModelPart part, ParamStore::Storage storage, TensorParallelOptions tp)
-    : Transformer(args, compute_dtype, max_seq_len, device, std::vector<ModelPart>{part}, storage, tp) {}
+               ModelPart part, ParamStore::Storage storage, TensorParallelOptions tp, ExpertParallelOptions ep)
+    : Transformer(args, compute_dtype, max_seq_len, device, std::vector<ModelPart>{part}, storage, tp, ep) {}
 
 Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
-               const std::vector<ModelPart>& parts, ParamStore::Storage storage, TensorParallelOptions tp)
+               const std::vector<ModelPart>& parts, ParamStore::Storage storage, TensorParallelOptions tp,
+               ExpertParallelOptions ep)
     : args_(args),
       parts_(resolved_parts(args, parts)),
       tp_(tp),
-      store_(planned_specs(args, parts_, tp_), model_units(args, parts_), compute_dtype, device, storage) {
+      ep_(ep),
+      store_(planned_specs(args, parts_, tp_, ep_), model_units(args, parts_), compute_dtype, device, storage) {
   local_of_.assign(args_.n_layers, -1);
   stage_units_.push_back(0);
   for (const ModelPart& p : parts_) {
@@ -541,17 +545,42 @@ at::Tensor Transformer::attention(int64_t layer, const LayerWeights& w, const at
 at::Tensor Transformer::feed_forward(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache,
                                      bool recompute) const {
   if (w.moe.router.defined()) {
-    // The experts are replicated over tp: each rank routes the tokens it
-    // holds (its sequence part under SP, else all of them, as every rank).
     const bool sp = tp_.on() && tp_.sequence_parallel;
-    MoeWeights mw = w.moe;
-    for (at::Tensor* t : {&mw.router, &mw.w1, &mw.w2, &mw.w3, &mw.shared_w1, &mw.shared_w2, &mw.shared_w3})
-      if (t->defined()) *t = tp_summed(*t, sp);
     const int64_t D = x.size(-1);
-    at::Tensor counts;
-    at::Tensor y = moe_forward(x.reshape({-1, D}), mw, expert_bias_[local_of_[layer]], args_.moe, &counts);
+    const at::Tensor& bias = expert_bias_[local_of_[layer]];
+    MoeWeights mw = w.moe;
+    at::Tensor counts, y;
+    if (ep_.on() && ep_.etp && tp_.on()) {
+      // Expert tensor parallelism: every tp rank routes all the tp group's
+      // tokens (gathered under SP), dispatches them over ep and computes
+      // its slice of each expert's hidden dimension: partial sums, reduced
+      // over tp (reduce-scattered under SP). The router's gradient is
+      // partial too (its gate weights meet partial outputs); the shared
+      // experts run on the rank's own tokens as in the dense layout.
+      Communicator& g = *tp_.group;
+      const at::Tensor all = sp ? gather_from_sp(x, g, 1) : copy_to_tp(x, g);
+      MoeWeights routed = mw;
+      routed.router = tp_summed(mw.router, true);
+      routed.shared_w1 = routed.shared_w2 = routed.shared_w3 = at::Tensor();
+      const at::Tensor partial =
+          moe_forward(all.reshape({-1, D}), routed, bias, args_.moe, &counts, ep_.group).view(all.sizes());
+      y = sp ? scatter_to_sp(partial, g, 1) : reduce_from_tp(partial, g);
+      if (mw.shared_w1.defined()) {
+        for (at::Tensor* t : {&mw.shared_w1, &mw.shared_w2, &mw.shared_w3}) *t = tp_summed(*t, sp);
+        y = y + moe_shared_experts(x.reshape({-1, D}), mw).view(x.sizes());
+      }
+    } else {
+      // Each rank routes the tokens it holds (its sequence part under SP,
+      // else all of them, as every rank). Without EP the experts are
+      // replicated over tp; with EP (spanning tp) each rank owns its own.
+      for (at::Tensor* t : {&mw.router, &mw.shared_w1, &mw.shared_w2, &mw.shared_w3})
+        if (t->defined()) *t = tp_summed(*t, sp);
+      if (!ep_.on())
+        for (at::Tensor* t : {&mw.w1, &mw.w2, &mw.w3}) *t = tp_summed(*t, sp);
+      y = moe_forward(x.reshape({-1, D}), mw, bias, args_.moe, &counts, ep_.on() ? ep_.group : nullptr).view(x.sizes());
+    }
     if (count_experts_ && !recompute && !counts.is_meta()) expert_counts_[local_of_[layer]].add_(counts);
-    return y.view(x.sizes());
+    return y;
   }
   const Float8Units f8 = float8_ ? float8_units_[local_of_[layer]] : Float8Units{};
   const int64_t F = w.w2.size(1);

@@ -31,6 +31,7 @@
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/model_args.h"
 #include "trainer/model/moe.h"
+#include "trainer/parallel/expert_parallel.h"
 #include "trainer/model/param_store.h"
 #include "trainer/parallel/context_parallel.h"
 #include "trainer/parallel/tensor_parallel.h"
@@ -62,16 +63,20 @@ class Transformer {
   // holds this rank's shards of TorchTitan's plan (tensor_parallel_plan)
   // and forward runs the plan's communication regions; InputError when tp
   // does not divide the heads, KV heads, FFN width or vocabulary, or when
-  // async TP is asked for without sequence parallelism.
+  // async TP is asked for without sequence parallelism. `ep`: expert
+  // parallelism — the store holds this rank's routed experts
+  // (expert_parallel_plan) and the MoE layers dispatch their tokens over
+  // the ep group.
   Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len,
          c10::Device device = c10::Device(c10::kCPU), ModelPart part = {},
-         ParamStore::Storage storage = ParamStore::Storage::kFlat, TensorParallelOptions tp = {});
+         ParamStore::Storage storage = ParamStore::Storage::kFlat, TensorParallelOptions tp = {},
+         ExpertParallelOptions ep = {});
   // Several model parts in one store (the pipeline stages one rank holds
   // under the interleaved and V schedules), in the given order; a layer in
   // two parts is an InputError.
   Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
          const std::vector<ModelPart>& parts, ParamStore::Storage storage = ParamStore::Storage::kFlat,
-         TensorParallelOptions tp = {});
+         TensorParallelOptions tp = {}, ExpertParallelOptions ep = {});
 
   // TorchTitan's init_weights, flat storage. Every value is a function of
   // (seed, FQN, global element index) only (param_init.h), so a shard or a
@@ -171,6 +176,7 @@ class Transformer {
   // Part k's units: [first, second) of units().
   std::pair<size_t, size_t> part_units(size_t k) const { return {stage_units_.at(k), stage_units_.at(k + 1)}; }
   const TensorParallelOptions& tensor_parallel() const { return tp_; }
+  const ExpertParallelOptions& expert_parallel() const { return ep_; }
   at::ScalarType compute_dtype() const { return store_.compute_dtype(); }
   c10::Device device() const { return store_.device(); }
   ParamStore& store() { return store_; }
@@ -248,6 +254,7 @@ class Transformer {
   std::vector<int64_t> unit_layer_;    // per unit: its global layer, or kEmbeddingUnit / kHeadUnit
   std::vector<size_t> stage_units_;    // part k's units are [stage_units_[k], stage_units_[k+1])
   TensorParallelOptions tp_;
+  ExpertParallelOptions ep_;
   ContextParallelOptions cp_;
   mutable at::Tensor cp_positions_, cp_freqs_;  // for the local length cp_positions_.size(0)
   ParamStore store_;

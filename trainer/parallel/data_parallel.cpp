@@ -12,6 +12,7 @@
 #include "trainer/float8/fp8_codec.h"
 #include "trainer/model/param_init.h"
 #include "trainer/optim/adamw.h"
+#include "trainer/parallel/expert_parallel.h"
 
 namespace ctitan {
 namespace {
@@ -48,9 +49,23 @@ DataParallel::DataParallel(Transformer& model, DeviceMesh& mesh, DataParallelOpt
                      "(a per-row scale cannot be computed on a shard of rows before the gather)");
   // The placement plan: FSDP's Shard(0) over dp_shard (x cp), then
   // Replicate() over dp_replicate (HSDP, DDP).
+  // Under expert parallelism the routed experts (already Shard(0) over ep)
+  // are sharded over the ranks that hold the same experts, dp_shard_mod_ep
+  // — along their hidden dimension when those ranks × ep outnumber the
+  // experts, as TorchTitan's shard_placement_fn does.
   const int64_t r = mesh_.coord(shard_dim_);
-  for (const ParamSlot& s : model.slots())
-    specs_.push_back(replicate(shard_rows(s, shard_dim_, shard_, r), "dp_replicate", replicate_));
+  const bool ep = model.expert_parallel().on();
+  const int64_t m = mesh_.size("dp_shard_mod_ep"), mr = mesh_.coord("dp_shard_mod_ep");
+  for (const ParamSlot& s : model.slots()) {
+    ParamSpec spec = s;
+    if (ep && is_routed_expert(s.name)) {
+      const int dim = m * model.expert_parallel().size() > s.global_shape[0] ? 1 : 0;
+      spec = shard_padded(std::move(spec), "dp_shard_mod_ep", m, mr, dim);
+    } else {
+      spec = shard_rows(std::move(spec), shard_dim_, shard_, r);
+    }
+    specs_.push_back(replicate(std::move(spec), "dp_replicate", replicate_));
+  }
   for (const ParamSlot& s : model.slots()) storage_.push_back({s.offset, s.numel});
   if (sharded()) build_shards();
   plan_norm_ranges();
@@ -78,25 +93,44 @@ void DataParallel::plan_norm_ranges() {
 void DataParallel::build_shards() {
   int64_t total = 0;
   const auto& slots = model_.slots();
+  const bool ep = model_.expert_parallel().on();
+  shard_of_.assign(slots.size(), {0, 0});
+  experts_.resize(units_.size());
   for (size_t u = 0; u < units_.size(); ++u) {
     const auto& unit = model_.units()[u];
-    UnitShard& us = units_[u];
-    us.offset = total;
-    for (size_t si : unit.slots) {
-      const ParamSlot& s = slots[si];
-      ShardedParam p;
-      p.name = s.name;
-      p.rows = s.shape[0];
-      p.rest = s.numel / p.rows;
-      p.chunk = specs_[si].shape[0];
-      p.unit_offset = s.offset - unit.offset;
-      p.shard_offset = p.gather_offset = us.numel;
-      storage_[si] = {us.offset + p.shard_offset, p.chunk * p.rest};  // in the shard buffers
-      us.numel += p.chunk * p.rest;
-      us.params.push_back(p);
+    units_[u].dim = shard_dim_;
+    units_[u].n = shard_;
+    // The experts' gradient is complete for the tokens of the whole ep
+    // group: summed over dp_shard_mod_ep, it is divided by the dense
+    // parameters' factor (TorchTitan's fsdp_gradient_divide_factor).
+    experts_[u].dim = "dp_shard_mod_ep";
+    experts_[u].n = mesh_.size("dp_shard_mod_ep");
+    experts_[u].grad_scale = 1.0 / static_cast<double>(shard_);
+    for (int k = 0; k < 2; ++k) {
+      UnitShard& us = k == 0 ? units_[u] : experts_[u];
+      us.offset = total;
+      for (size_t si : unit.slots) {
+        const ParamSlot& s = slots[si];
+        if ((ep && is_routed_expert(s.name)) != (k == 1)) continue;
+        int dim = 0;  // the dimension the spec shards over us.dim
+        for (const Placement& pl : specs_[si].placements)
+          if (pl.mesh_dim == us.dim && !pl.replicated()) dim = pl.shard_dim;
+        ShardedParam p;
+        p.name = s.name;
+        for (int d = 0; d < dim; ++d) p.outer *= s.shape[static_cast<size_t>(d)];
+        p.rows = s.shape[static_cast<size_t>(dim)];
+        p.rest = s.numel / (p.outer * p.rows);
+        p.chunk = specs_[si].shape[static_cast<size_t>(dim)];
+        p.unit_offset = s.offset - unit.offset;
+        p.shard_offset = p.gather_offset = us.numel;
+        storage_[si] = {us.offset + p.shard_offset, p.shard_numel()};  // in the shard buffers
+        shard_of_[si] = {k, us.params.size()};
+        us.numel += p.shard_numel();
+        us.params.push_back(p);
+      }
+      us.hp_numel = us.numel;
+      total += us.numel;
     }
-    us.hp_numel = us.numel;
-    total += us.numel;
   }
   // Only this rank's rows exist: the model has no full buffers (unit
   // storage), the shards are initialised from their boxes (init_weights).
@@ -127,7 +161,10 @@ void DataParallel::plan_float8_gather() {
     size_t u = 0;
     while (model_.units()[u].slots.back() < g.slots.front()) ++u;
     Float8Gemm gemm{g.name, u, {}, at::Tensor()};
-    for (size_t si : g.slots) gemm.params.push_back(si - model_.units()[u].slots.front());
+    for (size_t si : g.slots) {
+      TORCH_CHECK(shard_of_[si].first == 0, "float8 all-gather: ", g.name, " is a routed expert's weight");
+      gemm.params.push_back(shard_of_[si].second);
+    }
     for (size_t pi : gemm.params) units_[u].params[pi].gemm = static_cast<int>(gemms_.size());
     units_[u].gemms.push_back(gemms_.size());
     gemms_.push_back(std::move(gemm));
@@ -316,12 +353,22 @@ void DataParallel::unshard(size_t u) {
   UnitShard& us = units_[u];
   if (us.resident || us.gather) return;
   MemoryCategoryScope mem(MemoryCategory::kCommunication);
+  if (experts_[u].numel > 0) issue_gather(experts_[u]);
   if (!us.gemms.empty()) {
     unshard_float8(u);
     return;
   }
-  us.gathered = torch::empty({shard_ * us.numel}, compute_shard_.options());
-  us.gather = mesh_.group(shard_dim_).all_gather(us.gathered, compute_shard_.narrow(0, us.offset, us.numel));
+  issue_gather(us);
+}
+
+void DataParallel::issue_gather(UnitShard& us) {
+  const at::Tensor shard = compute_shard_.narrow(0, us.offset, us.numel);
+  if (us.n == 1) {  // experts with no FSDP beside EP: this rank's shard is the whole
+    us.gathered = shard;
+    return;
+  }
+  us.gathered = torch::empty({us.n * us.numel}, compute_shard_.options());
+  us.gather = mesh_.group(us.dim).all_gather(us.gathered, shard);
 }
 
 void DataParallel::wait_unshard(size_t u) {
@@ -329,25 +376,34 @@ void DataParallel::wait_unshard(size_t u) {
   if (us.resident) return;
   unshard(u);
   TraceRange range(trace_cat::kDataParallel, "unshard", model_.units()[u].name);
-  wait(us.gather, mesh_.group(shard_dim_));
-  us.gather.reset();
+  if (us.gather) {
+    wait(us.gather, mesh_.group(us.dim));
+    us.gather.reset();
+  }
   torch::NoGradGuard no_grad;
   MemoryCategoryScope mem(MemoryCategory::kParameters);  // the unit's gathered parameters
   model_.store().fill_unit(u);
-  at::Tensor dst = unversioned_alias(model_.store().unit_buffer(u));
-  at::Tensor src = us.gathered.view({shard_, us.hp_numel});
-  for (const auto& p : us.params) {
-    if (p.gemm >= 0) continue;  // float8 all-gather: unpack_float8
-    at::Tensor d = dst.narrow(0, p.unit_offset, p.rows * p.rest).view({p.rows, p.rest});
-    at::Tensor s = src.narrow(1, p.gather_offset, p.chunk * p.rest).view({shard_, p.chunk, p.rest});
-    for (int64_t r = 0; r < shard_; ++r) {
-      const int64_t valid = std::clamp(p.rows - r * p.chunk, int64_t{0}, p.chunk);
-      if (valid > 0) d.narrow(0, r * p.chunk, valid).copy_(s[r].narrow(0, 0, valid));
-    }
-  }
-  us.gathered = at::Tensor();
+  const at::Tensor dst = unversioned_alias(model_.store().unit_buffer(u));
+  unpack(us, dst);
+  if (experts_[u].numel > 0) unpack(experts_[u], dst);
   if (!us.gemms.empty()) unpack_float8(u);
   us.resident = true;
+}
+
+void DataParallel::unpack(UnitShard& us, const at::Tensor& unit) {
+  if (us.gather) {
+    wait(us.gather, mesh_.group(us.dim));
+    us.gather.reset();
+  }
+  at::Tensor src = us.gathered.view({us.n, us.hp_numel});
+  for (const auto& p : us.params) {
+    if (p.gemm >= 0) continue;  // float8 all-gather: unpack_float8
+    at::Tensor d = unit.narrow(0, p.unit_offset, p.outer * p.rows * p.rest).view({p.outer, p.rows, p.rest});
+    at::Tensor s = src.narrow(1, p.gather_offset, p.shard_numel()).view({us.n, p.outer, p.chunk, p.rest});
+    for (int64_t r = 0; r < us.n; ++r)
+      if (const int64_t v = p.valid(r); v > 0) d.narrow(1, r * p.chunk, v).copy_(s[r].narrow(1, 0, v));
+  }
+  us.gathered = at::Tensor();
 }
 
 void DataParallel::reshard(size_t u) {
@@ -370,36 +426,41 @@ void DataParallel::reduce_unit(size_t u, bool first_micro, bool last_micro) {
     pending_.push_back({g.all_reduce(grads().narrow(0, unit.offset, unit.numel), ReduceOp::kAvg), nullptr, &g});
     return;
   }
-  UnitShard& us = units_[u];
   at::Tensor full = torch::empty({unit.numel}, grad_shard_.options());
   model_.store().take_unit_grad(u, full);
-  at::Tensor packed = torch::zeros({shard_, us.numel}, grad_shard_.options());
+  reduce_shard(units_[u], full, first_micro);
+  if (experts_[u].numel > 0) reduce_shard(experts_[u], full, first_micro);
+}
+
+void DataParallel::reduce_shard(UnitShard& us, const at::Tensor& full, bool first_micro) {
+  at::Tensor packed = torch::zeros({us.n, us.numel}, grad_shard_.options());
   for (const auto& p : us.params) {
-    at::Tensor s = full.narrow(0, p.unit_offset, p.rows * p.rest).view({p.rows, p.rest});
-    at::Tensor d = packed.narrow(1, p.shard_offset, p.chunk * p.rest).view({shard_, p.chunk, p.rest});
-    for (int64_t r = 0; r < shard_; ++r) {
-      const int64_t valid = std::clamp(p.rows - r * p.chunk, int64_t{0}, p.chunk);
-      if (valid > 0) d[r].narrow(0, 0, valid).copy_(s.narrow(0, r * p.chunk, valid));
-    }
+    at::Tensor s = full.narrow(0, p.unit_offset, p.outer * p.rows * p.rest).view({p.outer, p.rows, p.rest});
+    at::Tensor d = packed.narrow(1, p.shard_offset, p.shard_numel()).view({us.n, p.outer, p.chunk, p.rest});
+    for (int64_t r = 0; r < us.n; ++r)
+      if (const int64_t v = p.valid(r); v > 0) d[r].narrow(1, 0, v).copy_(s.narrow(1, r * p.chunk, v));
   }
-  full = at::Tensor();
+  if (us.grad_scale != 0) packed.mul_(us.grad_scale);
+  at::Tensor dst = grad_shard_.narrow(0, us.offset, us.numel);
+  const auto land = [dst, first_micro](const at::Tensor& out) {
+    if (first_micro) {
+      dst.copy_(out);
+    } else {
+      dst.add_(out);
+    }
+  };
+  if (us.n == 1) {  // nothing to reduce over
+    land(packed.view({-1}));
+    return;
+  }
   // At most two reduce-scatters in flight, as FSDP2 does: each holds a
   // unit-sized fp32 input, so an unbounded queue would keep a whole fp32
   // gradient copy alive until the end of backward.
   while (pending_.size() >= 2) finish_oldest_reduction();
   at::Tensor out = torch::empty({us.numel}, grad_shard_.options());
-  Communicator& g = mesh_.group(shard_dim_);
-  WorkPtr w = g.reduce_scatter(out, packed.view({-1}), ReduceOp::kAvg);
-  at::Tensor dst = grad_shard_.narrow(0, us.offset, us.numel);
-  pending_.push_back({w,
-                      [dst, out, packed, first_micro]() mutable {
-                        if (first_micro) {
-                          dst.copy_(out);
-                        } else {
-                          dst.add_(out);
-                        }
-                      },
-                      &g});
+  Communicator& g = mesh_.group(us.dim);
+  WorkPtr w = g.reduce_scatter(out, packed.view({-1}), us.grad_scale != 0 ? ReduceOp::kSum : ReduceOp::kAvg);
+  pending_.push_back({w, [land, out, packed]() mutable { land(out); }, &g});
 }
 
 void DataParallel::before_forward(size_t u) {

@@ -29,6 +29,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -130,8 +131,13 @@ class DataParallel final : public UnitHooks {
   int64_t state_bytes() const;
 
  private:
+  // A parameter in the unit's flat layout viewed as [outer, rows, rest],
+  // sharded along `rows` (Shard(0): outer 1; the experts' Shard(1): outer
+  // is the local expert count).
   struct ShardedParam {
-    int64_t rows = 0, rest = 0, chunk = 0;  // dim 0, elements per row, rows per rank
+    int64_t outer = 1, rows = 0, rest = 0, chunk = 0;  // rows per rank: chunk (padded)
+    int64_t shard_numel() const { return outer * chunk * rest; }
+    int64_t valid(int64_t r) const { return std::clamp(rows - r * chunk, int64_t{0}, chunk); }
     int64_t unit_offset = 0;                // in the unit's flat layout
     int64_t shard_offset = 0;               // in the unit's shard
     std::string name;
@@ -144,7 +150,13 @@ class DataParallel final : public UnitHooks {
     std::vector<size_t> params;  // indices into the unit's params
     at::Tensor scale;            // fp32 [], this step's (precompute) or this gather's
   };
+  // One unit's parameters sharded over one group: the unit's dense
+  // parameters over shard_dim_, its routed experts (EP) over
+  // dp_shard_mod_ep.
   struct UnitShard {
+    std::string dim;                // the mesh group it shards over
+    int64_t n = 1;                  // that group's size
+    double grad_scale = 0;          // 0: the gradient reduce-scatter averages; else it sums, times this
     int64_t offset = 0, numel = 0;  // into the rank's shard buffers
     std::vector<ShardedParam> params;
     at::Tensor gathered;  // all-gather output in flight
@@ -160,6 +172,9 @@ class DataParallel final : public UnitHooks {
   void build_shards();
   void unshard(size_t u);   // issue the all-gather (no-op if resident or in flight)
   void wait_unshard(size_t u);
+  void issue_gather(UnitShard& us);
+  void unpack(UnitShard& us, const at::Tensor& unit);  // waits for the gather, copies into the unit buffer
+  void reduce_shard(UnitShard& us, const at::Tensor& full, bool first_micro);
   void reshard(size_t u);
   void reduce_unit(size_t u, bool first_micro, bool last_micro);
   void wait(const WorkPtr& w, const Communicator& group);  // adds the blocked time to `group`'s exposed time
@@ -184,7 +199,10 @@ class DataParallel final : public UnitHooks {
   // The gradient ranges (offset, numel) this rank adds to the global norm;
   // empty when nothing is sharded (the norm is local).
   std::vector<std::pair<int64_t, int64_t>> norm_ranges_;
-  std::vector<UnitShard> units_;
+  std::vector<UnitShard> units_;    // per unit: its dense parameters
+  std::vector<UnitShard> experts_;  // per unit: its routed experts under EP (numel 0: none)
+  // Per slot: (0 dense / 1 expert, index into that UnitShard's params).
+  std::vector<std::pair<int, size_t>> shard_of_;
   std::vector<Float8Gemm> gemms_;
   at::Tensor master_shard_, grad_shard_, compute_shard_;
   struct Pending {  // a reduction in flight and what to do when it is done

@@ -2,6 +2,8 @@
 
 #include <torch/autograd.h>
 
+#include <algorithm>
+
 #include "common/errors.h"
 #include "trainer/parallel/tensor_parallel.h"
 
@@ -92,6 +94,43 @@ at::Tensor ep_dispatch(const at::Tensor& rows, const EpRoute& route, Communicato
 
 at::Tensor ep_combine(const at::Tensor& rows, const EpRoute& route, Communicator& ep) {
   return all_to_all_rows(rows.index({route.inverse}), ep, route.send_rows, route.recv_rows);
+}
+
+void check_expert_parallel(const ModelArgs& args, int64_t ep, bool etp, int64_t tp, bool sequence_parallel) {
+  if (ep <= 1) return;
+  const std::string key = "parallelism.expert_parallel_degree " + std::to_string(ep);
+  const int64_t E = args.moe.num_experts;
+  if (E == 0) throw InputError(key + " shards routed experts, and this model has none; use 1 (or an MoE flavor)");
+  if (E % ep != 0)
+    throw InputError(key + " does not divide the " + std::to_string(E) + " routed experts per layer; choose a "
+                     "divisor of " + std::to_string(E));
+  if (tp > 1 && !etp && !sequence_parallel)
+    throw InputError(key + " spans the tp ranks (expert_tensor_parallel_degree 1), which route their own sequence "
+                     "parts: it needs parallelism.enable_sequence_parallel = true");
+  if (tp > 1 && etp && args.moe.hidden_dim % tp != 0)
+    throw InputError("parallelism.expert_tensor_parallel_degree " + std::to_string(tp) +
+                     " does not divide the experts' hidden width " + std::to_string(args.moe.hidden_dim) +
+                     "; use expert_tensor_parallel_degree = 1");
+}
+
+bool is_routed_expert(const std::string& name) {
+  static const std::string kExperts = ".moe.experts.w";
+  const auto at = name.rfind(kExperts);
+  return at != std::string::npos && at + kExperts.size() + 1 == name.size();
+}
+
+std::vector<ParamSpec> expert_parallel_plan(std::vector<ParamSpec> specs, const ExpertParallelOptions& ep,
+                                            int64_t tp_size, int64_t tp_rank) {
+  if (!ep.on()) return specs;
+  for (ParamSpec& s : specs) {
+    if (!is_routed_expert(s.name)) continue;
+    auto& pl = s.placements;
+    pl.erase(std::remove_if(pl.begin(), pl.end(), [](const Placement& p) { return p.mesh_dim == "tp"; }), pl.end());
+    s = shard_even(std::move(s), "ep", ep.size(), ep.rank(), 0);
+    // ETP: w1, w3 [E, Hm, D] by their output rows, w2 [E, D, Hm] by its input columns.
+    if (ep.etp && tp_size > 1) s = shard_even(std::move(s), "tp", tp_size, tp_rank, s.name.back() == '2' ? 2 : 1);
+  }
+  return specs;
 }
 
 }  // namespace ctitan

@@ -21,8 +21,47 @@
 #include <vector>
 
 #include "trainer/dist/comm.h"
+#include "trainer/model/model_args.h"
+#include "trainer/model/param_spec.h"
 
 namespace ctitan {
+
+// How a model part's routed experts are laid out (TorchTitan v0.2.2's
+// ExpertParallel / ExpertTensorParallel): rank p of the ep group holds
+// experts [p·E/ep, (p+1)·E/ep) of every MoE layer (Shard(0) over "ep").
+// With expert_tensor_parallel_degree 1 the ep group spans tp (each tp rank
+// routes its sequence part and owns other experts); with etp = tp the ep
+// group leaves tp out and every tp rank holds a slice of each local
+// expert's hidden dimension (w1, w3 Shard(1), w2 Shard(2) over tp): the
+// tokens are gathered over tp, dispatched over ep, and the experts' partial
+// sums reduced over tp. The router and the shared experts keep the
+// block's layout.
+struct ExpertParallelOptions {
+  Communicator* group = nullptr;  // the mesh's "ep" group; null or size 1: experts whole on every rank
+  bool etp = false;               // expert_tensor_parallel_degree = tp > 1
+  int64_t size() const { return group ? group->size() : 1; }
+  int64_t rank() const { return group ? group->rank() : 0; }
+  bool on() const { return size() > 1; }
+};
+
+// InputError (one line: the numbers and what to do) unless `args` runs
+// under expert parallelism ep with expert TP (etp: experts over tp) in a
+// layout of tp ranks: the model must have routed experts, ep must divide
+// them, etp needs tp to divide the expert width, and an ep spanning tp
+// (etp off) needs sequence parallelism (the tp ranks must route different
+// tokens). The mesh's own rules (resolve_mesh_shape) come first.
+void check_expert_parallel(const ModelArgs& args, int64_t ep, bool etp, int64_t tp, bool sequence_parallel);
+
+// Whether `name` is a routed expert's weight (layers.N.moe.experts.w1|w2|w3).
+bool is_routed_expert(const std::string& name);
+
+// The routed experts' placements on the (TP-planned) specs: Shard(0) over
+// ep (taking the Replicate() over tp off when ep spans tp), and with ETP
+// the hidden dimension over tp (tp_size, tp_rank). Unchanged when ep is
+// off. InputError when ep does not divide the number of experts or tp the
+// expert hidden width.
+std::vector<ParamSpec> expert_parallel_plan(std::vector<ParamSpec> specs, const ExpertParallelOptions& ep,
+                                            int64_t tp_size, int64_t tp_rank);
 
 struct EpRoute {
   std::vector<int64_t> send_rows, recv_rows;  // per ep rank: rows this rank sends to / receives from it

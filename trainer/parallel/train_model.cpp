@@ -46,8 +46,10 @@ ExpertLoad TrainModel::balance_experts() {
   for (int64_t l : m.moe_layers()) counts.push_back(m.take_expert_counts(l));
   at::Tensor all = at::stack(counts).to(at::kFloat);  // [layers, E]; exact in fp32 below 2^24 tokens
   loss_group_->all_reduce(all)->wait();
+  // Under SP the tp ranks routed different tokens — unless the experts are
+  // tensor-parallel (ETP), where every tp rank routes all of the group's.
   const TensorParallelOptions& tp = m.tensor_parallel();
-  if (tp.on() && tp.sequence_parallel) tp.group->all_reduce(all)->wait();
+  if (tp.on() && tp.sequence_parallel && !m.expert_parallel().etp) tp.group->all_reduce(all)->wait();
   const double coeff = m.args().moe.load_balance_coeff;
   if (coeff > 0)
     for (size_t i = 0; i < m.moe_layers().size(); ++i)
@@ -403,7 +405,8 @@ at::Tensor TrainModel::run_units(const at::Tensor& tokens, const at::Tensor& lab
 CommTimes TrainModel::take_comm_times() {
   CommTimes t = dp_->take_comm_times();
   // Time blocked in the tp regions and in context parallelism's K/V exchange.
-  for (Communicator* g : {model_->tensor_parallel().group, model_->context_parallel().group}) {
+  for (Communicator* g :
+       {model_->tensor_parallel().group, model_->context_parallel().group, model_->expert_parallel().group}) {
     if (g == nullptr || g->size() == 1) continue;
     const double s = take_tp_exposed_seconds(*g);
     t.exposed_by_dim[g->name()] += s;
@@ -506,7 +509,14 @@ std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args_in, const Ru
   }
   // The RoPE table covers the longest sequence run: training's or validation's.
   const int64_t max_seq_len = std::max(cfg.training.seq_len, cfg.validation.enable ? cfg.validation.seq_len : 0);
-  auto model = std::make_unique<Transformer>(args, compute_dtype(cfg), max_seq_len, rt.device, parts, storage, tp);
+  // Expert parallelism: the routed experts sharded over the mesh's ep group.
+  ExpertParallelOptions ep;
+  if (rt.shape.ep > 1) {
+    ep.group = &rt.mesh->group("ep");
+    ep.etp = rt.shape.etp > 1;
+  }
+  auto model =
+      std::make_unique<Transformer>(args, compute_dtype(cfg), max_seq_len, rt.device, parts, storage, tp, ep);
   apply_techniques(*model, cfg, float8);
   model->set_split_backward(pp.on() && pp.schedule.splits_backward());
   ContextParallelOptions cp;

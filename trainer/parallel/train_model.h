@@ -110,6 +110,9 @@ class TrainModel {
     std::string d = dp_->describe();
     if (model_->tensor_parallel().on()) d += ", " + model_->tensor_parallel().describe();
     if (model_->context_parallel().on()) d += ", " + model_->context_parallel().describe();
+    if (model_->expert_parallel().on())
+      d += ", EP " + std::to_string(model_->expert_parallel().size()) +
+           (model_->expert_parallel().etp ? " (experts tensor-parallel over tp)" : "");
     return d;
   }
   // Since the last call: the data-parallel hooks' collectives and, under
