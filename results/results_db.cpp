@@ -284,7 +284,7 @@ void ResultsDb::put_summary(const SummaryRow& s) {
 std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
   Statement q(db_, path_,
               "SELECT run_id, tps_median, tps_p10, tps_p90, tflops, mfu, mem_peak_bytes, loss_final, compute_s, "
-              "comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory FROM summaries "
+              "comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory, moe_ep_imbalance FROM summaries "
               "WHERE run_id = ?1");
   q.bind_all(run_id);
   if (!q.step()) return std::nullopt;
@@ -303,16 +303,18 @@ std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
   s.idle_s = q.opt_real(11);
   s.pipeline_bubble = q.opt_real(12);
   s.pipeline_bubble_theory = q.opt_real(13);
+  s.moe_ep_imbalance = q.opt_real(14);
   return s;
 }
 
 std::vector<nlohmann::json> ResultsDb::steps(int64_t run_id) const {
-  static constexpr std::array<const char*, 13> kCols = {
+  static constexpr std::array<const char*, 14> kCols = {
       "rank",        "step",        "loss",           "grad_norm",   "tps",          "tflops",      "mfu",
-      "step_time_s", "data_time_s", "mem_peak_bytes", "moe_load_cv", "moe_load_min", "moe_load_max"};
+      "step_time_s", "data_time_s", "mem_peak_bytes", "moe_load_cv", "moe_load_min", "moe_load_max",
+      "moe_ep_imbalance"};
   Statement q(db_, path_,
               "SELECT rank, step, loss, grad_norm, tps, tflops, mfu, step_time_s, data_time_s, mem_peak_bytes, "
-              "moe_load_cv, moe_load_min, moe_load_max FROM steps WHERE run_id = ?1 ORDER BY rank, step");
+              "moe_load_cv, moe_load_min, moe_load_max, moe_ep_imbalance FROM steps WHERE run_id = ?1 ORDER BY rank, step");
   q.bind_all(run_id);
   std::vector<nlohmann::json> out;
   while (q.step()) {

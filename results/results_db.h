@@ -89,6 +89,7 @@ struct SummaryRow {
   std::optional<double> compute_s, comm_s, exposed_comm_s, idle_s;
   std::optional<int64_t> mem_peak_bytes;
   std::optional<double> pipeline_bubble, pipeline_bubble_theory;  // pipeline parallelism only
+  std::optional<double> moe_ep_imbalance;  // expert parallelism only: busiest rank's routed rows / the mean
 };
 
 // The planner's prediction for a run (planner/plan.h), stored by a sweep
@@ -139,7 +140,7 @@ struct ArtifactRow {
 // std::runtime_error naming the file.
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 9;
+  static constexpr int kSchemaVersion = 10;
   // How long a statement waits for another process's write to finish.
   static constexpr int kBusyTimeoutMs = 10000;
   // read_write: opens (creating if absent) and migrates; a read-only file is

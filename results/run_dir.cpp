@@ -188,6 +188,7 @@ void parse_summary_json(std::string_view text, RunDirContents& c) {
   s.idle_s = number(j, "idle_s");
   s.pipeline_bubble = number(j, "pipeline_bubble");
   s.pipeline_bubble_theory = number(j, "pipeline_bubble_theory");
+  s.moe_ep_imbalance = number(j, "moe_ep_imbalance");
   c.summary = s;
   if (auto it = j.find("comm_by_dim"); it != j.end() && it->is_object())
     for (auto d = it->begin(); d != it->end(); ++d)
@@ -235,10 +236,11 @@ RunDirContents read_run_dir(const std::string& run_dir) {
 void write_summary(sqlite3* db, const std::string& path, const SummaryRow& s) {
   Statement q(db, path,
               "INSERT OR REPLACE INTO summaries(run_id, tps_median, tps_p10, tps_p90, tflops, mfu, mem_peak_bytes, "
-              "loss_final, compute_s, comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory) "
-              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+              "loss_final, compute_s, comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory, "
+              "moe_ep_imbalance) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)");
   q.bind_all(s.run_id, s.tps_median, s.tps_p10, s.tps_p90, s.tflops, s.mfu, s.mem_peak_bytes, s.loss_final,
-             s.compute_s, s.comm_s, s.exposed_comm_s, s.idle_s, s.pipeline_bubble, s.pipeline_bubble_theory);
+             s.compute_s, s.comm_s, s.exposed_comm_s, s.idle_s, s.pipeline_bubble, s.pipeline_bubble_theory,
+             s.moe_ep_imbalance);
   q.run();
 }
 
@@ -268,15 +270,16 @@ IngestReport ResultsDb::ingest_run_dir(int64_t run_id, const std::string& run_di
   // checkpoint: the later line (the run that went on) replaces the earlier.
   Statement step(db_, path_,
                  "INSERT OR REPLACE INTO steps(run_id, rank, step, loss, grad_norm, tps, tflops, mfu, step_time_s, "
-                 "data_time_s, mem_peak_bytes, moe_load_cv, moe_load_min, moe_load_max) "
-                 "VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+                 "data_time_s, mem_peak_bytes, moe_load_cv, moe_load_min, moe_load_max, moe_ep_imbalance) "
+                 "VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
   for (const nlohmann::json& j : c.steps) {
     step.bind_all(run_id, *results_detail::integer(j, "step"), results_detail::number(j, "loss"),
                   results_detail::number(j, "grad_norm"), results_detail::number(j, "tps"),
                   results_detail::number(j, "tflops"), results_detail::number(j, "mfu"),
                   results_detail::number(j, "step_time_s"), results_detail::number(j, "data_time_s"),
                   results_detail::integer(j, "mem_peak_bytes"), results_detail::number(j, "moe_load_cv"),
-                  results_detail::number(j, "moe_load_min"), results_detail::number(j, "moe_load_max"));
+                  results_detail::number(j, "moe_load_min"), results_detail::number(j, "moe_load_max"),
+                  results_detail::number(j, "moe_ep_imbalance"));
     step.run();
     step.reset();
   }

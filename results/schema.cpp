@@ -151,6 +151,10 @@ CREATE INDEX slurm_jobs_by_job ON slurm_jobs(job_id);
     {9, "ALTER TABLE steps ADD COLUMN moe_load_cv REAL;"
         "ALTER TABLE steps ADD COLUMN moe_load_min REAL;"
         "ALTER TABLE steps ADD COLUMN moe_load_max REAL;"},
+    // Expert parallelism: the busiest rank's routed rows over the ep
+    // group's mean, per logged step and the run's mean. NULL without EP.
+    {10, "ALTER TABLE steps ADD COLUMN moe_ep_imbalance REAL;"
+         "ALTER TABLE summaries ADD COLUMN moe_ep_imbalance REAL;"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 

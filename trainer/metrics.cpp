@@ -195,7 +195,7 @@ void MetricsLogger::log_interval() {
     add_memory_scalars("", mem, s);
     tb_->add_scalar("lr", last.lr, s);
     // Attached numbers (the MoE expert load, ...) under moe/..., by key.
-    for (const char* key : {"moe_load_cv", "moe_load_min", "moe_load_max"})
+    for (const char* key : {"moe_load_cv", "moe_load_min", "moe_load_max", "moe_ep_imbalance"})
       if (j.contains(key) && j[key].is_number()) tb_->add_scalar(std::string("moe/") + (key + 4), j[key].get<double>(), s);
     tb_->flush();
   }

@@ -231,6 +231,8 @@ class TrainLoop {
   std::map<std::string, std::pair<double, double>> comm_by_dim_;  // group -> (comm_s, exposed_comm_s) sums
   PipelineTimes pipeline_;  // this rank's pipeline actions over the measured steps
   int64_t comm_steps_ = 0;
+  double ep_imbalance_ = 0;  // expert parallelism: the sum over the measured steps
+  int64_t ep_steps_ = 0;
 };
 
 TrainLoop::StepResult TrainLoop::step(int64_t step) {
@@ -465,6 +467,11 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
       metrics_->attach("moe_load_cv", r.experts.cv);
       metrics_->attach("moe_load_min", r.experts.min);
       metrics_->attach("moe_load_max", r.experts.max);
+      if (tm_.model().expert_parallel().on()) metrics_->attach("moe_ep_imbalance", r.experts.ep_imbalance);
+    }
+    if (tm_.model().expert_parallel().on() && step > cfg_.metrics.warmup_steps) {
+      ep_imbalance_ += r.experts.ep_imbalance;
+      ++ep_steps_;
     }
     // TorchTitan's tps is per device: this rank's tokens over the ranks that
     // share them (the non-data-parallel size, tp·cp·pp).
@@ -512,6 +519,10 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
                            rt_.monitor.peak_flops(gemm_dtype(m.compute_dtype(), rt_.device), cfg_.metrics.peak_tflops).source},
                           {"world_size", rt_.env.world_size},
                           {"mesh", rt_.shape.describe()},
+                          // Expert parallelism: the busiest rank's routed rows over the ep
+                          // group's mean, the measured steps' mean (null without EP).
+                          {"moe_ep_imbalance",
+                           ep_steps_ > 0 ? nlohmann::json(ep_imbalance_ / ep_steps_) : nlohmann::json(nullptr)},
                           {"state_bytes", tm_.state_bytes()},
                           {"resident_bytes", resident_bytes},
                           // The accounting allocator wraps the CPU's allocator: on CUDA its

@@ -162,6 +162,54 @@ TEST(DbMoe, ExpertLoadOfAnMoeRunIsStoredPerStep) {
     for (const char* k : {"moe_load_cv", "moe_load_min", "moe_load_max"}) EXPECT_EQ(steps[i][k], lines[i][k]) << k;
 }
 
+// Expert parallelism's token imbalance (the busiest rank's routed rows over
+// the ep group's mean) per logged step and as the run's mean, in
+// metrics.jsonl, summary.json and SQLite alike. With
+// moe_force_load_balance every expert gets the same rows: exactly 1. With
+// learned routing at least 1.
+TEST(DbMoe, ExpertParallelImbalanceIsStored) {
+  const auto d = fresh_dir("db_moe_ep");
+  for (const bool forced : {true, false}) {
+    const fs::path run = d / (forced ? "forced" : "learned");
+    auto r = run_ctitan({"train", "--nproc", "2", "--model.name", "qwen3", "--model.flavor", "tiny_moe",
+                         "--training.seq_len", "32", "--training.local_batch_size", "2", "--training.steps", "4",
+                         "--metrics.log_freq", "1", "--metrics.warmup_steps", "1",
+                         "--parallelism.data_parallel_shard_degree", "2", "--parallelism.expert_parallel_degree", "2",
+                         "--debug.moe_force_load_balance", forced ? "true" : "false", "--job.dump_folder",
+                         run.string()});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("EP 2"), std::string::npos) << r.out;
+    const auto lines = read_jsonl(run / "metrics.jsonl");
+    ASSERT_EQ(lines.size(), 4u);
+    for (const auto& l : lines) {
+      ASSERT_TRUE(l.contains("moe_ep_imbalance")) << l.dump();
+      if (forced) {
+        EXPECT_EQ(l["moe_ep_imbalance"].get<double>(), 1.0) << l.dump();
+      } else {
+        EXPECT_GE(l["moe_ep_imbalance"].get<double>(), 1.0) << l.dump();
+      }
+    }
+    const auto summary = read_json(run / "summary.json");
+    double mean = 0;
+    for (size_t i = 1; i < lines.size(); ++i) mean += lines[i]["moe_ep_imbalance"].get<double>() / 3.0;
+    EXPECT_NEAR(summary.at("moe_ep_imbalance").get<double>(), mean, 1e-12);
+    ResultsDb db((d / "results.db").string());
+    RunRow row;
+    row.label = forced ? "forced" : "learned";
+    row.status = "ok";
+    row.world_size = 2;
+    row.run_dir = run.string();
+    row.host = "localhost";
+    const int64_t id = db.insert_run(row);
+    db.ingest_run_dir(id, row.run_dir);
+    const auto steps = db.steps(id);
+    ASSERT_EQ(steps.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(steps[i]["moe_ep_imbalance"], lines[i]["moe_ep_imbalance"]);
+    ASSERT_TRUE(db.summary(id) && db.summary(id)->moe_ep_imbalance);
+    EXPECT_EQ(*db.summary(id)->moe_ep_imbalance, summary.at("moe_ep_imbalance").get<double>());
+  }
+}
+
 TEST_F(Db, IngestOfACrashedRunIsPartial) {
   const auto d = fresh_dir("db_crashed");
   const fs::path crashed = d / "run";

@@ -415,6 +415,42 @@ TEST_F(DataParallelRun, MoeCheckpointsReshardAcrossLayouts) {
                          *root_ / single.name, model_flavor("deepseek_v3", "tiny"));
 }
 
+// Expert parallelism as processes (DeepSeek-V3 tiny: 4 routed experts, a
+// shared one, the expert biases moving): the 8-process 4-D layout PP 2 x
+// FSDP 2 x TP 2 with EP 4 spanning dp_shard x tp matches the one-process
+// run (losses, parameters, AdamW moments, expert biases); and a checkpoint
+// passes EP 2 (to step 3), EP 4 with full AC (to 5), FSDP 4 with the experts
+// FSDP-sharded like every parameter (to 8) and one process (to 10) — the
+// experts re-sharded from ep boxes each time, with their optimizer state.
+TEST_F(DataParallelRun, ExpertParallelMatchesAndReshardsAcrossLayouts) {
+  const std::vector<std::string> ds = {"--model.name", "deepseek_v3", "--model.flavor", "tiny", "--optimizer.eps",
+                                       "1e-5"};
+  const auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = ds;
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  const Layout single{"ds_ep_single", 1, 1, 1, ds};
+  auto r = run_ctitan(train_args(single, *root_ / single.name, kSteps));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const ModelArgs tiny = model_flavor("deepseek_v3", "tiny");
+  const Layout four_d{"ds_pp2_fsdp2_tp2_ep4", 1, 2, 2,
+                      with({"--parallelism.expert_parallel_degree", "4",
+                            "--parallelism.pipeline_parallel_microbatch_size", "2"}),
+                      2};
+  expect_chain_continues({{four_d, kSteps}}, *root_ / single.name, tiny);
+  const auto summary = read_json(*root_ / four_d.name / "summary.json");
+  ASSERT_TRUE(summary.at("comm_by_dim").contains("ep")) << summary.dump();
+  EXPECT_GT(summary.at("comm_by_dim").at("ep").at("comm_s").get<double>(), 0.0) << summary.dump();
+  expect_chain_continues({{{"ds_ep2_to3", 1, 2, 1, with({"--parallelism.expert_parallel_degree", "2"})}, 3},
+                          {{"ds_ep4_ac_to5", 1, 4, 1,
+                            with({"--parallelism.expert_parallel_degree", "4", "--activation_checkpoint.mode", "full"})},
+                           5},
+                          {{"ds_fsdp4_to8", 1, 4, 1, ds}, 8},
+                          {{"ds_single_from_ep_to10", 1, 1, 1, ds}, kSteps}},
+                         *root_ / single.name, tiny);
+}
+
 // PP 2 trains to step 4, PP 4 resumes to 6, TP 2 to 8, one process to 10.
 TEST_F(DataParallelRun, CheckpointsReshardAcrossPpLayouts) {
   const std::vector<std::pair<Layout, int>> chain = {{{"pp2_to4", 1, 1, 1, {}, 2}, 4},

@@ -257,7 +257,8 @@ TEST(ReliabilitySweep, ReadOnlyDatabaseIsReadAndASweepIsRefusedInOneLine) {
   ASSERT_EQ(run_ctitan({"sweep", spec.string(), "--db", db.string()}).exit_code, 0);
   fs::copy_file(db, root / "old.db");
   sql(root / "old.db", "ALTER TABLE steps DROP COLUMN moe_load_cv; ALTER TABLE steps DROP COLUMN moe_load_min; "
-            "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE sweeps DROP COLUMN spec_path; UPDATE schema_version SET version = 7;");
+            "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE steps DROP COLUMN moe_ep_imbalance; "
+            "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; ALTER TABLE sweeps DROP COLUMN spec_path; UPDATE schema_version SET version = 7;");
   const auto before = snapshot(root);
   ASSERT_EQ(mount("tmpfs", root.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, nullptr), 0) << std::strerror(errno);
 
@@ -273,7 +274,7 @@ TEST(ReliabilitySweep, ReadOnlyDatabaseIsReadAndASweepIsRefusedInOneLine) {
   expect_one_line(run_ctitan({"sweep", spec.string(), "--db", db.string()}), 2,
                   db.string() + " is read-only (it is on a read-only filesystem)");
   expect_one_line(run_ctitan({"db", "ls", "--db", (root / "old.db").string()}), 2,
-                  "is a results schema v7 file and this ctitan reads v9 after a migration, which cannot be written");
+                  "is a results schema v7 file and this ctitan reads v10 after a migration, which cannot be written");
   EXPECT_EQ(snapshot(root), before);
 
   ASSERT_EQ(mount("tmpfs", root.c_str(), "tmpfs", MS_REMOUNT, nullptr), 0) << std::strerror(errno);

@@ -144,7 +144,8 @@ TEST(ReliabilityDb, ReadOnlyOpenWritesNothing) {
 TEST(ReliabilityDb, ReadOnlyOpenOfAnOlderWritableFileMigratesIt) {
   const fs::path path = make_db(fresh_dir("older"), 1);
   sql(path, "ALTER TABLE steps DROP COLUMN moe_load_cv; ALTER TABLE steps DROP COLUMN moe_load_min; "
-            "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE sweeps DROP COLUMN spec_path; UPDATE schema_version SET version = 7;");
+            "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE steps DROP COLUMN moe_ep_imbalance; "
+            "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; ALTER TABLE sweeps DROP COLUMN spec_path; UPDATE schema_version SET version = 7;");
   ResultsDb db(path.string(), ResultsDb::Access::read_only);
   EXPECT_EQ(db.schema_version(), ResultsDb::kSchemaVersion);
   EXPECT_EQ(db.sweeps().at(0).spec_path, "");

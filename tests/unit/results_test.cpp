@@ -537,7 +537,8 @@ TEST(Results, MigratesAVersion6DatabaseToSlurmJobs) {
     run = db.insert_run(full_run(sweep, "old"));
   }
   sql(path, "ALTER TABLE steps DROP COLUMN moe_load_cv; ALTER TABLE steps DROP COLUMN moe_load_min; "
-            "ALTER TABLE steps DROP COLUMN moe_load_max; DROP TABLE slurm_jobs; ALTER TABLE sweeps DROP COLUMN spec_path; "
+            "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE steps DROP COLUMN moe_ep_imbalance; "
+            "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; DROP TABLE slurm_jobs; ALTER TABLE sweeps DROP COLUMN spec_path; "
             "UPDATE schema_version SET version = 6;");
   ResultsDb db(path.string());
   EXPECT_EQ(db.schema_version(), ResultsDb::kSchemaVersion);
@@ -576,7 +577,8 @@ TEST(Results, MigratesAVersion5DatabaseToPredictions) {
     old_run = db.insert_run(full_run(db.upsert_sweep("s", ""), "old"));
   }
   sql(path, "ALTER TABLE steps DROP COLUMN moe_load_cv; ALTER TABLE steps DROP COLUMN moe_load_min; "
-            "ALTER TABLE steps DROP COLUMN moe_load_max; "
+            "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE steps DROP COLUMN moe_ep_imbalance; "
+            "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; "
             "DROP TABLE predictions; DROP TABLE slurm_jobs; ALTER TABLE sweeps DROP COLUMN spec_path; "
             "UPDATE schema_version SET version = 5;");
   ASSERT_EQ(sql_text(path, "SELECT count(*) FROM sqlite_master WHERE name = 'predictions'"), "0");
@@ -669,16 +671,16 @@ INSTANTIATE_TEST_SUITE_P(
                     "not a ctitan results database (tables: photos)"},
         ForeignFile{"newer_schema",
                     [](const fs::path& p) {
-                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (10);"
+                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (11);"
                              "CREATE TABLE runs(id INTEGER PRIMARY KEY, shiny_new_column TEXT);");
                     },
-                    "newer ctitan (results schema v10, this ctitan reads up to v9)"},
+                    "newer ctitan (results schema v11, this ctitan reads up to v10)"},
         ForeignFile{"newer_schema_in_wal_mode",
                     [](const fs::path& p) {
                       sql(p, "PRAGMA journal_mode=WAL; CREATE TABLE schema_version(version INTEGER);"
-                             "INSERT INTO schema_version VALUES (10);");
+                             "INSERT INTO schema_version VALUES (11);");
                     },
-                    "newer ctitan (results schema v10"},
+                    "newer ctitan (results schema v11"},
         ForeignFile{"empty_schema_version",
                     [](const fs::path& p) { sql(p, "CREATE TABLE schema_version(version INTEGER);"); },
                     "empty schema_version table"}),

@@ -522,8 +522,10 @@ std::shared_ptr<DeviceMesh> DeviceMesh::build(const MeshShape& shape, int rank, 
     mesh->groups_[f.name] = join(f.name, group_index(shape, coords, f.dims), index, size);
   }
   // Expert parallelism's groups; without it, ep is size 1 and the experts
-  // shard over fsdp. A group whose members an earlier group already has
-  // (e.g. ep = dp_shard) is that group.
+  // shard over fsdp. ep is always a communicator of its own, so that its
+  // all-to-alls are measured as "ep" (comm_by_dim, the flight recorder,
+  // traces) even where its ranks are another group's (ep = dp_shard);
+  // dp_shard_mod_ep whose members an earlier group has is that group.
   if (shape.ep == 1) {
     mesh->groups_["ep"] = join("ep", rank, 0, 1);
     mesh->groups_["dp_shard_mod_ep"] = mesh->groups_["fsdp"];
@@ -534,7 +536,9 @@ std::shared_ptr<DeviceMesh> DeviceMesh::build(const MeshShape& shape, int rank, 
     const auto [index, group_rank, size] = view_coord(view, expert_group_dims(shape, name));
     std::string same;
     for (const auto& [other, g] : mesh->groups_)
-      if (same.empty() && other != "ep" && g->size() == size && mesh->members(other) == mesh->members(name)) same = other;
+      if (same.empty() && std::string(name) != "ep" && other != "ep" && g->size() == size &&
+          mesh->members(other) == mesh->members(name))
+        same = other;
     mesh->groups_[name] = same.empty() ? join(name, index, group_rank, size) : mesh->groups_[same];
   }
   return mesh;

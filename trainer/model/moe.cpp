@@ -92,7 +92,7 @@ at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
 }
 
 at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
-                       at::Tensor* counts_out, Communicator* ep) {
+                       at::Tensor* counts_out, Communicator* ep, int64_t* received_out) {
   const MoeRouting r = moe_route(gemm_linear(x, w.router), bias, a);
   if (counts_out) *counts_out = r.counts;
   at::Tensor routed = x.index({r.token});  // [T·k, D]
@@ -107,6 +107,8 @@ at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tenso
     TORCH_CHECK(w.w1.size(0) * ep->size() == r.counts.numel(), "expert parallelism: ", w.w1.size(0),
                 " local experts on each of ", ep->size(), " ranks, but the router scores ", r.counts.numel());
     const EpRoute route = ep_route(r.counts, *ep);
+    if (received_out)
+      for (int64_t n : route.recv_rows) *received_out += n;
     y = ep_combine(experts(ep_dispatch(routed, route, *ep), route.local_counts), route, *ep);
   } else {
     y = experts(routed, r.counts);

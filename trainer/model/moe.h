@@ -56,8 +56,9 @@ struct MoeWeights {
 // hold this rank's E/ep experts (rank p: experts [p·E/ep, (p+1)·E/ep)); the
 // routed rows travel to their experts' ranks and back
 // (trainer/parallel/expert_parallel.h); router and shared experts are local.
+// `received_out` (with ep): the routed rows this rank's experts received.
 at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
-                       at::Tensor* counts_out = nullptr, Communicator* ep = nullptr);
+                       at::Tensor* counts_out = nullptr, Communicator* ep = nullptr, int64_t* received_out = nullptr);
 
 // The shared experts' SwiGLU on x [T, D] (w.shared_* defined).
 at::Tensor moe_shared_experts(const at::Tensor& x, const MoeWeights& w);
@@ -71,6 +72,9 @@ void update_expert_bias(at::Tensor& bias, const at::Tensor& counts, double coeff
 // coefficient of variation (std/mean, population std).
 struct ExpertLoad {
   double min = 0, max = 0, cv = 0;
+  // Expert parallelism: the routed rows the busiest rank of the ep group
+  // received over the group's mean (1: even; 0: no EP), the MoE layers' mean.
+  double ep_imbalance = 0;
 };
 ExpertLoad expert_load(const at::Tensor& counts);
 

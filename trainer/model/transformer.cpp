@@ -285,6 +285,7 @@ void Transformer::build_compute_views() {
       moe_layers_.push_back(l);
       expert_bias_.push_back(at::zeros({args_.moe.num_experts}, at::TensorOptions(at::kFloat).device(device())));
       expert_counts_.push_back(at::zeros({args_.moe.num_experts}, at::TensorOptions(at::kLong).device(device())));
+      ep_received_.push_back(0);
     } else {
       const auto& w1 = st.slot(p + "feed_forward.w1.weight").shape;
       const auto& w3 = st.slot(p + "feed_forward.w3.weight").shape;
@@ -292,6 +293,7 @@ void Transformer::build_compute_views() {
       w.w2 = view(p + "feed_forward.w2.weight");
       expert_bias_.emplace_back();
       expert_counts_.emplace_back();
+      ep_received_.push_back(0);
     }
     w.attention_norm = view(p + "attention_norm.weight");
     w.ffn_norm = view(p + "ffn_norm.weight");
@@ -550,6 +552,7 @@ at::Tensor Transformer::feed_forward(int64_t layer, const LayerWeights& w, const
     const at::Tensor& bias = expert_bias_[local_of_[layer]];
     MoeWeights mw = w.moe;
     at::Tensor counts, y;
+    int64_t received = 0;
     if (ep_.on() && ep_.etp && tp_.on()) {
       // Expert tensor parallelism: every tp rank routes all the tp group's
       // tokens (gathered under SP), dispatches them over ep and computes
@@ -563,7 +566,7 @@ at::Tensor Transformer::feed_forward(int64_t layer, const LayerWeights& w, const
       routed.router = tp_summed(mw.router, true);
       routed.shared_w1 = routed.shared_w2 = routed.shared_w3 = at::Tensor();
       const at::Tensor partial =
-          moe_forward(all.reshape({-1, D}), routed, bias, args_.moe, &counts, ep_.group).view(all.sizes());
+          moe_forward(all.reshape({-1, D}), routed, bias, args_.moe, &counts, ep_.group, &received).view(all.sizes());
       y = sp ? scatter_to_sp(partial, g, 1) : reduce_from_tp(partial, g);
       if (mw.shared_w1.defined()) {
         for (at::Tensor* t : {&mw.shared_w1, &mw.shared_w2, &mw.shared_w3}) *t = tp_summed(*t, sp);
@@ -577,9 +580,13 @@ at::Tensor Transformer::feed_forward(int64_t layer, const LayerWeights& w, const
         if (t->defined()) *t = tp_summed(*t, sp);
       if (!ep_.on())
         for (at::Tensor* t : {&mw.w1, &mw.w2, &mw.w3}) *t = tp_summed(*t, sp);
-      y = moe_forward(x.reshape({-1, D}), mw, bias, args_.moe, &counts, ep_.on() ? ep_.group : nullptr).view(x.sizes());
+      y = moe_forward(x.reshape({-1, D}), mw, bias, args_.moe, &counts, ep_.on() ? ep_.group : nullptr, &received)
+              .view(x.sizes());
     }
-    if (count_experts_ && !recompute && !counts.is_meta()) expert_counts_[local_of_[layer]].add_(counts);
+    if (count_experts_ && !recompute && !counts.is_meta()) {
+      expert_counts_[local_of_[layer]].add_(counts);
+      ep_received_[local_of_[layer]] += received;
+    }
     return y;
   }
   const Float8Units f8 = float8_ ? float8_units_[local_of_[layer]] : Float8Units{};

@@ -22,6 +22,8 @@
 
 #include <torch/torch.h>
 
+#include <utility>
+
 #include <algorithm>
 #include <map>
 #include <string>
@@ -101,6 +103,9 @@ class Transformer {
   const std::vector<int64_t>& moe_layers() const { return moe_layers_; }
   at::Tensor& expert_bias(int64_t layer) { return expert_bias_.at(local_of_[layer]); }
   at::Tensor take_expert_counts(int64_t layer);
+  // Expert parallelism: the routed rows this rank's experts received in
+  // the layer since the last call (counted as the expert counts are).
+  int64_t take_ep_received(int64_t layer) { return std::exchange(ep_received_.at(local_of_[layer]), 0); }
   // Off: forwards route without counting (validation, probes).
   void set_expert_counting(bool on) { count_experts_ = on; }
   bool expert_counting() const { return count_experts_; }
@@ -267,6 +272,7 @@ class Transformer {
   std::vector<int64_t> moe_layers_;    // global indices of the local MoE layers
   std::vector<at::Tensor> expert_bias_;            // per local layer (undefined: dense)
   mutable std::vector<at::Tensor> expert_counts_;  // per local layer, accumulated by forward
+  mutable std::vector<int64_t> ep_received_;       // per local layer, accumulated by forward (EP)
   bool count_experts_ = true;
   std::vector<int64_t> qkv_rows_;      // local rows of wq, wk, wv: the QKV output's split
   ActivationCheckpointPolicy ac_policy_;

@@ -59,6 +59,17 @@ ExpertLoad TrainModel::balance_experts() {
   for (int64_t i = 0; i < all.size(0); ++i) cv += expert_load(all[i]).cv;
   load = expert_load(all);
   load.cv = cv / static_cast<double>(all.size(0));  // the layers' mean
+  const ExpertParallelOptions& ep = m.expert_parallel();
+  if (ep.on()) {
+    // Rows received per rank of the ep group: the busiest over the mean, per layer.
+    std::vector<double> mine;
+    for (int64_t l : m.moe_layers()) mine.push_back(static_cast<double>(m.take_ep_received(l)));
+    at::Tensor most = torch::tensor(mine, torch::kDouble), sum = most.clone();
+    ep.group->all_reduce(most, ReduceOp::kMax)->wait();
+    ep.group->all_reduce(sum, ReduceOp::kSum)->wait();
+    const at::Tensor mean = sum / static_cast<double>(ep.size());
+    load.ep_imbalance = at::where(mean > 0, most / mean, at::ones_like(mean)).mean().item<double>();
+  }
   return load;
 }
 
