@@ -206,7 +206,8 @@ TEST_F(HfCheckpoint, InitialLoadInAnyLayoutGivesTheSameFirstLoss) {
 // Qwen3 both ways: transformers' Qwen3ForCausalLM (untied tiny; debugmodel,
 // tied) and Qwen3MoeForCausalLM (tiny_moe: per-expert tensors) load into
 // ctitan with transformers' logits; ctitan's export of a tiny_moe run under
-// FSDP 2 (expert tensors gathered, split per expert) loads into
+// FSDP 2 with expert parallelism 2 (each rank holding 2 of the 4 experts:
+// gathered from both ranks, split per expert) loads into
 // transformers with ctitan's logits; a Qwen3-MoE checkpoint is refused by a
 // llama3 and by a dense qwen3 run in one line.
 TEST_F(HfCheckpoint, Qwen3AndQwen3MoeBothWaysWithTransformersLogits) {
@@ -222,7 +223,8 @@ TEST_F(HfCheckpoint, Qwen3AndQwen3MoeBothWaysWithTransformersLogits) {
   const fs::path dump = root / "export";
   const auto r = run_ctitan(train_args(dump, 2, 2, 3,
                                        {"--model.name", "qwen3", "--checkpoint.last_save_in_hf",
-                                        "--parallelism.data_parallel_shard_degree", "2"},
+                                        "--parallelism.data_parallel_shard_degree", "2",
+                                        "--parallelism.expert_parallel_degree", "2"},
                                        "tiny_moe"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const fs::path step = dump / "checkpoint" / "step-3";

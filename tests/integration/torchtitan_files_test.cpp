@@ -107,6 +107,7 @@ struct Recipe {
   int nproc;
   bool tensorboard;
   std::string flavor = "debugmodel";  // TorchTitan's test override (an MoE recipe keeps its debug flavor)
+  std::string layout = "";            // a piece of the start-up layout line the recipe must give
 };
 
 class TorchTitanRecipe : public ::testing::TestWithParam<Recipe> {};
@@ -116,7 +117,7 @@ TEST_P(TorchTitanRecipe, RunsUnchangedForThreeStepsOnC4) {
   // The scratch folder holds what the recipe's relative paths name.
   const fs::path scratch = fresh_dir("tt_" + r.file.substr(0, r.file.find('.')));
   for (const char* assets : {"tests/assets/tokenizer", "assets/hf/Llama-3.1-8B", "assets/hf/Llama-3.1-70B",
-                             "assets/hf/Llama-3.1-405B", "assets/hf/Qwen3-0.6B"})
+                             "assets/hf/Llama-3.1-405B", "assets/hf/Qwen3-0.6B", "assets/hf/deepseek-moe-16b-base"})
     write_file(scratch / assets / "tokenizer.json", byte_tokenizer_json());
   write_file(scratch / "c4" / "c4-train.00000-of-01024.json.gz", gzip(c4_lines(prose(300, 1))));
   std::vector<std::string> args = {"train"};
@@ -132,6 +133,7 @@ TEST_P(TorchTitanRecipe, RunsUnchangedForThreeStepsOnC4) {
   ASSERT_TRUE(loss.count(3)) << res.out;
   EXPECT_TRUE(std::isfinite(loss.at(3)));
   EXPECT_NE(res.out.find("c4-train.00000-of-01024.json.gz"), std::string::npos) << res.out;
+  EXPECT_NE(res.out.find(r.layout), std::string::npos) << res.out;
   size_t event_files = 0;
   if (fs::exists(scratch / "outputs" / "tb"))
     for (const auto& e : fs::recursive_directory_iterator(scratch / "outputs" / "tb"))
@@ -145,7 +147,10 @@ INSTANTIATE_TEST_SUITE_P(V022, TorchTitanRecipe,
                                            Recipe{"llama3_8b.toml", 1, true}, Recipe{"llama3_70b.toml", 8, true},
                                            Recipe{"llama3_405b.toml", 8, true}, Recipe{"qwen3_0.6b.toml", 1, false},
                                            Recipe{"qwen3_moe_debug.toml", 1, false, "debugmodel_moe"},
-                                           Recipe{"deepseek_v3_debug_model.toml", 1, false}),
+                                           Recipe{"deepseek_v3_debug_model.toml", 1, false},
+                                           Recipe{"deepseek_v3_16b.toml", 8, false, "debugmodel",
+                                                  "FSDP 8 (reshard after forward: all but the last unit), EP 8, "
+                                                  "mesh dp_shard 8 x (ep 8, etp 1)"}),
                          [](const auto& info) {
                            std::string n = info.param.file.substr(0, info.param.file.rfind('.'));
                            for (char& c : n)
