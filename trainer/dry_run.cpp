@@ -1,5 +1,7 @@
 #include "trainer/dry_run.h"
 
+#include <map>
+
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -15,19 +17,37 @@ std::string gib(int64_t bytes) {
   return buf;
 }
 
-// Prints the embedding, the first block and the head in full; the other
-// blocks have the first one's shapes.
+// Prints the embedding and the head in full and each run of blocks with
+// the same shapes and placements once ("layers.1 .. layers.2: as layers.0"):
+// a dense Llama is one run, DeepSeek-V3 a dense run then an MoE run.
 void print_layout(const std::vector<std::string>& lines, int64_t n_layers) {
-  const int64_t per_layer = n_layers > 0 ? static_cast<int64_t>(lines.size() - 3) / n_layers : 0;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const bool later_block = static_cast<int64_t>(i) > per_layer && i + 2 < lines.size();
-    if (later_block) {
-      if (static_cast<int64_t>(i) == per_layer + 1)
-        std::cout << "  layers.1 .. layers." << n_layers - 1 << ": as layers.0" << std::endl;
+  std::map<int64_t, std::vector<std::string>> blocks;  // by layer: its lines
+  std::map<int64_t, std::string> signature;            // by layer: its lines with the index cut out
+  std::vector<std::string> before, after;
+  for (const std::string& line : lines) {
+    int64_t layer = -1;
+    if (line.rfind("layers.", 0) == 0) layer = std::stoll(line.substr(7));
+    if (layer < 0) {
+      (blocks.empty() ? before : after).push_back(line);
       continue;
     }
-    std::cout << "  " << lines[i] << std::endl;
+    blocks[layer].push_back(line);
+    signature[layer] += line.substr(line.find('.', 7)) + "\n";
   }
+  for (const std::string& line : before) std::cout << "  " << line << std::endl;
+  for (auto it = blocks.begin(); it != blocks.end();) {
+    auto end = std::next(it);
+    int64_t last = it->first;
+    while (end != blocks.end() && end->first == last + 1 && signature[end->first] == signature[it->first])
+      last = (end++)->first;
+    for (const std::string& line : it->second) std::cout << "  " << line << std::endl;
+    if (last > it->first)
+      std::cout << "  layers." << it->first + 1 << (last > it->first + 1 ? " .. layers." + std::to_string(last) : "")
+                << ": as layers." << it->first << std::endl;
+    it = end;
+  }
+  for (const std::string& line : after) std::cout << "  " << line << std::endl;
+  (void)n_layers;
 }
 
 }  // namespace

@@ -63,6 +63,30 @@ TEST(DryRun, DeepSeekV3671BOn512RanksChecksEveryShape) {
   EXPECT_NE(r.out.find("one forward and backward on the meta device checked every shape"), std::string::npos) << r.out;
 }
 
+// The same model at EP 64 on 512 fake ranks (FSDP over all of them): each
+// rank holds 4 of every MoE layer's 256 experts, FSDP-sharded along their
+// hidden dimension over dp_shard_mod_ep 8 (8 x 64 ranks outnumber the
+// experts, as TorchTitan's shard_placement_fn decides); the dense and the
+// MoE runs of blocks are printed once each; the state per rank is 1/512 of
+// the 671B's 16 bytes per parameter.
+TEST(DryRun, DeepSeekV3671BAtExpertParallel64On512Ranks) {
+  ScopedNgpu ngpu("512");
+  const auto r = run_ctitan({"train", "--model.name", "deepseek_v3", "--model.flavor", "671B", "--comm.mode",
+                             "fake_backend", "--parallelism.expert_parallel_degree", "64", "--training.seq_len",
+                             "4096", "--training.local_batch_size", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("mesh dp_shard 512 x (ep 64, etp 1), FSDP 512"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layers.3.moe.experts.w1  global [256, 2048, 7168]  local [4, 256, 7168]  Shard(0) over ep 64, "
+                       "Shard(1) over dp_shard_mod_ep 8"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("layers.1 .. layers.2: as layers.0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layers.4 .. layers.60: as layers.3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("one forward and backward on the meta device checked every shape"), std::string::npos) << r.out;
+  const double expected = 671026404352.0 * 16 / 512 / (1024.0 * 1024 * 1024);
+  EXPECT_NEAR(state_gib(r.out), expected, 0.01 * expected) << r.out;
+}
+
 TEST(DryRun, HsdpLayoutReplicatesAndShards) {
   ScopedNgpu ngpu("8");
   const auto r = run_ctitan({"train", "--comm.mode", "fake_backend", "--parallelism.data_parallel_replicate_degree",

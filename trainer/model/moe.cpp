@@ -106,11 +106,15 @@ at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tenso
   if (ep != nullptr && ep->size() > 1) {
     TORCH_CHECK(w.w1.size(0) * ep->size() == r.counts.numel(), "expert parallelism: ", w.w1.size(0),
                 " local experts on each of ", ep->size(), " ranks, but the router scores ", r.counts.numel());
+  }
+  if (ep != nullptr && ep->size() > 1 && !x.is_meta()) {
     const EpRoute route = ep_route(r.counts, *ep);
     if (received_out)
       for (int64_t n : route.recv_rows) *received_out += n;
     y = ep_combine(experts(ep_dispatch(routed, route, *ep), route.local_counts), route, *ep);
   } else {
+    // (On meta — the dry run — a balanced dispatch: every rank receives as
+    // many rows as it sends, so the shapes are those of the local rows.)
     y = experts(routed, r.counts);
   }
   if (!a.score_before_experts) y = (y.to(at::kFloat) * gate).to(x.scalar_type());
