@@ -387,13 +387,16 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     const Link& l = link_for("fsdp", fsdp_n);
     const bool f8_gather = e.float8 && cfg.float8.enable_fsdp_float8_all_gather;
     const double block_bytes = static_cast<double>(rl.block_unit_elems) * (f8_gather ? 1.0 : e.elem);
-    const double other = static_cast<double>(std::max<int64_t>(0, rl.param_elems * fsdp_n - rl.block_unit_elems * rl.layers)) * e.elem;
+    // What the units gather (under EP the experts of this rank only): the
+    // dry run's count where it has one, else this rank's storage x fsdp.
+    const int64_t all = rl.gathered_elems > 0 ? rl.gathered_elems : rl.param_elems * fsdp_n;
+    const double other = static_cast<double>(std::max<int64_t>(0, all - rl.block_unit_elems * rl.layers)) * e.elem;
     const double gathered = block_bytes * static_cast<double>(rl.layers) + other;
     const bool reshard = cfg.parallelism.fsdp_reshard_after_forward == "always" ||
                          (cfg.parallelism.fsdp_reshard_after_forward == "default" && shape.pp == 1);
     const double ag = ring_s(gathered, fsdp_n, l, ce);
     const double ag_b = reshard ? ag : 0;
-    const double rs = ring_s(static_cast<double>(rl.param_elems * fsdp_n) * 4, fsdp_n, l, ce);  // fp32 gradients
+    const double rs = ring_s(static_cast<double>(all) * 4, fsdp_n, l, ce);  // fp32 gradients
     const double fwd_compute = rank_f * micro, bwd_compute = rank_b * micro;
     const double per_unit = ag / std::max(1.0, units);
     // The first unit's gather and the last unit's reduce-scatter wait; the
@@ -402,7 +405,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
                                                         std::max(0.0, ag_b + rs - ov * bwd_compute) +
                                                         rs / std::max(1.0, units));
     tb.comm.push_back({shape.cp > 1 ? "fsdp" : "dp_shard", "all-gather + reduce-scatter", l.name,
-                       (gathered * (reshard ? 2 : 1) + static_cast<double>(rl.param_elems * fsdp_n) * 4) * accum,
+                       (gathered * (reshard ? 2 : 1) + static_cast<double>(all) * 4) * accum,
                        (ag + ag_b + rs) * accum, exposed * accum});
     exposed_micro += exposed;
   }
@@ -437,6 +440,33 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     tb.comm.push_back({"cp", cfg.parallelism.context_parallel_rotate_method + " K/V exchange", l.name,
                        moved * layers * micro * accum, secs * accum, exposed * accum});
     exposed_micro += exposed;
+  }
+  if (shape.ep > 1 && rl.moe_layers > 0) {
+    // Expert parallelism: per MoE layer the routed rows (k copies of each
+    // token this rank routes: its sequence part under SP when ep spans tp,
+    // the tp group's tokens under ETP) go to their experts' ranks and come
+    // back, forward and backward (again in a full-AC recomputation), plus
+    // the counts' exchange before each dispatch. A balanced load: (ep−1)/ep
+    // of the rows leave the rank. The all-to-alls block (exposed in full).
+    // The group is ep consecutive ranks (stride tp with ETP).
+    const bool etp = shape.etp > 1;
+    const double routed = (etp || shape.tp == 1 || !cfg.parallelism.enable_sequence_parallel)
+                              ? T * (etp ? static_cast<double>(shape.tp) : 1.0)
+                              : T / static_cast<double>(shape.tp);
+    const double rows_bytes = routed * static_cast<double>(args.moe.top_k) * static_cast<double>(m.dim) * e.elem;
+    const double n = static_cast<double>(shape.ep);
+    const Link& l = (etp ? shape.tp : 1) * shape.ep > p.devices_per_node ? hw.inter_node : hw.intra_node;
+    const double one = rows_bytes * (n - 1) / n / (l.bandwidth * ce) + (n - 1) * l.latency_s;
+    const double recomputed = ac.mode == ActivationCheckpointPolicy::Mode::kFull ? 2 : 0;
+    const double exchanges = 4 + recomputed, counts = (1 + recomputed / 2) * (n - 1) * l.latency_s;
+    const double layers = static_cast<double>(rl.moe_layers);
+    const double secs = (exchanges * one + counts) * layers * micro;
+    tb.comm.push_back({"ep", "all-to-all token dispatch and combine", l.name,
+                       exchanges * rows_bytes * (n - 1) / n * layers * micro * accum, secs * accum, secs * accum});
+    exposed_micro += secs;
+    p.notes.push_back("EP " + std::to_string(shape.ep) + ": the all-to-alls assume a balanced routing (every rank "
+                      "receives the rows it sends); an imbalance of x (moe_ep_imbalance) makes the busiest rank's "
+                      "experts work x times the mean");
   }
   double local_batch_s = (rank_f + rank_b) * static_cast<double>(micro);
   double bubble = 0;

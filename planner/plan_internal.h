@@ -19,10 +19,12 @@ struct RankLayout {
   int64_t param_elems = 0;       // fp32 master elements (storage, padding included)
   int64_t state_bytes = 0;       // master + gradients + AdamW state
   int64_t layers = 0;            // TransformerBlocks on this rank
+  int64_t moe_layers = 0;        // of which MoE layers
   bool embedding = false, head = false;
   int64_t largest_unit_elems = 0;  // one FSDP unit gathered (this TP rank's shard), elements
   int64_t block_unit_elems = 0;    // one TransformerBlock gathered, elements
   int64_t head_elems = 0;          // norm + output gathered, elements
+  int64_t gathered_elems = 0;      // every unit gathered (under EP: this rank's experts only), elements
 };
 
 struct Layout {

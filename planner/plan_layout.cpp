@@ -25,11 +25,13 @@ std::string unit_of(const std::string& fqn) {
 }
 
 // The elements of one parameter once FSDP has gathered it: this rank's
-// storage times every data-parallel shard degree (TP shards stay).
+// storage times every data-parallel shard degree (TP and EP shards stay:
+// under EP a unit gathers this rank's experts only).
 int64_t gathered_elems(const ParamSpec& s) {
   int64_t n = s.numel;
   for (const Placement& p : s.placements)
-    if (!p.replicated() && (p.mesh_dim == "dp_shard" || p.mesh_dim == "fsdp")) n *= p.degree;
+    if (!p.replicated() && (p.mesh_dim == "dp_shard" || p.mesh_dim == "fsdp" || p.mesh_dim == "dp_shard_mod_ep"))
+      n *= p.degree;
   return n;
 }
 
@@ -39,7 +41,9 @@ RankLayout from_model(TrainModel& tm) {
   r.state_bytes = tm.state_bytes();
   std::map<std::string, int64_t> units;
   for (const ParamSpec& s : tm.specs()) units[unit_of(s.name)] += gathered_elems(s);
+  r.moe_layers = static_cast<int64_t>(tm.model().moe_layers().size());
   for (const auto& [name, elems] : units) {
+    r.gathered_elems += elems;
     r.largest_unit_elems = std::max(r.largest_unit_elems, elems);
     if (name.rfind("layers.", 0) == 0) {
       ++r.layers;

@@ -188,6 +188,48 @@ TEST(Planner, MoeAndMlaModelsThroughTheRegistry) {
   }
 }
 
+// Expert parallelism: the state per rank is the trainer's EP layout (each
+// rank's experts, FSDP'd over dp_shard_mod_ep), each unit gathers only
+// this rank's experts, and the all-to-all moves, per MoE layer and
+// micro-batch, (ep−1)/ep of the k routed copies of each token, four times
+// (dispatch and combine, forward and backward) — six with full AC —
+// computed here from the shapes; across 16 ranks of 8-GPU nodes it is
+// priced on the inter-node link.
+TEST(Planner, ExpertParallelAllToAllAndState) {
+  const auto req = [](int64_t ep, int ws, const char* ac = "none") {
+    PlanRequest q;
+    q.cfg.model.name = "qwen3";
+    q.cfg.model.flavor = "debugmodel_moe";  // 64 experts, top 8, 8 layers
+    q.cfg.training.seq_len = 256;
+    q.cfg.training.local_batch_size = 2;
+    q.cfg.activation_checkpoint.mode = ac;
+    q.cfg.parallelism.data_parallel_shard_degree = ws;
+    q.cfg.parallelism.expert_parallel_degree = ep;
+    q.model = model_from_config(q.cfg.model);
+    q.world_size = ws;
+    return q;
+  };
+  const auto comm = [](const Prediction& p, const std::string& dim) {
+    for (const CommDim& c : p.time.comm)
+      if (c.dim == dim) return c;
+    return CommDim{};
+  };
+  const ModelArgs a = model_flavor("qwen3", "debugmodel_moe");
+  const Prediction fsdp = predict(req(1, 4), gpu_spec()), ep4 = predict(req(4, 4), gpu_spec());
+  EXPECT_EQ(comm(fsdp, "ep").dim, "") << "no EP, no all-to-all";
+  const double rows = 2.0 * 256 * a.moe.top_k * a.dim * 2;  // bf16 rows a rank routes per layer
+  const CommDim c = comm(ep4, "ep");
+  EXPECT_EQ(c.link, "nvlink");
+  EXPECT_DOUBLE_EQ(c.bytes, 4 * rows * 3 / 4 * static_cast<double>(a.n_moe_layers()));
+  EXPECT_DOUBLE_EQ(c.exposed_s, c.seconds) << "the all-to-alls block";
+  EXPECT_DOUBLE_EQ(comm(predict(req(4, 4, "full"), gpu_spec()), "ep").bytes, 1.5 * c.bytes) << "recomputed";
+  // The same quarter of every expert's state either way (no padding: 64 rows / 4, 16 experts / 4).
+  EXPECT_DOUBLE_EQ(ep4.memory.parameters, fsdp.memory.parameters);
+  EXPECT_LT(ep4.memory.total, fsdp.memory.total) << "a block gathers 16 experts, not 64";
+  EXPECT_LT(comm(ep4, "dp_shard").bytes, 0.5 * comm(fsdp, "dp_shard").bytes) << "16 experts gathered, not 64";
+  EXPECT_EQ(comm(predict(req(16, 16), gpu_spec()), "ep").link, "ib");
+}
+
 TEST(Planner, MoreOfEachCostCostsMoreTime) {
   const HardwareSpec h = gpu_spec();
   const auto step = [&](std::vector<std::pair<std::string, std::string>> sets) {
