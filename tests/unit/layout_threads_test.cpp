@@ -291,6 +291,19 @@ Layout ep_layout(const char* name, const char* model, int64_t shard, int64_t ep,
   l.force_balance = force;
   return l;
 }
+// Float8 (tensorwise, emulated) on the dense GEMMs while EP 2 spans the tp
+// ranks (the experts stay in the compute dtype, as in TorchTitan without
+// grouped-GEMM float8); op-level selective AC and compile with EP 2.
+Layout deepseek_ep2_tp2_float8() {
+  Layout l = ep_layout("deepseek_ep2_tp2_float8", "deepseek_v3", 1, 2, 2);
+  l.float8 = true;
+  return l;
+}
+Layout qwen3_ep2_op_ac_compile() {
+  Layout l = ep_layout("qwen3_ep2_op_ac_compile", "qwen3", 2, 2, 1, 1, 1, "selective");
+  l.compile = true;
+  return l;
+}
 INSTANTIATE_TEST_SUITE_P(
     ExpertParallel, ThreadRanks,
     ::testing::Values(ep_layout("qwen3_ep2", "qwen3", 2, 2), ep_layout("qwen3_ep4_ac_full", "qwen3", 4, 4, 1, 1, 1, "full"),
@@ -303,7 +316,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ep_layout("deepseek_ep4_forced", "deepseek_v3", 4, 4, 1, 1, 1, "none", true),
                       ep_layout("deepseek_fsdp2_ep2_ac_full", "deepseek_v3", 4, 2, 1, 1, 1, "full"),
                       ep_layout("deepseek_fsdp2_ep2_tp2_etp2", "deepseek_v3", 2, 2, 2, 1, 2),
-                      ep_layout("deepseek_pp2_ep2_tp2", "deepseek_v3", 1, 2, 2, 2)),
+                      ep_layout("deepseek_pp2_ep2_tp2", "deepseek_v3", 1, 2, 2, 2), deepseek_ep2_tp2_float8(),
+                      qwen3_ep2_op_ac_compile()),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Two experts over ep 2 x dp_shard_mod_ep 2: fewer local experts (1) than
