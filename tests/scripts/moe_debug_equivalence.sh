@@ -7,9 +7,14 @@
 # activation checkpointing and compile settings, within 1e-5 relative.
 #
 #   tests/scripts/moe_debug_equivalence.sh [BUILD_DIR] [OUT_DIR]
+#   LAYOUTS='ep' tests/scripts/moe_debug_equivalence.sh ...   # only the layouts whose name matches
 #
 # Layouts: FSDP 2, TP 2, PP 2, CP 2, FSDP 2 x TP 2 with full AC, PP 2 x
-# FSDP 2 x TP 2 with compile (8 processes). About 10 minutes on 2 cores.
+# FSDP 2 x TP 2 with compile (8 processes); issue 35's expert parallelism:
+# EP 2, EP 4 with full AC, FSDP 2 x EP 2 (4 ranks) with
+# moe_force_load_balance (against one process with it), EP 2 x TP 2 (ep
+# spans tp), FSDP 2 x EP 2 x ETP 2 and PP 2 x EP 2. About 25 minutes on 2
+# cores for both models.
 set -euo pipefail
 build=${1:-build}
 out=${2:-$(mktemp -d)}
@@ -17,9 +22,11 @@ ctitan="$build/ctitan"
 [[ -x $ctitan ]] || { echo "moe_debug_equivalence: no $ctitan; build first (cmake --build $build --target ctitan)" >&2; exit 2; }
 export OMP_NUM_THREADS=1
 
+layouts=${LAYOUTS:-.}
 run() {  # name model flavor nproc local_batch [args...]
   local name=$1 model=$2 flavor=$3 nproc=$4 lb=$5
   shift 5
+  [[ $name == single* || $name =~ $layouts ]] || return 0
   "$ctitan" train --nproc "$nproc" --model.name "$model" --model.flavor "$flavor" \
     --training.mixed_precision_param float32 --training.dataset markov --training.seq_len 64 \
     --training.local_batch_size "$lb" --training.steps 10 --metrics.log_freq 1 \
@@ -36,6 +43,7 @@ for mf in "qwen3 debugmodel_moe" "deepseek_v3 debugmodel"; do
   run single "$model" "$flavor" 1 4
   run single_ac_full "$model" "$flavor" 1 4 --activation_checkpoint.mode full
   run single_compile "$model" "$flavor" 1 4 --compile.enable
+  run single_forced "$model" "$flavor" 1 4 --debug.moe_force_load_balance true
   run fsdp2 "$model" "$flavor" 2 2 --parallelism.data_parallel_shard_degree 2
   run tp2 "$model" "$flavor" 2 4 --parallelism.tensor_parallel_degree 2
   run pp2 "$model" "$flavor" 2 4 --parallelism.pipeline_parallel_degree 2 \
@@ -46,17 +54,32 @@ for mf in "qwen3 debugmodel_moe" "deepseek_v3 debugmodel"; do
   run pp2_fsdp2_tp2_compile "$model" "$flavor" 8 2 --parallelism.pipeline_parallel_degree 2 \
     --parallelism.data_parallel_shard_degree 2 --parallelism.tensor_parallel_degree 2 \
     --parallelism.pipeline_parallel_microbatch_size 1 --compile.enable
-  python3 - "$out/$model" <<'EOF' || status=1
-import json, sys
+  run ep2 "$model" "$flavor" 2 2 --parallelism.data_parallel_shard_degree 2 --parallelism.expert_parallel_degree 2
+  run ep4_ac_full "$model" "$flavor" 4 1 --parallelism.data_parallel_shard_degree 4 \
+    --parallelism.expert_parallel_degree 4 --activation_checkpoint.mode full
+  run fsdp2_ep2_forced "$model" "$flavor" 4 1 --parallelism.data_parallel_shard_degree 4 \
+    --parallelism.expert_parallel_degree 2 --debug.moe_force_load_balance true
+  run ep2_tp2 "$model" "$flavor" 2 4 --parallelism.tensor_parallel_degree 2 --parallelism.expert_parallel_degree 2
+  run fsdp2_ep2_etp2 "$model" "$flavor" 4 2 --parallelism.data_parallel_shard_degree 2 \
+    --parallelism.tensor_parallel_degree 2 --parallelism.expert_parallel_degree 2 \
+    --parallelism.expert_tensor_parallel_degree 2
+  run pp2_ep2 "$model" "$flavor" 4 2 --parallelism.pipeline_parallel_degree 2 \
+    --parallelism.data_parallel_shard_degree 2 --parallelism.expert_parallel_degree 2 \
+    --parallelism.pipeline_parallel_microbatch_size 1
+  LAYOUTS=$layouts python3 - "$out/$model" <<'EOF' || status=1
+import json, os, re, sys
 from pathlib import Path
 root = Path(sys.argv[1])
 def losses(name):
     rows = [json.loads(l) for l in (root / name / "metrics.jsonl").read_text().splitlines() if l.strip()]
     return {r["step"]: r["loss"] for r in rows if "loss" in r}
-golden = {"ac_full": losses("single_ac_full"), "compile": losses("single_compile"), "": losses("single")}
+golden = {"ac_full": losses("single_ac_full"), "compile": losses("single_compile"), "forced": losses("single_forced"),
+          "": losses("single")}
 ok = True
-for name in ["fsdp2", "tp2", "pp2", "cp2", "fsdp2_tp2_ac_full", "pp2_fsdp2_tp2_compile"]:
-    want = next(g for k, g in golden.items() if k and name.endswith(k)) if name.endswith(("ac_full", "compile")) else golden[""]
+names = ["fsdp2", "tp2", "pp2", "cp2", "fsdp2_tp2_ac_full", "pp2_fsdp2_tp2_compile", "ep2", "ep4_ac_full",
+         "fsdp2_ep2_forced", "ep2_tp2", "fsdp2_ep2_etp2", "pp2_ep2"]
+for name in [n for n in names if re.search(os.environ["LAYOUTS"], n)]:
+    want = next((g for k, g in golden.items() if k and name.endswith(k)), golden[""])
     got = losses(name)
     worst = max(abs(got[s] - want[s]) / abs(want[s]) for s in want)
     good = len(got) == len(want) == 10 and worst <= 1e-5
