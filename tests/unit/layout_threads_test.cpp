@@ -211,6 +211,11 @@ TEST_P(ThreadRanks, LossesAndParametersMatchOneProcess) {
     for (size_t s = 0; s < want.size(); ++s)
       EXPECT_NEAR(run.losses[r][s], want[s], 1e-5 * std::abs(want[s])) << l.name << " rank " << r << " step " << s + 1;
   }
+  if (l.ep == 1 && l.experts > 0 && l.shard > l.experts)  // FSDP alone, more ranks than experts
+    for (const std::string& line : run.layouts[0])
+      if (line.find("moe.experts.w1 ") != std::string::npos) {
+        EXPECT_NE(line.find("Shard(1) over dp_shard " + std::to_string(l.shard)), std::string::npos) << line;
+      }
   if (l.ep > 1) {  // the routed experts are where TorchTitan puts them
     const int64_t E = l.experts > 0 ? l.experts : 4, mod_ep = l.shard * l.cp * (l.etp == 1 ? l.tp : 1) / l.ep;
     const std::string fsdp = mod_ep > 1 ? ", Shard(" + std::string(mod_ep * l.ep > E ? "1" : "0") +
@@ -327,7 +332,13 @@ Layout hidden_sharded() {
   l.experts = 2;
   return l;
 }
-INSTANTIATE_TEST_SUITE_P(ExpertParallelHiddenSharded, ThreadRanks, ::testing::Values(hidden_sharded()),
+// Without EP, 2 experts over FSDP 4: the same switch to the hidden dim.
+Layout hidden_sharded_fsdp() {
+  Layout l{"qwen3_2experts_fsdp4_shard1", 1, 4, "qwen3", "tiny_moe"};
+  l.experts = 2;
+  return l;
+}
+INSTANTIATE_TEST_SUITE_P(ExpertParallelHiddenSharded, ThreadRanks, ::testing::Values(hidden_sharded(), hidden_sharded_fsdp()),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

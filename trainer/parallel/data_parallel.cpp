@@ -52,7 +52,8 @@ DataParallel::DataParallel(Transformer& model, DeviceMesh& mesh, DataParallelOpt
   // Under expert parallelism the routed experts (already Shard(0) over ep)
   // are sharded over the ranks that hold the same experts, dp_shard_mod_ep
   // — along their hidden dimension when those ranks × ep outnumber the
-  // experts, as TorchTitan's shard_placement_fn does.
+  // experts, as TorchTitan's shard_placement_fn does (also without EP,
+  // when the FSDP ranks outnumber the experts).
   const int64_t r = mesh_.coord(shard_dim_);
   const bool ep = model.expert_parallel().on();
   const int64_t m = mesh_.size("dp_shard_mod_ep"), mr = mesh_.coord("dp_shard_mod_ep");
@@ -61,6 +62,9 @@ DataParallel::DataParallel(Transformer& model, DeviceMesh& mesh, DataParallelOpt
     if (ep && is_routed_expert(s.name)) {
       const int dim = m * model.expert_parallel().size() > s.global_shape[0] ? 1 : 0;
       spec = shard_padded(std::move(spec), "dp_shard_mod_ep", m, mr, dim);
+    } else if (is_routed_expert(s.name) && shard_ > s.global_shape[0]) {
+      // Without EP, too: more FSDP ranks than experts shard the hidden dim.
+      spec = shard_padded(std::move(spec), shard_dim_, shard_, r, 1);
     } else {
       spec = shard_rows(std::move(spec), shard_dim_, shard_, r);
     }
