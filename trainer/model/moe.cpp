@@ -103,11 +103,11 @@ at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tenso
     return grouped_linear(h, w.w2, counts);
   };
   at::Tensor y;  // [T·k, D]
-  if (ep != nullptr && ep->size() > 1) {
+  const bool dispatch = ep != nullptr && ep->size() > 1;
+  if (dispatch)
     TORCH_CHECK(w.w1.size(0) * ep->size() == r.counts.numel(), "expert parallelism: ", w.w1.size(0),
                 " local experts on each of ", ep->size(), " ranks, but the router scores ", r.counts.numel());
-  }
-  if (ep != nullptr && ep->size() > 1 && !x.is_meta()) {
+  if (dispatch && !x.is_meta()) {
     const EpRoute route = ep_route(r.counts, *ep);
     if (received_out)
       for (int64_t n : route.recv_rows) *received_out += n;

@@ -380,10 +380,6 @@ void DataParallel::wait_unshard(size_t u) {
   if (us.resident) return;
   unshard(u);
   TraceRange range(trace_cat::kDataParallel, "unshard", model_.units()[u].name);
-  if (us.gather) {
-    wait(us.gather, mesh_.group(us.dim));
-    us.gather.reset();
-  }
   torch::NoGradGuard no_grad;
   MemoryCategoryScope mem(MemoryCategory::kParameters);  // the unit's gathered parameters
   model_.store().fill_unit(u);

@@ -61,13 +61,15 @@ ExpertLoad TrainModel::balance_experts() {
   load.cv = cv / static_cast<double>(all.size(0));  // the layers' mean
   const ExpertParallelOptions& ep = m.expert_parallel();
   if (ep.on()) {
-    // Rows received per rank of the ep group: the busiest over the mean, per layer.
+    // Rows received per rank of the ep group (one all-gather): the busiest
+    // over the mean, per layer.
     std::vector<double> mine;
     for (int64_t l : m.moe_layers()) mine.push_back(static_cast<double>(m.take_ep_received(l)));
-    at::Tensor most = torch::tensor(mine, torch::kDouble), sum = most.clone();
-    ep.group->all_reduce(most, ReduceOp::kMax)->wait();
-    ep.group->all_reduce(sum, ReduceOp::kSum)->wait();
-    const at::Tensor mean = sum / static_cast<double>(ep.size());
+    const at::Tensor local = torch::tensor(mine, torch::kDouble);
+    at::Tensor all = torch::empty({ep.size() * local.numel()}, local.options());
+    ep.group->all_gather(all, local)->wait();
+    const at::Tensor per_rank = all.view({ep.size(), local.numel()});
+    const at::Tensor most = std::get<0>(per_rank.max(0)), mean = per_rank.mean(0);
     load.ep_imbalance = at::where(mean > 0, most / mean, at::ones_like(mean)).mean().item<double>();
   }
   return load;
