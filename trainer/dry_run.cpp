@@ -20,7 +20,7 @@ std::string gib(int64_t bytes) {
 // Prints the embedding and the head in full and each run of blocks with
 // the same shapes and placements once ("layers.1 .. layers.2: as layers.0"):
 // a dense Llama is one run, DeepSeek-V3 a dense run then an MoE run.
-void print_layout(const std::vector<std::string>& lines, int64_t n_layers) {
+void print_layout(const std::vector<std::string>& lines) {
   std::map<int64_t, std::vector<std::string>> blocks;  // by layer: its lines
   std::map<int64_t, std::string> signature;            // by layer: its lines with the index cut out
   std::vector<std::string> before, after;
@@ -47,7 +47,6 @@ void print_layout(const std::vector<std::string>& lines, int64_t n_layers) {
     it = end;
   }
   for (const std::string& line : after) std::cout << "  " << line << std::endl;
-  (void)n_layers;
 }
 
 }  // namespace
@@ -110,7 +109,7 @@ int dry_run(const JobConfig& cfg, const Runtime& rt, TrainModel& tm, AdamW& opti
             << (m.args().moe.num_experts > 0 ? " (" + with_commas(counts.active) + " active)" : std::string()) << ", mesh " << rt.shape.describe()
             << ", " << tm.describe() << ", " << m.techniques() << std::endl;
   std::cout << "ctitan: layout (FQN, global shape, this rank's shape, placement):" << std::endl;
-  print_layout(tm.layout(), m.args().n_layers);
+  print_layout(tm.layout());
 
   const int64_t local = tm.params().numel();
   const int64_t dtype_bytes = c10::elementSize(m.compute_dtype());
