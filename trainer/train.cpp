@@ -639,6 +639,11 @@ int train(const JobConfig& cfg) {
   if (cfg.checkpoint.create_seed_checkpoint) return write_seed_checkpoint(cfg, rt, *tm, optimizer);
 
   auto loader = build_data_loader(cfg, args, rt);
+  if (args.block_causal() && loader->eos_id() < 0)
+    throw InputError("model.attn_mask_type block_causal finds documents at EOS tokens, and dataset '" +
+                     cfg.training.dataset + "' has none (" + loader->describe() +
+                     "); use a dataset with a tokenizer that names its EOS, or attn_mask_type causal");
+  tm->set_eos_id(loader->eos_id());
   Validator validator(cfg, args, rt);
   Checkpointer checkpointer(cfg.checkpoint, cfg.job.dump_folder);
   checkpointer.check_step_folders();

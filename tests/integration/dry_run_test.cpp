@@ -49,8 +49,8 @@ TEST(DryRun, Llama8BOnFsdp64MatchesTheParameterCount) {
       << r.out;
 }
 
-// DeepSeek-V3 671B (a block_causal flavor: training it is refused, its
-// shapes and memory are not) on 512 fake ranks, PP 8 x FSDP 64: MLA with the
+// DeepSeek-V3 671B (a block_causal flavor: the document mask changes no
+// shape) on 512 fake ranks, PP 8 x FSDP 64: MLA with the
 // low-rank q, 3 dense then 58 MoE layers, group-limited sigmoid routing, all
 // through the meta device's forward and backward.
 TEST(DryRun, DeepSeekV3671BOn512RanksChecksEveryShape) {

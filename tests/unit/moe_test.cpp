@@ -315,7 +315,7 @@ TEST(Qwen3, UnknownFlavorAndFamilyAreOneLine) {
 // line — top_k above the experts (or above what the group limit leaves), a
 // dense flavor, experts the groups do not divide.
 TEST(MoeOverrides, ReplaceTheFlavorsValuesOrSayWhyNot) {
-  const ModelArgs a = model_flavor("qwen3", "debugmodel_moe", FlavorOverrides{2, 16, 4, 0.0});
+  const ModelArgs a = model_flavor("qwen3", "debugmodel_moe", FlavorOverrides{2, 16, 4, 0.0, "", ""});
   EXPECT_EQ(a.n_layers, 2);
   EXPECT_EQ(a.moe.num_experts, 16);
   EXPECT_EQ(a.moe.top_k, 4);
@@ -329,15 +329,15 @@ TEST(MoeOverrides, ReplaceTheFlavorsValuesOrSayWhyNot) {
     }
     return std::string();
   };
-  EXPECT_NE(error("qwen3", "tiny_moe", {0, 0, 8}).find("model.moe_top_k 8 exceeds the 4 experts a token can reach"),
+  EXPECT_NE(error("qwen3", "tiny_moe", {0, 0, 8, -1, "", ""}).find("model.moe_top_k 8 exceeds the 4 experts a token can reach"),
             std::string::npos);
   // DeepSeek-V3 tiny: 2 groups of 2, the best 1 group: a token reaches 2.
-  EXPECT_NE(error("deepseek_v3", "tiny", {0, 0, 3}).find("exceeds the 2 experts a token can reach in its best 1 groups"),
+  EXPECT_NE(error("deepseek_v3", "tiny", {0, 0, 3, -1, "", ""}).find("exceeds the 2 experts a token can reach in its best 1 groups"),
             std::string::npos);
-  EXPECT_NE(error("deepseek_v3", "tiny", {0, 5, 0}).find("not divisible by the flavor's 2 expert groups"),
+  EXPECT_NE(error("deepseek_v3", "tiny", {0, 5, 0, -1, "", ""}).find("not divisible by the flavor's 2 expert groups"),
             std::string::npos);
-  EXPECT_NE(error("llama3", "debugmodel", {0, 8, 0}).find("llama3 debugmodel has no MoE layers"), std::string::npos);
-  EXPECT_EQ(error("deepseek_v3", "tiny", {0, 8, 2}), "");
+  EXPECT_NE(error("llama3", "debugmodel", {0, 8, 0, -1, "", ""}).find("llama3 debugmodel has no MoE layers"), std::string::npos);
+  EXPECT_EQ(error("deepseek_v3", "tiny", {0, 8, 2, -1, "", ""}), "");
 }
 
 // The float8 GEMM units name their own weights: with QK-norm between wo and

@@ -160,11 +160,14 @@ TEST(SweepPruning, DegreesMustMultiplyToTheWorldSize) {
 }
 
 // A layout the model family refuses is pruned with the family's own line
-// (DeepSeek-V3's block_causal flavors have no document masks yet; Qwen3's
-// tied flavors no FSDP).
+// (DeepSeek-V3's flex flavors no CP, as in TorchTitan; Qwen3's tied
+// flavors no FSDP).
 TEST(SweepPruning, ALayoutTheFamilyRefusesIsInfeasibleWithItsReason) {
-  const std::string ds = reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"debugmodel_flex_attn\"\n", 2);
-  EXPECT_NE(ds.find("block_causal"), std::string::npos) << ds;
+  const std::string ds = reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"debugmodel_flex_attn\"\n"
+                                "parallelism.context_parallel_degree = 2\n",
+                                2);
+  EXPECT_NE(ds.find("context parallelism does not run flex attention"), std::string::npos) << ds;
+  EXPECT_EQ(reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"debugmodel_flex_attn\"\n", 2), "");
   EXPECT_EQ(reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"tiny\"\n"
                    "model.converters = [\"quantize.linear.float8\"]\n",
                    2),

@@ -57,6 +57,9 @@ struct ModelSection {
   int64_t moe_num_experts = 0;
   int64_t moe_top_k = 0;
   double moe_load_balance_coeff = -1;
+  // TorchTitan's model args attn_type / attn_mask_type as keys; empty: the flavor's.
+  std::string attn_type;
+  std::string attn_mask_type;
   std::string hf_assets_path;               // folder holding tokenizer.json
   std::vector<std::string> converters;      // e.g. ["quantize.linear.float8"]
   bool print_after_conversion = false;

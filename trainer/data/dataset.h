@@ -51,6 +51,11 @@ class DataLoader {  // one per rank; not thread-safe
   virtual nlohmann::json state() const = 0;              // position, saved in checkpoints
   virtual void load_state(const nlohmann::json& s) = 0;  // throws InputError if incompatible
   virtual std::string describe() const = 0;              // one line for logs
+  // The token that ends a document (block_causal attention, documents.h):
+  // the tokenizer's EOS; synthetic and markov data have no tokenizer and
+  // use id 0, TorchTitan's ModelArgs.eos_id default (uniform ids make
+  // documents of geometric length, mean vocab_size). -1: none.
+  virtual int64_t eos_id() const { return -1; }
 };
 
 // Throws InputError on bad options or unreadable / garbled data.

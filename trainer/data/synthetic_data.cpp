@@ -84,6 +84,8 @@ class SyntheticLoader : public DataLoader {
     batches_ = s.at("batches").get<int64_t>();
   }
 
+  int64_t eos_id() const override { return 0; }
+
   std::string describe() const override {
     std::string d = kind() + ": vocab " + std::to_string(opts_.vocab_size) + ", seed " +
                     std::to_string(opts_.seed);

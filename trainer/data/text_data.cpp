@@ -111,6 +111,8 @@ class TextLoader : public DataLoader {
     }
   }
 
+  int64_t eos_id() const override { return tok_.eos_id(); }
+
   std::string describe() const override {
     return "text: " + opts_.path + " (" + std::to_string(files_.size()) + " file(s)), tokenizer " +
            tok_.path() + " (vocab " + std::to_string(tok_.vocab_size()) + ", bos " +

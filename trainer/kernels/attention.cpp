@@ -13,11 +13,20 @@
 // without races; the softmax uses exact row maxima (all scores of a
 // 4-query block are kept in L1), so no running rescale is needed.
 //
+// Documents (block_causal, documents.h): query row i sees keys [start_i, i].
+// A 4-row block starts its key loop at the 16-key block holding its first
+// row's start (starts never decrease along a sequence), so the masked
+// blocks before it are skipped, not computed and discarded; inside the
+// first block the lanes below each row's start are masked like the causal
+// ones above the diagonal. With every start 0 the loops and masks are the
+// causal kernel's, bit for bit.
+//
 // Output layout: [B,S,H,Dh] memory returned as a [B,H,S,Dh] view, so the
 // model's o.transpose(1,2) is already contiguous (no copy), and likewise
 // for dq/dk/dv.
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/kernels/vec.h"
+#include "trainer/model/documents.h"
 
 #include <cmath>
 #include <limits>
@@ -52,6 +61,19 @@ CTITAN_KERNELS_BEGIN
 inline __mmask16 causal_lanes(int64_t i, int64_t jb) {
   const int64_t n = i - jb + 1;
   return n >= kLanes ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// Lanes of key block [jb, jb+16) at or after `start` (the row's document).
+inline __mmask16 document_lanes(int64_t start, int64_t jb) {
+  const int64_t n = start - jb;
+  return n <= 0 ? __mmask16(0xFFFF) : n >= kLanes ? __mmask16(0) : static_cast<__mmask16>(0xFFFFu << n);
+}
+
+// The lanes query row i sees in key block jb: causal, and from its
+// document's start when `st` (the sample's starts) is given.
+inline __mmask16 visible_lanes(const int64_t* st, int64_t i, int64_t jb) {
+  const __mmask16 causal = causal_lanes(i, jb);
+  return st ? static_cast<__mmask16>(causal & document_lanes(st[i], jb)) : causal;
 }
 
 // xt[d·Sp + j] = x(b, h, j)[d], zero-padded to Sp (a multiple of 16) keys.
@@ -124,8 +146,8 @@ inline void pv_accumulate(const float* p, int64_t Sp, const float* v, int64_t vs
 // Forward of one (batch, kv head): every query head of its group.
 // lse2 (log2 units, [B,H,S]) is saved for backward.
 template <int NV>
-void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o, float* lse2, int64_t b,
-                  int64_t g, int64_t H, int64_t G, int64_t S, float scale) {
+void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o, float* lse2, const int64_t* st,
+                  int64_t b, int64_t g, int64_t H, int64_t G, int64_t S, float scale) {
   constexpr int64_t Dh = 16 * NV;
   const int64_t Sp = (S + kLanes - 1) / kLanes * kLanes;
   std::vector<float> kt(Dh * Sp), sbuf(kRows * Sp);
@@ -134,18 +156,20 @@ void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o,
   for (int64_t h = g * (H / G); h < (g + 1) * (H / G); ++h) {
     for (int64_t i0 = 0; i0 < S; i0 += kRows) {
       const int64_t nk = std::min(S, i0 + kRows);  // keys this block can see
+      const int64_t jb0 = st ? st[i0] / kLanes * kLanes : 0;  // its first key block
       const float* qr[kRows];
       for (int r = 0; r < kRows; ++r) qr[r] = q.at(b, h, std::min(i0 + r, S - 1));
       fVec mx[kRows], acc[2][kRows];
       for (int r = 0; r < kRows; ++r) mx[r] = fVec(-std::numeric_limits<float>::infinity());
       auto scores = [&](int64_t jb, const fVec* a) {
         for (int r = 0; r < kRows; ++r) {
-          const __m512 s = _mm512_mask_blend_ps(causal_lanes(i0 + r, jb), _mm512_set1_ps(-INFINITY), a[r] * fVec(c));
+          const __mmask16 lanes = visible_lanes(st, std::min(i0 + r, S - 1), jb);  // padding rows: the last row's
+          const __m512 s = _mm512_mask_blend_ps(lanes, _mm512_set1_ps(-INFINITY), a[r] * fVec(c));
           mx[r] = at::vec::maximum(mx[r], fVec(s));
           store(sbuf.data() + r * Sp + jb, fVec(s));
         }
       };
-      int64_t jb = 0;
+      int64_t jb = jb0;
       for (; jb + kLanes < nk; jb += 2 * kLanes) {
         dot_blocks<NV, 2>(qr, kt.data(), Sp, jb, acc);
         scores(jb, acc[0]);
@@ -161,7 +185,7 @@ void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o,
         m[r] = fVec(mx[r].reduce_max());
         sum[r] = fVec(0.f);
       }
-      for (int64_t jb = 0; jb < nk; jb += kLanes)
+      for (int64_t jb = jb0; jb < nk; jb += kLanes)
         for (int r = 0; r < kRows; ++r) {
           float* p = sbuf.data() + r * Sp + jb;
           const fVec e = kernels::exp2(load(p) - m[r]);
@@ -176,7 +200,7 @@ void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o,
       }
       // o_r = Σ_j p_rj · v_j (masked p are 0).
       fVec out[kRows][NV];
-      pv_accumulate<NV>(sbuf.data(), Sp, v.at(b, g, 0), v.ss, nk, out);
+      pv_accumulate<NV>(sbuf.data() + jb0, Sp, v.at(b, g, jb0), v.ss, nk - jb0, out);
       for (int r = 0; r < kRows && i0 + r < S; ++r)
         for (int u = 0; u < NV; ++u) store(o.at(b, h, i0 + r) + 16 * u, out[r][u] * fVec(inv_l[r]));
     }
@@ -188,8 +212,8 @@ void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o,
 // dk = scale·dsᵀ·q, dv = pᵀ·dO; dk/dv summed over the group's query heads.
 template <int NV>
 void backward_task(const Rows& q, const Rows& k, const Rows& v, const Rows& o, const Rows& dout, const float* lse2,
-                   const MutRows& dq, const MutRows& dk, const MutRows& dv, int64_t b, int64_t g, int64_t H, int64_t G,
-                   int64_t S, float scale) {
+                   const MutRows& dq, const MutRows& dk, const MutRows& dv, const int64_t* st, int64_t b, int64_t g,
+                   int64_t H, int64_t G, int64_t S, float scale) {
   constexpr int64_t Dh = 16 * NV;
   const int64_t Sp = (S + kLanes - 1) / kLanes * kLanes;
   std::vector<float> kt(Dh * Sp), vt(Dh * Sp), dk_acc(S * Dh, 0.f), dv_acc(S * Dh, 0.f);
@@ -200,6 +224,7 @@ void backward_task(const Rows& q, const Rows& k, const Rows& v, const Rows& o, c
   for (int64_t h = g * (H / G); h < (g + 1) * (H / G); ++h) {
     for (int64_t i0 = 0; i0 < S; i0 += kRows) {
       const int64_t nk = std::min(S, i0 + kRows);
+      const int64_t jb0 = st ? st[i0] / kLanes * kLanes : 0;
       const float *qr[kRows], *dor[kRows];
       // q and dO rows stay in registers: the dV/dK updates below would
       // otherwise reload them after every store (they may alias, to g++).
@@ -218,12 +243,12 @@ void backward_task(const Rows& q, const Rows& k, const Rows& v, const Rows& o, c
         }
         delta[r] = fVec(dd.reduce_add());
       }
-      for (int64_t jb = 0; jb < nk; jb += kLanes) {
+      for (int64_t jb = jb0; jb < nk; jb += kLanes) {
         fVec s[1][kRows], dp[1][kRows];
         dot_blocks<NV, 1>(qr, kt.data(), Sp, jb, s);
         dot_blocks<NV, 1>(dor, vt.data(), Sp, jb, dp);
         for (int r = 0; r < kRows; ++r) {
-          const __mmask16 lanes = i0 + r < S ? causal_lanes(i0 + r, jb) : __mmask16(0);
+          const __mmask16 lanes = i0 + r < S ? visible_lanes(st, i0 + r, jb) : __mmask16(0);
           const fVec p = _mm512_maskz_mov_ps(lanes, kernels::exp2(at::vec::fmadd(s[0][r], fVec(c), neg_lse[r])));
           store(pbuf[r], p);
           store(dsbuf[r], p * (dp[0][r] - delta[r]));
@@ -263,30 +288,38 @@ void dispatch_nv(int64_t Dh, const F& f) {
   else f(std::integral_constant<int, 4>{});
 }
 
-void forward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& o, at::Tensor& lse2) {
+// starts: int64 [B,S] contiguous (documents), or undefined (causal).
+void forward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& starts,
+                    at::Tensor& o, at::Tensor& lse2) {
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), G = k.size(1);
   const float scale = 1.f / std::sqrt(static_cast<float>(q.size(3)));
   const Rows qr = rows_of(q), kr = rows_of(k), vr = rows_of(v);
   const MutRows orr = rows_of(o);
   float* l = lse2.mutable_data_ptr<float>();
+  const int64_t* st = starts.defined() ? starts.const_data_ptr<int64_t>() : nullptr;
   dispatch_nv(q.size(3), [&](auto nv) {
     parallel_rows(B * G, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) forward_task<decltype(nv)::value>(qr, kr, vr, orr, l, t / G, t % G, H, G, S, scale);
+      for (int64_t t = t0; t < t1; ++t)
+        forward_task<decltype(nv)::value>(qr, kr, vr, orr, l, st ? st + t / G * S : nullptr, t / G, t % G, H, G, S,
+                                          scale);
     });
   });
 }
 
 void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
-                     const at::Tensor& dout, const at::Tensor& lse2, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv) {
+                     const at::Tensor& dout, const at::Tensor& lse2, const at::Tensor& starts, at::Tensor& dq,
+                     at::Tensor& dk, at::Tensor& dv) {
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), G = k.size(1);
   const float scale = 1.f / std::sqrt(static_cast<float>(q.size(3)));
   const Rows qr = rows_of(q), kr = rows_of(k), vr = rows_of(v), orr = rows_of(o), dor = rows_of(dout);
   const MutRows dqr = rows_of(dq), dkr = rows_of(dk), dvr = rows_of(dv);
   const float* l = lse2.const_data_ptr<float>();
+  const int64_t* st = starts.defined() ? starts.const_data_ptr<int64_t>() : nullptr;
   dispatch_nv(q.size(3), [&](auto nv) {
     parallel_rows(B * G, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        backward_task<decltype(nv)::value>(qr, kr, vr, orr, dor, l, dqr, dkr, dvr, t / G, t % G, H, G, S, scale);
+        backward_task<decltype(nv)::value>(qr, kr, vr, orr, dor, l, dqr, dkr, dvr, st ? st + t / G * S : nullptr,
+                                           t / G, t % G, H, G, S, scale);
     });
   });
 }
@@ -304,12 +337,14 @@ at::Tensor dense_rows(const at::Tensor& t) { return t.stride(3) == 1 ? t : t.con
 class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
-                            const at::Tensor& v_in) {
+                            const at::Tensor& v_in, const at::Tensor* starts_in) {
+    const at::Tensor starts = *starts_in;  // not an autograd input (an undefined tensor may not be one)
     const at::Tensor q = dense_rows(q_in), k = dense_rows(k_in), v = dense_rows(v_in);
     at::Tensor o = empty_bshd(q);
     at::Tensor lse2 = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
-    forward_kernel(q, k, v, o, lse2);
+    forward_kernel(q, k, v, starts, o, lse2);
     ctx->save_for_backward({q, k, v, o, lse2});
+    if (starts.defined()) ctx->saved_data["starts"] = starts;
     return o;
   }
 
@@ -317,24 +352,33 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
     const auto s = ctx->get_saved_variables();
     const at::Tensor dout = dense_rows(grad_out[0]);
     at::Tensor dq = empty_bshd(s[0]), dk = empty_bshd(s[1]), dv = empty_bshd(s[2]);
-    backward_kernel(s[0], s[1], s[2], s[3], dout, s[4], dq, dk, dv);
-    return {dq, dk, dv};
+    const auto st = ctx->saved_data.find("starts");
+    backward_kernel(s[0], s[1], s[2], s[3], dout, s[4], st == ctx->saved_data.end() ? at::Tensor() : st->second.toTensor(),
+                    dq, dk, dv);
+    return {dq, dk, dv, at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& starts_in) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
                   q.size(2) == k.size(2) && q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "fused_causal_attention: q [B,H,S,Dh], k/v [B,G,S,Dh] with H a multiple of G expected, got ",
               q.sizes(), ", ", k.sizes(), ", ", v.sizes());
   const int64_t Dh = q.size(3);
   const bool fp32 = q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat;
-  if (!fused_kernels_available() || !q.device().is_cpu() || !fp32 || (Dh != 16 && Dh != 32 && Dh != 64))
+  const bool documents = starts_in.defined();
+  TORCH_CHECK(!documents || (starts_in.dim() == 2 && starts_in.size(0) == q.size(0) && starts_in.size(1) == q.size(2)),
+              "fused_causal_attention: starts [B,S] expected, got ", starts_in.sizes());
+  if (!fused_kernels_available() || !q.device().is_cpu() || !fp32 || (Dh != 16 && Dh != 32 && Dh != 64)) {
+    if (documents) return document_attention_sdpa(q, k, v, starts_in);
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/k.size(1) != q.size(1));
-  return FusedCausalAttention::apply(q, k, v);
+  }
+  const at::Tensor starts = documents ? starts_in.to(at::kLong).contiguous() : at::Tensor();
+  return FusedCausalAttention::apply(q, k, v, &starts);
 }
 
 }  // namespace ctitan

@@ -65,7 +65,11 @@ at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& freqs_cis, at::Scal
 // Runs the kernel for float32 with Dh 16, 32 or 64 (the model attends in
 // fp32 below Dh 32); anything else runs ATen's SDPA. The result [B,H,S,Dh]
 // is a view of [B,S,H,Dh] memory: result.transpose(1,2) is contiguous.
-at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// With `starts` (int64 [B,S], documents.h) the attention is block_causal:
+// row i sees keys [starts[b,i], i], and the kernel skips the key blocks
+// before a row block's document (elsewhere: document_attention_sdpa).
+at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& starts = {});
 
 // Mean token cross-entropy, at::cross_entropy_loss(logits.float(), labels):
 // logits [N,V] bf16/fp32, labels [N] int64 in [0,V). One pass per row with an

@@ -83,9 +83,15 @@ struct ModelArgs {
   // without eps: torch.finfo(dtype).eps of the compute dtype (1.19e-7 in
   // fp32, 2^-7 in bf16), not norm_eps.
   bool final_norm_eps_of_dtype = false;
-  // The flavor's attention is TorchTitan's block_causal (document masks,
-  // flex attention), which ctitan does not have yet: refused, not run causal.
-  bool block_causal = false;
+  // TorchTitan's attention arguments. attn_type names TorchTitan's kernel
+  // ("sdpa", "flex", "varlen"); ctitan runs its own attention for all three
+  // (the same math), so it decides only which combinations are allowed.
+  // attn_mask_type "causal", or "block_causal": a token attends only to the
+  // earlier tokens of its own document (documents end at EOS tokens,
+  // documents.h), which needs attn_type flex or varlen as in TorchTitan.
+  std::string attn_type = "sdpa";
+  std::string attn_mask_type = "causal";
+  bool block_causal() const { return attn_mask_type == "block_causal"; }
 
   int64_t head_dim() const { return head_dim_size ? *head_dim_size : dim / n_heads; }
   bool is_mla() const { return mla.kv_lora_rank > 0; }

@@ -46,6 +46,18 @@ ModelArgs model_flavor(const std::string& name, const std::string& flavor, const
     a.n_layers = o.n_layers;
     a.n_dense_layers = std::min(a.n_dense_layers, o.n_layers);
   }
+  if (!o.attn_type.empty()) a.attn_type = o.attn_type;
+  if (!o.attn_mask_type.empty()) a.attn_mask_type = o.attn_mask_type;
+  if (a.attn_type != "sdpa" && a.attn_type != "flex" && a.attn_type != "varlen")
+    throw InputError("model.attn_type '" + a.attn_type + "' is not one of TorchTitan's (sdpa, flex, varlen)");
+  if (a.attn_mask_type != "causal" && a.attn_mask_type != "block_causal")
+    throw InputError("model.attn_mask_type '" + a.attn_mask_type + "' is not one of TorchTitan's (causal, block_causal)");
+  if (a.block_causal() && a.attn_type == "sdpa")
+    throw InputError("model.attn_mask_type block_causal needs model.attn_type flex or varlen (" + name + " " + flavor +
+                     " has sdpa, which TorchTitan runs causal only); set model.attn_type = \"flex\"");
+  if (a.attn_type == "varlen" && !a.block_causal())
+    throw InputError("model.attn_type varlen needs model.attn_mask_type block_causal (TorchTitan's rule: varlen "
+                     "attention is document attention); use attn_type flex or sdpa for causal");
   const bool moe_keys = o.moe_num_experts > 0 || o.moe_top_k > 0 || o.moe_load_balance_coeff >= 0;
   if (!moe_keys) return a;
   MoeArgs& m = a.moe;
@@ -75,7 +87,8 @@ ModelArgs model_flavor(const std::string& name, const std::string& flavor, const
 
 ModelArgs model_flavor(const ModelSection& m) {
   return model_flavor(m.name, m.flavor,
-                      FlavorOverrides{m.n_layers, m.moe_num_experts, m.moe_top_k, m.moe_load_balance_coeff});
+                      FlavorOverrides{m.n_layers, m.moe_num_experts, m.moe_top_k, m.moe_load_balance_coeff,
+                                      m.attn_type, m.attn_mask_type});
 }
 
 std::vector<std::string> flavor_names(const FlavorTable& table) {
@@ -90,6 +103,14 @@ ModelArgs find_flavor(const FlavorTable& table, const std::string& family, const
   std::string known;
   for (const auto& n : flavor_names(table)) known += (known.empty() ? "" : ", ") + n;
   throw InputError("unknown model.flavor '" + flavor + "' for " + family + "; known flavors: " + known);
+}
+
+std::string attention_refuses_context_parallel(const ModelArgs& a, const ModelLayout& l, bool flex_with_cp) {
+  if (l.cp <= 1 || a.attn_type == "sdpa" || (a.attn_type == "flex" && flex_with_cp)) return "";
+  return "model " + a.family + ": context parallelism does not run " + a.attn_type +
+         " attention (TorchTitan refuses it too" + (flex_with_cp ? "" : "; its " + a.family + " CP takes sdpa only") +
+         "); set parallelism.context_parallel_degree = 1" +
+         (flex_with_cp ? ", or model.attn_type = \"flex\"" : "");
 }
 
 void check_model_layout(const ModelArgs& args, const ModelLayout& layout) {

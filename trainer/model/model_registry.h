@@ -21,7 +21,6 @@ struct ModelSection;
 struct ModelLayout {
   int64_t dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, pp = 1;
   bool float8 = false;
-  bool dry_run = false;  // shapes and memory on the meta device only
 };
 
 struct ModelFamily {
@@ -49,10 +48,15 @@ bool is_model_family(const std::string& name);
 // model.moe_num_experts, model.moe_top_k (> 0 replace the flavor's),
 // model.moe_load_balance_coeff (>= 0 replaces it; 0 turns the expert-bias
 // update off) — so that sweeps can cross them.
+// model.attn_type / model.attn_mask_type (non-empty) replace the flavor's
+// attention arguments, TorchTitan's names and rules: attn_type sdpa | flex |
+// varlen, attn_mask_type causal | block_causal; block_causal needs flex or
+// varlen (TorchTitan's sdpa takes no mask), varlen needs block_causal.
 struct FlavorOverrides {
   int64_t n_layers = 0;
   int64_t moe_num_experts = 0, moe_top_k = 0;
   double moe_load_balance_coeff = -1;
+  std::string attn_type, attn_mask_type;
 };
 
 // model_family(name).flavor(flavor) with the overrides applied. InputError,
@@ -61,7 +65,9 @@ struct FlavorOverrides {
 // expert groups do not divide.
 ModelArgs model_flavor(const std::string& name, const std::string& flavor, const FlavorOverrides& overrides = {});
 inline ModelArgs model_flavor(const std::string& name, const std::string& flavor, int64_t n_layers) {
-  return model_flavor(name, flavor, FlavorOverrides{n_layers});
+  FlavorOverrides o;
+  o.n_layers = n_layers;
+  return model_flavor(name, flavor, o);
 }
 // The [model] section's family, flavor and overrides.
 ModelArgs model_flavor(const ModelSection& model);
@@ -71,6 +77,11 @@ ModelArgs model_flavor(const ModelSection& model);
 using FlavorTable = std::map<std::string, ModelArgs>;
 std::vector<std::string> flavor_names(const FlavorTable& table);
 ModelArgs find_flavor(const FlavorTable& table, const std::string& family, const std::string& flavor);
+
+// TorchTitan's context-parallel rule for the attention arguments: varlen
+// never runs under CP; flex does only in families whose TorchTitan CP plan
+// takes it (`flex_with_cp`: Llama 3). Empty, or the refusal line.
+std::string attention_refuses_context_parallel(const ModelArgs& args, const ModelLayout& layout, bool flex_with_cp);
 
 // Throws InputError with the family's refusal, if any.
 void check_model_layout(const ModelArgs& args, const ModelLayout& layout);

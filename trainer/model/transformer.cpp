@@ -1,4 +1,5 @@
 #include "trainer/model/transformer.h"
+
 #include "trainer/model/gemm.h"
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/cross_entropy.h"
+#include "trainer/model/documents.h"
 #include "trainer/model/param_init.h"
 #include "trainer/model/weight_grad.h"
 
@@ -362,6 +364,13 @@ void Transformer::set_context_parallel(ContextParallelOptions cp) {
   cp_ = std::move(cp);
 }
 
+void Transformer::set_documents(const at::Tensor& starts) {
+  // One document per sample is causal attention: the causal kernels run.
+  docs_ = !args_.block_causal() || !starts.defined() || starts.is_meta() || single_document(starts)
+              ? at::Tensor()
+              : starts.to(device(), at::kLong).contiguous();
+}
+
 const at::Tensor& Transformer::rope_table(int64_t S) const {
   if (!cp_.on()) return freqs_cis_;
   if (!cp_positions_.defined() || cp_positions_.size(0) != S) {
@@ -441,15 +450,16 @@ at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& w, std::
   return fused_model_ ? fused_rms_norm(x, w, eps) : at::rms_norm(x, {w.size(0)}, w, eps);
 }
 
-at::Tensor Transformer::block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache,
-                                      bool recompute) const {
+at::Tensor Transformer::block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, const at::Tensor& docs,
+                                      OpCache* cache, bool recompute) const {
   // One TransformerBlock: h + attention(norm(h)), then + feed_forward(norm(h))
   // (the dense SwiGLU or the MoE layer).
-  h = h + attention(layer, w, rms_norm(h, norm_weight(w.attention_norm)), cache);
+  h = h + attention(layer, w, rms_norm(h, norm_weight(w.attention_norm)), cache, docs);
   return h + feed_forward(layer, w, rms_norm(h, norm_weight(w.ffn_norm)), cache, recompute);
 }
 
-at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, const at::Tensor& x) const {
+at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, const at::Tensor& x,
+                                      const at::Tensor& docs) const {
   // TorchTitan's DeepSeek-V3 Attention, head by head: q [B,S,H,nope+rope],
   // k = [k_nope | the one RoPE key expanded over the heads], v [B,S,H,v].
   // Under TP (TorchTitan's plan): the input gathered (SP) or copied once;
@@ -485,7 +495,9 @@ at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, cons
   at::Tensor v = kv[1].to(attention_dtype_);
   at::Tensor o = q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                  : cp_.on()  ? context_parallel_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                          cp_positions_, cp_, mla_scale_)
+                                                          cp_positions_, cp_, mla_scale_, docs)
+                 : docs.defined() ? document_attention_sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                            docs, mla_scale_)
                              : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                                                 v.transpose(1, 2), /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                                 /*is_causal=*/true, /*scale=*/mla_scale_);
@@ -493,8 +505,9 @@ at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, cons
   return row_gemm(o.view({B, S, -1}), w.wo, f8.wo, layer, "attention.wo");
 }
 
-at::Tensor Transformer::attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache) const {
-  if (args_.is_mla()) return mla_attention(layer, w, x);
+at::Tensor Transformer::attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache,
+                                  const at::Tensor& docs) const {
+  if (args_.is_mla()) return mla_attention(layer, w, x, docs);
   // Local shapes only: this rank's heads come from the weights. Under TP x
   // is whole or (SP) this rank's part of the sequence; the column-wise GEMMs
   // see the whole sequence, so B and S come from their output.
@@ -528,9 +541,11 @@ at::Tensor Transformer::attention(int64_t layer, const LayerWeights& w, const at
   at::Tensor v = qkv[2].view({B, S, -1, Dh}).to(attention_dtype_);
   at::Tensor o = cp_.on() && !q.is_meta()
                      ? context_parallel_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                  cp_positions_, cp_)
+                                                  cp_positions_, cp_, std::nullopt, docs)
                  : q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-                 : fused_model_ ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+                 : fused_model_ ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), docs)
+                 // Documents: masked SDPA (not kept under "op" checkpointing: recomputed).
+                 : docs.defined() ? document_attention_sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), docs)
                  // Kept under "op" checkpointing through ATen's CPU flash kernel; on CUDA
                  // attention is recomputed (ATen's CUDA flash op takes bf16/fp16 only).
                  : cache && K == H && q.device().is_cpu() ? cached_causal_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
@@ -641,16 +656,16 @@ at::Tensor Transformer::embed(const at::Tensor& tokens) {
 
 at::Tensor Transformer::block(int64_t l, const at::Tensor& h) {
   const LayerWeights& w = layer_weights(l);
-  if (!ac_policy_.checkpoints_layer(l)) return block_forward(l, w, h);
+  if (!ac_policy_.checkpoints_layer(l)) return block_forward(l, w, h, docs_);
   std::shared_ptr<OpCache> cache;
   if (ac_policy_.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp) cache = std::make_shared<OpCache>();
   std::vector<at::Tensor> inputs = w.list();
   inputs.insert(inputs.begin(), h);
   auto calls = std::make_shared<int>(0);  // the first call is the forward, later ones recompute
   return checkpoint(
-      [this, l, cache, calls](const std::vector<at::Tensor>& in) {
+      [this, l, cache, calls, docs = docs_](const std::vector<at::Tensor>& in) {
         if (cache) cache->next = 0;  // a recomputation replays from the first kept output
-        return block_forward(l, layer_weights(l).with(in, 1), in[0], cache.get(), (*calls)++ > 0);
+        return block_forward(l, layer_weights(l).with(in, 1), in[0], docs, cache.get(), (*calls)++ > 0);
       },
       inputs);
 }

@@ -131,6 +131,13 @@ class Transformer {
   // runs over the cp group (context_parallel.h). InputError for a bad
   // method or balancer.
   void set_context_parallel(ContextParallelOptions cp);
+
+  // block_causal attention (documents.h): the documents of the sequences the
+  // next forwards run on — this rank's rows (and, under CP, its positions),
+  // int64 [B, S] starts. Undefined, or every sample one document: causal.
+  // A block captures them at forward, so an activation-checkpointing
+  // recomputation in a later backward uses its own micro-batch's.
+  void set_documents(const at::Tensor& starts);
   const ContextParallelOptions& context_parallel() const { return cp_; }
 
   // Zero-bubble pipeline schedules: the GEMMs queue their weight gradients
@@ -231,13 +238,14 @@ class Transformer {
   // A replicated norm weight as the block uses it: under SP each rank sees
   // a part of the sequence, so its gradient is summed over tp in backward.
   at::Tensor norm_weight(const at::Tensor& w) const;
-  at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, OpCache* cache = nullptr,
-                           bool recompute = false) const;
-  at::Tensor attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache) const;
+  at::Tensor block_forward(int64_t layer, const LayerWeights& w, at::Tensor h, const at::Tensor& docs,
+                           OpCache* cache = nullptr, bool recompute = false) const;
+  at::Tensor attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache,
+                       const at::Tensor& docs) const;
   // DeepSeek-V3's MLA (args_.is_mla()): TorchTitan's TP plan, CP through
   // context_parallel_attention, SDPA at mla_scale_; no float8 (the family
   // refuses it).
-  at::Tensor mla_attention(int64_t layer, const LayerWeights& w, const at::Tensor& x) const;
+  at::Tensor mla_attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, const at::Tensor& docs) const;
   at::Tensor feed_forward(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache,
                           bool recompute) const;
   // A weight every tp rank holds whole but applies to its part of the
@@ -262,6 +270,7 @@ class Transformer {
   ExpertParallelOptions ep_;
   ContextParallelOptions cp_;
   mutable at::Tensor cp_positions_, cp_freqs_;  // for the local length cp_positions_.size(0)
+  at::Tensor docs_;  // set_documents: the next forwards' starts (undefined: causal)
   ParamStore store_;
   at::ScalarType attention_dtype_;     // q/k/v dtype for SDPA (see constructor)
   at::Tensor freqs_cis_;               // complex64 [S_max, rope_dim/2]

@@ -10,9 +10,8 @@
 // - the first n_dense_layers layers dense, the rest MoE with shared experts,
 //   softmax routing (671B: sigmoid with route_norm), group-limited routing
 //   and route_scale in 236B/671B, the aux-loss-free bias (coeff 1e-3).
-// debugmodel_flex_attn, 16B, 236B and 671B use TorchTitan's block_causal
-// attention, which ctitan does not have yet: a run of them is refused in one
-// line; the dry run (shapes and memory) takes them.
+// debugmodel_flex_attn, 16B, 236B and 671B use TorchTitan's flex attention
+// with block_causal document masks.
 #include "trainer/models/deepseek_v3.h"
 
 namespace ctitan {
@@ -56,7 +55,10 @@ ModelArgs deepseek(const Shape& s) {
   a.moe.n_expert_groups = s.groups;
   a.moe.n_limited_groups = s.limited;
   a.moe.load_balance_coeff = 1e-3;
-  a.block_causal = s.block_causal;
+  if (s.block_causal) {
+    a.attn_type = "flex";
+    a.attn_mask_type = "block_causal";
+  }
   return a;
 }
 
@@ -90,11 +92,7 @@ std::vector<std::string> deepseek_v3_flavor_names() { return flavor_names(flavor
 ModelArgs deepseek_v3_flavor(const std::string& flavor) { return find_flavor(flavors(), "deepseek_v3", flavor); }
 
 std::string deepseek_v3_refuses(const ModelArgs& a, const ModelLayout& l) {
-  // The dry run checks shapes and memory, which a document mask does not change.
-  if (a.block_causal && !l.dry_run)
-    return "model deepseek_v3: this flavor uses TorchTitan's block_causal attention (flex, document masks), which "
-           "ctitan does not have yet; use flavor debugmodel (causal) or tiny";
-  return "";
+  return attention_refuses_context_parallel(a, l, /*flex_with_cp=*/false);
 }
 
 std::string deepseek_v3_hf_type(const ModelArgs&) { return "deepseek_v3"; }

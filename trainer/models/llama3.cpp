@@ -22,12 +22,24 @@ ModelArgs make(int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads, int
   return a;
 }
 
+// TorchTitan's *_flex_attn / *_varlen_attn flavors: the causal twin with
+// document masks.
+ModelArgs with_attention(ModelArgs a, const char* attn_type) {
+  a.attn_type = attn_type;
+  a.attn_mask_type = "block_causal";
+  return a;
+}
+
 const FlavorTable& flavors() {
   static const FlavorTable table = {
       {"tiny", make(32, 2, 4, 2, 64, 16, std::nullopt)},
       {"debugmodel", make(256, 6, 16, 16, 2048, 256, std::nullopt)},
+      {"debugmodel_flex_attn", with_attention(make(256, 6, 16, 16, 2048, 256, std::nullopt), "flex")},
+      {"debugmodel_varlen_attn", with_attention(make(256, 6, 16, 16, 2048, 256, std::nullopt), "varlen")},
       {"125M", make(768, 12, 12, 4, 32000, 256, std::nullopt)},
       {"8B", make(4096, 32, 32, 8, 128256, 1024, 1.3)},
+      {"8B_flex", with_attention(make(4096, 32, 32, 8, 128256, 1024, 1.3), "flex")},
+      {"8B_varlen", with_attention(make(4096, 32, 32, 8, 128256, 1024, 1.3), "varlen")},
       {"70B", make(8192, 80, 64, 8, 128256, 4096, 1.3)},
       {"405B", make(16384, 126, 128, 8, 128256, 4096, 1.2)},
   };
@@ -46,7 +58,11 @@ ModelArgs llama3_flavor(const std::string& flavor, int64_t n_layers) {
 
 namespace {
 
-std::string llama3_refuses(const ModelArgs&, const ModelLayout&) { return ""; }
+// TorchTitan's Llama 3 runs CP under flex attention (document masks too),
+// not under varlen.
+std::string llama3_refuses(const ModelArgs& a, const ModelLayout& l) {
+  return attention_refuses_context_parallel(a, l, /*flex_with_cp=*/true);
+}
 std::string llama3_hf_type(const ModelArgs&) { return "llama"; }
 ModelArgs llama3_any(const std::string& flavor) { return llama3_flavor(flavor); }
 

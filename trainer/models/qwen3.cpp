@@ -83,7 +83,7 @@ std::string qwen3_refuses(const ModelArgs& a, const ModelLayout& l) {
     return "model qwen3 with a tied output (flavors debugmodel, 0.6B, 1.7B, 4B) runs without FSDP, context and "
            "pipeline parallelism in ctitan; set parallelism.data_parallel_shard_degree, context_parallel_degree and "
            "pipeline_parallel_degree to 1 (DDP and TP run), or pick an untied flavor (8B, 14B, 32B, debugmodel_moe)";
-  return "";
+  return attention_refuses_context_parallel(a, l, /*flex_with_cp=*/false);
 }
 
 std::string qwen3_hf_type(const ModelArgs& a) { return a.moe.num_experts > 0 ? "qwen3_moe" : "qwen3"; }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "trainer/model/documents.h"
 #include "trainer/parallel/tensor_parallel.h"
 
 namespace ctitan {
@@ -61,13 +62,17 @@ namespace {
 // Devices without ATen's CPU flash kernel: all-gathered keys and values
 // with a position mask (either rotate method).
 at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions,
-                            const ContextParallelOptions& cp, double scale) {
+                            const ContextParallelOptions& cp, double scale, const at::Tensor& starts) {
   Communicator& g = *cp.group;
   const int64_t n = cp.size(), H = q.size(1), Sl = q.size(2), S = Sl * n;
   const at::Tensor k_all = gather_from_sp(k, g, 2), v_all = gather_from_sp(v, g, 2);
   std::vector<at::Tensor> pos;
   for (int64_t s = 0; s < n; ++s) pos.push_back(cp_positions(cp.load_balancer, n, s, S));
-  const at::Tensor visible = torch::cat(pos).to(q.device()).view({1, S}).le(positions.to(q.device()).view({Sl, 1}));
+  const at::Tensor kpos = torch::cat(pos).to(q.device());
+  if (starts.defined())
+    return at::scaled_dot_product_attention(q, expand_heads(k_all, H), expand_heads(v_all, H),
+                                            document_mask(starts, positions, kpos, q.scalar_type()), 0.0, false, scale);
+  const at::Tensor visible = kpos.view({1, S}).le(positions.to(q.device()).view({Sl, 1}));
   return at::scaled_dot_product_attention(q, expand_heads(k_all, H), expand_heads(v_all, H), visible, 0.0, false, scale);
 }
 
@@ -86,9 +91,25 @@ std::pair<at::Tensor, at::Tensor> merge_by_lse(const std::vector<at::Tensor>& ou
   return {out.to(dtype), lse};
 }
 
+// Documents: the additive mask of each (query chunk, key block) pair
+// (document_mask), undefined where the pair is plain causal or wholly
+// visible. ATen's CPU flash kernel gives a row that sees none of a block's
+// keys output 0 and log-sum-exp 0; the merge needs −inf there.
+struct PairMasks {
+  std::vector<at::Tensor> masks;
+  const at::Tensor& operator[](size_t p) const { return masks[p]; }
+};
+// ATen's optional mask: none for an undefined tensor.
+std::optional<at::Tensor> optional(const at::Tensor& t) { return t.defined() ? std::optional(t) : std::nullopt; }
+at::Tensor masked_rows_lse(const at::Tensor& lse, const at::Tensor& mask) {
+  if (!mask.defined()) return lse;
+  return at::where(mask.amax(-1).eq(0), lse, at::full({}, -std::numeric_limits<double>::infinity(), lse.options()));
+}
+
 // softmax(q·Kᵀ)·V of one query chunk over several key blocks at once:
 // blocks = [K0, V0, K1, V1, ...], block p causal (the query chunk's own
-// positions, square) when causal[p], else wholly visible. Each block runs
+// positions, square) when causal[p], else wholly visible — or, with
+// documents, as masks[p] says. Each block runs
 // ATen's CPU flash kernel, which returns its log-sum-exp; the blocks merge
 // by it, and backward gives each block the flash backward against the
 // merged output and log-sum-exp — exact, with no [L, S] mask or score
@@ -96,13 +117,13 @@ std::pair<at::Tensor, at::Tensor> merge_by_lse(const std::vector<at::Tensor>& ou
 class MergedAttention : public torch::autograd::Function<MergedAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, at::TensorList blocks,
-                            const std::vector<bool>& causal, double scale) {
+                            const std::vector<bool>& causal, const PairMasks* masks, double scale) {
     std::vector<at::Tensor> outs, lses;
     for (size_t p = 0; p < causal.size(); ++p) {
       auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, blocks[2 * p], blocks[2 * p + 1], 0.0,
-                                                                      causal[p], /*attn_mask=*/{}, scale);
+                                                                      causal[p], optional((*masks)[p]), scale);
       outs.push_back(o);
-      lses.push_back(lse);
+      lses.push_back(masked_rows_lse(lse, (*masks)[p]));
     }
     auto [out, lse] = merge_by_lse(outs, lses, q.scalar_type());
     std::vector<at::Tensor> saved{q, out, lse};
@@ -110,6 +131,7 @@ class MergedAttention : public torch::autograd::Function<MergedAttention> {
     ctx->save_for_backward(saved);
     std::vector<int64_t> flags(causal.begin(), causal.end());
     ctx->saved_data["causal"] = flags;
+    ctx->saved_data["masks"] = c10::List<at::Tensor>(masks->masks);
     ctx->saved_data["scale"] = scale;
     return out;
   }
@@ -118,17 +140,19 @@ class MergedAttention : public torch::autograd::Function<MergedAttention> {
     const at::Tensor &q = s[0], &out = s[1], &lse = s[2];
     const std::vector<int64_t> causal = ctx->saved_data["causal"].toIntVector();
     const double scale = ctx->saved_data["scale"].toDouble();
+    const c10::List<at::Tensor> masks = ctx->saved_data["masks"].toTensorList();
     at::Tensor dq = at::zeros_like(q);
     variable_list grads{at::Tensor()};  // q's, filled below
     for (size_t p = 0; p < causal.size(); ++p) {
       auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-          g[0], q, s[3 + 2 * p], s[4 + 2 * p], out, lse, 0.0, causal[p] != 0, /*attn_mask=*/{}, scale);
+          g[0], q, s[3 + 2 * p], s[4 + 2 * p], out, lse, 0.0, causal[p] != 0, optional(masks.get(p)), scale);
       dq += gq;
       grads.push_back(gk);
       grads.push_back(gv);
     }
     grads[0] = dq;
     grads.push_back(at::Tensor());  // causal
+    grads.push_back(at::Tensor());  // masks
     grads.push_back(at::Tensor());  // scale
     return grads;
   }
@@ -143,23 +167,49 @@ std::vector<Chunk> chunks_of(const ContextParallelOptions& cp, int64_t rank, int
   return {{rank, 0, Sl / 2}, {2 * cp.size() - 1 - rank, Sl / 2, Sl / 2}};
 }
 
+// Which keys of chunk kc the queries of chunk qc (this
+// rank's) see. Without documents: all (an earlier chunk), causally (its own)
+// or none (a later one). With documents (`starts` of this rank's queries,
+// global positions): the additive document mask, or none when no query's
+// document reaches into kc — a pair that is skipped, not computed.
+struct PairView {
+  bool any = false, causal = false;
+  at::Tensor mask;
+};
+PairView pair_view(const Chunk& qc, const Chunk& kc, const at::Tensor& positions,
+                   const at::Tensor& starts, const ContextParallelOptions& cp, int64_t Sl, at::ScalarType dtype) {
+  if (kc.global > qc.global) return {};  // all in the future
+  if (!starts.defined()) return {true, kc.global == qc.global, {}};
+  const int64_t c = Sl / static_cast<int64_t>(chunks_of(cp, 0, Sl).size());  // a chunk's length
+  const int64_t k0 = kc.global * c, k1 = k0 + kc.length - 1;                 // its global positions
+  const at::Tensor sq = starts.narrow(1, qc.offset, qc.length);
+  const at::Tensor qpos = positions.narrow(0, qc.offset, qc.length).to(sq.device());
+  if (!(sq.le(k1) & qpos.ge(k0).unsqueeze(0)).any().item<bool>()) return {};
+  return {true, false, document_mask(sq, qpos, at::arange(k0, k1 + 1, sq.options()), dtype)};
+}
+
 // Causal attention of this rank's query chunks over key/value blocks that
 // arrive as whole ranks' tokens: blocks[s] = (k, v) of rank s.
 at::Tensor attend_blocks(const at::Tensor& q, const std::vector<std::pair<at::Tensor, at::Tensor>>& blocks,
-                         const std::vector<int64_t>& block_rank, const ContextParallelOptions& cp, double scale) {
+                         const std::vector<int64_t>& block_rank, const at::Tensor& positions, const at::Tensor& starts,
+                         const ContextParallelOptions& cp, double scale) {
   const int64_t H = q.size(1), Sl = q.size(2);
   std::vector<at::Tensor> out;
   for (const Chunk& qc : chunks_of(cp, cp.rank(), Sl)) {
     std::vector<at::Tensor> kv;
     std::vector<bool> causal;
+    PairMasks masks;
     for (size_t b = 0; b < blocks.size(); ++b)
       for (const Chunk& kc : chunks_of(cp, block_rank[b], Sl)) {
-        if (kc.global > qc.global) continue;  // all in the future
+        PairView view = pair_view(qc, kc, positions, starts, cp, Sl, q.scalar_type());
+        if (!view.any) continue;
         kv.push_back(expand_heads(blocks[b].first.narrow(2, kc.offset, kc.length), H));
         kv.push_back(expand_heads(blocks[b].second.narrow(2, kc.offset, kc.length), H));
-        causal.push_back(kc.global == qc.global);
+        causal.push_back(view.causal);
+        masks.masks.push_back(std::move(view.mask));
       }
-    out.push_back(MergedAttention::apply(q.narrow(2, qc.offset, qc.length), at::TensorList(kv), causal, scale));
+    out.push_back(
+        MergedAttention::apply(q.narrow(2, qc.offset, qc.length), at::TensorList(kv), causal, &masks, scale));
   }
   return out.size() == 1 ? out[0] : at::cat(out, 2);
 }
@@ -182,7 +232,9 @@ at::Tensor reduce_heads(const at::Tensor& g, int64_t kv_heads) {
 class RingAttention : public torch::autograd::Function<RingAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const ContextParallelOptions* cp, double scale) {
+                            const at::Tensor& positions, const at::Tensor* starts_in, const ContextParallelOptions* cp,
+                            double scale) {
+    const at::Tensor& starts = *starts_in;  // not an autograd input (it may be undefined)
     Communicator& g = *cp->group;
     const int64_t n = cp->size(), r = cp->rank(), H = q.size(1), Sl = q.size(2);
     const std::vector<Chunk> qchunks = chunks_of(*cp, r, Sl);
@@ -194,13 +246,13 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       if (t + 1 < n) works = pass(g, {kb, vb}, {&kn, &vn}, static_cast<int>(4 * t));
       for (size_t i = 0; i < qchunks.size(); ++i)
         for (const Chunk& kc : chunks_of(*cp, (r - t + n) % n, Sl)) {
-          if (kc.global > qchunks[i].global) continue;
+          const PairView view = pair_view(qchunks[i], kc, positions, starts, *cp, Sl, q.scalar_type());
+          if (!view.any) continue;
           auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
               q.narrow(2, qchunks[i].offset, qchunks[i].length), expand_heads(kb.narrow(2, kc.offset, kc.length), H),
-              expand_heads(vb.narrow(2, kc.offset, kc.length), H), 0.0, kc.global == qchunks[i].global,
-              /*attn_mask=*/{}, scale);
+              expand_heads(vb.narrow(2, kc.offset, kc.length), H), 0.0, view.causal, optional(view.mask), scale);
           outs[i].push_back(o);
-          lses[i].push_back(lse);
+          lses[i].push_back(masked_rows_lse(lse, view.mask));
         }
       for (const WorkPtr& w : works) wait_exposed(w, g);
       if (t + 1 < n) kb = kn, vb = vn;
@@ -212,7 +264,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       lse.push_back(l);
     }
     const at::Tensor o = at::cat(out, 2), l = at::cat(lse, 2);
-    ctx->save_for_backward({q, k, v, o, l});
+    ctx->save_for_backward({q, k, v, o, l, positions});
+    if (starts.defined()) ctx->saved_data["starts"] = starts;
     ctx->saved_data["cp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(cp));
     ctx->saved_data["scale"] = scale;
     return o;
@@ -225,6 +278,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     const at::Tensor &q = s[0], &out = s[3], &lse = s[4];
     const at::Tensor dout = grad[0].contiguous();
     const double scale = ctx->saved_data["scale"].toDouble();
+    const auto saved_starts = ctx->saved_data.find("starts");
+    const at::Tensor starts = saved_starts == ctx->saved_data.end() ? at::Tensor() : saved_starts->second.toTensor();
     const int64_t n = cp->size(), r = cp->rank(), H = q.size(1), K = s[1].size(1), Sl = q.size(2);
     const auto acc = torch::TensorOptions().dtype(at::promote_types(q.scalar_type(), at::kFloat)).device(q.device());
     at::Tensor dq = at::zeros(q.sizes(), acc);
@@ -234,12 +289,13 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     for (int64_t t = 0; t < n; ++t) {
       for (const Chunk& qc : qchunks)
         for (const Chunk& kc : chunks_of(*cp, (r - t + n) % n, Sl)) {
-          if (kc.global > qc.global) continue;
+          const PairView view = pair_view(qc, kc, s[5], starts, *cp, Sl, q.scalar_type());
+          if (!view.any) continue;
           auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
               dout.narrow(2, qc.offset, qc.length), q.narrow(2, qc.offset, qc.length),
               expand_heads(kb.narrow(2, kc.offset, kc.length), H), expand_heads(vb.narrow(2, kc.offset, kc.length), H),
-              out.narrow(2, qc.offset, qc.length), lse.narrow(2, qc.offset, qc.length), 0.0, kc.global == qc.global,
-              /*attn_mask=*/{}, scale);
+              out.narrow(2, qc.offset, qc.length), lse.narrow(2, qc.offset, qc.length), 0.0, view.causal,
+              optional(view.mask), scale);
           dq.narrow(2, qc.offset, qc.length) += gq;
           dkb.narrow(2, kc.offset, kc.length) += reduce_heads(gk, K);
           dvb.narrow(2, kc.offset, kc.length) += reduce_heads(gv, K);
@@ -253,7 +309,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       if (t + 1 < n) kb = kn, vb = vn;
       dkb = dkn, dvb = dvn;
     }
-    return {dq.to(q.scalar_type()), dkb.to(q.scalar_type()), dvb.to(q.scalar_type()), at::Tensor(), at::Tensor()};
+    return {dq.to(q.scalar_type()), dkb.to(q.scalar_type()), dvb.to(q.scalar_type()), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
   }
 
  private:
@@ -277,7 +334,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
 
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const at::Tensor& positions, const ContextParallelOptions& cp,
-                                      std::optional<double> scale_in) {
+                                      std::optional<double> scale_in, const at::Tensor& starts) {
   const int64_t D = q.size(3), Dv = v.size(3);
   // ATen's CPU flash kernel takes one head size for q, k and v. A narrower v
   // (multi-head latent attention: 128 beside q/k's 192) is padded with zero
@@ -285,13 +342,13 @@ at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, 
   // gradient), then cut off.
   if (Dv != D) {
     TORCH_CHECK(Dv < D, "context parallel attention: v's head size ", Dv, " exceeds q's ", D);
-    return context_parallel_attention(q, k, at::constant_pad_nd(v, {0, D - Dv}), positions, cp, scale_in)
+    return context_parallel_attention(q, k, at::constant_pad_nd(v, {0, D - Dv}), positions, cp, scale_in, starts)
         .narrow(3, 0, Dv);
   }
   // ATen's default, 1/sqrt(D), made explicit (the same double ATen computes).
   const double scale = scale_in.value_or(1.0 / std::sqrt(static_cast<double>(D)));
-  if (!q.device().is_cpu()) return masked_attention(q, k, v, positions, cp, scale);
-  if (cp.rotate_method == "alltoall") return RingAttention::apply(q, k, v, &cp, scale);
+  if (!q.device().is_cpu()) return masked_attention(q, k, v, positions, cp, scale, starts);
+  if (cp.rotate_method == "alltoall") return RingAttention::apply(q, k, v, positions, &starts, &cp, scale);
   // allgather: every rank's keys and values, rank-major (backward reduce-scatters).
   Communicator& g = *cp.group;
   const int64_t Sl = q.size(2);
@@ -302,7 +359,7 @@ at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, 
     blocks.emplace_back(k_all.narrow(2, s * Sl, Sl), v_all.narrow(2, s * Sl, Sl));
     block_rank.push_back(s);
   }
-  return attend_blocks(q, blocks, block_rank, cp, scale);
+  return attend_blocks(q, blocks, block_rank, positions, starts, cp, scale);
 }
 
 }  // namespace ctitan

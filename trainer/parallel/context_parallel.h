@@ -20,6 +20,10 @@
 // the flash backward against the merged result (no mask or score matrix
 // kept). Exact: the same softmax over the same keys as one process. On
 // devices without ATen's CPU flash kernel, masked attention instead.
+// Documents (block_causal) cut the pairs further: a pair runs with its
+// document mask, a pair no query's document reaches is skipped. The chunks
+// stay where the balancer puts them (headtail or none): as in TorchTitan,
+// whose CP shards flex's block mask with the same load balancer.
 //
 // Not thread-safe (one per rank).
 #pragma once
@@ -60,9 +64,12 @@ at::Tensor cp_shard(const at::Tensor& x, const ContextParallelOptions& cp);
 // Causal attention of this rank's queries: q [B, H, Sl, Dh], k [B, K, Sl,
 // Dh], v [B, K, Sl, Dv ≤ Dh] (this rank's tokens, K | H), `positions` their
 // positions (cp_positions), softmax scale `scale` (default 1/sqrt(Dh));
-// returns [B, H, Sl, Dv].
+// returns [B, H, Sl, Dv]. With `starts` (int64 [B, Sl], the document start
+// of each of this rank's queries in global positions, documents.h) the
+// attention is block_causal: each (query chunk, key chunk) pair runs with
+// its document mask, and a pair no query's document reaches is skipped.
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const at::Tensor& positions, const ContextParallelOptions& cp,
-                                      std::optional<double> scale = std::nullopt);
+                                      std::optional<double> scale = std::nullopt, const at::Tensor& starts = {});
 
 }  // namespace ctitan

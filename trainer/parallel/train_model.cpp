@@ -9,6 +9,7 @@
 #include "profiling/trace.h"
 #include "common/errors.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
+#include "trainer/model/documents.h"
 #include "trainer/model/model_registry.h"
 #include "trainer/parallel/pipeline.h"
 #include "trainer/model/weight_grad.h"
@@ -35,8 +36,15 @@ at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tens
   // the mean over them; the loss group averages over cp).
   const ContextParallelOptions& cp = model_->context_parallel();
   const at::Tensor t = cp_shard(tokens, cp), l = cp_shard(labels, cp);  // unchanged without CP
-  if (pp_.on()) return run_pipeline(t, l, scale, first_micro, last_micro);
+  const at::Tensor docs = documents_of(tokens);
+  if (pp_.on()) return run_pipeline(t, l, docs, scale, first_micro, last_micro);
+  model_->set_documents(docs);
   return hooks_ ? run_units(t, l, scale, first_micro, last_micro) : run_whole(t, l, scale);
+}
+
+at::Tensor TrainModel::documents_of(const at::Tensor& tokens) const {
+  if (!model_->args().block_causal()) return {};
+  return cp_shard(document_starts(tokens, eos_id_), model_->context_parallel());
 }
 
 ExpertLoad TrainModel::balance_experts() {
@@ -89,9 +97,11 @@ at::Tensor TrainModel::evaluate(const at::Tensor& tokens, const at::Tensor& labe
   MemoryCategoryScope mem(MemoryCategory::kActivations);
   const ContextParallelOptions& cp = model_->context_parallel();
   const at::Tensor t = cp_shard(tokens, cp), l = cp_shard(labels, cp);
-  at::Tensor loss = pp_.on() ? evaluate_pipeline(t, l) : at::Tensor();
+  const at::Tensor docs = documents_of(tokens);
+  at::Tensor loss = pp_.on() ? evaluate_pipeline(t, l, docs) : at::Tensor();
   if (!pp_.on()) {
     Transformer& m = *model_;
+    m.set_documents(docs);
     at::Tensor h = t;
     for (size_t u = 0; u < m.units().size(); ++u) {
       if (hooks_) hooks_->before_forward(u);
@@ -108,7 +118,7 @@ at::Tensor TrainModel::evaluate(const at::Tensor& tokens, const at::Tensor& labe
 // runs first, so the order cannot deadlock; any number of micro-batches
 // runs (the training schedule's count does not apply). The last stage's
 // mean loss reaches every stage.
-at::Tensor TrainModel::evaluate_pipeline(const at::Tensor& tokens, const at::Tensor& labels) {
+at::Tensor TrainModel::evaluate_pipeline(const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& docs) {
   Transformer& m = *model_;
   Communicator& pp = *pp_.group;
   const PipelineSchedule& sched = pp_.schedule;
@@ -121,6 +131,7 @@ at::Tensor TrainModel::evaluate_pipeline(const at::Tensor& tokens, const at::Ten
   const TensorParallelOptions& tp = m.tensor_parallel();
   const int64_t S = tokens.size(1) / (tp.on() && tp.sequence_parallel ? tp.size() : 1);
   const auto token_mb = tokens.split(mb, 0), label_mb = labels.split(mb, 0);
+  const std::vector<at::Tensor> doc_mb = docs.defined() ? docs.split(mb, 0) : std::vector<at::Tensor>(n);
   const std::vector<int64_t> mine = sched.stages_of(pp.rank());
   if (hooks_)
     for (size_t u = 0; u < m.units().size(); ++u) hooks_->before_forward(u);
@@ -139,6 +150,7 @@ at::Tensor TrainModel::evaluate_pipeline(const at::Tensor& tokens, const at::Ten
         x = at::empty({mb, S, m.args().dim}, torch::TensorOptions().dtype(m.compute_dtype()).device(m.device()));
         pp.recv(x, static_cast<int>(sched.rank_of(st - 1)), static_cast<int>(st * n + i))->wait();
       }
+      m.set_documents(doc_mb[i]);
       for (size_t u = first_unit; u < end_unit; ++u) x = m.run_unit(u, x, label_mb[i]);
       if (st == last_stage) {
         loss_sum += x;
@@ -176,8 +188,8 @@ at::Tensor TrainModel::evaluate_pipeline(const at::Tensor& tokens, const at::Ten
 // is off under PP, as in TorchTitan), and their gradients — summed over the
 // micro-batches by autograd — are reduced once after the last action
 // (TorchTitan syncs gradients on the last backward only).
-at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, double scale,
-                                    bool first_micro, bool last_micro) {
+at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& docs,
+                                    double scale, bool first_micro, bool last_micro) {
   using Clock = std::chrono::steady_clock;
   using Kind = PipelineAction::Kind;
   Transformer& m = *model_;
@@ -196,6 +208,8 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
   };
   const auto slot = [&](int64_t stage, int64_t i) { return static_cast<size_t>(local(stage) * n + i); };
   const auto token_mb = tokens.split(pp_.microbatch_size, 0), label_mb = labels.split(pp_.microbatch_size, 0);
+  const std::vector<at::Tensor> doc_mb =
+      docs.defined() ? docs.split(pp_.microbatch_size, 0) : std::vector<at::Tensor>(static_cast<size_t>(n));
   // The activation between stages: [mb, S, D], or [mb, S/tp, D] under sequence parallelism.
   const TensorParallelOptions& tp = m.tensor_parallel();
   const int64_t S = tokens.size(1) / (tp.on() && tp.sequence_parallel ? tp.size() : 1);
@@ -265,6 +279,7 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
         TraceRange range(trace_cat::kCompute, "pipeline", a.str());
         MemoryCategoryScope mem(MemoryCategory::kActivations);
         const auto [first_unit, end_unit] = m.part_units(static_cast<size_t>(local(st)));
+        m.set_documents(doc_mb[i]);
         for (size_t u = first_unit; u < end_unit; ++u) x = m.run_unit(u, x, label_mb[i]);
         outputs[k] = x;
       }
@@ -482,7 +497,7 @@ std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args_in, const Ru
   ModelArgs args = args_in;
   args.moe.force_load_balance = cfg.debug.moe_force_load_balance;
   check_model_layout(args, ModelLayout{rt.shape.dp_replicate, rt.shape.dp_shard, rt.shape.cp, rt.shape.tp, rt.shape.pp,
-                                       float8, rt.dry_run()});
+                                       float8});
   if (cfg.checkpoint.initial_load_in_hf || cfg.checkpoint.last_save_in_hf) check_hf_checkpoint_family(args);
   // Memory by category: the model's buffers (master, gradient, compute copy)
   // are parameters until train() tags the gradient buffer.

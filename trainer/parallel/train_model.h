@@ -75,6 +75,11 @@ class TrainModel {
   // scalar, as forward_backward's), in the same layout; nothing is
   // accumulated and nothing stays gathered. Validation's forward.
   at::Tensor evaluate(const at::Tensor& tokens, const at::Tensor& labels);
+  // block_causal models: the data's EOS token, which ends each document
+  // (documents.h). Both calls above find the documents of their tokens —
+  // the whole sequences, before CP cuts them — and hand each forward its
+  // rows' (each pipeline micro-batch its own).
+  void set_eos_id(int64_t eos_id) { eos_id_ = eos_id; }
   // The true global L2 norm of the gradients (every shard counted once),
   // gradients clipped to max_norm.
   // With `deferred_coef`: the coefficient is written there, the gradients
@@ -138,9 +143,12 @@ class TrainModel {
   at::Tensor run_whole(const at::Tensor& tokens, const at::Tensor& labels, double scale);
   at::Tensor run_units(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
                        bool last_micro);
-  at::Tensor run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, double scale, bool first_micro,
-                          bool last_micro);
-  at::Tensor evaluate_pipeline(const at::Tensor& tokens, const at::Tensor& labels);
+  at::Tensor run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& docs, double scale,
+                          bool first_micro, bool last_micro);
+  at::Tensor evaluate_pipeline(const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& docs);
+  // This rank's document starts of `tokens` (whole sequences): cut like the
+  // tokens under CP; undefined for a causal model.
+  at::Tensor documents_of(const at::Tensor& tokens) const;
 
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<DataParallel> dp_;
@@ -148,6 +156,7 @@ class TrainModel {
   PipelineOptions pp_;
   PipelineTimes pp_times_;
   Communicator* loss_group_ = nullptr;  // the mesh's "loss" group (dp x cp), as mean_loss averages over
+  int64_t eos_id_ = -1;
 };
 
 std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args, const Runtime& rt, const JobConfig& cfg);
