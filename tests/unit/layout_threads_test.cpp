@@ -44,6 +44,8 @@ struct Layout {
   int64_t ep = 1, etp = 1;  // expert parallelism: borrows dp_shard x cp (x tp when etp = 1)
   bool force_balance = false;  // debug.moe_force_load_balance
   int64_t experts = 0;         // routed experts per layer (0: the flavor's)
+  bool documents = false;      // block_causal (flex attention, EOS 0)
+  const char* batch = "random";  // global_batches: random | documents | no_eos
   int world() const { return static_cast<int>(replicate * shard * tp * cp * pp); }
 };
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
@@ -64,7 +66,10 @@ JobConfig tiny_config(const Layout& l) {
   // (5e-5 of the weights' scale after 4 steps). 1e-5 keeps the update a
   // function of the gradient, not of its last bits. (DeepSeek-V3's MoE
   // layers likewise: experts a batch barely reaches.)
-  if (std::string(l.model) != "llama3") cfg.optimizer.eps = 1e-5;
+  // The document batches likewise (causal or block_causal: the same eps for
+  // both): a 1-token document's query sees only itself, and the memorised
+  // batch leaves w1/w2 gradients near 1e-8 (pp 2: 1.7e-5 apart at eps 1e-8).
+  if (std::string(l.model) != "llama3" || std::string(l.batch) != "random") cfg.optimizer.eps = 1e-5;
   cfg.parallelism.data_parallel_replicate_degree = l.replicate;
   cfg.parallelism.data_parallel_shard_degree = l.shard;
   cfg.parallelism.tensor_parallel_degree = l.tp;
@@ -77,14 +82,29 @@ JobConfig tiny_config(const Layout& l) {
   cfg.activation_checkpoint.mode = l.ac;
   cfg.compile.enable = l.compile;
   if (l.float8) cfg.model.converters = {"quantize.linear.float8"};
+  if (l.documents) {
+    cfg.model.attn_type = "flex";
+    cfg.model.attn_mask_type = "block_causal";
+  }
   return cfg;
 }
 
 // The batches every layout sees: one [kGlobalBatch, seq + 1] batch of
 // random tokens, every step — memorised, so the loss falls step by step.
-std::vector<at::Tensor> global_batches(int64_t vocab, int64_t seq) {
+// "no_eos": ids 1.. only (one document per sample); "documents": those
+// with EOS (0) where each row's documents end — a 1-token document, one
+// sample that is a single document, documents crossing every cp chunk, pp
+// micro-batch and data-parallel part.
+std::vector<at::Tensor> global_batches(int64_t vocab, int64_t seq, const std::string& kind) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
-  return std::vector<at::Tensor>(kSteps, at::randint(vocab, {kGlobalBatch, seq + 1}, gen, at::kLong));
+  at::Tensor batch = kind == "random" ? at::randint(vocab, {kGlobalBatch, seq + 1}, gen, at::kLong)
+                                      : at::randint(1, vocab, {kGlobalBatch, seq + 1}, gen, at::kLong);
+  if (kind == "documents") {
+    const std::vector<std::vector<int64_t>> eos = {{0, seq / 3}, {}, {seq / 2 - 1, seq / 2}, {2, seq - 4}};
+    for (int64_t r = 0; r < kGlobalBatch; ++r)
+      for (int64_t p : eos[static_cast<size_t>(r)]) batch[r][p] = 0;
+  }
+  return std::vector<at::Tensor>(kSteps, batch);
 }
 
 struct RankResult {
@@ -102,9 +122,10 @@ RankResult train_rank(const Layout& l, int rank, c10::intrusive_ptr<c10d::Store>
   rt.env.world_size = rt.env.local_world_size = l.world();
   rt.shape = resolve_mesh_shape(cfg.parallelism, l.world());
   rt.mesh = l.world() == 1 ? DeviceMesh::single() : DeviceMesh::create(rt.shape, rank, store, CommOptions{});
-  ModelArgs args = model_flavor(cfg.model.name, cfg.model.flavor);
+  ModelArgs args = model_flavor(cfg.model);
   if (l.experts > 0) args.moe.num_experts = l.experts;
   auto tm = parallelize_model(args, rt, cfg);
+  tm->set_eos_id(0);
   const auto& o = cfg.optimizer;
   AdamW opt(tm->params(), tm->grads(), {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.implementation});
 
@@ -114,7 +135,7 @@ RankResult train_rank(const Layout& l, int rank, c10::intrusive_ptr<c10d::Store>
   EXPECT_EQ(rt.mesh->size("dp") * l.tp * l.cp * l.pp, l.world());
   RankResult res;
   res.layout = tm->layout();
-  for (const at::Tensor& batch : global_batches(args.vocab_size, seq_of(l))) {
+  for (const at::Tensor& batch : global_batches(args.vocab_size, seq_of(l), l.batch)) {
     const at::Tensor mine = batch.narrow(0, part * B, B);
     const at::Tensor inputs = mine.narrow(1, 0, seq_of(l)).contiguous(),
                      labels = mine.narrow(1, 1, seq_of(l)).contiguous();
@@ -184,7 +205,7 @@ class ThreadRanks : public ::testing::TestWithParam<Layout> {
   static const LayoutRun& golden(const Layout& l) {
     const std::string key = std::string(l.model) + "/" + l.flavor + "/" + l.ac + (l.compile ? "/compile" : "") +
                             (l.float8 ? "/float8" : "") + (l.force_balance ? "/force_balance" : "") +
-                            "/experts" + std::to_string(l.experts);
+                            "/experts" + std::to_string(l.experts) + (l.documents ? "/documents" : "") + "/" + l.batch;
     auto it = goldens_.find(key);
     if (it == goldens_.end()) {
       Layout one = l;
@@ -341,5 +362,52 @@ Layout hidden_sharded_fsdp() {
 INSTANTIATE_TEST_SUITE_P(ExpertParallelHiddenSharded, ThreadRanks, ::testing::Values(hidden_sharded(), hidden_sharded_fsdp()),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// block_causal (issue 36): TorchTitan's flex attention with document masks
+// on batches of several documents, in the layouts that cut a batch — by
+// rows (FSDP, DDP, pipeline micro-batches) and by positions (CP's chunks,
+// SP's parts) — with every AC mode, compile (the fused kernel that skips the
+// masked blocks), Float8, and a 4-D mesh; MLA (DeepSeek-V3) and an MoE.
+Layout docs(Layout l) {
+  l.documents = true;
+  l.batch = "documents";
+  return l;
+}
+INSTANTIATE_TEST_SUITE_P(
+    BlockCausal, ThreadRanks,
+    ::testing::Values(docs(Layout{"docs_fsdp2", 1, 2}), docs(Layout{"docs_tp2", 1, 1, "llama3", "tiny", 2}),
+                      docs(Layout{"docs_pp2", 1, 1, "llama3", "tiny", 1, 1, 2}),
+                      // A block recomputed in backward uses its own micro-batch's documents.
+                      docs(Layout{"docs_pp2_ac_full", 1, 1, "llama3", "tiny", 1, 1, 2, "full"}),
+                      docs(Layout{"docs_cp2", 1, 1, "llama3", "tiny", 1, 2}),
+                      docs(Layout{"docs_ddp2_cp2_ac_full_compile", 2, 1, "llama3", "tiny", 1, 2, 1, "full", true}),
+                      docs(Layout{"docs_hsdp2x2_ac_op", 2, 2, "llama3", "tiny", 1, 1, 1, "selective"}),
+                      docs(Layout{"docs_tp2_float8", 1, 1, "llama3", "tiny", 2, 1, 1, "none", false, true}),
+                      docs(Layout{"docs_4d_fsdp2_tp2_cp2_pp2", 1, 2, "llama3", "tiny", 2, 2, 2}),
+                      docs(Layout{"docs_deepseek_pp2_fsdp2_tp2", 1, 2, "deepseek_v3", "tiny", 2, 1, 2}),
+                      docs(ep_layout("docs_qwen3_fsdp2_ep2", "qwen3", 2, 2))),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// block_causal on batches that are one document each is causal attention:
+// the same losses and parameters, bit for bit.
+TEST(BlockCausal, OneDocumentPerSampleEqualsCausalBitForBit) {
+  at::set_num_threads(1);
+  Layout causal{"causal", 1, 1};
+  causal.compile = true;
+  causal.batch = "no_eos";
+  Layout documents = causal;
+  documents.documents = true;
+  const LayoutRun a = run_layout(causal), b = run_layout(documents);
+  ASSERT_EQ(a.losses[0].size(), b.losses[0].size());
+  for (size_t s = 0; s < a.losses[0].size(); ++s) EXPECT_EQ(a.losses[0][s], b.losses[0][s]) << "step " << s + 1;
+  for (size_t i = 0; i < a.params.size(); ++i)
+    EXPECT_TRUE(torch::equal(a.params[i].second, b.params[i].second)) << a.params[i].first;
+  // And on batches of several documents the masks matter: the equivalence
+  // tests above compare runs that differ from causal ones.
+  causal.batch = documents.batch = "documents";
+  const LayoutRun c = run_layout(causal), d = run_layout(documents);
+  EXPECT_GT(std::abs(c.losses[0].back() - d.losses[0].back()), 1e-3);
+}
+
 }  // namespace
 }  // namespace ctitan
+
