@@ -150,9 +150,16 @@ INSTANTIATE_TEST_SUITE_P(V022, TorchTitanRecipe,
                                            Recipe{"deepseek_v3_debug_model.toml", 1, false},
                                            Recipe{"deepseek_v3_16b.toml", 8, false, "debugmodel",
                                                   "FSDP 8 (reshard after forward: all but the last unit), EP 8, "
-                                                  "mesh dp_shard 8 x (ep 8, etp 1)"}),
+                                                  "mesh dp_shard 8 x (ep 8, etp 1)"},
+                                           // TorchTitan's document-masked flavors on C4 documents
+                                           // (BOS + text + EOS each, packed): block_causal.
+                                           Recipe{"debug_model.toml", 1, false, "debugmodel_flex_attn"},
+                                           Recipe{"debug_model.toml", 2, false, "debugmodel_varlen_attn"},
+                                           Recipe{"deepseek_v3_debug_model.toml", 1, false, "debugmodel_flex_attn"}),
                          [](const auto& info) {
                            std::string n = info.param.file.substr(0, info.param.file.rfind('.'));
+                           if (info.param.flavor != "debugmodel" && info.param.flavor != "debugmodel_moe")
+                             n += "_" + info.param.flavor;
                            for (char& c : n)
                              if (c == '_' || c == '.') c = 'X';
                            return n;

@@ -168,6 +168,11 @@ TEST(SweepPruning, ALayoutTheFamilyRefusesIsInfeasibleWithItsReason) {
                                 2);
   EXPECT_NE(ds.find("context parallelism does not run flex attention"), std::string::npos) << ds;
   EXPECT_EQ(reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"debugmodel_flex_attn\"\n", 2), "");
+  // Llama 3 runs CP under flex (document masks too), not under varlen.
+  EXPECT_EQ(reason("model.flavor = \"debugmodel_flex_attn\"\nparallelism.context_parallel_degree = 2\n", 2), "");
+  EXPECT_EQ(reason("model.flavor = \"debugmodel_varlen_attn\"\nparallelism.context_parallel_degree = 2\n", 2),
+            "model llama3: context parallelism does not run varlen attention (TorchTitan refuses it too); set "
+            "parallelism.context_parallel_degree = 1, or model.attn_type = \"flex\"");
   EXPECT_EQ(reason("model.name = \"deepseek_v3\"\nmodel.flavor = \"tiny\"\n"
                    "model.converters = [\"quantize.linear.float8\"]\n",
                    2),
