@@ -469,6 +469,8 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
       metrics_->attach("moe_load_max", r.experts.max);
       if (tm_.model().expert_parallel().on()) metrics_->attach("moe_ep_imbalance", r.experts.ep_imbalance);
     }
+    if (tm_.model().args().block_causal() && metrics_->logs_step(step, last))
+      metrics_->attach("attention_density", tm_.attention_density());  // this rank's last micro-batch
     if (tm_.model().expert_parallel().on() && step > cfg_.metrics.warmup_steps) {
       ep_imbalance_ += r.experts.ep_imbalance;
       ++ep_steps_;

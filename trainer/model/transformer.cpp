@@ -824,7 +824,16 @@ std::string Transformer::techniques() const {
     compile += fused_kernels_available() ? " (fused AVX-512 kernels)" : " (no AVX-512: eager fallback)";
   else if (!device().is_cpu())
     compile += " (ATen ops on " + device().str() + ")";
-  return "compile: " + compile + ", float8: " + (float8_ ? float8_backend(device(), float8_emulate_) : "off");
+  std::string attention;
+  if (args_.block_causal())
+    attention = std::string(", attention: block_causal (") + args_.attn_type + "; " +
+                (cp_.on()                                   ? "CP chunk pairs with document masks"
+                 : fused_model_ && device().is_cpu() && fused_kernels_available()
+                     ? "the fused kernel skipping the masked blocks"
+                     : "SDPA with the document mask") +
+                ")";
+  return "compile: " + compile + ", float8: " + (float8_ ? float8_backend(device(), float8_emulate_) : "off") +
+         attention;
 }
 
 }  // namespace ctitan

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <optional>
 
@@ -44,7 +45,12 @@ at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tens
 
 at::Tensor TrainModel::documents_of(const at::Tensor& tokens) const {
   if (!model_->args().block_causal()) return {};
-  return cp_shard(document_starts(tokens, eos_id_), model_->context_parallel());
+  last_starts_ = document_starts(tokens, eos_id_);
+  return cp_shard(last_starts_, model_->context_parallel());
+}
+
+double TrainModel::attention_density() const {
+  return last_starts_.defined() ? document_attention_fraction(last_starts_) : std::nan("");
 }
 
 ExpertLoad TrainModel::balance_experts() {

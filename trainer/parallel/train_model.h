@@ -80,6 +80,10 @@ class TrainModel {
   // the whole sequences, before CP cuts them — and hand each forward its
   // rows' (each pipeline micro-batch its own).
   void set_eos_id(int64_t eos_id) { eos_id_ = eos_id; }
+  // block_causal: the share of causal attention's (query, key) pairs the
+  // last batch's documents leave visible (document_attention_fraction; the
+  // attention work done relative to causal). NaN for a causal model.
+  double attention_density() const;
   // The true global L2 norm of the gradients (every shard counted once),
   // gradients clipped to max_norm.
   // With `deferred_coef`: the coefficient is written there, the gradients
@@ -157,6 +161,7 @@ class TrainModel {
   PipelineTimes pp_times_;
   Communicator* loss_group_ = nullptr;  // the mesh's "loss" group (dp x cp), as mean_loss averages over
   int64_t eos_id_ = -1;
+  mutable at::Tensor last_starts_;  // the last batch's document starts (whole sequences)
 };
 
 std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args, const Runtime& rt, const JobConfig& cfg);
