@@ -325,7 +325,8 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
   };
   // The model family's own refusals (model_registry.h): the reason as the trainer says it.
   trainer_says([&] {
-    check_model_layout(a, ModelLayout{shape.dp_replicate, shape.dp_shard, shape.cp, shape.tp, shape.pp, float8_on(cfg)});
+    check_model_layout(a, ModelLayout{shape.dp_replicate, shape.dp_shard, shape.cp, shape.tp, shape.pp, float8_on(cfg),
+                                      p.context_parallel_load_balancer});
   });
   trainer_says([&] { check_expert_parallel(a, shape.ep, shape.etp > 1, shape.tp, p.enable_sequence_parallel); });
   if (shape.pp > 1) {

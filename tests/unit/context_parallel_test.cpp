@@ -22,7 +22,9 @@ TEST(ContextParallel, HeadTailGivesRankRChunksRAndTwoCpMinusOneMinusR) {
   EXPECT_TRUE(torch::equal(cp_positions("headtail", 2, 1, 16), torch::arange(4, 12, torch::kLong)));
   EXPECT_TRUE(torch::equal(cp_positions("none", 4, 3, 16), torch::arange(12, 16, torch::kLong)));
   EXPECT_THROW(check_context_parallel("ring", "headtail", 2, 16), InputError);
-  EXPECT_THROW(check_context_parallel("alltoall", "ptrr", 2, 16), InputError);
+  EXPECT_THROW(check_context_parallel("alltoall", "zigzag", 2, 16), InputError);
+  EXPECT_NO_THROW(check_context_parallel("alltoall", "ptrr", 2, 16));
+  EXPECT_THROW(check_context_parallel("alltoall", "ptrr", 4, 6), InputError);
   EXPECT_NO_THROW(check_context_parallel("alltoall", "headtail", 4, 16));
   EXPECT_NO_THROW(check_context_parallel("allgather", "none", 4, 12));
   try {

@@ -46,6 +46,7 @@ struct Layout {
   int64_t experts = 0;         // routed experts per layer (0: the flavor's)
   bool documents = false;      // block_causal (flex attention, EOS 0)
   const char* batch = "random";  // global_batches: random | documents | no_eos
+  const char* balancer = "headtail";  // CP's load balancer; ptrr runs flex attention (TorchTitan's rule)
   int world() const { return static_cast<int>(replicate * shard * tp * cp * pp); }
 };
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
@@ -82,6 +83,8 @@ JobConfig tiny_config(const Layout& l) {
   cfg.activation_checkpoint.mode = l.ac;
   cfg.compile.enable = l.compile;
   if (l.float8) cfg.model.converters = {"quantize.linear.float8"};
+  cfg.parallelism.context_parallel_load_balancer = l.balancer;
+  if (std::string(l.balancer) == "ptrr") cfg.model.attn_type = "flex";
   if (l.documents) {
     cfg.model.attn_type = "flex";
     cfg.model.attn_mask_type = "block_causal";
@@ -367,9 +370,16 @@ INSTANTIATE_TEST_SUITE_P(ExpertParallelHiddenSharded, ThreadRanks, ::testing::Va
 // rows (FSDP, DDP, pipeline micro-batches) and by positions (CP's chunks,
 // SP's parts) — with every AC mode, compile (the fused kernel that skips the
 // masked blocks), Float8, and a 4-D mesh; MLA (DeepSeek-V3) and an MoE.
-Layout docs(Layout l) {
+Layout docs(Layout l, const char* balancer = "headtail") {
   l.documents = true;
   l.batch = "documents";
+  l.balancer = balancer;
+  return l;
+}
+// ptrr (TorchTitan's balancer for flex) on causal flex attention.
+Layout flex_cp2_ptrr() {
+  Layout l{"flex_cp2_ptrr", 1, 1, "llama3", "tiny", 1, 2};
+  l.balancer = "ptrr";
   return l;
 }
 INSTANTIATE_TEST_SUITE_P(
@@ -379,6 +389,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // A block recomputed in backward uses its own micro-batch's documents.
                       docs(Layout{"docs_pp2_ac_full", 1, 1, "llama3", "tiny", 1, 1, 2, "full"}),
                       docs(Layout{"docs_cp2", 1, 1, "llama3", "tiny", 1, 2}),
+                      // ptrr: blocks dealt by their work under each batch's documents.
+                      docs(Layout{"docs_cp2_ptrr", 1, 1, "llama3", "tiny", 1, 2}, "ptrr"),
+                      docs(Layout{"docs_fsdp2_tp2_cp2_ptrr_ac_full", 1, 2, "llama3", "tiny", 2, 2, 1, "full"}, "ptrr"),
+                      flex_cp2_ptrr(),
                       docs(Layout{"docs_ddp2_cp2_ac_full_compile", 2, 1, "llama3", "tiny", 1, 2, 1, "full", true}),
                       docs(Layout{"docs_hsdp2x2_ac_op", 2, 2, "llama3", "tiny", 1, 1, 1, "selective"}),
                       docs(Layout{"docs_tp2_float8", 1, 1, "llama3", "tiny", 2, 1, 1, "none", false, true}),

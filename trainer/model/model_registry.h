@@ -21,6 +21,7 @@ struct ModelSection;
 struct ModelLayout {
   int64_t dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, pp = 1;
   bool float8 = false;
+  std::string cp_load_balancer = "headtail";  // parallelism.context_parallel_load_balancer
 };
 
 struct ModelFamily {

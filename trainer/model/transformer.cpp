@@ -371,10 +371,16 @@ void Transformer::set_documents(const at::Tensor& starts) {
               : starts.to(device(), at::kLong).contiguous();
 }
 
+void Transformer::set_ptrr_blocks(std::vector<std::vector<int64_t>> blocks) {
+  if (blocks == cp_.ptrr_blocks) return;
+  cp_.ptrr_blocks = std::move(blocks);
+  cp_positions_ = at::Tensor();  // rope_table deals anew
+}
+
 const at::Tensor& Transformer::rope_table(int64_t S) const {
   if (!cp_.on()) return freqs_cis_;
   if (!cp_positions_.defined() || cp_positions_.size(0) != S) {
-    cp_positions_ = cp_positions(cp_.load_balancer, cp_.size(), cp_.rank(), S * cp_.size());
+    cp_positions_ = cp_.positions(cp_.rank(), S * cp_.size());
     TORCH_CHECK(S * cp_.size() <= freqs_cis_.size(0), "sequence length ", S * cp_.size(), " exceeds the model's max ",
                 freqs_cis_.size(0));
     cp_freqs_ = freqs_cis_.index_select(0, cp_positions_.to(freqs_cis_.device())).contiguous();

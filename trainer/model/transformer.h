@@ -138,6 +138,9 @@ class Transformer {
   // A block captures them at forward, so an activation-checkpointing
   // recomputation in a later backward uses its own micro-batch's.
   void set_documents(const at::Tensor& starts);
+  // CP with the ptrr balancer: this batch's blocks of each rank
+  // (ptrr_assignment), before its forward.
+  void set_ptrr_blocks(std::vector<std::vector<int64_t>> blocks);
   const ContextParallelOptions& context_parallel() const { return cp_; }
 
   // Zero-bubble pipeline schedules: the GEMMs queue their weight gradients

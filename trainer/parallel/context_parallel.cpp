@@ -1,5 +1,6 @@
 #include "trainer/parallel/context_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -27,11 +28,18 @@ void check_context_parallel(const std::string& rotate_method, const std::string&
   if (rotate_method != "allgather" && rotate_method != "alltoall")
     throw InputError("parallelism.context_parallel_rotate_method '" + rotate_method +
                      "' is not one of TorchTitan's (allgather, alltoall)");
-  if (load_balancer != "headtail" && load_balancer != "none")
+  if (load_balancer != "headtail" && load_balancer != "none" && load_balancer != "ptrr")
     throw InputError("parallelism.context_parallel_load_balancer '" + load_balancer +
-                     "' is not one ctitan runs (headtail, or none for no load balancing; TorchTitan's ptrr is for "
-                     "FlexAttention, which ctitan does not have)");
+                     "' is not one of TorchTitan's (headtail, ptrr for flex attention, or none for no load balancing)");
   if (cp <= 1) return;
+  if (load_balancer == "ptrr") {
+    if (ptrr_block_size(seq_len, cp) == 0)
+      throw InputError(seq_key + " " + std::to_string(seq_len) + " cannot be cut into blocks for ptrr over " +
+                       "context_parallel_degree " + std::to_string(cp) +
+                       " (a multiple of cp blocks, at least 2 per rank, of a power-of-two length); choose a multiple "
+                       "of " + std::to_string(2 * cp));
+    return;
+  }
   const bool headtail = load_balancer == "headtail";
   const int64_t chunks = headtail ? 2 * cp : cp;
   if (seq_len % chunks != 0)
@@ -41,7 +49,16 @@ void check_context_parallel(const std::string& rotate_method, const std::string&
                      " of every sequence); choose a multiple");
 }
 
-at::Tensor cp_positions(const std::string& load_balancer, int64_t cp, int64_t rank, int64_t seq_len) {
+at::Tensor cp_positions(const std::string& load_balancer, int64_t cp, int64_t rank, int64_t seq_len,
+                        const std::vector<std::vector<int64_t>>& ptrr_blocks) {
+  if (load_balancer == "ptrr") {
+    TORCH_CHECK(static_cast<int64_t>(ptrr_blocks.size()) == cp, "ptrr: no block assignment for this batch");
+    const auto& mine = ptrr_blocks[static_cast<size_t>(rank)];
+    const int64_t block = seq_len / cp / static_cast<int64_t>(mine.size());
+    std::vector<at::Tensor> parts;
+    for (int64_t b : mine) parts.push_back(torch::arange(b * block, (b + 1) * block, torch::kLong));
+    return torch::cat(parts);
+  }
   if (load_balancer != "headtail") {
     const int64_t c = seq_len / cp;
     return torch::arange(rank * c, (rank + 1) * c, torch::kLong);
@@ -51,9 +68,46 @@ at::Tensor cp_positions(const std::string& load_balancer, int64_t cp, int64_t ra
                      torch::arange((2 * cp - 1 - rank) * c, (2 * cp - rank) * c, torch::kLong)});
 }
 
+at::Tensor ContextParallelOptions::positions(int64_t r, int64_t seq_len) const {
+  return cp_positions(load_balancer, size(), r, seq_len, ptrr_blocks);
+}
+
+int64_t ptrr_block_size(int64_t seq_len, int64_t cp) {
+  for (int64_t block = 128; block >= 1; block /= 2)
+    if (seq_len % (block * cp) == 0 && seq_len / block >= 2 * cp) return block;
+  return 0;
+}
+
+std::vector<std::vector<int64_t>> ptrr_assignment(const at::Tensor& starts, int64_t cp, int64_t block) {
+  const int64_t S = starts.size(1), n = S / block;
+  TORCH_CHECK(S % block == 0 && n % cp == 0, "ptrr: ", n, " blocks of ", block, " for cp ", cp);
+  // Visible pairs of each query row, summed over the batch, then per block.
+  const at::Tensor rows = (at::arange(S, starts.options()) - starts + 1).sum(0).to(at::kDouble);
+  const at::Tensor work = rows.view({n, block}).sum(1);
+  const at::Tensor order = std::get<1>(work.cpu().sort(/*stable=*/true, /*dim=*/0, /*descending=*/true));
+  const auto* o = order.const_data_ptr<int64_t>();
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(cp));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t round = i / cp, lane = i % cp;
+    out[static_cast<size_t>(round % 2 == 0 ? lane : cp - 1 - lane)].push_back(o[i]);
+  }
+  for (auto& blocks : out) std::sort(blocks.begin(), blocks.end());
+  return out;
+}
+
+std::vector<double> cp_rank_work(const std::string& load_balancer, int64_t cp,
+                                 const std::vector<std::vector<int64_t>>& ptrr_blocks, const at::Tensor& starts) {
+  const int64_t S = starts.size(1);
+  const at::Tensor rows = (at::arange(S, starts.options()) - starts + 1).sum(0).to(at::kDouble);
+  std::vector<double> out;
+  for (int64_t r = 0; r < cp; ++r)
+    out.push_back(rows.index_select(0, cp_positions(load_balancer, cp, r, S, ptrr_blocks)).sum().item<double>());
+  return out;
+}
+
 at::Tensor cp_shard(const at::Tensor& x, const ContextParallelOptions& cp) {
   if (!cp.on()) return x;
-  const at::Tensor pos = cp_positions(cp.load_balancer, cp.size(), cp.rank(), x.size(1)).to(x.device());
+  const at::Tensor pos = cp.positions(cp.rank(), x.size(1)).to(x.device());
   return x.index_select(1, pos).contiguous();
 }
 
@@ -67,7 +121,7 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const int64_t n = cp.size(), H = q.size(1), Sl = q.size(2), S = Sl * n;
   const at::Tensor k_all = gather_from_sp(k, g, 2), v_all = gather_from_sp(v, g, 2);
   std::vector<at::Tensor> pos;
-  for (int64_t s = 0; s < n; ++s) pos.push_back(cp_positions(cp.load_balancer, n, s, S));
+  for (int64_t s = 0; s < n; ++s) pos.push_back(cp.positions(s, S));
   const at::Tensor kpos = torch::cat(pos).to(q.device());
   if (starts.defined())
     return at::scaled_dot_product_attention(q, expand_heads(k_all, H), expand_heads(v_all, H),
@@ -163,6 +217,13 @@ struct Chunk {
   int64_t global = 0, offset = 0, length = 0;
 };
 std::vector<Chunk> chunks_of(const ContextParallelOptions& cp, int64_t rank, int64_t Sl) {
+  if (cp.load_balancer == "ptrr") {  // the rank's blocks, ascending
+    const auto& mine = cp.ptrr_blocks[static_cast<size_t>(rank)];
+    const int64_t block = Sl / static_cast<int64_t>(mine.size());
+    std::vector<Chunk> out;
+    for (size_t i = 0; i < mine.size(); ++i) out.push_back({mine[i], static_cast<int64_t>(i) * block, block});
+    return out;
+  }
   if (cp.load_balancer != "headtail") return {{rank, 0, Sl}};
   return {{rank, 0, Sl / 2}, {2 * cp.size() - 1 - rank, Sl / 2, Sl / 2}};
 }

@@ -5,8 +5,11 @@
 // Load balancing (context_parallel_load_balancer): "headtail" cuts the
 // sequence into 2·cp chunks and gives rank r chunks r and 2·cp-1-r, so each
 // rank has as much causal-attention work as any other (TorchTitan's
-// HeadTailLoadBalancer); "none" gives rank r the r-th of cp chunks. Inputs,
-// labels and RoPE positions are cut alike (cp_positions).
+// HeadTailLoadBalancer); "none" gives rank r the r-th of cp chunks; "ptrr"
+// (TorchTitan's PTRRLoadBalancer for flex attention) cuts the sequence into
+// blocks (ptrr_block_size) and deals them by their attention work under the
+// batch's documents (ptrr_assignment), a new deal every batch. Inputs,
+// labels, document starts and RoPE positions are cut alike (positions()).
 //
 // Attention (context_parallel_rotate_method, TorchTitan's names):
 //   allgather  all-gather K and V over cp (KV heads only under GQA; backward
@@ -32,6 +35,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "trainer/dist/comm.h"
 
@@ -40,8 +44,14 @@ namespace ctitan {
 struct ContextParallelOptions {
   Communicator* group = nullptr;           // the mesh's cp group; null or size 1: off
   std::string rotate_method = "allgather";  // allgather | alltoall
-  std::string load_balancer = "headtail";   // headtail | none
+  std::string load_balancer = "headtail";   // headtail | none | ptrr
+  // ptrr: this batch's blocks of each rank (ascending block indices), set
+  // by the caller per batch (ptrr_assignment) before the forward.
+  std::vector<std::vector<int64_t>> ptrr_blocks;
   bool on() const { return group != nullptr && group->size() > 1; }
+  // Positions (int64 [seq_len / cp]) of rank `rank`'s tokens, in the order
+  // the rank holds them: cp_positions, or the rank's ptrr blocks.
+  at::Tensor positions(int64_t rank, int64_t seq_len) const;
   int64_t size() const { return on() ? group->size() : 1; }
   int64_t rank() const { return on() ? group->rank() : 0; }
   std::string describe() const;  // "CP 2 (allgather, headtail)"
@@ -49,14 +59,35 @@ struct ContextParallelOptions {
 
 // InputError, one line, for an unknown rotate method or balancer, or a
 // seq_len the chunks of `cp` ranks do not divide (2·cp with headtail, cp
-// without). The trainer's check, and the sweeps' pruning rule. `seq_key`
+// without, blocks of ptrr_block_size with ptrr). The trainer's check, and the sweeps' pruning rule. `seq_key`
 // names the key seq_len came from in the message.
 void check_context_parallel(const std::string& rotate_method, const std::string& load_balancer, int64_t cp,
                             int64_t seq_len, const std::string& seq_key = "training.seq_len");
 
 // Positions (int64 [seq_len / cp]) of rank `rank`'s tokens in a sequence of
-// seq_len, in the order the rank holds them.
-at::Tensor cp_positions(const std::string& load_balancer, int64_t cp, int64_t rank, int64_t seq_len);
+// seq_len, in the order the rank holds them; ptrr: the rank's blocks of
+// `ptrr_blocks` (each rank's, ascending).
+at::Tensor cp_positions(const std::string& load_balancer, int64_t cp, int64_t rank, int64_t seq_len,
+                        const std::vector<std::vector<int64_t>>& ptrr_blocks = {});
+
+// ptrr: the block length — the largest power of two up to flex attention's
+// 128 that cuts seq_len into a multiple of cp blocks, at least 2 per rank;
+// 0 when none does.
+int64_t ptrr_block_size(int64_t seq_len, int64_t cp);
+
+// PTRR (processing-time round robin; torch's _PTRRLoadBalancer): each block's
+// work is its visible (query, key) pairs under the documents `starts`
+// [B, S] (documents.h), summed over the batch — a rank's attention work is
+// its blocks' over every sample; blocks sorted by work (stable, descending)
+// are dealt to the cp ranks in snake order (0..cp-1, then cp-1..0, ...).
+// Returns each rank's blocks, ascending.
+std::vector<std::vector<int64_t>> ptrr_assignment(const at::Tensor& starts, int64_t cp, int64_t block);
+
+// The cp ranks' attention work (visible pairs, summed over the batch) when
+// `load_balancer` cuts a batch with documents `starts` [B, S] over cp ranks
+// (ptrr: as `ptrr_blocks` deals it): how balanced a cut is.
+std::vector<double> cp_rank_work(const std::string& load_balancer, int64_t cp,
+                                 const std::vector<std::vector<int64_t>>& ptrr_blocks, const at::Tensor& starts);
 
 // This rank's tokens of x [B, S, ...] (dim 1).
 at::Tensor cp_shard(const at::Tensor& x, const ContextParallelOptions& cp);

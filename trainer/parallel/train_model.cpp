@@ -36,17 +36,24 @@ at::Tensor TrainModel::forward_backward(const at::Tensor& tokens, const at::Tens
   // Context parallelism: this rank's tokens of every sequence (the loss is
   // the mean over them; the loss group averages over cp).
   const ContextParallelOptions& cp = model_->context_parallel();
+  const at::Tensor docs = documents_of(tokens);                         // first: ptrr deals the blocks
   const at::Tensor t = cp_shard(tokens, cp), l = cp_shard(labels, cp);  // unchanged without CP
-  const at::Tensor docs = documents_of(tokens);
   if (pp_.on()) return run_pipeline(t, l, docs, scale, first_micro, last_micro);
   model_->set_documents(docs);
   return hooks_ ? run_units(t, l, scale, first_micro, last_micro) : run_whole(t, l, scale);
 }
 
-at::Tensor TrainModel::documents_of(const at::Tensor& tokens) const {
-  if (!model_->args().block_causal()) return {};
-  last_starts_ = document_starts(tokens, eos_id_);
-  return cp_shard(last_starts_, model_->context_parallel());
+at::Tensor TrainModel::documents_of(const at::Tensor& tokens) {
+  const bool documents = model_->args().block_causal();
+  const ContextParallelOptions& cp = model_->context_parallel();
+  const bool ptrr = cp.on() && cp.load_balancer == "ptrr";
+  if (!documents && !ptrr) return {};
+  const at::Tensor starts = document_starts(tokens, documents ? eos_id_ : -1);  // causal flex: one document
+  if (ptrr)
+    model_->set_ptrr_blocks(ptrr_assignment(starts, cp.size(), ptrr_block_size(tokens.size(1), cp.size())));
+  if (!documents) return {};
+  last_starts_ = starts;
+  return cp_shard(starts, cp);
 }
 
 double TrainModel::attention_density() const {
@@ -102,8 +109,8 @@ at::Tensor TrainModel::evaluate(const at::Tensor& tokens, const at::Tensor& labe
   model_->set_expert_counting(false);
   MemoryCategoryScope mem(MemoryCategory::kActivations);
   const ContextParallelOptions& cp = model_->context_parallel();
-  const at::Tensor t = cp_shard(tokens, cp), l = cp_shard(labels, cp);
   const at::Tensor docs = documents_of(tokens);
+  const at::Tensor t = cp_shard(tokens, cp), l = cp_shard(labels, cp);
   at::Tensor loss = pp_.on() ? evaluate_pipeline(t, l, docs) : at::Tensor();
   if (!pp_.on()) {
     Transformer& m = *model_;
@@ -503,7 +510,7 @@ std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args_in, const Ru
   ModelArgs args = args_in;
   args.moe.force_load_balance = cfg.debug.moe_force_load_balance;
   check_model_layout(args, ModelLayout{rt.shape.dp_replicate, rt.shape.dp_shard, rt.shape.cp, rt.shape.tp, rt.shape.pp,
-                                       float8});
+                                       float8, cfg.parallelism.context_parallel_load_balancer});
   if (cfg.checkpoint.initial_load_in_hf || cfg.checkpoint.last_save_in_hf) check_hf_checkpoint_family(args);
   // Memory by category: the model's buffers (master, gradient, compute copy)
   // are parameters until train() tags the gradient buffer.

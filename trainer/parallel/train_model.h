@@ -150,9 +150,10 @@ class TrainModel {
   at::Tensor run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& docs, double scale,
                           bool first_micro, bool last_micro);
   at::Tensor evaluate_pipeline(const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& docs);
-  // This rank's document starts of `tokens` (whole sequences): cut like the
-  // tokens under CP; undefined for a causal model.
-  at::Tensor documents_of(const at::Tensor& tokens) const;
+  // Per batch, before CP cuts it: the ptrr balancer's deal of the blocks
+  // (CP), and this rank's document starts of `tokens` (whole sequences), cut
+  // like the tokens; undefined for a causal model.
+  at::Tensor documents_of(const at::Tensor& tokens);
 
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<DataParallel> dp_;
