@@ -13,6 +13,7 @@
 #include "profiling/peak_flops.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/activation_checkpoint.h"
+#include "trainer/model/documents.h"
 #include "trainer/parallel/context_parallel.h"
 #include "trainer/parallel/pipeline.h"
 
@@ -33,6 +34,7 @@ struct Env {
   double bandwidth = 0;    // memory bytes/s of one rank
   double overhead_mult = 1;  // cpu: ranks beyond the cores queue for them
   bool float8 = false, compiled = false;
+  double attn_density = 1;  // block_causal: the attention work over causal's
 };
 
 double gemm_s(const Env& e, double M, double N, double K, bool fp8) {
@@ -170,7 +172,8 @@ UnitCost block_cost(const Env& e, double T, bool moe_layer) {
   // Causal flash attention: QKᵀ and PV over S/2 keys on average (CP's
   // load balancing keeps every rank's share equal); backward recomputes
   // the scores (2.5x the forward).
-  const double attn_flops = 2 * T * (S / 2) * (H / t) * (shape.qk_dim + shape.v_dim);
+  // block_causal: only the pairs inside documents (e.attn_density of them).
+  const double attn_flops = 2 * T * (S / 2) * (H / t) * (shape.qk_dim + shape.v_dim) * e.attn_density;
   const double attn_eff = e.hw.eff.attention * Dh / (Dh + e.hw.eff.gemm_half_size / 4);
   c.attn_f = attn_flops / (e.peak * attn_eff);
   c.attn_b = 2.5 * c.attn_f;
@@ -321,6 +324,12 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   const ActivationCheckpointPolicy ac =
       ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option);
   const ModelArgs args = m.family == "gpt" ? ModelArgs{} : m.trainer_args();
+  if (args.block_causal()) {
+    e.attn_density = c4_like_attention_density(t.seq_len);
+    p.notes.push_back("block_causal: attention does " + std::to_string(static_cast<int>(100 * e.attn_density + 0.5)) +
+                      "% of causal's work at seq " + std::to_string(t.seq_len) +
+                      " (assumed: packed C4-like documents, mean 427 tokens; the data's own lengths are not read)");
+  }
   const UnitCost dense_blk = block_cost(e, T, false), head = head_cost(e, T);
   const UnitCost moe_blk = args.moe.num_experts > 0 ? block_cost(e, T, true) : dense_blk;
   if (args.moe.num_experts > 0)

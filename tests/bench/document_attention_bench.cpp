@@ -6,39 +6,19 @@
 //   docs_sdpa_ms  ATen's SDPA with the document mask (the path without the
 //                 kernel: every block computed, the masked ones discarded)
 //   density       visible (query, key) pairs over causal's
-// The documents: lengths drawn from a log-normal with C4's mean (Dodge et
-// al. 2021, "Documenting C4": 156B tokens in 365M documents, 427 tokens
-// per document) and median 230 (σ 1.11: an assumption — C4's length
-// distribution is right-skewed), packed as the loader packs them: each
-// sample starts inside a document.
+// The documents: c4_like_document_starts (documents.h: log-normal lengths
+// with C4's mean of 427 tokens, median 230 assumed, packed).
 //   OMP_NUM_THREADS=1 build/tests/ctitan_bench --benchmark_filter=DocumentAttention
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
 #include <chrono>
-#include <cmath>
-#include <random>
 
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/documents.h"
 
 namespace ctitan {
 namespace {
-
-// Starts [B, S] of packed log-normal documents (seeded).
-at::Tensor c4_like_starts(int64_t B, int64_t S, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::lognormal_distribution<double> length(std::log(230.0), std::sqrt(2.0 * std::log(427.0 / 230.0)));
-  at::Tensor tokens = torch::ones({B, S}, torch::kLong);
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t p = -static_cast<int64_t>(std::uniform_real_distribution<double>(0, 1)(rng) * length(rng));
-    while (p < S) {
-      p += std::max<int64_t>(1, std::llround(length(rng)));
-      if (p - 1 >= 0 && p - 1 < S) tokens[b][p - 1] = 0;  // the EOS ending the document
-    }
-  }
-  return document_starts(tokens, 0);
-}
 
 double seconds(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                const at::Tensor& starts, bool sdpa) {
@@ -57,7 +37,7 @@ void BM_DocumentAttention(benchmark::State& state, std::vector<int64_t> shape) {
   torch::manual_seed(0);
   const at::Tensor q = torch::randn({B, S, H, Dh}).transpose(1, 2), k = torch::randn({B, S, G, Dh}).transpose(1, 2),
                    v = torch::randn({B, S, G, Dh}).transpose(1, 2), dout = torch::randn({B, H, S, Dh});
-  const at::Tensor starts = c4_like_starts(B, S, 42);
+  const at::Tensor starts = c4_like_document_starts(B, S, 42);
   double t[3] = {0, 0, 0};
   const at::Tensor none;
   auto run = [&](int which) {

@@ -12,6 +12,7 @@
 #include "planner/calibrate.h"
 #include "planner/plan.h"
 #include "planner/plan_internal.h"
+#include "trainer/model/documents.h"
 #include "trainer/model/model_registry.h"
 #include "trainer/models/llama3.h"
 #include "trainer/config/config_loader.h"
@@ -118,6 +119,30 @@ TEST(Planner, NLayersReplacesTheFlavorsLayerCountOnly) {
   const ModelArgs a = llama3_flavor("8B", 4), b = llama3_flavor("8B");
   EXPECT_EQ(a.n_layers, 4);
   EXPECT_EQ(std::tie(a.dim, a.n_heads, a.n_kv_heads, a.vocab_size), std::tie(b.dim, b.n_heads, b.n_kv_heads, b.vocab_size));
+}
+
+// block_causal: the attention time is causal's times the assumed C4-like
+// density at the sequence length (documents of mean 427 tokens: at 8192
+// about an eighth), the rest of the step unchanged, and the plan says so.
+TEST(Planner, BlockCausalAttentionScalesWithTheAssumedDocuments) {
+  const auto request = [](const std::string& flavor) {
+    PlanRequest q;
+    q.cfg.model.flavor = flavor;
+    q.cfg.training.seq_len = 8192;
+    q.cfg.training.local_batch_size = 1;
+    q.model = model_from_config(q.cfg.model);
+    q.world_size = 8;
+    return q;
+  };
+  const Prediction causal = predict(request("8B"), gpu_spec()), docs = predict(request("8B_flex"), gpu_spec());
+  const double density = c4_like_attention_density(8192);
+  EXPECT_GT(density, 0.05);
+  EXPECT_LT(density, 0.25);
+  EXPECT_NEAR(docs.time.attention, density * causal.time.attention, 1e-9 * causal.time.attention);
+  EXPECT_DOUBLE_EQ(docs.time.gemm, causal.time.gemm);
+  bool noted = false;
+  for (const auto& n : docs.notes) noted = noted || n.find("block_causal: attention does") != std::string::npos;
+  EXPECT_TRUE(noted);
 }
 
 TEST(Planner, PublishedModelSizes) {

@@ -1,5 +1,8 @@
 #include "trainer/model/documents.h"
 
+#include <cmath>
+#include <random>
+
 namespace ctitan {
 
 at::Tensor document_starts(const at::Tensor& tokens, int64_t eos_id) {
@@ -25,6 +28,24 @@ double document_attention_fraction(const at::Tensor& starts) {
   const double causal = static_cast<double>(starts.numel() / S) * static_cast<double>(S) * (S + 1) / 2.0;
   return visible / causal;
 }
+
+at::Tensor c4_like_document_starts(int64_t B, int64_t S, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<double> length(std::log(230.0), std::sqrt(2.0 * std::log(427.0 / 230.0)));
+  at::Tensor tokens = at::ones({B, S}, at::kLong);
+  auto t = tokens.accessor<int64_t, 2>();
+  for (int64_t b = 0; b < B; ++b) {
+    // The row starts inside a document: a uniform share of one already gone.
+    int64_t p = -static_cast<int64_t>(std::uniform_real_distribution<double>(0, 1)(rng) * length(rng));
+    while (p < S) {
+      p += std::max<int64_t>(1, std::llround(length(rng)));
+      if (p >= 1 && p - 1 < S) t[b][p - 1] = 0;  // the EOS ending the document
+    }
+  }
+  return document_starts(tokens, 0);
+}
+
+double c4_like_attention_density(int64_t S) { return document_attention_fraction(c4_like_document_starts(8, S, 0)); }
 
 at::Tensor document_mask(const at::Tensor& starts_q, const at::Tensor& qpos, const at::Tensor& kpos,
                          at::ScalarType dtype) {

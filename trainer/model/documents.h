@@ -33,6 +33,16 @@ bool single_document(const at::Tensor& starts);
 // block_causal does relative to causal.
 double document_attention_fraction(const at::Tensor& starts);
 
+// Packed C4-like documents, the stated assumption where a batch's own are
+// not at hand (benchmarks, the planner): lengths log-normal with C4's mean
+// of 427 tokens (Dodge et al. 2021, "Documenting C4": 156B tokens in 365M
+// documents) and median 230 (σ 1.11, assumed: the distribution is
+// right-skewed), packed as the loader packs them — each row starts inside a
+// document. Starts int64 [B, S], a function of `seed`.
+at::Tensor c4_like_document_starts(int64_t B, int64_t S, uint64_t seed);
+// document_attention_fraction of 8 such rows of S tokens.
+double c4_like_attention_density(int64_t S);
+
 // Additive mask (0 visible, −inf hidden) [B, 1, Lq, Lk] in `dtype` for
 // queries at global positions qpos [Lq] whose documents start at
 // starts_q [B, Lq] and keys at kpos [Lk]: start <= kpos <= qpos.
