@@ -215,6 +215,20 @@ TEST(Sweep, ShippedMoeSweepPlans) {
   EXPECT_NE(r.out.find("model.name=deepseek_v3 model.flavor=debugmodel"), std::string::npos) << r.out;
 }
 
+// The shipped document-mask sweep (13 s on two cores): causal against
+// block_causal, CP 2 with headtail and ptrr; varlen under CP and ptrr
+// without flex pruned with the trainer's lines.
+TEST(Sweep, ShippedDocumentsSweepPlans) {
+  auto r = run_ctitan({"sweep", (fs::path(source_dir()) / "recipes/sweeps/documents.toml").string(), "--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("8 points at world sizes 1, 2: 6 to run x 1 repeat, 2 infeasible"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("why: model llama3: context parallelism does not run varlen attention"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("why: parallelism.context_parallel_load_balancer ptrr balances flex attention's masks"),
+            std::string::npos)
+      << r.out;
+}
+
 // The shipped debug sweep plans as docs/sweeps.md says (it runs in about two
 // minutes on two cores: too long for this suite, run by hand).
 TEST(Sweep, ShippedDebugSweepPlans) {

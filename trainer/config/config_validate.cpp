@@ -138,7 +138,7 @@ void check_parallelism(const Checker& k, const ParallelismSection& p) {
            {"default", "always", "never"});
   k.one_of("parallelism.context_parallel_rotate_method", p.context_parallel_rotate_method,
            {"allgather", "alltoall"});
-  k.one_of("parallelism.context_parallel_load_balancer", p.context_parallel_load_balancer, {"headtail", "none"});
+  k.one_of("parallelism.context_parallel_load_balancer", p.context_parallel_load_balancer, {"headtail", "none", "ptrr"});
 }
 
 // Hugging Face checkpoints hold weights only and, as in TorchTitan, are
