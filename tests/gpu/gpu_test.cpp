@@ -20,6 +20,7 @@
 #include "trainer/float8/float8_linear.h"
 #include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
+#include "trainer/model/documents.h"
 #include "trainer/model/model_registry.h"
 #include "trainer/model/moe.h"
 #include "trainer/model/transformer.h"
@@ -567,6 +568,45 @@ TEST(GpuWeightGrad, DeviceThreadBackwardQueuesTheWeightGradient) {
   queue.run();
   ASSERT_TRUE(sunk.defined());
   EXPECT_LT((sunk - dy.t().mm(x0)).abs().max().item<double>(), 1e-4);
+}
+
+// block_causal on CUDA: ATen's varlen flash kernel (bf16) against SDPA with
+// the document mask in fp32 — forward and the q/k/v gradients within bf16's
+// rounding — on documents of 1 token, of a flash block and crossing blocks,
+// with GQA; and a 1-layer Llama 3 step through the model's dispatch.
+TEST(GpuDocuments, VarlenFlashMatchesTheMaskedSoftmax) {
+  CTITAN_REQUIRE_GPU();
+  fp32_everywhere();
+  const int64_t B = 2, H = 8, G = 2, S = 256, Dh = 64;
+  torch::manual_seed(3);
+  at::Tensor tokens = torch::randint(1, 100, {B, S}, torch::kLong);
+  for (int64_t p : {0, 1, 64, 200}) tokens[0][p] = 0;  // row 0: 1, 1, 63, 136, 55 tokens
+  tokens[1][130] = 0;                                   // row 1: 131, 125
+  const at::Tensor starts = document_starts(tokens, 0).cuda();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const at::Tensor q = torch::randn({B, S, H, Dh}, cuda), k = torch::randn({B, S, G, Dh}, cuda),
+                   v = torch::randn({B, S, G, Dh}, cuda), dout = torch::randn({B, H, S, Dh}, cuda);
+  const auto run = [&](bool varlen) {
+    const auto dt = varlen ? at::kBFloat16 : at::kFloat;
+    at::Tensor ql = q.to(dt).requires_grad_(true), kl = k.to(dt).requires_grad_(true), vl = v.to(dt).requires_grad_(true);
+    const at::Tensor qt = ql.transpose(1, 2), kt = kl.transpose(1, 2), vt = vl.transpose(1, 2);
+    EXPECT_EQ(varlen_refuses(qt, kt, vt), varlen ? "" : "flash takes bf16/fp16 only");
+    const at::Tensor o = varlen ? document_attention_varlen(qt, kt, vt, varlen_documents(starts))
+                                : document_attention_sdpa(qt, kt, vt, starts);
+    o.backward(dout.to(dt));
+    return std::vector<at::Tensor>{o.to(at::kFloat), ql.grad().to(at::kFloat), kl.grad().to(at::kFloat),
+                                   vl.grad().to(at::kFloat)};
+  };
+  const auto want = run(false), got = run(true);
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double scale = want[i].abs().max().item<double>();
+    EXPECT_LT((got[i] - want[i]).abs().max().item<double>(), 2e-2 * scale)
+        << names[i];
+  }
+  const VarlenDocuments d = varlen_documents(starts);
+  EXPECT_TRUE(torch::equal(d.cu_seqlens.cpu(), torch::tensor({0, 1, 2, 65, 201, 256, 387, 512}, torch::kInt)));
+  EXPECT_EQ(d.max_len, 136);
 }
 
 TEST(GpuInfo, InventoryNamesEveryGpu) {

@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <optional>
+#include <string>
 
 namespace ctitan {
 
@@ -55,5 +56,23 @@ at::Tensor document_mask(const at::Tensor& starts_q, const at::Tensor& qpos, con
 // masked blocks (fused_causal_attention with starts).
 at::Tensor document_attention_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const at::Tensor& starts, std::optional<double> scale = std::nullopt);
+
+// CUDA: ATen's variable-length flash attention (FlashAttention-2's varlen
+// kernel, TorchTitan's varlen_attn), which runs each document as its own
+// causal sequence: no masked block is computed. The batch's documents as
+// the kernel takes them — cumulative starts over the flattened [B·S]
+// tokens (int32 [documents + 1], on the starts' device) and the longest.
+struct VarlenDocuments {
+  at::Tensor cu_seqlens;
+  int64_t max_len = 0;
+};
+VarlenDocuments varlen_documents(const at::Tensor& starts);
+// Empty when document_attention_varlen runs q/k/v, else why not (one phrase).
+std::string varlen_refuses(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// Block-causal attention q [B,H,S,Dh], k/v [B,G,S,Dh] (rows contiguous, as
+// the model lays them out) through the varlen kernel; returns [B,H,S,Dh]
+// (a view of [B,S,H,Dh] memory). Backward: ATen's varlen flash backward.
+at::Tensor document_attention_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const VarlenDocuments& docs, std::optional<double> scale = std::nullopt);
 
 }  // namespace ctitan

@@ -371,6 +371,27 @@ void Transformer::set_documents(const at::Tensor& starts) {
               : starts.to(device(), at::kLong).contiguous();
 }
 
+at::Tensor Transformer::document_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                           const at::Tensor& docs, std::optional<double> scale) const {
+  if (varlen_refuses(q, k, v).empty()) {
+    if (!varlen_of_.is_same(docs)) {  // once per batch (the cumulative starts need one host sync)
+      varlen_ = varlen_documents(docs);
+      varlen_of_ = docs;
+    }
+    return document_attention_varlen(q, k, v, varlen_, scale);
+  }
+  if (fused_model_ && !scale) {
+    // The CPU kernel is fp32: bf16 heads (head dim >= 32) go through it cast,
+    // which beats SDPA computing every masked block (the kernel itself falls
+    // back to masked SDPA where it cannot run).
+    const int64_t Dh = q.size(3);
+    if (q.scalar_type() == at::kBFloat16 && q.device().is_cpu() && fused_kernels_available() && (Dh == 32 || Dh == 64))
+      return fused_causal_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), docs).to(at::kBFloat16);
+    return fused_causal_attention(q, k, v, docs);
+  }
+  return document_attention_sdpa(q, k, v, docs, scale);
+}
+
 void Transformer::set_ptrr_blocks(std::vector<std::vector<int64_t>> blocks) {
   if (blocks == cp_.ptrr_blocks) return;
   cp_.ptrr_blocks = std::move(blocks);
@@ -502,8 +523,8 @@ at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, cons
   at::Tensor o = q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                  : cp_.on()  ? context_parallel_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                           cp_positions_, cp_, mla_scale_, docs)
-                 : docs.defined() ? document_attention_sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                            docs, mla_scale_)
+                 : docs.defined() ? document_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), docs,
+                                                       mla_scale_)
                              : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                                                 v.transpose(1, 2), /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                                 /*is_causal=*/true, /*scale=*/mla_scale_);
@@ -549,9 +570,9 @@ at::Tensor Transformer::attention(int64_t layer, const LayerWeights& w, const at
                      ? context_parallel_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                   cp_positions_, cp_, std::nullopt, docs)
                  : q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-                 : fused_model_ ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), docs)
-                 // Documents: masked SDPA (not kept under "op" checkpointing: recomputed).
-                 : docs.defined() ? document_attention_sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), docs)
+                 // Documents: not kept under "op" checkpointing (recomputed).
+                 : docs.defined() ? document_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), docs)
+                 : fused_model_ ? fused_causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                  // Kept under "op" checkpointing through ATen's CPU flash kernel; on CUDA
                  // attention is recomputed (ATen's CUDA flash op takes bf16/fp16 only).
                  : cache && K == H && q.device().is_cpu() ? cached_causal_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
@@ -833,7 +854,9 @@ std::string Transformer::techniques() const {
   std::string attention;
   if (args_.block_causal())
     attention = std::string(", attention: block_causal (") + args_.attn_type + "; " +
-                (cp_.on()                                   ? "CP chunk pairs with document masks"
+                (cp_.on() ? "CP chunk pairs with document masks"
+                 : device().is_cuda()
+                     ? "ATen's varlen flash for bf16/fp16 heads of 8..256 (not MLA), else SDPA with the document mask"
                  : fused_model_ && device().is_cpu() && fused_kernels_available()
                      ? "the fused kernel skipping the masked blocks"
                      : "SDPA with the document mask") +

@@ -31,6 +31,7 @@
 
 #include "trainer/float8/float8_linear.h"
 #include "trainer/model/activation_checkpoint.h"
+#include "trainer/model/documents.h"
 #include "trainer/model/model_args.h"
 #include "trainer/model/moe.h"
 #include "trainer/parallel/expert_parallel.h"
@@ -249,6 +250,11 @@ class Transformer {
   // context_parallel_attention, SDPA at mla_scale_; no float8 (the family
   // refuses it).
   at::Tensor mla_attention(int64_t layer, const LayerWeights& w, const at::Tensor& x, const at::Tensor& docs) const;
+  // block_causal attention of q [B,H,S,Dh], k/v [B,G,S,Dv] under the starts
+  // `docs`: CUDA's varlen flash where it takes the shapes, else the fused
+  // CPU kernel (compile), else SDPA with the document mask.
+  at::Tensor document_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& docs,
+                                std::optional<double> scale = std::nullopt) const;
   at::Tensor feed_forward(int64_t layer, const LayerWeights& w, const at::Tensor& x, OpCache* cache,
                           bool recompute) const;
   // A weight every tp rank holds whole but applies to its part of the
@@ -274,6 +280,8 @@ class Transformer {
   ContextParallelOptions cp_;
   mutable at::Tensor cp_positions_, cp_freqs_;  // for the local length cp_positions_.size(0)
   at::Tensor docs_;  // set_documents: the next forwards' starts (undefined: causal)
+  mutable at::Tensor varlen_of_;     // the starts varlen_ describes
+  mutable VarlenDocuments varlen_;   // CUDA's varlen flash: cumulative starts of varlen_of_
   ParamStore store_;
   at::ScalarType attention_dtype_;     // q/k/v dtype for SDPA (see constructor)
   at::Tensor freqs_cis_;               // complex64 [S_max, rope_dim/2]
