@@ -138,16 +138,22 @@ RankResult train_rank(const Layout& l, int rank, c10::intrusive_ptr<c10d::Store>
   EXPECT_EQ(rt.mesh->size("dp") * l.tp * l.cp * l.pp, l.world());
   RankResult res;
   res.layout = tm->layout();
+  double evaluated = std::nan("");
   for (const at::Tensor& batch : global_batches(args.vocab_size, seq_of(l), l.batch)) {
     const at::Tensor mine = batch.narrow(0, part * B, B);
     const at::Tensor inputs = mine.narrow(1, 0, seq_of(l)).contiguous(),
                      labels = mine.narrow(1, 1, seq_of(l)).contiguous();
+    // Documents: validation's forward (evaluate) finds them as training does.
+    if (l.documents && res.losses.empty()) evaluated = tm->mean_loss(tm->evaluate(inputs, labels));
     const at::Tensor loss = tm->forward_backward(inputs, labels, 1.0, true, true);
     tm->clip_grad_norm(cfg.training.max_norm);
     tm->balance_experts();
     opt.step(cfg.optimizer.lr);
     tm->begin_step();
     res.losses.push_back(tm->mean_loss(loss));
+  }
+  if (l.documents) {
+    EXPECT_NEAR(evaluated, res.losses[0], 1e-6 * res.losses[0]) << l.name << " rank " << rank;
   }
   std::lock_guard<std::mutex> lock(mu);
   for (const TensorPiece& p : tm->checkpoint_pieces(opt, false)) {
