@@ -189,6 +189,35 @@ Table scaling_table(const SectionReport& sec) {
   return t;
 }
 
+Table summary_table(const SectionReport& sec, const WorldSummary& s) {
+  Table t;
+  t.header = {"#", "point", "tps/device", "peak mem/rank", "vs fastest", "answers"};
+  t.right = {true, false, true, true, true, false};
+  const PointStats& fastest = sec.points[s.fastest];
+  for (size_t k = s.front.size(); k-- > 0;) {
+    const PointStats& p = sec.points[s.front[k]];
+    // The next point of the front needs more memory than this one: this is
+    // the fastest under any budget from its memory up to that point's.
+    const std::string answers =
+        s.front[k] == s.fastest ? "fastest" : "fastest under " + fmt::bytes(*sec.points[s.front[k + 1]].mem_peak_bytes);
+    t.rows.push_back({std::to_string(p.row), p.short_label.empty() ? p.display_label : p.short_label, tps_cell(p),
+                      fmt::bytes(*p.mem_peak_bytes), fmt::ratio(p.tps.median / fastest.tps.median), answers});
+    t.points.push_back(s.front[k]);
+  }
+  return t;
+}
+
+std::string summary_title(const WorldSummary& s) {
+  return "Summary — world size " + std::to_string(s.world_size) +
+         ": the fastest point, and the fastest under each memory budget";
+}
+
+std::string summary_note() {
+  return "The Pareto front of tokens/s per device against peak memory per rank: no other point at this world size "
+         "is both faster and lighter. Each row is the fastest point whose peak memory fits the budget in its last "
+         "column.";
+}
+
 std::vector<std::string> failure_lines(const SectionReport& sec) {
   std::vector<std::string> out;
   for (const PointStats& p : sec.points) {

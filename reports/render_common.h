@@ -25,6 +25,12 @@ struct Table {
 Table points_table(const SectionReport& sec);
 Table stack_table(const SectionReport& sec, const StackTable& t);
 Table scaling_table(const SectionReport& sec);
+// The summary of one world size: its Pareto front, fastest first — #, the
+// point's short label, tps/device, peak mem/rank, tps vs the fastest, and
+// the budget each row answers ("fastest", "fastest under 1.25 GiB").
+Table summary_table(const SectionReport& sec, const WorldSummary& s);
+std::string summary_title(const WorldSummary& s);  // "world size 2: fastest, and the fastest under each memory budget"
+std::string summary_note();                         // what the front is
 // A paired sweep's speedups over its baseline sweep: recipe, ws, pairs,
 // speedup, interval, its coverage.
 Table paired_table(const SectionReport& sec);

@@ -91,6 +91,12 @@ void write_section(std::ostringstream& out, const SectionReport& sec) {
       out << (i ? " \u00b7 " : "") << fmt::html_escape(sec.environment[i]);
     out << "</p>\n";
   }
+  for (const WorldSummary& s : sec.summary) {
+    out << "<h3>" << fmt::html_escape(render::summary_title(s)) << "</h3>\n";
+    write_table(out, render::summary_table(sec, s), {});
+  }
+  if (!sec.summary.empty())
+    out << "<p class=\"note\">" << fmt::html_escape(render::summary_note()) << "</p>\n<h3>All points</h3>\n";
   const render::Table points = render::points_table(sec);
   std::vector<std::string> classes;
   for (size_t i : points.points) {

@@ -26,6 +26,11 @@ std::string render_markdown(const Report& r) {
         out << (i ? " \u00b7 " : "") << fmt::md_escape(sec.environment[i]);
       out << "</sub>\n\n";
     }
+    for (const WorldSummary& s : sec.summary) {
+      out << "#### " << fmt::md_escape(render::summary_title(s)) << "\n\n";
+      write_table(out, render::summary_table(sec, s));
+    }
+    if (!sec.summary.empty()) out << "<sub>" << render::summary_note() << "</sub>\n\n#### All points\n\n";
     write_table(out, render::points_table(sec));
     out << "<sub>tps/device: tokens/s per device, median over the steady-state steps (after warmup) of every ok "
            "repeat; n = steps pooled. Peak memory, final loss and the communication split are medians over repeats. "

@@ -281,6 +281,41 @@ std::optional<double> PointStats::pred_mem_error() const {
   return *pred_mem_peak_bytes / *mem_peak_bytes - 1;
 }
 
+std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& points) {
+  std::vector<size_t> order(points.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // By cost ascending, value descending: a point is on the front when its
+  // value beats every cheaper (or equally cheap, earlier) point's.
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return points[a].first != points[b].first ? points[a].first < points[b].first : points[a].second > points[b].second;
+  });
+  std::vector<size_t> front;
+  for (size_t i : order)
+    if (front.empty() || points[i].second > points[front.back()].second) front.push_back(i);
+  return front;
+}
+
+namespace {
+
+void set_summary(SectionReport& sec) {
+  std::map<int64_t, std::vector<size_t>> by_ws;
+  for (size_t i = 0; i < sec.points.size(); ++i) {
+    const PointStats& p = sec.points[i];
+    if (p.status == "ok" && p.tps.n > 0 && p.mem_peak_bytes) by_ws[p.world_size].push_back(i);
+  }
+  for (const auto& [ws, idx] : by_ws) {
+    WorldSummary s;
+    s.world_size = ws;
+    std::vector<std::pair<double, double>> xy;
+    for (size_t i : idx) xy.emplace_back(*sec.points[i].mem_peak_bytes, sec.points[i].tps.median);
+    for (size_t k : pareto_front(xy)) s.front.push_back(idx[k]);
+    s.fastest = s.front.back();  // the front's last point is the fastest
+    sec.summary.push_back(std::move(s));
+  }
+}
+
+}  // namespace
+
 SectionReport build_section(const std::string& title, const std::vector<PointData>& points,
                             const std::string& baseline_label) {
   SectionReport sec;
@@ -305,6 +340,7 @@ SectionReport build_section(const std::string& title, const std::vector<PointDat
   set_stacks_and_scaling(sec);
   for (const PointStats& p : sec.points) sec.has_comm = sec.has_comm || p.comm_s.has_value();
   sec.environment = environment_lines(points);
+  set_summary(sec);
   return sec;
 }
 

@@ -78,6 +78,21 @@ struct PairedSpeedup {
   double speedup = 0, lo = 0, hi = 0, level = 0;
 };
 
+// The answer first, per world size: the fastest point (tokens/s per
+// device) and the Pareto front of tokens/s per device against peak memory
+// per rank — the points no other point beats on both; the fastest point
+// within any memory budget is the front's fastest at or under it.
+struct WorldSummary {
+  int64_t world_size = 1;
+  size_t fastest = 0;          // index into SectionReport::points
+  std::vector<size_t> front;   // indices, by peak memory ascending (tps ascending with it)
+};
+
+// Indices of the points (x = cost to minimise, y = value to maximise) that no
+// other point dominates (x' <= x and y' >= y, one strictly), by x
+// ascending; of equal points the first. Empty input: empty.
+std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& points);
+
 struct SectionReport {
   std::string title;  // sweep name, or "runs outside any sweep"
   std::vector<PointStats> points;
@@ -92,6 +107,7 @@ struct SectionReport {
   std::vector<std::string> environment;  // "cpu_model: ...", one line per hardware key
   std::string paired_with;               // the baseline sweep of a paired sweep ("" otherwise)
   std::vector<PairedSpeedup> paired;     // its points with at least one ok pair
+  std::vector<WorldSummary> summary;     // world sizes with an ok point that has throughput and memory
 };
 
 struct Report {

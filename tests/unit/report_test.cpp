@@ -6,6 +6,9 @@
 #include "reports/report.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
 #include <unistd.h>
 
 #include <filesystem>
@@ -467,3 +470,33 @@ TEST(Svg, NiceTicksAndChartsWithoutData) {
 }
 
 }  // namespace
+
+namespace ctitan {
+namespace {
+
+// The Pareto front against brute force on random points (ties and repeats
+// included): a point is on it exactly when no other point is at least as
+// light and as fast and strictly better in one (of equal points, the first).
+TEST(ReportSummary, ParetoFrontEqualsBruteForce) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = static_cast<int>(rng() % 30);
+    std::vector<std::pair<double, double>> pts;
+    for (int i = 0; i < n; ++i) pts.emplace_back(static_cast<double>(rng() % 8), static_cast<double>(rng() % 8));
+    std::vector<size_t> want;
+    for (size_t i = 0; i < pts.size(); ++i) {
+      bool dominated = false;
+      for (size_t j = 0; j < pts.size() && !dominated; ++j) {
+        const bool no_worse = pts[j].first <= pts[i].first && pts[j].second >= pts[i].second;
+        const bool better = pts[j].first < pts[i].first || pts[j].second > pts[i].second;
+        dominated = j != i && no_worse && (better || j < i);
+      }
+      if (!dominated) want.push_back(i);
+    }
+    std::sort(want.begin(), want.end(), [&](size_t a, size_t b) { return pts[a].first < pts[b].first; });
+    EXPECT_EQ(pareto_front(pts), want) << "trial " << trial;
+  }
+}
+
+}  // namespace
+}  // namespace ctitan
