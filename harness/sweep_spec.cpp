@@ -463,9 +463,47 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::string& path) {
       s.published = read_published(r, as_table(r, n, "[published]"));
     } else if (key == "slurm") {
       s.slurm = read_slurm(r, as_table(r, n, "[slurm]"));
+    } else if (key == "report") {
+      for (auto&& [rk, rv] : as_table(r, n, "[report]")) {
+        if (rk.str() != "stack")
+          r.fail(rk.source(), "unknown [report] key '" + std::string(rk.str()) +
+                                  "'; [report] has stack = [\"compile.enable\", ...] (the order techniques stack in)");
+        const toml::array* a = rv.as_array();
+        if (!a || a->empty())
+          r.fail(rv.source(), "[report] stack must be a non-empty array of grid axes, e.g. [\"compile.enable\", "
+                              "\"model.converters=quantize.linear.float8\"]");
+        for (const toml::node& e : *a) {
+          const auto str = e.value<std::string>();
+          if (!str) r.fail(e.source(), "[report] stack entries are strings: \"KEY\" or \"KEY=VALUE\"");
+          s.report_stack.push_back({*str, r.where(e.source())});
+        }
+      }
     } else {
       r.fail(k.source(), "unknown table '[" + key + "]'; a sweep spec has [sweep], [overrides], [grid], "
-                         "[[exclude]], [[include]], [[stack]], [slurm] and [published]");
+                         "[[exclude]], [[include]], [[stack]], [report], [slurm] and [published]");
+    }
+  }
+  // [report] stack: each entry a [grid] axis, and with two values or the one named.
+  for (const auto& [entry, where] : s.report_stack) {
+    const auto eq = entry.find('=');
+    const std::string key = entry.substr(0, eq);
+    const auto axis =
+        std::find_if(s.grid.begin(), s.grid.end(), [&](const SweepAxis& g) { return g.key == key; });
+    if (axis == s.grid.end())
+      throw InputError("sweep spec error: " + where + ": [report] stack entry '" + entry +
+                       "' is not a [grid] axis; stack the axes the grid crosses");
+    if (eq == std::string::npos && axis->values.size() != 2)
+      throw InputError("sweep spec error: " + where + ": [report] stack entry '" + key + "' has " +
+                       std::to_string(axis->values.size()) + " values in [grid]; name the one to stack: '" + key +
+                       "=" + axis->values.back() + "'");
+    if (eq != std::string::npos) {
+      const std::string value = entry.substr(eq + 1);
+      const bool known = std::find(axis->values.begin() + 1, axis->values.end(), value) != axis->values.end() ||
+                         (value == "[]" && std::find(axis->values.begin() + 1, axis->values.end(), "") !=
+                                               axis->values.end());
+      if (!known)
+        throw InputError("sweep spec error: " + where + ": [report] stack entry '" + entry + "': '" + value +
+                         "' is not one of the axis's values after its first (the chain starts from the first)");
     }
   }
   if (s.published) {  // rows name this spec's stack rows and world sizes

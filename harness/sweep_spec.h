@@ -111,6 +111,9 @@ struct SweepSpec {
   std::vector<IncludeRow> include;
   std::vector<StackRow> stack;
   std::optional<PublishedSpec> published;  // recipes/published/ specs only
+  // [report] stack: the order techniques stack in the report's chain, each
+  // "KEY" (a two-valued [grid] axis) or "KEY=VALUE"; with where it was written.
+  std::vector<std::pair<std::string, std::string>> report_stack;
 };
 
 // Limits every spec is held to (docs/sweeps.md): a larger grid is refused

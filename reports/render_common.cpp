@@ -49,6 +49,66 @@ Table paired_table(const SectionReport& sec) {
   return t;
 }
 
+std::string ratio_interval(const PairedRatio& r) {
+  return r.n > 1 ? fmt::ratio(r.lo) + "\u2013" + fmt::ratio(r.hi) : "-";
+}
+
+namespace {
+
+std::string pairs_cell(const KnobEffect& e) {
+  return e.candidates > e.pairs.size() ? std::to_string(e.pairs.size()) + " of " + std::to_string(e.candidates)
+                                       : std::to_string(e.pairs.size());
+}
+
+std::string coverage_cell(const PairedRatio& r) { return r.n > 1 ? fmt::fixed(100 * r.level, 1) + "%" : "-"; }
+
+}  // namespace
+
+std::string common_line(const SectionReport& sec) {
+  std::string out;
+  for (const std::string& c : sec.common) out += (out.empty() ? "" : " \u00b7 ") + c;
+  return out;
+}
+
+Table effects_table(const SectionReport& sec) {
+  Table t;
+  t.header = {"setting", "vs", "pairs", "tokens/s", "interval", "peak mem", "interval", "coverage"};
+  t.right = {false, false, true, true, true, true, true, true};
+  for (const KnobEffect& e : sec.effects)
+    t.rows.push_back({e.label, e.versus, pairs_cell(e), fmt::ratio(e.tps.median), ratio_interval(e.tps),
+                      e.mem.n ? fmt::ratio(e.mem.median) : "-", ratio_interval(e.mem), coverage_cell(e.tps)});
+  return t;
+}
+
+std::string effects_note() {
+  return "Each setting against the first value the sweep gave it, with everything else held equal: every point "
+         "with the setting is matched with the point that differs from it in that setting alone (same world size, "
+         "same other settings). The ratio is the median over the matched pairs of tokens/s per device (and of peak "
+         "memory per rank); the interval is the sign test's distribution-free interval for that median, at 95% "
+         "where the pairs allow it (coverage: its exact level; fewer than 6 pairs cannot reach 95%). "
+         "\"14 of 16\": 2 points with the setting had no partner.";
+}
+
+Table chain_table(const SectionReport& sec) {
+  Table t;
+  t.header = {"row", "technique", "pairs", "tokens/s step", "interval", "cumulative", "peak mem step", "cumulative"};
+  t.right = {true, false, true, true, true, true, true, true};
+  int row = 0;
+  for (const ChainStep& s : sec.chain) {
+    const KnobEffect& e = s.effect;
+    t.rows.push_back({std::to_string(++row), "+" + e.label + " (from " + e.versus + ")", pairs_cell(e),
+                      e.tps.n ? fmt::ratio(e.tps.median) : "-", ratio_interval(e.tps), fmt::ratio(s.cumulative_tps),
+                      e.mem.n ? fmt::ratio(e.mem.median) : "-", fmt::ratio(s.cumulative_mem)});
+  }
+  return t;
+}
+
+std::string chain_title(const SectionReport& sec) {
+  std::string steps;
+  for (const ChainStep& s : sec.chain) steps += (steps.empty() ? "" : " \u2192 ") + s.effect.label;
+  return "Stacked: " + steps + " (the spec's [report] stack)";
+}
+
 std::string paired_title(const SectionReport& sec) { return "Paired speedup vs sweep " + sec.paired_with; }
 
 std::string paired_note() {
@@ -65,14 +125,8 @@ std::string stack_title(const StackTable& t) {
 
 Table points_table(const SectionReport& sec) {
   Table t;
-  t.header = {"#"};
-  t.right = {true};
-  const bool stacked =
-      std::any_of(sec.points.begin(), sec.points.end(), [](const PointStats& p) { return p.stack_index > 0; });
-  for (const std::string& h : sec.key_headers) t.header.push_back(h);
-  if (stacked) t.header.push_back("stack");
-  if (sec.key_headers.empty() && !stacked) t.header.push_back("recipe");
-  t.right.resize(t.header.size(), false);
+  t.header = {"#", "point"};
+  t.right = {true, false};
   // The planner's predictions beside the measured numbers, where the sweep stored some.
   const bool predicted = has_predictions(sec);
   std::vector<const char*> measured = {"ws", "tps/device (p10\u2013p90)", "n", "TFLOPs", "MFU", "peak mem/rank",
@@ -104,10 +158,7 @@ Table points_table(const SectionReport& sec) {
   for (size_t i = 0; i < sec.points.size(); ++i) {
     const PointStats& p = sec.points[i];
     if (p.row == 0) continue;
-    std::vector<std::string> row = {std::to_string(p.row)};
-    for (const std::string& v : p.settings) row.push_back(v.empty() ? "-" : v);
-    if (stacked) row.push_back(p.stack_index ? std::to_string(p.stack_index) + ": " + p.stack_name : "-");
-    if (sec.key_headers.empty() && !stacked) row.push_back(p.display_label);
+    std::vector<std::string> row = {std::to_string(p.row), p.short_label};
     row.insert(row.end(), {std::to_string(p.world_size), tps_cell(p), std::to_string(p.tps.n)});
     if (predicted)
       row.insert(row.end(), {fmt::or_dash(p.pred_tps, fmt::grouped), fmt::or_dash(p.pred_tps_error(), pct)});

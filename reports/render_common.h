@@ -17,8 +17,8 @@ struct Table {
   std::vector<size_t> points;  // points_table: the point of each row
 };
 
-// One row per point that was not pruned as infeasible: #, one column per
-// varying key (or "recipe"), [stack,] ws, tps/device (p10–p90), n, TFLOPs,
+// One row per point that was not pruned as infeasible: #, its name
+// (PointStats::short_label), ws, tps/device (p10–p90), n, TFLOPs,
 // MFU, peak mem/rank, final loss (with the predicted columns when
 // has_predictions()), [compute, comm, exposed comm, idle — those
 // some point measured,] status, speedup.
@@ -31,6 +31,18 @@ Table scaling_table(const SectionReport& sec);
 Table summary_table(const SectionReport& sec, const WorldSummary& s);
 std::string summary_title(const WorldSummary& s);  // "world size 2: fastest, and the fastest under each memory budget"
 std::string summary_note();                         // what the front is
+// Each setting's effect (SectionReport::effects): setting, versus, pairs
+// ("16", or "14 of 16" where some points had no match), tokens/s ratio and
+// interval, memory ratio and interval, coverage.
+Table effects_table(const SectionReport& sec);
+std::string effects_note();
+// The spec's stacked chain: row, technique, pairs, step and cumulative
+// ratios of tokens/s and memory.
+Table chain_table(const SectionReport& sec);
+std::string chain_title(const SectionReport& sec);  // "Stacked: compile → Float8 (the spec's [report] stack)"
+std::string ratio_interval(const PairedRatio& r);    // "1.41–1.55"
+std::string common_line(const SectionReport& sec);   // what every point shares: "fsdp2 · b2"
+
 // A paired sweep's speedups over its baseline sweep: recipe, ws, pairs,
 // speedup, interval, its coverage.
 Table paired_table(const SectionReport& sec);

@@ -20,6 +20,7 @@ std::string render_markdown(const Report& r) {
       << r.ctitan_version << "\n\n";
   for (const SectionReport& sec : r.sections) {
     out << "### " << fmt::md_escape(sec.title) << "\n\n";
+    if (!sec.common.empty()) out << "Every point: " << fmt::md_escape(render::common_line(sec)) << "\n\n";
     if (!sec.environment.empty()) {
       out << "<sub>";
       for (size_t i = 0; i < sec.environment.size(); ++i)
@@ -30,7 +31,18 @@ std::string render_markdown(const Report& r) {
       out << "#### " << fmt::md_escape(render::summary_title(s)) << "\n\n";
       write_table(out, render::summary_table(sec, s));
     }
-    if (!sec.summary.empty()) out << "<sub>" << render::summary_note() << "</sub>\n\n#### All points\n\n";
+    if (!sec.summary.empty()) out << "<sub>" << render::summary_note() << "</sub>\n\n";
+    if (!sec.effects.empty()) {
+      out << "#### What each setting buys\n\n";
+      write_table(out, render::effects_table(sec));
+      out << "<sub>" << fmt::md_escape(render::effects_note()) << "</sub>\n\n";
+    }
+    if (!sec.chain.empty()) {
+      out << "#### " << fmt::md_escape(render::chain_title(sec)) << "\n\n";
+      write_table(out, render::chain_table(sec));
+    }
+    if (!sec.chain_note.empty()) out << "<sub>No stacked chain: " << fmt::md_escape(sec.chain_note) << "</sub>\n\n";
+    out << "#### All points\n\n";
     write_table(out, render::points_table(sec));
     out << "<sub>tps/device: tokens/s per device, median over the steady-state steps (after warmup) of every ok "
            "repeat; n = steps pooled. Peak memory, final loss and the communication split are medians over repeats. "

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "reports/aliases.h"
 #include "common/build_identity.h"
 #include "ctitan/build_info.h"
 
@@ -111,27 +112,11 @@ std::pair<std::string, std::string> key_value(const std::string& token) {
                                  : std::make_pair(token.substr(0, eq), token.substr(eq + 1));
 }
 
-// "training.local_batch_size" → "local_batch_size"; a generic last part
-// takes its section's name ("compile.enable" → "compile",
-// "activation_checkpoint.mode" → "activation_checkpoint"); the full key
-// where two short names would collide.
-std::vector<std::string> short_names(const std::vector<std::string>& keys) {
-  std::vector<std::string> out;
-  for (const std::string& k : keys) {
-    std::vector<std::string> parts;
-    std::istringstream in(k);
-    for (std::string part; std::getline(in, part, '.');) parts.push_back(part);
-    std::string name = parts.empty() ? k : parts.back();
-    if ((name == "enable" || name == "enabled" || name == "mode") && parts.size() >= 2) name = parts[parts.size() - 2];
-    out.push_back(name);
-  }
-  for (size_t i = 0; i < out.size(); ++i)
-    if (std::count(out.begin(), out.end(), out[i]) > 1) out[i] = keys[i];
-  return out;
-}
-
-// Settings every point shares say nothing about the difference between rows.
-void set_display_labels(SectionReport& sec) {
+// Settings every point shares say nothing about the difference between rows:
+// they go to the section's header (SectionReport::common), and each point is
+// named by what varies (reports/aliases.h): its layout where layouts differ,
+// then the tokens of the other varying settings, then its stack row.
+void set_display_labels(SectionReport& sec, const std::vector<std::string>& layouts) {
   std::vector<PointStats>& points = sec.points;
   std::map<std::string, size_t> count;
   for (const PointStats& p : points) {
@@ -146,8 +131,26 @@ void set_display_labels(SectionReport& sec) {
       if (varies(t) && std::find(sec.varying_keys.begin(), sec.varying_keys.end(), key) == sec.varying_keys.end())
         sec.varying_keys.push_back(key);
     }
-  sec.key_headers = short_names(sec.varying_keys);
-  for (PointStats& p : points) {
+  for (const std::string& k : sec.varying_keys) sec.key_headers.push_back(alias::key_name(k));
+  // A layout is named where points of the same world size differ in it.
+  const std::set<std::string> distinct_layouts(layouts.begin(), layouts.end());
+  std::map<int64_t, std::set<std::string>> layouts_of_ws;
+  for (size_t i = 0; i < points.size(); ++i)
+    if (points[i].status != "infeasible") layouts_of_ws[points[i].world_size].insert(layouts[i]);
+  const bool layout_varies = distinct_layouts.size() > 1;
+  if (!points.empty()) {  // the section's header: what every point shares
+    if (!layout_varies && !layouts.front().empty()) sec.common.push_back(layouts.front());
+    for (const std::string& t : tokens(points.front().stack_group)) {
+      if (varies(t)) continue;
+      const auto [key, value] = key_value(t);
+      if (alias::is_layout_key(key)) continue;
+      const std::string a = alias::token(key, value);
+      if (!a.empty()) sec.common.push_back(a);
+    }
+  }
+  for (size_t i = 0; i < points.size(); ++i) {
+    PointStats& p = points[i];
+    p.layout = layouts[i];
     std::string out;
     for (const std::string& t : tokens(p.stack_group))
       if (varies(t)) out += (out.empty() ? "" : " ") + t;
@@ -161,11 +164,21 @@ void set_display_labels(SectionReport& sec) {
       const auto at = std::find(sec.varying_keys.begin(), sec.varying_keys.end(), key);
       if (at != sec.varying_keys.end()) p.settings[static_cast<size_t>(at - sec.varying_keys.begin())] = value;
     }
+    std::vector<std::string> name;
+    if (layouts_of_ws[p.world_size].size() > 1 && !p.layout.empty()) name.push_back(p.layout);
+    for (size_t k = 0; k < p.settings.size(); ++k) {
+      if (p.settings[k].empty() || alias::is_layout_key(sec.varying_keys[k])) continue;
+      const std::string a = alias::token(sec.varying_keys[k], p.settings[k]);
+      if (!a.empty()) name.push_back(a);
+    }
+    if (name.empty())  // every varying setting at its off value: name them ("eager")
+      for (size_t k = 0; k < p.settings.size(); ++k)
+        if (!p.settings[k].empty() && !alias::is_layout_key(sec.varying_keys[k]))
+          name.push_back(alias::value_name(sec.varying_keys[k], p.settings[k]));
+    if (!p.stack_name.empty()) name.push_back(p.stack_name);
     std::string brief;
-    for (size_t i = 0; i < p.settings.size(); ++i)
-      if (!p.settings[i].empty()) brief += (brief.empty() ? "" : " ") + sec.key_headers[i] + "=" + p.settings[i];
-    if (!p.stack_name.empty()) brief += (brief.empty() ? "" : " ") + p.stack_name;
-    p.short_label = brief.empty() ? "(base)" : brief;
+    for (const std::string& t : name) brief += (brief.empty() ? "" : " ") + t;
+    p.short_label = brief.empty() ? (p.layout.empty() ? "(base)" : p.layout) : brief;
   }
 }
 
@@ -335,12 +348,27 @@ SectionReport build_section(const std::string& title, const std::vector<PointDat
   if (distinct.size() > 1)
     for (size_t i = 0; i < points.size(); ++i)
       if (!builds[i].empty()) sec.points[i].stack_group += " build=" + builds[i];
-  set_display_labels(sec);
+  // Each point's layout from its first recorded run's resolved config; from
+  // its label's settings where no run recorded one.
+  std::vector<std::string> layouts;
+  for (size_t i = 0; i < points.size(); ++i) {
+    std::string l;
+    for (const RunData& r : points[i].runs)
+      if (!r.run.config_toml.empty() && !(l = alias::layout(r.run.config_toml, points[i].world_size)).empty()) break;
+    if (l.empty()) {
+      std::vector<std::pair<std::string, std::string>> settings;
+      for (const std::string& t : tokens(sec.points[i].stack_group)) settings.push_back(key_value(t));
+      l = alias::layout_from_settings(settings);
+    }
+    layouts.push_back(l);
+  }
+  set_display_labels(sec, layouts);
   set_speedups(sec, baseline_label);
   set_stacks_and_scaling(sec);
   for (const PointStats& p : sec.points) sec.has_comm = sec.has_comm || p.comm_s.has_value();
   sec.environment = environment_lines(points);
   set_summary(sec);
+  sec.effects = knob_effects(sec);
   return sec;
 }
 
@@ -401,6 +429,16 @@ Report build_report(const ResultsDb& db, const ReportOptions& opts) {
     const std::vector<PointData> points = load_points(db, sel);
     if (points.empty()) continue;
     r.sections.push_back(build_section(sweep.empty() ? "runs outside any sweep" : sweep, points, opts.baseline));
+    if (const auto row = sweep.empty() ? std::nullopt : db.sweep(sweep)) {
+      SectionReport& sec = r.sections.back();
+      const auto steps = report_stack_of(row->spec_toml);
+      for (const auto& [key, to] : steps) sec.chain_keys.push_back(to.empty() ? key : key + "=" + to);
+      try {
+        if (!steps.empty()) sec.chain = stack_chain(sec, steps);
+      } catch (const InputError& e) {  // the points cannot form the chain (failed runs): say so, report the rest
+        sec.chain_note = e.what();
+      }
+    }
     if (!paired_with.empty() && db.sweep(paired_with)) {
       SectionReport& sec = r.sections.back();
       sec.paired_with = paired_with;

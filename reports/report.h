@@ -28,7 +28,11 @@ namespace ctitan {
 struct PointStats {
   std::string sweep, label, point_key;
   std::string display_label;  // the label less the settings every point of the section shares
-  std::string short_label;    // the same with short key names, for charts: "compile=true local_batch_size=2 +Float8"
+  // Its name (reports/aliases.h): the layout where layouts differ in the
+  // section, then the short tokens of the other varying settings, then the
+  // stack row: "fsdp2 compile f8 ac=full b2", "tp2 b2", "b2 +Float8".
+  std::string short_label;
+  std::string layout;  // "fsdp2 tp2", "single" ("" when unknown)
   std::vector<std::string> settings;  // value of each SectionReport::varying_keys ("" when unset)
   std::string stack_group;            // the label without its "stack=K:NAME" part
   std::string stack_name;             // NAME of "stack=K:NAME" ("" outside stacks)
@@ -93,6 +97,51 @@ struct WorldSummary {
 // ascending; of equal points the first. Empty input: empty.
 std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& points);
 
+// A median paired ratio (to / from) with the sign test's distribution-free
+// interval (stats::median_interval of the log-ratios at 95 %; `level` its
+// exact coverage: fewer than 6 pairs cannot reach 95 %). n == 0: no pair.
+struct PairedRatio {
+  size_t n = 0;
+  double median = 1, lo = 1, hi = 1, level = 0;
+};
+PairedRatio paired_ratio(const std::vector<double>& ratios);
+
+// What one setting buys: every ok point with `to` matched with the point
+// that differs from it in this setting alone (`from`; same world size, same
+// stack row, every other setting equal). Ratios of tokens/s per device and
+// of peak memory per rank over the matched pairs.
+struct KnobEffect {
+  std::string key;            // "compile.enable"
+  std::string from, to;       // the values as labels spell them ("false", "true")
+  std::string label;          // reports/aliases.h: "compile", "ac=full", "ddp2"… (value_name of `to`)
+  std::string versus;         // value_name of `from`: "eager", "ac=none"
+  size_t candidates = 0;      // ok points with `to`: pairs + the ones with no match
+  PairedRatio tps, mem;       // mem over the pairs where both measured memory
+  std::vector<std::pair<size_t, size_t>> pairs;  // (from point, to point), indices into SectionReport::points
+};
+
+// One row of a stacked chain (`[report] stack = [...]` in the spec): the
+// step from the row above, matched as a KnobEffect with the earlier steps'
+// settings at their `to` values and the later ones' at their `from`.
+struct ChainStep {
+  KnobEffect effect;
+  double cumulative_tps = 1, cumulative_mem = 1;  // product of the step medians so far
+};
+
+struct SectionReport;
+// Every varying setting's effects: for each value other than the first the
+// points show (spec order), against that first value. Settings whose values
+// never pair up are left out.
+std::vector<KnobEffect> knob_effects(const SectionReport& sec);
+// The chain of `steps` ((key, to) in order; `from` is each key's first
+// value in the points); InputError naming a key the section does not vary
+// or a value no point has.
+std::vector<ChainStep> stack_chain(const SectionReport& sec,
+                                   const std::vector<std::pair<std::string, std::string>>& steps);
+// `[report] stack` of a stored spec: ("compile.enable", "") or
+// ("training.local_batch_size", "2"); empty when the spec has none.
+std::vector<std::pair<std::string, std::string>> report_stack_of(const std::string& spec_toml);
+
 struct SectionReport {
   std::string title;  // sweep name, or "runs outside any sweep"
   std::vector<PointStats> points;
@@ -100,6 +149,7 @@ struct SectionReport {
   // order, and the short names tables use for them ("compile" for
   // compile.enable, "local_batch_size" for training.local_batch_size).
   std::vector<std::string> varying_keys, key_headers;
+  std::vector<std::string> common;  // the tokens every point shares ("fsdp2", "b2"): the section header
   std::vector<StackTable> stacks;
   std::vector<ScalingSeries> scaling;
   bool has_comm = false;                 // any point has the communication split
@@ -108,6 +158,10 @@ struct SectionReport {
   std::string paired_with;               // the baseline sweep of a paired sweep ("" otherwise)
   std::vector<PairedSpeedup> paired;     // its points with at least one ok pair
   std::vector<WorldSummary> summary;     // world sizes with an ok point that has throughput and memory
+  std::vector<KnobEffect> effects;       // knob_effects()
+  std::vector<ChainStep> chain;          // the spec's [report] stack (empty without one)
+  std::vector<std::string> chain_keys;   // its entries as written
+  std::string chain_note;                // why the chain could not be formed ("" when it was)
 };
 
 struct Report {

@@ -161,7 +161,7 @@ TEST_F(ReportDb, PointsTableNumbersFromSteadyStateSteps) {
   EXPECT_EQ(fsdp.loss_curve.size(), 7u);  // every logged step, warmup included
   // Labels lose the settings every point shares (model.flavor=tiny), keep the rest.
   EXPECT_EQ(fsdp.display_label, "training.local_batch_size=2 stack=1:FSDP");
-  EXPECT_EQ(fsdp.short_label, "local_batch_size=2 FSDP");
+  EXPECT_EQ(fsdp.short_label, "b2 FSDP");  // reports/aliases.h: training.local_batch_size=2 is "b2"
   EXPECT_EQ(sec.varying_keys, std::vector<std::string>{"training.local_batch_size"});
   EXPECT_EQ(fsdp.settings, std::vector<std::string>{"2"});
   EXPECT_EQ(fsdp.stack_index, 1);
@@ -203,8 +203,8 @@ TEST_F(ReportDb, StackedAndScalingTables) {
       << md;
   // Scaling: per-device throughput at 2 ranks over 1 rank.
   ASSERT_EQ(sec.scaling.size(), 3u);
-  EXPECT_NE(md.find("| local_batch_size=2 FSDP | 2 | 900 (882\u2013918) | 90.0% |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| local_batch_size=2 +Float8 | 2 | 1,530 (1,499\u20131,561) | 85.0% |"), std::string::npos);
+  EXPECT_NE(md.find("| b2 FSDP | 2 | 900 (882\u2013918) | 90.0% |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| b2 +Float8 | 2 | 1,530 (1,499\u20131,561) | 85.0% |"), std::string::npos);
 }
 
 TEST_F(ReportDb, BaselineLabelSetsTheSpeedupReference) {
@@ -220,9 +220,9 @@ TEST_F(ReportDb, RenderersAgreeOnThePoints) {
   stacked_sweep();
   const Report r = build_report(*db_, {});
   const std::string md = render_markdown(r);
-  // One column per setting that varies (short names), the stack row, then the numbers.
-  EXPECT_NE(md.find("| # | local_batch_size | stack | ws | tps/device (p10\u2013p90) |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| 1 | 2 | 1: FSDP | 1 | 1,000 (980\u20131,020) | 10 | 0.0010 | 1.00% | 381.5 MiB | 3.0000 |"),
+  // Each point named by what varies (its alias tokens and stack row), then the numbers.
+  EXPECT_NE(md.find("| # | point | ws | tps/device (p10\u2013p90) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1 | b2 FSDP | 1 | 1,000 (980\u20131,020) | 10 | 0.0010 | 1.00% | 381.5 MiB | 3.0000 |"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("1.00\u00d7 (baseline)"), std::string::npos);
@@ -298,7 +298,7 @@ TEST_F(ReportDb, PredictedColumnsBesideTheMeasuredOnesInSpecOrder) {
                     "err | final loss |"),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("| 1 | 1 | 1 | 1,000 (984\u20131,016) | 5 | 1,100 | +10.0% | 0.0010 | 1.00% | 381.5 MiB | "
+  EXPECT_NE(md.find("| 1 | a=1 | 1 | 1,000 (984\u20131,016) | 5 | 1,100 | +10.0% | 0.0010 | 1.00% | 381.5 MiB | "
                     "190.7 MiB | \u221250.0% | 3.0000 |"),
             std::string::npos)
       << md;

@@ -104,6 +104,17 @@ TEST(SweepSpec, ListValuedAxesTakeArraysOrCommaStrings) {
   EXPECT_EQ(pts[0].label, "model.converters=[]");
 }
 
+TEST(SweepSpec, ReportStackNamesGridAxesInOrder) {
+  const SweepSpec s = parse_sweep_spec(
+      spec("[grid]\ncompile.enable = [false, true]\ntraining.local_batch_size = [1, 2, 4]\n"
+           "[report]\nstack = [\"compile.enable\", \"training.local_batch_size=4\"]\n"),
+      "t.toml");
+  ASSERT_EQ(s.report_stack.size(), 2u);
+  EXPECT_EQ(s.report_stack[0].first, "compile.enable");
+  EXPECT_EQ(s.report_stack[1].first, "training.local_batch_size=4");
+  EXPECT_EQ(s.report_stack[1].second, "t.toml:9");
+}
+
 TEST(SweepSpec, ExcludeDropsMatchingPointsIncludeAddsPoints) {
   auto pts = plan(spec("[grid]\ncompile.enable = [false, true]\nactivation_checkpoint.mode = [\"none\", \"full\"]\n"
                        "[[exclude]]\ncompile.enable = true\nactivation_checkpoint.mode = \"full\"\n"
@@ -564,7 +575,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"StackRowWithoutName", spec("[[stack]]\ncompile.enable = true\n"), "needs name"},
         BadSpec{"BadInclude", spec("[[include]]\nactivation_checkpoint.mode = \"sometimes\"\n"),
                 "[[include]] row"},
-        BadSpec{"ZeroRepeats", spec("", "repeats = 0\n"), "repeats must be an integer in 1..1000, got 0"}),
+        BadSpec{"ZeroRepeats", spec("", "repeats = 0\n"), "repeats must be an integer in 1..1000, got 0"},
+        BadSpec{"ReportStackNotAnAxis",
+                spec("[grid]\ncompile.enable = [false, true]\n[report]\nstack = [\"model.converters\"]\n"),
+                "t.toml:8: [report] stack entry 'model.converters' is not a [grid] axis"},
+        BadSpec{"ReportStackAmbiguous",
+                spec("[grid]\ntraining.local_batch_size = [1, 2, 4]\n[report]\nstack = [\"training.local_batch_size\"]\n"),
+                "has 3 values in [grid]; name the one to stack: 'training.local_batch_size=4'"},
+        BadSpec{"ReportStackUnknownValue",
+                spec("[grid]\ncompile.enable = [false, true]\n[report]\nstack = [\"compile.enable=maybe\"]\n"),
+                "'maybe' is not one of the axis's values after its first"},
+        BadSpec{"ReportUnknownKey", spec("[report]\nstak = [\"compile.enable\"]\n"), "unknown [report] key 'stak'"}),
     [](const auto& info) { return info.param.name; });
 
 // --- classification -------------------------------------------------------------
