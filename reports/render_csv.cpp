@@ -4,6 +4,11 @@
 // pred_mem_peak_bytes (per rank), their errors in percent (predicted /
 // measured − 1) and the spec they were predicted on.
 //
+// Then `name` and `layout` (reports/aliases.h), the names the Markdown and
+// HTML reports print. After a blank line, the effects (one row per setting
+// and value: knob_effects) and the spec's stacked chain (chain_step ≥ 1):
+// median paired ratios of tokens/s and peak memory with their intervals.
+//
 // Text cells (sweep, labels, stack name, error, predicted_on) carry what a
 // spec or a run wrote: one starting with '=', '+', '-', '@', a tab or a CR
 // would be a formula to Excel / LibreOffice / Sheets (OWASP "CSV
@@ -38,7 +43,7 @@ std::string render_csv(const Report& r) {
   out << "sweep,label,recipe,world_size,repeats,ok_runs,status,tps_median,tps_p10,tps_p90,tps_q1,tps_q3,tps_n,"
          "tflops,mfu_pct,mem_peak_bytes,loss_final,compute_s,comm_s,exposed_comm_s,idle_s,speedup,baseline,"
          "stack_index,stack_name,point_key,error,pred_tps,pred_tps_err_pct,pred_mem_peak_bytes,pred_mem_err_pct,"
-         "predicted_on\n";
+         "predicted_on,name,layout\n";
   for (const SectionReport& sec : r.sections) {
     for (const PointStats& p : sec.points) {
       const bool tps = p.tps.n > 0;
@@ -50,8 +55,29 @@ std::string render_csv(const Report& r) {
           << num(p.exposed_comm_s) << "," << num(p.idle_s) << "," << num(p.speedup) << ","
           << (p.baseline ? "true" : "false") << "," << p.stack_index << "," << quote(p.stack_name) << "," << quote(p.point_key)
           << "," << quote(p.error) << "," << num(p.pred_tps) << "," << pct(p.pred_tps_error()) << ","
-          << num(p.pred_mem_peak_bytes) << "," << pct(p.pred_mem_error()) << "," << quote(p.predicted_on) << "\n";
+          << num(p.pred_mem_peak_bytes) << "," << pct(p.pred_mem_error()) << "," << quote(p.predicted_on) << ","
+          << quote(p.short_label) << "," << quote(p.layout) << "\n";
     }
+  }
+  bool header = false;
+  const auto effect_row = [&](const SectionReport& sec, const KnobEffect& e, size_t step, double cum_tps,
+                              double cum_mem) {
+    if (!header) {
+      out << "\nsweep,chain_step,key,from,to,setting,versus,pairs,candidates,tps_ratio,tps_lo,tps_hi,mem_ratio,mem_lo,"
+             "mem_hi,level,cumulative_tps,cumulative_mem\n";
+      header = true;
+    }
+    const auto r = [&](const PairedRatio& x, double v) { return x.n ? num(v) : std::string(); };
+    out << quote(sec.title) << "," << step << "," << quote(e.key) << "," << quote(e.from) << "," << quote(e.to) << ","
+        << quote(e.label) << "," << quote(e.versus) << "," << e.pairs.size() << "," << e.candidates << ","
+        << r(e.tps, e.tps.median) << "," << r(e.tps, e.tps.lo) << "," << r(e.tps, e.tps.hi) << ","
+        << r(e.mem, e.mem.median) << "," << r(e.mem, e.mem.lo) << "," << r(e.mem, e.mem.hi) << ","
+        << r(e.tps, e.tps.level) << "," << (step ? num(cum_tps) : "") << "," << (step ? num(cum_mem) : "") << "\n";
+  };
+  for (const SectionReport& sec : r.sections) {
+    for (const KnobEffect& e : sec.effects) effect_row(sec, e, 0, 1, 1);
+    for (size_t i = 0; i < sec.chain.size(); ++i)
+      effect_row(sec, sec.chain[i].effect, i + 1, sec.chain[i].cumulative_tps, sec.chain[i].cumulative_mem);
   }
   return out.str();
 }

@@ -23,6 +23,8 @@ nlohmann::json point_json(const PointStats& p) {
                  {"mem_peak_error", opt(p.pred_mem_error())}};
   return {{"label", p.label},
           {"recipe", p.display_label},
+          {"name", p.short_label},
+          {"layout", p.layout},
           {"point_key", p.point_key},
           {"world_size", p.world_size},
           {"repeats", p.repeats},
@@ -46,6 +48,19 @@ nlohmann::json point_json(const PointStats& p) {
           {"predicted", predicted}};
 }
 
+nlohmann::json ratio_json(const PairedRatio& r) {
+  if (r.n == 0) return nullptr;
+  return {{"pairs", r.n}, {"median", r.median}, {"lo", r.lo}, {"hi", r.hi}, {"level", r.level}};
+}
+
+nlohmann::json effect_json(const KnobEffect& e) {
+  nlohmann::json pairs = nlohmann::json::array();
+  for (const auto& [a, b] : e.pairs) pairs.push_back({a, b});
+  return {{"key", e.key},   {"from", e.from},      {"to", e.to},   {"setting", e.label},
+          {"versus", e.versus}, {"candidates", e.candidates}, {"pairs", pairs}, {"tps", ratio_json(e.tps)},
+          {"mem", ratio_json(e.mem)}};
+}
+
 }  // namespace
 
 nlohmann::json render_json(const Report& r) {
@@ -62,7 +77,20 @@ nlohmann::json render_json(const Report& r) {
     for (const PairedSpeedup& s : sec.paired)
       paired.push_back({{"recipe", s.label}, {"world_size", s.world_size}, {"pairs", s.pairs}, {"speedup", s.speedup},
                         {"lo", s.lo}, {"hi", s.hi}, {"level", s.level}});
+    nlohmann::json effects = nlohmann::json::array();
+    for (const KnobEffect& e : sec.effects) effects.push_back(effect_json(e));
+    nlohmann::json chain = nlohmann::json::array();
+    for (const ChainStep& c : sec.chain) {
+      nlohmann::json step = effect_json(c.effect);
+      step["cumulative_tps"] = c.cumulative_tps;
+      step["cumulative_mem"] = c.cumulative_mem;
+      chain.push_back(step);
+    }
     sections.push_back({{"title", sec.title},
+                        {"common", sec.common},
+                        {"effects", effects},
+                        {"chain", chain},
+                        {"chain_note", sec.chain_note},
                         {"paired_with", sec.paired_with},
                         {"paired", paired},
                         {"baseline", sec.baseline_label},

@@ -91,6 +91,7 @@ std::vector<PointData> synthetic_sweep(uint64_t seed, double sigma) {
       RunData r;
       r.run.status = "ok";
       r.run.world_size = ws;
+      r.run.config_toml = "[training]\nsteps = 8\n";  // the resolved config: default degrees
       r.tps = {tps * 0.99, tps, tps * 1.01};
       SummaryRow s;
       s.tps_median = tps;
@@ -201,6 +202,26 @@ TEST(ReportEffects, StackedChainMultipliesItsSteps) {
             (std::vector<std::pair<std::string, std::string>>{{"compile.enable", ""},
                                                               {"training.local_batch_size", "2"}}));
   EXPECT_TRUE(report_stack_of("[sweep]\nname = \"x\"\n").empty());
+}
+
+TEST(ReportEffects, CsvAndJsonCarryTheNamesAndTheEffectRows) {
+  Report r;
+  r.sections.push_back(build_section("synthetic", synthetic_sweep(2, 0.0), ""));
+  r.sections[0].chain = stack_chain(r.sections[0], {{"compile.enable", ""}});
+  const std::string csv = render_csv(r);
+  EXPECT_NE(csv.find(",predicted_on,name,layout\n"), std::string::npos);
+  EXPECT_NE(csv.find(",compile f8 ac=full b2,fsdp2\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nsynthetic,0,compile.enable,false,true,compile,eager,16,16,1.3"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nsynthetic,1,compile.enable,false,true,compile,eager,16,16,1.3,1.3,1.3,1,1,1,0.97872924804687489,1.3,1\n"), std::string::npos) << csv;
+  const nlohmann::json j = render_json(r);
+  const nlohmann::json& sec = j["sections"][0];
+  ASSERT_EQ(sec["effects"].size(), 4u);
+  EXPECT_EQ(sec["effects"][2]["setting"], "ac=full");
+  EXPECT_EQ(sec["effects"][2]["pairs"].size(), 16u);
+  EXPECT_NEAR(sec["effects"][2]["tps"]["median"].get<double>(), 0.85, 1e-9);
+  EXPECT_NEAR(sec["chain"][0]["cumulative_tps"].get<double>(), 1.30, 1e-9);
+  EXPECT_EQ(sec["points"][31]["name"], "compile f8 ac=full b2");
+  EXPECT_EQ(sec["points"][31]["layout"], "fsdp2");
 }
 
 }  // namespace

@@ -308,7 +308,7 @@ TEST_F(ReportDb, PredictedColumnsBesideTheMeasuredOnesInSpecOrder) {
   EXPECT_NE(render_html(r).find("<th>pred. tps</th><th>err</th>"), std::string::npos);
 
   const std::string csv = render_csv(r);
-  EXPECT_NE(csv.find(",pred_tps,pred_tps_err_pct,pred_mem_peak_bytes,pred_mem_err_pct,predicted_on\n"),
+  EXPECT_NE(csv.find(",pred_tps,pred_tps_err_pct,pred_mem_peak_bytes,pred_mem_err_pct,predicted_on,name,layout\n"),
             std::string::npos)
       << csv;
   EXPECT_NE(csv.find(",1100,10.0000000000000"), std::string::npos) << csv;
