@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <utility>
 
 #include "reports/format.h"
@@ -155,6 +156,12 @@ Table points_table(const SectionReport& sec) {
   }
   t.header.insert(t.header.end(), {"status", "speedup"});
   t.right.insert(t.right.end(), {false, true});
+  // What a laptop screen shows by default: the name, ws, throughput, MFU,
+  // memory, loss, status and speedup; the rest behind "all columns".
+  static const std::set<std::string> kShown = {"#",   "point",         "ws",         "tps/device (p10\u2013p90)",
+                                               "MFU", "peak mem/rank", "final loss", "status",
+                                               "speedup"};
+  for (const std::string& h : t.header) t.optional.push_back(!kShown.count(h));
   for (size_t i = 0; i < sec.points.size(); ++i) {
     const PointStats& p = sec.points[i];
     if (p.row == 0) continue;
@@ -325,6 +332,27 @@ void write_html_table(std::ostringstream& out, const Table& t, const std::vector
     out << "</tr>";
   }
   out << "</tbody></table></div>\n";
+}
+
+void write_html_sortable_table(std::ostringstream& out, const Table& t, const std::string& id,
+                               const std::vector<std::string>& row_classes) {
+  const auto cls = [&](size_t c) {
+    std::string k = t.right[c] ? "r" : "";
+    if (c < t.optional.size() && t.optional[c]) k += k.empty() ? "opt" : " opt";
+    return k.empty() ? std::string() : " class=\"" + k + "\"";
+  };
+  out << "<table id=\"" << id << "\" class=\"sortable compact\"><thead><tr>";
+  for (size_t c = 0; c < t.header.size(); ++c)
+    out << "<th" << cls(c) << " title=\"sort by " << fmt::html_escape(t.header[c]) << "\">" << fmt::html_escape(t.header[c])
+        << "</th>";
+  out << "</tr></thead><tbody>";
+  for (size_t i = 0; i < t.rows.size(); ++i) {
+    const std::string rc = i < row_classes.size() ? row_classes[i] : "";
+    out << (rc.empty() ? "<tr>" : "<tr class=\"" + rc + "\">");
+    for (size_t c = 0; c < t.rows[i].size(); ++c) out << "<td" << cls(c) << ">" << fmt::html_escape(t.rows[i][c]) << "</td>";
+    out << "</tr>";
+  }
+  out << "</tbody></table>\n";
 }
 
 }  // namespace ctitan::render

@@ -15,6 +15,7 @@ struct Table {
   std::vector<bool> right;  // right-aligned (numeric) columns
   std::vector<std::vector<std::string>> rows;
   std::vector<size_t> points;  // points_table: the point of each row
+  std::vector<bool> optional;  // columns the HTML table hides until "all columns" is ticked (empty: none)
 };
 
 // One row per point that was not pruned as infeasible: #, its name
@@ -69,5 +70,10 @@ std::vector<std::string> infeasible_lines(const SectionReport& sec);
 // an HTML <table> in the report's "wide" div (a class per row, optional).
 void write_markdown_table(std::ostringstream& out, const Table& t);
 void write_html_table(std::ostringstream& out, const Table& t, const std::vector<std::string>& row_classes = {});
+// The same as an interactive table (the HTML report's script sorts it by a
+// header click and filters it): id, class "sortable", optional columns
+// marked "opt", no scrolling wrapper so its header can stick to the top.
+void write_html_sortable_table(std::ostringstream& out, const Table& t, const std::string& id,
+                               const std::vector<std::string>& row_classes = {});
 
 }  // namespace ctitan::render

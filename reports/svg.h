@@ -20,26 +20,72 @@ struct Bar {
   bool highlight = false;        // drawn in the accent colour (the baseline)
 };
 
-// Horizontal bars, one per row, labels on the left; empty `bars` gives a
-// short "no data" note instead of an empty frame.
-std::string bar_chart(const std::string& title, const std::string& axis_label, const std::vector<Bar>& bars);
+// Horizontal bars, one per row, labels on the left (a long label wraps onto
+// more lines, never cut); empty `bars` gives a short "no data" note instead
+// of an empty frame. `width` in px: small multiples draw narrower panels.
+std::string bar_chart(const std::string& title, const std::string& axis_label, const std::vector<Bar>& bars,
+                      int width = 1000);
+
+// A label as lines of at most `max_chars` characters, broken at spaces (a
+// word longer than that stands alone on its line): what bar_chart and the
+// other charts draw instead of cutting a label.
+std::vector<std::string> wrap(const std::string& label, size_t max_chars);
 
 struct Series {
   std::string name;
   std::vector<std::pair<double, double>> points;  // (x, y), x ascending
+  bool faint = false;   // drawn thin and grey, behind the others, not in the legend (context)
+  bool dashed = false;  // a reference line (the ideal); drawn in black, dashed
 };
 
 struct LineChartOptions {
   std::string x_label, y_label;
   bool y_from_zero = false;
   bool integer_x = false;  // ticks only at the x values present (world sizes)
+  int width = 1000;
+  int plot_height = 280;
 };
 
-// Lines with markers and a legend under the plot.
+// Lines with markers and a legend under the plot. Series differ in colour,
+// dash pattern and marker shape, so they stay apart in grey-scale print and
+// for colour-blind readers.
 std::string line_chart(const std::string& title, const std::vector<Series>& series, const LineChartOptions& opts);
 
-// The i-th colour of a palette readable on white and by most colour-blind readers.
+struct ScatterPoint {
+  double x = 0, y = 0;
+  std::string label;  // drawn beside the point when `named`, and in its hover text
+  std::string tag;    // short mark drawn beside an unnamed point ("#12")
+  std::string hover;  // the exact values, for the hover text
+  bool named = false;
+};
+
+// Points (x, y) with the Pareto front drawn as a step line through the
+// `front` points (indices, by x ascending) and those named by their labels
+// (filled markers); the others hollow, tagged.
+std::string scatter(const std::string& title, const std::vector<ScatterPoint>& points, const std::vector<size_t>& front,
+                    const std::string& x_label, const std::string& y_label, int width = 1000);
+
+// A forest plot: one row per estimate, a point at the median and a line
+// over its interval, on a log-ratio axis with the line of no effect (1×),
+// one panel per column (tokens/s, memory). An absent estimate leaves its
+// cell empty.
+struct Estimate {
+  double median = 1, lo = 1, hi = 1;
+  std::string text;  // "×1.23 [1.18, 1.35]", printed at the row's end and hovered
+};
+struct ForestRow {
+  std::string label;
+  std::vector<std::optional<Estimate>> cells;  // one per panel
+};
+std::string forest_plot(const std::string& title, const std::vector<std::string>& panels,
+                        const std::vector<ForestRow>& rows, int width = 1000);
+
+// The i-th colour of a palette readable on white and by most colour-blind
+// readers (Okabe–Ito), and the i-th dash pattern ("" solid) and marker
+// shape (circle, square, triangle, diamond) that go with it.
 std::string color(size_t i);
+std::string dash(size_t i);
+std::string marker(size_t i, double x, double y, double r, const std::string& fill, const std::string& stroke);
 
 // Evenly spaced "nice" tick values (1, 2 or 5 × 10^k apart) covering [lo, hi].
 std::vector<double> nice_ticks(double lo, double hi, int target = 5);

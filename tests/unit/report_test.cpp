@@ -248,7 +248,9 @@ TEST_F(ReportDb, RenderersAgreeOnThePoints) {
 
   const std::string html = render_html(r);
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
-  EXPECT_EQ(html.find("<script"), std::string::npos);
+  // One inline script (sort, filter, the column toggle), nothing loaded.
+  EXPECT_EQ(html.find("<script"), html.rfind("<script>"));
+  EXPECT_EQ(html.find("<script src"), std::string::npos);
   // Self-contained: the only URL is the SVG namespace name, which is never fetched.
   std::string rest = html;
   for (size_t at; (at = rest.find("http://www.w3.org/2000/svg")) != std::string::npos;) rest.erase(at, 26);
@@ -256,8 +258,11 @@ TEST_F(ReportDb, RenderersAgreeOnThePoints) {
   EXPECT_EQ(rest.find("src="), std::string::npos);
   size_t charts = 0;
   for (size_t at = 0; (at = html.find("<svg", at)) != std::string::npos; ++at) ++charts;
-  EXPECT_EQ(charts, 4u);  // throughput, loss curves, memory, scaling
-  EXPECT_NE(html.find("p10\u2013p90 error bars"), std::string::npos);
+  // Per world size (1, 2): the Pareto scatter, throughput and memory; one
+  // loss panel (one numerics group: b2); scaling.
+  EXPECT_EQ(charts, 8u);
+  EXPECT_NE(html.find("World size 2: tokens/s per device (median, p10\u2013p90)"), std::string::npos);
+  EXPECT_NE(html.find("id=\"s1-table\" class=\"sortable compact\""), std::string::npos);
 }
 
 // The planner's prediction the sweep stored with each run sits beside the
@@ -305,7 +310,9 @@ TEST_F(ReportDb, PredictedColumnsBesideTheMeasuredOnesInSpecOrder) {
   EXPECT_NE(md.find("| 2,000 (1,968\u20132,032) | 5 | 1,800 | \u221210.0% |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 500 (492\u2013508) | 5 | - | - |"), std::string::npos) << md;
   EXPECT_NE(md.find("predicted (cpu, uncalibrated)"), std::string::npos) << md;
-  EXPECT_NE(render_html(r).find("<th>pred. tps</th><th>err</th>"), std::string::npos);
+  EXPECT_NE(render_html(r).find("<th class=\"r opt\" title=\"sort by pred. tps\">pred. tps</th>"
+                                "<th class=\"r opt\" title=\"sort by err\">err</th>"),
+            std::string::npos);
 
   const std::string csv = render_csv(r);
   EXPECT_NE(csv.find(",pred_tps,pred_tps_err_pct,pred_mem_peak_bytes,pred_mem_err_pct,predicted_on,name,layout\n"),
