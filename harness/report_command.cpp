@@ -49,7 +49,7 @@ void require_database(const std::string& path) {
 
 std::string report_usage() {
   return "usage: ctitan report --db FILE [--sweep NAME] [--baseline LABEL] [--published [DIR]]\n"
-         "                     [--format md|html|csv|json] [--out FILE]\n"
+         "                     [--memory-budget SIZE]... [--format md|html|csv|json] [--out FILE]\n"
          "One row per point (recipe x world size): tps per device (median, p10-p90 over the steady-state steps of\n"
          "every repeat), TFLOPs, MFU, peak memory per rank, final loss, status, speedup vs the baseline row;\n"
          "stacked-optimization tables ([[stack]] rows), scaling tables, communication columns when measured.\n"
@@ -57,6 +57,8 @@ std::string report_usage() {
          "  --sweep NAME      one sweep (default: every sweep, one section each)\n"
          "  --baseline LABEL  the row speedups are relative to (a label, or some of its key=value settings);\n"
          "                    default: the first point at each world size\n"
+         "  --memory-budget SIZE  per rank (80GiB, 512MiB; a bare number is GiB): the summary names the fastest\n"
+         "                    point within it at each world size; repeat for more budgets\n"
          "  --format F        md (a PR comment), html (one self-contained file with SVG charts), csv, json;\n"
          "                    default: from --out's extension, else md\n"
          "  --out FILE        write there instead of stdout\n"
@@ -81,6 +83,10 @@ int report_command(const std::vector<std::string>& args) {
         a.value("--baseline", opts.baseline, "compile.enable=false") || a.value("--format", format, "html") ||
         a.value("--out", out_path, "report.html"))
       continue;
+    if (std::string budget; a.value("--memory-budget", budget, "80GiB")) {
+      opts.memory_budgets.push_back(parse_memory_budget(budget));
+      continue;
+    }
     if (a.current().rfind("--published=", 0) == 0) {
       published.emplace();
       a.value("--published", *published, "recipes/published");

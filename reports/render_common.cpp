@@ -262,6 +262,17 @@ Table summary_table(const SectionReport& sec, const WorldSummary& s) {
                       fmt::bytes(*p.mem_peak_bytes), fmt::ratio(p.tps.median / fastest.tps.median), answers});
     t.points.push_back(s.front[k]);
   }
+  for (const auto& [budget, best] : s.budgets) {  // --memory-budget
+    const std::string answers = "fastest within " + fmt::bytes(budget) + " (--memory-budget)";
+    if (!best) {
+      t.rows.push_back({"-", "nothing fits", "-", "-", "-", answers});
+      continue;
+    }
+    const PointStats& p = sec.points[*best];
+    t.rows.push_back({std::to_string(p.row), p.short_label, tps_cell(p), fmt::bytes(*p.mem_peak_bytes),
+                      fmt::ratio(p.tps.median / fastest.tps.median), answers});
+    t.points.push_back(*best);
+  }
   return t;
 }
 

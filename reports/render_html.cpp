@@ -66,8 +66,10 @@ constexpr const char* kScript = R"JS(
         Array.prototype.forEach.call(heads, function (h) { h.removeAttribute('aria-sort'); });
         th.setAttribute('aria-sort', dir > 0 ? 'ascending' : 'descending');
         var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+        var numeric = th.classList.contains('r');  // right-aligned columns hold numbers; the others text
         rows.sort(function (a, b) {
-          var x = a.cells[col].textContent, y = b.cells[col].textContent, nx = num(x), ny = num(y);
+          var x = a.cells[col].textContent, y = b.cells[col].textContent;
+          var nx = numeric ? num(x) : null, ny = numeric ? num(y) : null;
           if (nx !== null && ny !== null && nx !== ny) return dir * (nx - ny);
           if (nx !== null && ny === null) return -1;
           if (ny !== null && nx === null) return 1;

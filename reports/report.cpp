@@ -310,7 +310,7 @@ std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& p
 
 namespace {
 
-void set_summary(SectionReport& sec) {
+void set_summary(SectionReport& sec, const std::vector<double>& budgets) {
   std::map<int64_t, std::vector<size_t>> by_ws;
   for (size_t i = 0; i < sec.points.size(); ++i) {
     const PointStats& p = sec.points[i];
@@ -323,6 +323,12 @@ void set_summary(SectionReport& sec) {
     for (size_t i : idx) xy.emplace_back(*sec.points[i].mem_peak_bytes, sec.points[i].tps.median);
     for (size_t k : pareto_front(xy)) s.front.push_back(idx[k]);
     s.fastest = s.front.back();  // the front's last point is the fastest
+    for (double b : budgets) {  // the front's fastest within the budget is the fastest of all that fit
+      std::optional<size_t> best;
+      for (size_t i : s.front)
+        if (*sec.points[i].mem_peak_bytes <= b) best = i;
+      s.budgets.emplace_back(b, best);
+    }
     sec.summary.push_back(std::move(s));
   }
 }
@@ -330,7 +336,7 @@ void set_summary(SectionReport& sec) {
 }  // namespace
 
 SectionReport build_section(const std::string& title, const std::vector<PointData>& points,
-                            const std::string& baseline_label) {
+                            const std::string& baseline_label, const std::vector<double>& memory_budgets) {
   SectionReport sec;
   sec.title = title;
   int row = 0;
@@ -367,9 +373,30 @@ SectionReport build_section(const std::string& title, const std::vector<PointDat
   set_stacks_and_scaling(sec);
   for (const PointStats& p : sec.points) sec.has_comm = sec.has_comm || p.comm_s.has_value();
   sec.environment = environment_lines(points);
-  set_summary(sec);
+  set_summary(sec, memory_budgets);
   sec.effects = knob_effects(sec);
   return sec;
+}
+
+double parse_memory_budget(const std::string& text) {
+  const auto bad = [&]() {
+    return InputError("--memory-budget '" + text + "' is not a memory size; write e.g. 80GiB, 512MiB or 24 (GiB)");
+  };
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw bad();
+  }
+  std::string unit = text.substr(used);
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  static const std::map<std::string, double> kUnits = {{"", 1024.0 * 1024 * 1024}, {"GiB", 1024.0 * 1024 * 1024},
+                                                       {"MiB", 1024.0 * 1024}, {"KiB", 1024.0},
+                                                       {"GB", 1e9}, {"MB", 1e6}, {"B", 1}};
+  const auto it = kUnits.find(unit);
+  if (it == kUnits.end() || !(v > 0) || !std::isfinite(v)) throw bad();
+  return v * it->second;
 }
 
 std::vector<PairedSpeedup> paired_speedups(const std::vector<PointData>& base, const std::vector<PointData>& cand,
@@ -428,7 +455,8 @@ Report build_report(const ResultsDb& db, const ReportOptions& opts) {
     const Selection sel{sweep.empty() ? Selection::Kind::outside_sweeps : Selection::Kind::sweep, sweep};
     const std::vector<PointData> points = load_points(db, sel);
     if (points.empty()) continue;
-    r.sections.push_back(build_section(sweep.empty() ? "runs outside any sweep" : sweep, points, opts.baseline));
+    r.sections.push_back(build_section(sweep.empty() ? "runs outside any sweep" : sweep, points, opts.baseline,
+                                       opts.memory_budgets));
     if (const auto row = sweep.empty() ? std::nullopt : db.sweep(sweep)) {
       SectionReport& sec = r.sections.back();
       const auto steps = report_stack_of(row->spec_toml);

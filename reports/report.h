@@ -90,6 +90,8 @@ struct WorldSummary {
   int64_t world_size = 1;
   size_t fastest = 0;          // index into SectionReport::points
   std::vector<size_t> front;   // indices, by peak memory ascending (tps ascending with it)
+  // Each --memory-budget (bytes per rank) and the fastest point within it (none: nothing fits).
+  std::vector<std::pair<double, std::optional<size_t>>> budgets;
 };
 
 // Indices of the points (x = cost to minimise, y = value to maximise) that no
@@ -172,14 +174,19 @@ struct Report {
 struct ReportOptions {
   std::string sweep;     // "": every sweep (one section each)
   std::string baseline;  // label of the baseline rows; "": the first point at each world size
+  std::vector<double> memory_budgets;  // bytes per rank (--memory-budget): the fastest within each, per world size
 };
+
+// "80GiB", "512 MiB", "1.5GB", "24" (GiB) → bytes; InputError naming the
+// text otherwise.
+double parse_memory_budget(const std::string& text);
 
 // InputError for an unknown sweep, a baseline label no point has, or a
 // database without runs.
 Report build_report(const ResultsDb& db, const ReportOptions& opts);
 // The section of one set of points (exposed for tests).
 SectionReport build_section(const std::string& title, const std::vector<PointData>& points,
-                            const std::string& baseline_label);
+                            const std::string& baseline_label, const std::vector<double>& memory_budgets = {});
 // The paired speedups of `cand`'s points over `base`'s, matched by label,
 // world size and repeat; labels as `sec` displays them.
 std::vector<PairedSpeedup> paired_speedups(const std::vector<PointData>& base, const std::vector<PointData>& cand,

@@ -415,8 +415,14 @@ std::string forest_plot(const std::string& title, const std::vector<std::string>
     std::vector<double> ticks;
     for (double t : {0.1, 0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0, 10.0})
       if (std::fabs(std::log(t)) <= span) ticks.push_back(t);
-    if (ticks.size() > 7) std::erase_if(ticks, [](double t) { return t == 0.9 || t == 1.1 || t == 0.67 || t == 1.5; });
-    for (double t : ticks) {
+    // 1x first, then outwards; a tick closer than a label's width to one kept is dropped.
+    std::stable_sort(ticks.begin(), ticks.end(),
+                     [](double a, double b) { return std::fabs(std::log(a)) < std::fabs(std::log(b)); });
+    std::vector<double> kept;
+    for (double t : ticks)
+      if (std::none_of(kept.begin(), kept.end(), [&](double k) { return std::fabs(x(k) - x(t)) < 44; }))
+        kept.push_back(t);
+    for (double t : kept) {
       o << "<line x1=\"" << num(x(t)) << "\" y1=\"" << num(top) << "\" x2=\"" << num(x(t)) << "\" y2=\""
         << num(bottom) << "\" stroke=\"" << (t == 1.0 ? "#888" : kGridColor) << "\""
         << (t == 1.0 ? " stroke-dasharray=\"4 3\"" : "") << "/><text x=\"" << num(x(t)) << "\" y=\""

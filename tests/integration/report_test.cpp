@@ -12,9 +12,11 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <unordered_set>
 
 #include "tests/integration/process.h"
@@ -156,11 +158,11 @@ TEST(Report, RealSweepToMarkdownCsvJsonAndHtmlThatChromiumRenders) {
 
   const auto md = run_ctitan({"report", "--db", db.string(), "--sweep", "stacked"});
   ASSERT_EQ(md.exit_code, 0) << md.err;
-  EXPECT_NE(md.out.find("| # | stack | ws |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| # | point | ws |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("Stacked optimizations \u2014 world size 2"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("| 3 | +Float8 |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("Scaling"), std::string::npos);
-  EXPECT_NE(md.out.find("| 1: FSDP | 1 |"), std::string::npos);
+  EXPECT_NE(md.out.find("| 1 | FSDP | 1 |"), std::string::npos);  // named by what varies: the stack row
   // The sweep stored the planner's predictions: beside the measured numbers, with their error.
   EXPECT_NE(md.out.find("| n | pred. tps | err | TFLOPs |"), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("predicted (cpu, "), std::string::npos) << md.out;
@@ -200,6 +202,183 @@ TEST(Report, RealSweepToMarkdownCsvJsonAndHtmlThatChromiumRenders) {
   EXPECT_LT(empty.non_white_fraction, 0.001);
 }
 
+// What a person on a 1366x768 laptop does with the shipped debug sweep's
+// report, done by script in the real browser after the page loaded: is
+// anything wider than the screen, is any chart label cut (its text must be
+// "#row NAME" with NAME the points table's, inside its chart), do the sort
+// and the filter work. The answers go into the DOM as JSON for the test.
+constexpr const char* kProbe = R"JS(
+<script>
+(function () {
+  var out = {};
+  var vw = document.documentElement.clientWidth;
+  out.viewport = vw;
+  out.page_width = document.documentElement.scrollWidth;
+  var summary = [];
+  var start = document.getElementById('s1-summary'), stop = document.getElementById('s1-effects');
+  for (var e = start; e && e !== stop; e = e.nextElementSibling)
+    if (e.getBoundingClientRect().right > vw + 0.5) summary.push(e.tagName + ' ' + e.getBoundingClientRect().right);
+  out.summary_overflow = summary;
+  var table = document.getElementById('s1-table');
+  var names = {};
+  Array.prototype.forEach.call(table.tBodies[0].rows, function (r) { names[r.cells[0].textContent] = r.cells[1].textContent; });
+  var bad = [], checked = 0;
+  document.querySelectorAll('svg text.label, svg text.legend').forEach(function (t) {
+    var svg = t.ownerSVGElement, box = t.getBBox(), vb = svg.viewBox.baseVal, text = t.textContent;
+    if (box.x < -0.5 || box.x + box.width > vb.width + 0.5) bad.push('outside its chart: ' + text);
+    if (text.indexOf('\u2026') >= 0) bad.push('ellipsis: ' + text);
+    text.split(', ').forEach(function (part) {
+      var m = part.match(/^#(\d+) (.*)$/);
+      if (!m) return;
+      checked++;
+      if (names[m[1]] !== m[2]) bad.push('#' + m[1] + ' drawn as "' + m[2] + '", the table says "' + names[m[1]] + '"');
+    });
+  });
+  out.labels_checked = checked;
+  out.label_problems = bad;
+  function column(title) {
+    var heads = table.tHead.rows[0].cells;
+    for (var i = 0; i < heads.length; i++) if (heads[i].textContent === title) return i;
+    return -1;
+  }
+  function values(col) {
+    return Array.prototype.map.call(table.tBodies[0].rows, function (r) { return r.cells[col].textContent; });
+  }
+  var tps = column('tps/device (p10\u2013p90)'), point = column('point');
+  table.tHead.rows[0].cells[tps].click();
+  out.tps_after_one_click = values(tps).map(function (v) { return parseFloat(v.replace(/,/g, '')); });
+  out.tps_sort_state = table.tHead.rows[0].cells[tps].getAttribute('aria-sort');
+  table.tHead.rows[0].cells[tps].click();
+  out.tps_after_two_clicks = values(tps).map(function (v) { return parseFloat(v.replace(/,/g, '')); });
+  table.tHead.rows[0].cells[point].click();
+  out.names_after_click = values(point);
+  var opt = table.querySelector('th.opt');
+  out.optional_hidden = opt.getBoundingClientRect().width === 0;
+  var box = document.querySelector('input.allcols');
+  box.click();
+  out.optional_shown = opt.getBoundingClientRect().width > 0;
+  box.click();
+  var filter = document.querySelector('input.filter');
+  filter.value = 'F8 b2';
+  filter.dispatchEvent(new Event('input'));
+  out.visible_after_filter = Array.prototype.filter.call(table.tBodies[0].rows, function (r) { return !r.hidden; })
+                               .map(function (r) { return r.cells[1].textContent; });
+  out.rows = table.tBodies[0].rows.length;
+  out.count_text = document.getElementById('s1-table-count').textContent;
+  var pre = document.createElement('pre');
+  pre.id = 'probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>
+)JS";
+
+// Shows the page from `anchor` down (everything before it removed), for a
+// screenshot of one part at the laptop's size.
+std::string from_anchor(const std::string& anchor) {
+  return "<script>(function(){var t=document.getElementById('" + anchor +
+         "');var keep=new Set();for(var e=t;e;e=e.parentElement)keep.add(e);"
+         "document.querySelectorAll('body *').forEach(function(e){if(keep.has(e)||e.contains(t))return;"
+         "if(e.compareDocumentPosition(t)&Node.DOCUMENT_POSITION_FOLLOWING)e.remove();});})();</script>";
+}
+
+std::string with_script(const std::string& html, const std::string& script) {
+  std::string page = html;
+  page.insert(page.rfind("</body>"), script);
+  return page;
+}
+
+// `chromium --dump-dom` of `page` at 1366x768 after its scripts ran.
+std::string dump_dom(const std::string& browser, const fs::path& page, const fs::path& profile) {
+  const fs::path out = page.string() + ".dom";
+  const std::string cmd = "timeout 120 " + browser +
+                          " --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir=" +
+                          profile.string() + " --window-size=1366,768 --virtual-time-budget=5000 --dump-dom file://" +
+                          fs::absolute(page).string() + " >" + out.string() + " 2>" + out.string() + ".log";
+  if (std::system(cmd.c_str()) != 0) return "";
+  std::ifstream in(out);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The shipped debug sweep (recipes/sweeps/debug.toml, 72 points, ~2 minutes
+// on 2 cores) reported as HTML and used in Chromium at 1366x768. The
+// screenshots go to $CTITAN_SCREENSHOT_DIR when set (docs/images holds the
+// ones docs/reports.md and the README show), else into the test's folder.
+TEST(ReportBrowser, ShippedDebugSweepReadsOnALaptopScreen) {
+  const std::string browser = chromium();
+  if (browser.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/bootstrap.sh installs Debian's chromium)";
+  const fs::path dir = fresh_dir("report_browser");
+  const fs::path db = dir / "debug.db";
+  setenv("OMP_NUM_THREADS", "1", 1);
+  const auto sweep = run_ctitan(
+      {"sweep", (fs::absolute(source_dir()) / "recipes/sweeps/debug.toml").string(), "--db", db.string()});
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  const fs::path html = dir / "debug_report.html";
+  ASSERT_EQ(run_ctitan({"report", "--db", db.string(), "--out", html.string()}).exit_code, 0);
+  std::ifstream in(html);
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+
+  std::ofstream(dir / "probe.html") << with_script(page, kProbe);
+  const std::string dom = dump_dom(browser, dir / "probe.html", dir / "profile");
+  const size_t at = dom.find("<pre id=\"probe\">");
+  ASSERT_NE(at, std::string::npos) << "the probe did not finish; DOM:\n" << dom.substr(0, 2000);
+  std::string text = dom.substr(at + 16, dom.find("</pre>", at) - at - 16);
+  for (const auto& [entity, ch] : {std::pair<std::string, std::string>{"&quot;", "\""}, {"&lt;", "<"}, {"&gt;", ">"},
+                                   {"&amp;", "&"}})
+    for (size_t k; (k = text.find(entity)) != std::string::npos;) text.replace(k, entity.size(), ch);
+  const nlohmann::json r = nlohmann::json::parse(text);
+
+  EXPECT_EQ(r["viewport"], 1366);
+  EXPECT_LE(r["page_width"].get<int>(), 1366) << "the page scrolls sideways";
+  EXPECT_TRUE(r["summary_overflow"].empty()) << r["summary_overflow"];
+  EXPECT_GE(r["labels_checked"].get<int>(), 56 * 2) << "the bar charts name every point (throughput and memory)";
+  EXPECT_TRUE(r["label_problems"].empty()) << r["label_problems"];
+  const auto tps1 = r["tps_after_one_click"].get<std::vector<double>>();
+  EXPECT_EQ(tps1.size(), 56u);
+  EXPECT_TRUE(std::is_sorted(tps1.rbegin(), tps1.rend())) << r["tps_after_one_click"];  // numbers: largest first
+  EXPECT_EQ(r["tps_sort_state"], "descending");
+  const auto tps2 = r["tps_after_two_clicks"].get<std::vector<double>>();
+  EXPECT_TRUE(std::is_sorted(tps2.begin(), tps2.end())) << r["tps_after_two_clicks"];
+  const auto names = r["names_after_click"].get<std::vector<std::string>>();
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end())) << r["names_after_click"];  // text: A to Z
+  EXPECT_TRUE(r["optional_hidden"].get<bool>());
+  EXPECT_TRUE(r["optional_shown"].get<bool>());
+  // "F8 b2": every word, any case. The names the table has, filtered here independently.
+  size_t want = 0;
+  for (const std::string& n : names) {
+    std::istringstream words(n);
+    bool f8 = false, b2 = false;
+    for (std::string w; words >> w;) f8 |= w == "f8", b2 |= w == "b2";
+    want += f8 && b2;
+  }
+  const auto shown = r["visible_after_filter"].get<std::vector<std::string>>();
+  EXPECT_EQ(shown.size(), want);
+  EXPECT_GT(want, 0u);
+  for (const std::string& n : shown) EXPECT_TRUE(n.find("f8") != std::string::npos && n.find("b2") != std::string::npos) << n;
+  EXPECT_EQ(r["count_text"], std::to_string(want) + " of 56 points");
+
+  // Screenshots at the laptop's size: the report's top (the summary), what each setting buys, the points table.
+  const char* env = std::getenv("CTITAN_SCREENSHOT_DIR");
+  const fs::path shots = env && *env ? fs::path(env) : dir / "screenshots";
+  fs::create_directories(shots);
+  const std::pair<const char*, const char*> parts[] = {
+      {"report_summary.png", ""}, {"report_effects.png", "s1-effects"}, {"report_points.png", "s1-points"}};
+  for (const auto& [name, anchor] : parts) {
+    const fs::path view = dir / (std::string(name) + ".html");
+    std::ofstream(view) << (*anchor ? with_script(page, from_anchor(anchor)) : page);
+    const std::string cmd = "timeout 120 " + browser +
+                            " --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir=" +
+                            (dir / "profile").string() + " --window-size=1366,768 --virtual-time-budget=3000" +
+                            " --screenshot=" + (shots / name).string() + " file://" + fs::absolute(view).string() +
+                            " >" + (dir / name).string() + ".log 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << name;
+    const PixelCensus c = census(shots / name);
+    EXPECT_EQ(c.width, 1366) << name;
+    EXPECT_EQ(c.height, 768) << name;
+    EXPECT_GT(c.distinct_colors, 64u) << name;
+  }
+}
+
 TEST(Report, BadInputIsOneLineAndExitTwo) {
   const fs::path dir = fresh_dir("report_bad");
   expect_one_line_exit2(run_ctitan({"report", "--db", (dir / "missing.db").string()}), "does not exist");
@@ -207,6 +386,8 @@ TEST(Report, BadInputIsOneLineAndExitTwo) {
   expect_one_line_exit2(run_ctitan({"report"}), "needs --db");
   expect_one_line_exit2(run_ctitan({"report", "--db", (dir / "x.db").string(), "--format", "pdf"}), "pdf");
   expect_one_line_exit2(run_ctitan({"report", "--bogus"}), "unknown report argument '--bogus'");
+  expect_one_line_exit2(run_ctitan({"report", "--db", (dir / "x.db").string(), "--memory-budget", "lots"}),
+                        "--memory-budget 'lots' is not a memory size");
   std::ofstream(dir / "notes.txt") << "not a database";
   expect_one_line_exit2(run_ctitan({"report", "--db", (dir / "notes.txt").string()}), "notes.txt");
 }

@@ -204,6 +204,36 @@ TEST(ReportEffects, StackedChainMultipliesItsSteps) {
   EXPECT_TRUE(report_stack_of("[sweep]\nname = \"x\"\n").empty());
 }
 
+TEST(ReportSummary, MemoryBudgetNamesTheFastestPointThatFits) {
+  const std::vector<double> budgets = {parse_memory_budget("100MB"), parse_memory_budget("0.07GiB"),
+                                       parse_memory_budget("1MiB")};
+  const SectionReport sec = build_section("synthetic", synthetic_sweep(4, 0.05), "", budgets);
+  ASSERT_EQ(sec.summary.size(), 2u);
+  for (const WorldSummary& s : sec.summary) {
+    ASSERT_EQ(s.budgets.size(), 3u);
+    for (size_t b = 0; b < 3; ++b) {
+      std::optional<size_t> want;  // brute force over every point at this world size
+      for (size_t i = 0; i < sec.points.size(); ++i) {
+        const PointStats& p = sec.points[i];
+        if (p.world_size == s.world_size && *p.mem_peak_bytes <= budgets[b] &&
+            (!want || p.tps.median > sec.points[*want].tps.median))
+          want = i;
+      }
+      EXPECT_EQ(s.budgets[b].second, want) << "budget " << budgets[b] << " at ws " << s.world_size;
+    }
+    EXPECT_FALSE(s.budgets[2].second);  // 1 MiB: nothing fits
+  }
+  const render::Table t = render::summary_table(sec, sec.summary[0]);
+  EXPECT_EQ(t.rows.back()[1], "nothing fits");
+  EXPECT_EQ(t.rows.back()[5], "fastest within 1.0 MiB (--memory-budget)");
+  EXPECT_DOUBLE_EQ(parse_memory_budget("80GiB"), 80.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(parse_memory_budget("24"), 24.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(parse_memory_budget("512 MiB"), 512.0 * (1 << 20));
+  EXPECT_THROW(parse_memory_budget("lots"), InputError);
+  EXPECT_THROW(parse_memory_budget("-3GiB"), InputError);
+  EXPECT_THROW(parse_memory_budget("3 parsecs"), InputError);
+}
+
 TEST(ReportEffects, CsvAndJsonCarryTheNamesAndTheEffectRows) {
   Report r;
   r.sections.push_back(build_section("synthetic", synthetic_sweep(2, 0.0), ""));

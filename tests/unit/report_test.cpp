@@ -143,7 +143,7 @@ class ReportDb : public ::testing::Test {
 
 TEST_F(ReportDb, PointsTableNumbersFromSteadyStateSteps) {
   stacked_sweep();
-  const Report r = build_report(*db_, {"stacked", ""});
+  const Report r = build_report(*db_, {"stacked", "", {}});
   ASSERT_EQ(r.sections.size(), 1u);
   const SectionReport& sec = r.sections[0];
   ASSERT_EQ(sec.points.size(), 7u);
@@ -181,7 +181,7 @@ TEST_F(ReportDb, PointsTableNumbersFromSteadyStateSteps) {
 
 TEST_F(ReportDb, StackedAndScalingTables) {
   stacked_sweep();
-  const SectionReport sec = build_report(*db_, {"stacked", ""}).sections[0];
+  const SectionReport sec = build_report(*db_, {"stacked", "", {}}).sections[0];
   ASSERT_EQ(sec.stacks.size(), 2u);  // world sizes 1 and 2
   const StackTable* ws1 = nullptr;
   for (const StackTable& t : sec.stacks)
@@ -209,11 +209,11 @@ TEST_F(ReportDb, StackedAndScalingTables) {
 
 TEST_F(ReportDb, BaselineLabelSetsTheSpeedupReference) {
   stacked_sweep();
-  const SectionReport sec = build_report(*db_, {"stacked", "stack=2:+compile"}).sections[0];
+  const SectionReport sec = build_report(*db_, {"stacked", "stack=2:+compile", {}}).sections[0];
   EXPECT_TRUE(find(sec, "stack=2:+compile", 1).baseline);
   EXPECT_NEAR(*find(sec, "stack=1:FSDP", 1).speedup, 1000.0 / 1500, 1e-9);
   EXPECT_NEAR(*find(sec, "stack=3:+Float8", 2).speedup, 1530.0 / 1350, 1e-9);
-  EXPECT_THROW(build_report(*db_, {"stacked", "compile.enable=maybe"}), InputError);
+  EXPECT_THROW(build_report(*db_, {"stacked", "compile.enable=maybe", {}}), InputError);
 }
 
 TEST_F(ReportDb, RenderersAgreeOnThePoints) {
@@ -285,7 +285,7 @@ TEST_F(ReportDb, PredictedColumnsBesideTheMeasuredOnesInSpecOrder) {
   predicted(add(s, FakeRun("a=2", 1, 0, 2000)), 1, 1800, 400000000);
   predicted(add(s, FakeRun("a=1", 1, 0, 1000)), 0, 1100, 200000000);
   predicted(add(s, FakeRun("a=3", 1, 0, 500)), 2, std::nullopt, std::nullopt);  // the planner rejected its layout
-  const Report r = build_report(*db_, {"predicted", ""});
+  const Report r = build_report(*db_, {"predicted", "", {}});
   const SectionReport& sec = r.sections.at(0);
   ASSERT_EQ(sec.points.size(), 3u);
   EXPECT_EQ(sec.points[0].label, "a=1");
@@ -329,7 +329,7 @@ TEST_F(ReportDb, PredictedColumnsBesideTheMeasuredOnesInSpecOrder) {
 
   // Runs without predictions (recorded before schema v6): no predicted columns.
   stacked_sweep();
-  const std::string plain = render_markdown(build_report(*db_, {"stacked", ""}));
+  const std::string plain = render_markdown(build_report(*db_, {"stacked", "", {}}));
   EXPECT_EQ(plain.find("pred. tps"), std::string::npos) << plain;
 }
 
@@ -436,7 +436,7 @@ TEST_F(ReportDb, PairedSweepShowsPairedSpeedupsWithTheirInterval) {
   EXPECT_NE(render_html(r).find("Paired speedup vs sweep gate-baseline"), std::string::npos);
   EXPECT_EQ(render_json(r)["sections"][1]["paired"][0]["pairs"], 6);
   // --sweep of the candidate alone still pairs it.
-  EXPECT_EQ(build_report(*db_, {"gate-candidate", ""}).sections[0].paired.size(), 2u);
+  EXPECT_EQ(build_report(*db_, {"gate-candidate", "", {}}).sections[0].paired.size(), 2u);
 }
 
 // A sweep resumed by a second build holds both builds' points: the table
@@ -455,12 +455,12 @@ TEST_F(ReportDb, TwoBuildsInOneSweepAreTwoNamedRows) {
   const int64_t one = db_->upsert_sweep("one", "");
   add(one, FakeRun("compile.enable=false", 1, 0, 1000));
   add(one, FakeRun("compile.enable=true", 1, 0, 1000));
-  EXPECT_EQ(build_report(*db_, {"one", ""}).sections[0].varying_keys, (std::vector<std::string>{"compile.enable"}));
+  EXPECT_EQ(build_report(*db_, {"one", "", {}}).sections[0].varying_keys, (std::vector<std::string>{"compile.enable"}));
 }
 
 TEST_F(ReportDb, EmptyDatabaseOrUnknownSweepIsBadInput) {
   EXPECT_THROW(build_report(*db_, {}), InputError);
-  EXPECT_THROW(build_report(*db_, {"nope", ""}), InputError);
+  EXPECT_THROW(build_report(*db_, {"nope", "", {}}), InputError);
 }
 
 TEST(Svg, NiceTicksAndChartsWithoutData) {
