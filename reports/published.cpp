@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "reports/format.h"
+#include "reports/svg.h"
 #include "reports/stats.h"
 #include "results/results_db.h"
 
@@ -247,9 +248,44 @@ std::string render_published_markdown(const PublishedReport& r) {
   return out.str();
 }
 
+// One figure per published table: per row, published | predicted | measured
+// tokens/s per GPU side by side (and peak memory where the table has it).
+std::string published_figures(const PublishedReport& r) {
+  std::vector<std::string> tables;
+  for (const PublishedPoint& p : r.rows)
+    if (std::find(tables.begin(), tables.end(), p.table) == tables.end()) tables.push_back(p.table);
+  const std::vector<std::string> series = {"published", "predicted", "measured"};
+  std::ostringstream out;
+  out << "<div class=\"panels\">";
+  for (const std::string& table : tables) {
+    std::vector<svg::BarGroup> tps, mem;
+    for (const PublishedPoint& p : r.rows) {
+      if (p.table != table) continue;
+      const std::string label = p.label + " (" + std::to_string(p.world_size) + " GPUs)";
+      tps.push_back({label,
+                     {p.published_tps, p.predicted_tps, p.measured_tps},
+                     {fmt::grouped(p.published_tps), p.predicted_tps ? fmt::grouped(*p.predicted_tps) : "",
+                      p.measured_tps ? fmt::grouped(*p.measured_tps) : "not measured"}});
+      if (p.published_mem_gib)
+        mem.push_back({label,
+                       {p.published_mem_gib, p.predicted_mem_gib, p.measured_mem_gib},
+                       {gib_cell(p.published_mem_gib), p.predicted_mem_gib ? gib_cell(p.predicted_mem_gib) : "",
+                        p.measured_mem_gib ? gib_cell(p.measured_mem_gib) : "not measured"}});
+    }
+    out << "<figure>" << svg::grouped_bar_chart(table + ": tokens/s per GPU", "tokens/s per GPU", series, tps, 640)
+        << "</figure>";
+    if (!mem.empty())
+      out << "<figure>" << svg::grouped_bar_chart(table + ": peak memory per GPU", "GiB", series, mem, 640)
+          << "</figure>";
+  }
+  out << "</div>\n";
+  return out.str();
+}
+
 std::string render_published_html_section(const PublishedReport& r) {
   std::ostringstream out;
   out << "<section><h2>Published reproductions \u2014 published vs predicted vs measured</h2>\n";
+  out << published_figures(r);
   out << "<p class=\"note\">" << fmt::html_escape(kLegend) << "</p>\n<ul class=\"meta\">";
   for (const std::string& line : hardware_lines(r)) out << "<li>predicted for " << fmt::html_escape(line) << "</li>";
   out << "</ul>\n";
@@ -271,6 +307,8 @@ std::string render_published_html(const PublishedReport& r) {
          "table{border-collapse:collapse;font-size:13px;margin:8px 0 16px}"
          "th,td{border:1px solid #d0d0d0;padding:3px 8px}th{background:#f3f3f3}"
          "td.r{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"
+         ".panels{display:flex;flex-wrap:wrap;gap:12px}.panels figure{flex:1 1 560px;max-width:100%;margin:0}"
+         "svg{max-width:100%;height:auto}"
       << "</style></head><body>\n<h1>ctitan report</h1>\n<p class=\"meta\">"
       << (r.db_path.empty() ? "no results database: nothing measured" : "Database ") << fmt::html_escape(r.db_path)
       << "</p>\n"

@@ -197,6 +197,66 @@ std::string bar_chart(const std::string& title, const std::string& axis_label, c
   return o.str();
 }
 
+std::string grouped_bar_chart(const std::string& title, const std::string& axis_label,
+                              const std::vector<std::string>& series, const std::vector<BarGroup>& groups, int width) {
+  if (groups.empty() || series.empty()) return no_data(width, title);
+  size_t longest = 0;
+  double max_v = 0;
+  for (const BarGroup& g : groups) {
+    longest = std::max(longest, g.label.size());
+    for (const auto& v : g.values) max_v = std::max(max_v, v.value_or(0));
+  }
+  const size_t label_chars = std::min<size_t>(longest, static_cast<size_t>(0.3 * width / kCharWidth));
+  const double left = 16 + kCharWidth * static_cast<double>(label_chars), right = width - 110;
+  const double bar_h = 12, top = 52 + title_extra(width, title);
+  std::vector<std::vector<std::string>> labels;
+  std::vector<double> group_y;
+  double y = top;
+  for (const BarGroup& g : groups) {
+    labels.push_back(wrap(g.label, label_chars));
+    group_y.push_back(y);
+    y += std::max(bar_h * static_cast<double>(series.size()) + 10,
+                  kLineHeight * static_cast<double>(labels.back().size()) + 8);
+  }
+  const double bottom = y;
+  const std::vector<double> ticks = nice_ticks(0, max_v > 0 ? max_v : 1);
+  const auto x = [&](double v) { return left + (right - left) * v / ticks.back(); };
+  std::ostringstream o;
+  o << open_svg(width, static_cast<int>(bottom) + 40, title);
+  for (size_t j = 0; j < series.size(); ++j) {  // the legend
+    const double lx = left + 150.0 * static_cast<double>(j);
+    o << "<rect x=\"" << num(lx) << "\" y=\"" << num(top - 22) << "\" width=\"12\" height=\"12\" fill=\"" << color(j)
+      << "\"/><text x=\"" << num(lx + 16) << "\" y=\"" << num(top - 12) << "\" fill=\"#222\">"
+      << fmt::html_escape(series[j]) << "</text>";
+  }
+  const double step = ticks.size() > 1 ? ticks[1] - ticks[0] : 1;
+  for (double t : ticks)
+    o << "<line x1=\"" << num(x(t)) << "\" y1=\"" << num(top) << "\" x2=\"" << num(x(t)) << "\" y2=\"" << num(bottom)
+      << "\" stroke=\"" << kGridColor << "\"/><text x=\"" << num(x(t)) << "\" y=\"" << num(bottom + 14)
+      << "\" text-anchor=\"middle\" fill=\"#555\">" << tick_text(t, step) << "</text>";
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const BarGroup& g = groups[i];
+    o << text_lines(labels[i], left - 6, group_y[i] + 13, "end", "label");
+    for (size_t j = 0; j < series.size(); ++j) {
+      const double by = group_y[i] + bar_h * static_cast<double>(j);
+      const std::string text = j < g.texts.size() ? g.texts[j] : "";
+      o << "<g><title>" << fmt::html_escape(g.label + ", " + series[j] + ": " + (text.empty() ? "-" : text))
+        << "</title>";
+      if (j < g.values.size() && g.values[j])
+        o << "<rect x=\"" << num(left) << "\" y=\"" << num(by + 1) << "\" width=\""
+          << num(std::max(0.0, x(*g.values[j]) - left)) << "\" height=\"" << bar_h - 2 << "\" fill=\"" << color(j)
+          << "\"/>";
+      const double tx = (j < g.values.size() && g.values[j] ? x(*g.values[j]) : left) + 4;
+      o << "<text x=\"" << num(tx) << "\" y=\"" << num(by + 10) << "\" font-size=\"10\" fill=\"#333\">"
+        << fmt::html_escape(text.empty() ? "\u2014" : text) << "</text></g>";
+    }
+  }
+  o << "<line x1=\"" << num(left) << "\" y1=\"" << num(top) << "\" x2=\"" << num(left) << "\" y2=\"" << num(bottom)
+    << "\" stroke=\"" << kAxisColor << "\"/><text x=\"" << num((left + right) / 2) << "\" y=\"" << num(bottom + 32)
+    << "\" text-anchor=\"middle\" fill=\"#333\">" << fmt::html_escape(axis_label) << "</text></svg>";
+  return o.str();
+}
+
 std::string line_chart(const std::string& title, const std::vector<Series>& series, const LineChartOptions& opts) {
   const int width = opts.width;
   double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;

@@ -46,6 +46,18 @@ struct LineChartOptions {
   int plot_height = 280;
 };
 
+// Groups of bars side by side (published | predicted | measured per row):
+// one colour per series, a legend on top; an absent value leaves a gap
+// with "—" so "not measured" reads as such.
+struct BarGroup {
+  std::string label;
+  std::vector<std::optional<double>> values;  // one per series
+  std::vector<std::string> texts;             // printed at each bar's end
+};
+std::string grouped_bar_chart(const std::string& title, const std::string& axis_label,
+                              const std::vector<std::string>& series, const std::vector<BarGroup>& groups,
+                              int width = 1000);
+
 // Lines with markers and a legend under the plot. Series differ in colour,
 // dash pattern and marker shape, so they stay apart in grey-scale print and
 // for colour-blind readers.

@@ -463,6 +463,15 @@ TEST_F(PublishedMeasured, OnlyOkRunsOfThePointOnTheSpecsGpuCount) {
   for (const char* column : {"<th>published tps/GPU</th>", "<th>predicted tps/GPU</th>", "<th>measured tps/GPU</th>"})
     EXPECT_NE(html.find(column), std::string::npos) << column;
   EXPECT_NE(html.find("not measured"), std::string::npos);
+  // One figure per published table: published | predicted | measured per row, side by side.
+  size_t figures = 0;
+  for (size_t at = 0; (at = html.find("<figure><svg", at)) != std::string::npos; ++at) ++figures;
+  std::set<std::string> tables;
+  for (const PublishedPoint& p : r.rows) tables.insert(p.table);
+  EXPECT_GE(figures, tables.size());
+  for (const char* legend : {">published</text>", ">predicted</text>", ">measured</text>"})
+    EXPECT_NE(html.find(legend), std::string::npos) << legend;
+  EXPECT_NE(html.find("<title>" + r.rows[0].label), std::string::npos);
   const nlohmann::json j = render_published_json(r);
   EXPECT_EQ(j["rows"][0]["measured"]["runs"], 3);
   EXPECT_EQ(j["rows"][2]["measured"]["note"], "not measured");
