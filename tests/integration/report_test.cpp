@@ -302,7 +302,7 @@ std::string dump_dom(const std::string& browser, const fs::path& page, const fs:
 
 // The shipped debug sweep (recipes/sweeps/debug.toml, 72 points, ~2 minutes
 // on 2 cores) reported as HTML and used in Chromium at 1366x768. The
-// screenshots go to $CTITAN_SCREENSHOT_DIR when set (docs/images holds the
+// screenshots go to $CTITAN_SCREENSHOT_DIR when set (docs/img holds the
 // ones docs/reports.md and the README show), else into the test's folder.
 TEST(ReportBrowser, ShippedDebugSweepReadsOnALaptopScreen) {
   const std::string browser = chromium();
