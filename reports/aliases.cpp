@@ -1,6 +1,7 @@
 #include "reports/aliases.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 #include <toml++/toml.h>
@@ -70,6 +71,10 @@ std::string key_name(const std::string& key) {
       {"parallelism.expert_parallel_degree", "ep"},
       {"model.attn_mask_type", "mask"},
       {"model.attn_type", "attention"},
+      {"model.moe_num_experts", "experts"},
+      {"model.moe_top_k", "top-k"},
+      {"model.moe_load_balance_coeff", "load balance"},
+      {"model.n_layers", "layers"},
   };
   const auto it = kNames.find(key);
   if (it != kNames.end()) return it->second;
@@ -104,6 +109,10 @@ std::string token(const std::string& key, const std::string& value) {
   if (key == "parallelism.enable_async_tensor_parallel") return value == "true" ? "async" : "";
   if (key == "parallelism.pipeline_parallel_schedule") return value;
   if (ends_with(key, "float8.recipe_name")) return "f8=" + value;
+  if (key == "model.moe_num_experts") return "e" + value;
+  if (key == "model.moe_top_k") return "top" + value;
+  if (key == "model.moe_load_balance_coeff") return std::strtod(value.c_str(), nullptr) == 0 ? "" : "lb=" + value;
+  if (key == "model.n_layers") return "L" + value;
   if (key == "model.attn_mask_type" || key == "model.attn_type" || key == "model.flavor" || key == "model.name")
     return value;
   for (const LayoutKey& k : kLayoutKeys)
@@ -118,6 +127,7 @@ std::string value_name(const std::string& key, const std::string& value) {
   if (key == "model.converters") return "no converter";
   if (key == "activation_checkpoint.mode") return "ac=none";
   if (key == "parallelism.enable_async_tensor_parallel") return "sync TP";
+  if (key == "model.moe_load_balance_coeff") return "lb=0";
   return key_name(key) + "=" + value;
 }
 

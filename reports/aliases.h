@@ -11,7 +11,7 @@
 // The parallel layout is one set of tokens derived from the run's resolved
 // degrees ("fsdp2 tp2", "ddp2", "hsdp2x2", "pp2 1F1B", "single"), so
 // data_parallel_shard_degree = -1 reads as what it became at that world size.
-// A key without an alias keeps its last name part: "moe_top_k=8".
+// A key without an alias keeps its last name part: "moe_score_func=sigmoid".
 #pragma once
 
 #include <cstdint>

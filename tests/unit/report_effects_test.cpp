@@ -28,7 +28,10 @@ TEST(ReportAliases, TokensReadLikeATorchTitanTable) {
   EXPECT_EQ(alias::token("training.local_batch_size", "2"), "b2");
   EXPECT_EQ(alias::token("training.mixed_precision_param", "bfloat16"), "param=bf16");
   EXPECT_EQ(alias::token("parallelism.tensor_parallel_degree", "2"), "tp2");
-  EXPECT_EQ(alias::token("model.moe_top_k", "8"), "moe_top_k=8");  // no alias: the key's last part
+  EXPECT_EQ(alias::token("model.moe_top_k", "8"), "top8");
+  EXPECT_EQ(alias::token("model.moe_load_balance_coeff", "0.0"), "");
+  EXPECT_EQ(alias::value_name("model.moe_load_balance_coeff", "0.0"), "lb=0");
+  EXPECT_EQ(alias::token("model.moe_score_func", "sigmoid"), "moe_score_func=sigmoid");  // no alias: the last part
   EXPECT_EQ(alias::key_name("activation_checkpoint.mode"), "AC");
   EXPECT_TRUE(alias::is_layout_key("parallelism.pipeline_parallel_schedule"));
   EXPECT_FALSE(alias::is_layout_key("compile.enable"));
