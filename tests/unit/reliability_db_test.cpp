@@ -188,6 +188,7 @@ TEST(ReliabilityDb, CsvNeutralisesFormulaCellsAndKeepsNegativeNumbers) {
   p.error = "\tleading tab";
   p.predicted_on = "-1.5";  // a plain number: left as it is
   p.point_key = "abc";
+  p.short_label = "=HYPERLINK(\"x\")";  // a name is text a spec wrote, too
   p.status = "ok";
   p.loss_final = -1.5;
   p.speedup = -0.25;
@@ -200,7 +201,8 @@ TEST(ReliabilityDb, CsvNeutralisesFormulaCellsAndKeepsNegativeNumbers) {
   EXPECT_NE(row.find(",\"'\tleading tab\","), std::string::npos) << row;
   EXPECT_NE(row.find(",-1.5,"), std::string::npos) << row;  // loss_final: a number
   EXPECT_NE(row.find(",-0.25,"), std::string::npos) << row;  // speedup: a number
-  EXPECT_NE(row.find(",-1.5\n"), std::string::npos) << row;  // predicted_on "-1.5": a plain number, kept
+  EXPECT_NE(row.find(",-1.5,"), std::string::npos) << row;  // predicted_on "-1.5": a plain number, kept
+  EXPECT_NE(row.find(",\"'=HYPERLINK(\"\"x\"\")\",\n"), std::string::npos) << row;  // name, then the empty layout
   EXPECT_EQ(row.find(",'-1.5"), std::string::npos) << row;
 }
 
