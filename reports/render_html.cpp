@@ -166,6 +166,31 @@ std::string forest(const SectionReport& sec) {
                           "peak memory per rank"}, rows);
 }
 
+// The planner's predictions the sweep stored, against what was measured: one
+// point per measured point, on the diagonal where the prediction is exact.
+std::string prediction_scatter(const SectionReport& sec, bool memory) {
+  std::vector<svg::ScatterPoint> pts;
+  for (const PointStats& p : sec.points) {
+    std::optional<double> m = p.mem_peak_bytes, pred = p.pred_mem_peak_bytes;
+    if (!memory) {
+      m = measured(p) ? std::optional<double>(p.tps.median) : std::nullopt;
+      pred = p.pred_tps;
+    }
+    if (p.row == 0 || !m || !pred) continue;
+    const double unit = memory ? 1024.0 * 1024 : 1;
+    const std::optional<double> err = memory ? p.pred_mem_error() : p.pred_tps_error();
+    pts.push_back({*m / unit, *pred / unit, point_name(p), "#" + std::to_string(p.row),
+                   "measured " + (memory ? fmt::bytes(*m) : fmt::grouped(*m)) + ", predicted " +
+                       (memory ? fmt::bytes(*pred) : fmt::grouped(*pred)) +
+                       (err ? ", error " + fmt::signed_percent(*err) : ""),
+                   false});
+  }
+  const std::string what = memory ? "peak memory per rank (MiB)" : "tokens/s per device";
+  return svg::scatter(std::string("Predicted against measured ") + (memory ? "peak memory" : "tokens/s") +
+                          " (on the dashed line: exact)",
+                      pts, {}, "measured " + what, "predicted " + what, 640, true);
+}
+
 std::string throughput_panel(const SectionReport& sec, int64_t ws) {
   std::vector<svg::Bar> bars;
   for (const PointStats& p : sec.points) {
@@ -309,6 +334,7 @@ void write_toc(std::ostringstream& out, const Report& r) {
     if (!sec.effects.empty()) parts.emplace_back("effects", "what each setting buys");
     if (!sec.chain.empty()) parts.emplace_back("chain", "stacked chain");
     parts.emplace_back("points", "all points");
+    if (render::has_predictions(sec)) parts.emplace_back("predicted", "predicted vs measured");
     if (!sec.paired.empty()) parts.emplace_back("paired", "paired speedup");
     parts.emplace_back("charts", "charts");
     if (!sec.stacks.empty()) parts.emplace_back("stacks", "stacked tables");
@@ -390,6 +416,11 @@ void write_section(std::ostringstream& out, const SectionReport& sec, size_t ind
       << " at the same world size (highlighted).";
   if (render::has_predictions(sec)) out << " " << fmt::html_escape(render::prediction_note(sec));
   out << "</p>\n";
+  if (render::has_predictions(sec)) {
+    h3("predicted", "Predicted against measured");
+    out << "<div class=\"panels\"><figure>" << prediction_scatter(sec, false) << "</figure><figure>"
+        << prediction_scatter(sec, true) << "</figure></div>\n";
+  }
   if (!sec.paired.empty()) {
     h3("paired", render::paired_title(sec));
     write_table(out, render::paired_table(sec));

@@ -354,13 +354,15 @@ std::string line_chart(const std::string& title, const std::vector<Series>& seri
 }
 
 std::string scatter(const std::string& title, const std::vector<ScatterPoint>& points, const std::vector<size_t>& front,
-                    const std::string& x_label, const std::string& y_label, int width) {
+                    const std::string& x_label, const std::string& y_label, int width, bool diagonal) {
   if (points.empty()) return no_data(width, title);
   double x_lo = INFINITY, x_hi = 0, y_hi = 0;
   for (const ScatterPoint& p : points) x_lo = std::min(x_lo, p.x), x_hi = std::max(x_hi, p.x), y_hi = std::max(y_hi, p.y);
   // x (memory) from a little below the lightest point, so close points stay apart; y (throughput) from 0.
   const double pad = std::max((x_hi - x_lo) * 0.15, x_hi * 0.05);
-  const std::vector<double> x_ticks = nice_ticks(std::max(0.0, x_lo - pad), x_hi > 0 ? x_hi + pad : 1),
+  if (diagonal) x_hi = y_hi = std::max(x_hi, y_hi);
+  const std::vector<double> x_ticks = diagonal ? nice_ticks(0, x_hi > 0 ? x_hi : 1)
+                                               : nice_ticks(std::max(0.0, x_lo - pad), x_hi > 0 ? x_hi + pad : 1),
                             y_ticks = nice_ticks(0, y_hi > 0 ? y_hi : 1);
   const double plot_h = 240;
   const double left = 70, right = width - 16, top = 34 + title_extra(width, title), bottom = top + plot_h;
@@ -385,6 +387,11 @@ std::string scatter(const std::string& title, const std::vector<ScatterPoint>& p
     << "\" text-anchor=\"middle\" fill=\"#333\">" << fmt::html_escape(x_label) << "</text>"
     << "<text transform=\"translate(14," << num((top + bottom) / 2) << ") rotate(-90)\" text-anchor=\"middle\" "
     << "fill=\"#333\">" << fmt::html_escape(y_label) << "</text>";
+  if (diagonal) {
+    const double end = std::min(x_ticks.back(), y_ticks.back());
+    o << "<line class=\"diagonal\" x1=\"" << num(px(0)) << "\" y1=\"" << num(py(0)) << "\" x2=\"" << num(px(end))
+      << "\" y2=\"" << num(py(end)) << "\" stroke=\"#222\" stroke-dasharray=\"6 4\"/>";
+  }
   // The front as a staircase: from each front point right to the next one's memory, then up.
   if (!front.empty()) {
     o << "<polyline class=\"front\" fill=\"none\" stroke=\"" << color(1) << "\" stroke-width=\"2\" points=\"";

@@ -74,8 +74,11 @@ struct ScatterPoint {
 // Points (x, y) with the Pareto front drawn as a step line through the
 // `front` points (indices, by x ascending) and those named by their labels
 // (filled markers); the others hollow, tagged.
+// With `diagonal`, both axes run from 0 on one scale and the line y = x is
+// drawn dashed (predicted against measured: on the line is exact).
 std::string scatter(const std::string& title, const std::vector<ScatterPoint>& points, const std::vector<size_t>& front,
-                    const std::string& x_label, const std::string& y_label, int width = 1000);
+                    const std::string& x_label, const std::string& y_label, int width = 1000,
+                    bool diagonal = false);
 
 // A forest plot: one row per estimate, a point at the median and a line
 // over its interval, on a log-ratio axis with the line of no effect (1×),

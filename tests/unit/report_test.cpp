@@ -310,6 +310,11 @@ TEST_F(ReportDb, PredictedColumnsBesideTheMeasuredOnesInSpecOrder) {
   EXPECT_NE(md.find("| 2,000 (1,968\u20132,032) | 5 | 1,800 | \u221210.0% |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 500 (492\u2013508) | 5 | - | - |"), std::string::npos) << md;
   EXPECT_NE(md.find("predicted (cpu, uncalibrated)"), std::string::npos) << md;
+  // The HTML draws the predictions against the measurements, the exact line dashed.
+  const std::string html = render_html(r);
+  EXPECT_NE(html.find("Predicted against measured tokens/s"), std::string::npos);
+  EXPECT_NE(html.find("class=\"diagonal\""), std::string::npos);
+  EXPECT_NE(html.find("<title>#1 a=1: measured 1,000, predicted 1,100, error +10.0%</title>"), std::string::npos) << html;
   EXPECT_NE(render_html(r).find("<th class=\"r opt\" title=\"sort by pred. tps\">pred. tps</th>"
                                 "<th class=\"r opt\" title=\"sort by err\">err</th>"),
             std::string::npos);
