@@ -8,10 +8,10 @@
 #include <set>
 #include <sstream>
 
-#include "common/errors.h"
-#include "reports/aliases.h"
 #include "common/build_identity.h"
+#include "common/errors.h"
 #include "ctitan/build_info.h"
+#include "reports/aliases.h"
 
 namespace ctitan {
 namespace {
@@ -131,7 +131,6 @@ void set_display_labels(SectionReport& sec, const std::vector<std::string>& layo
       if (varies(t) && std::find(sec.varying_keys.begin(), sec.varying_keys.end(), key) == sec.varying_keys.end())
         sec.varying_keys.push_back(key);
     }
-  for (const std::string& k : sec.varying_keys) sec.key_headers.push_back(alias::key_name(k));
   // A layout is named where points of the same world size differ in it.
   const std::set<std::string> distinct_layouts(layouts.begin(), layouts.end());
   std::map<int64_t, std::set<std::string>> layouts_of_ws;

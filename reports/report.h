@@ -148,9 +148,8 @@ struct SectionReport {
   std::string title;  // sweep name, or "runs outside any sweep"
   std::vector<PointStats> points;
   // The label keys whose values differ between points (grid axes), in label
-  // order, and the short names tables use for them ("compile" for
-  // compile.enable, "local_batch_size" for training.local_batch_size).
-  std::vector<std::string> varying_keys, key_headers;
+  // order (alias::key_name gives their short names).
+  std::vector<std::string> varying_keys;
   std::vector<std::string> common;  // the tokens every point shares ("fsdp2", "b2"): the section header
   std::vector<StackTable> stacks;
   std::vector<ScalingSeries> scaling;
