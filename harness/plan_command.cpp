@@ -10,6 +10,7 @@
 
 #include "harness/published.h"
 #include "planner/calibrate.h"
+#include "planner/op_costs.h"
 #include "planner/plan.h"
 #include "trainer/dist/mesh.h"
 #include "trainer/config/config_loader.h"
@@ -24,6 +25,7 @@ const char* kHelp =
     "                   [--section.key value ...] [--json]\n"
     "       ctitan plan --calibrate RESULTS.db [--hardware NAME|FILE] [--out FILE] [--json]\n"
     "       ctitan plan --validate recipes/published [--json]\n"
+    "       ctitan plan --profile RUN_DIR [--json]\n"
     "\n"
     "Predicts one rank's memory (parameters, gradients and optimizer state from the trainer's own\n"
     "dry-run layout; activations per activation-checkpointing mode; logits; communication buffers;\n"
@@ -41,7 +43,10 @@ const char* kHelp =
     "cpu) on two thirds of them and reports the error on the held-out third; the fitted spec is\n"
     "written to --out (default: <db>.<spec>.toml).\n"
     "--validate predicts every row of the published tables (recipes/published/*.toml) and prints\n"
-    "predicted vs published tokens/s per GPU and memory with the errors and their medians.\n";
+    "predicted vs published tokens/s per GPU and memory with the errors and their medians.\n"
+    "--profile reads a run's traces (ctitan train --profiling.enable_profiling) and fits, per op class\n"
+    "(GEMM per dtype, attention, element-wise, collective), time = fixed + work / throughput to the ops\n"
+    "it measured: what each class costs on this machine and build, and its share of the step.\n";
 
 std::string take_value(const std::vector<std::string>& args, size_t& i) {
   const std::string& flag = args[i];
@@ -152,7 +157,7 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
 }  // namespace
 
 int plan_command(const std::vector<std::string>& args) {
-  std::string recipe, hardware, calibrate_db, validate_path, out;
+  std::string recipe, hardware, calibrate_db, validate_path, profile_dir, out;
   bool json = false;
   int ngpu = 0, nodes = 0, per_node = 0;
   std::vector<std::pair<std::string, std::string>> model_overrides;
@@ -171,6 +176,8 @@ int plan_command(const std::vector<std::string>& args) {
       calibrate_db = take_value(args, i);
     } else if (a == "--validate") {
       validate_path = take_value(args, i);
+    } else if (a == "--profile") {
+      profile_dir = take_value(args, i);
     } else if (a == "--out") {
       out = take_value(args, i);
     } else if (a == "--ngpu") {
@@ -195,6 +202,11 @@ int plan_command(const std::vector<std::string>& args) {
     }
   }
   if (!validate_path.empty()) return validate_published(validate_path, json, std::cout);
+  if (!profile_dir.empty()) {
+    const OpCostModel m = op_costs_from_run(profile_dir);
+    std::cout << (json ? op_costs_json(m).dump(2) + "\n" : render_op_costs(m));
+    return 0;
+  }
   if (!calibrate_db.empty() && (std::filesystem::is_directory(calibrate_db) || calibrate_db.ends_with(".toml"))) {
     if (hardware.empty())
       throw InputError("ctitan plan --calibrate " + calibrate_db + ": name the hardware whose published rows to fit (--hardware NAME)");

@@ -136,6 +136,7 @@ std::vector<TraceEvent> OpProfiler::stop(const std::unordered_map<uint64_t, int6
                                                                 : kUnknownThread + static_cast<int64_t>(e.startThreadId()));
     nlohmann::json args;
     if (e.hasShapes() && !e.shapes().empty()) args["Input Dims"] = e.shapes().vec();
+    if (e.hasTypes() && !e.dtypes().empty()) args["Input type"] = e.dtypes().vec();
     // libkineto's ActivityType: 0 = CPU op, 1 = user annotation.
     const char* cat = e.activityType() == 1 ? "user_annotation" : trace_cat::kCpuOp;
     out.push_back({e.name(), cat, 'X', static_cast<int64_t>(e.startNs()) + offset,

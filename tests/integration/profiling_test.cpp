@@ -97,6 +97,27 @@ TEST_F(Profiling, SingleRankTracesEveryRangeAndOpAndSnapshotsMemory) {
     EXPECT_FALSE(m["timeline"]["entries"].empty());
   }
   EXPECT_FALSE(fs::exists(dir / "profile_traces" / "iteration_3"));
+  // The planner's op-level laws from these traces: GEMMs (fp32 here) and element-wise ops, with
+  // positive throughput, their time within the traced steps'.
+  const auto plan = run_ctitan({"plan", "--profile", dir.string(), "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
+  const nlohmann::json costs = nlohmann::json::parse(plan.out);
+  EXPECT_EQ(costs["traces"].size(), 2u);
+  EXPECT_EQ(costs["steps"], 2);
+  double classes_s = 0;
+  std::set<std::string> classes;
+  for (const auto& f : costs["fits"]) {
+    classes.insert(f["class"].get<std::string>());
+    classes_s += f["seconds_per_step"].get<double>();
+    if (f["class"] == "gemm") {
+      EXPECT_EQ(f["dtype"], "float");
+      EXPECT_GT(f["per_unit_s"].get<double>(), 0) << f.dump();
+      EXPECT_GT(f["ops"].get<int>(), 20) << f.dump();
+    }
+  }
+  EXPECT_TRUE(classes.count("gemm") && classes.count("elementwise")) << plan.out;
+  EXPECT_LT(classes_s, costs["step_seconds"].get<double>()) << plan.out;
+  EXPECT_GT(classes_s, 0.3 * costs["step_seconds"].get<double>()) << plan.out;
   const nlohmann::json s = read_json(dir / "summary.json");
   EXPECT_EQ(s["comm_source"], "trace");
   EXPECT_GT(s["compute_s"].get<double>(), 0);
@@ -188,6 +209,16 @@ TEST_F(Profiling, FsdpTwoRanksExposedCommunicationMatchesTheMergedTrace) {
   const auto m = run_ctitan({"trace", "merge", dir.string()});
   ASSERT_EQ(m.exit_code, 0) << m.out << m.err;
   EXPECT_NE(m.out.find("one host"), std::string::npos) << m.out;
+
+  // The planner's op-level laws see FSDP's collectives, per op and group.
+  const auto plan = run_ctitan({"plan", "--profile", dir.string(), "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
+  std::set<std::string> collectives;
+  const nlohmann::json costs = nlohmann::json::parse(plan.out);
+  for (const auto& f : costs["fits"])
+    if (f["class"] == "collective") collectives.insert(f["dtype"].get<std::string>());
+  EXPECT_TRUE(collectives.count("all_gather dp_shard")) << plan.out;
+  EXPECT_TRUE(collectives.count("reduce_scatter dp_shard")) << plan.out;
 
   std::map<int64_t, Derived> per_rank;  // means over the traced steps after warmup (2 and 4)
   for (int it : {2, 4}) {

@@ -1,0 +1,353 @@
+#include "planner/op_costs.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/errors.h"
+#include "common/quantile.h"
+
+namespace fs = std::filesystem;
+
+namespace ctitan {
+namespace {
+
+std::vector<int64_t> dims_of(const nlohmann::json& args, size_t i) {
+  if (!args.is_object() || !args.contains("Input Dims")) return {};
+  const nlohmann::json& d = args["Input Dims"];
+  if (!d.is_array() || i >= d.size() || !d[i].is_array()) return {};
+  std::vector<int64_t> out;
+  for (const nlohmann::json& v : d[i])
+    if (v.is_number_integer()) out.push_back(v.get<int64_t>());
+  return out;
+}
+
+std::string dtype_of(const nlohmann::json& args, size_t i) {
+  if (!args.is_object() || !args.contains("Input type")) return "";
+  const nlohmann::json& t = args["Input type"];
+  return t.is_array() && i < t.size() && t[i].is_string() ? t[i].get<std::string>() : "";
+}
+
+double element_bytes(const std::string& dtype) {
+  if (dtype.find("BFloat16") != std::string::npos || dtype.find("Half") != std::string::npos) return 2;
+  if (dtype.find("Float8") != std::string::npos || dtype.find("char") != std::string::npos) return 1;
+  if (dtype == "double" || dtype == "long int" || dtype.find("int64") != std::string::npos) return 8;
+  return 4;  // float, int, and unrecorded dtypes
+}
+
+bool contains_attention(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  return name.find("attention") != std::string::npos;
+}
+
+double median(const std::vector<double>& v) { return v.empty() ? 0 : quantile(v, 0.5); }
+
+}  // namespace
+
+const char* op_class_name(OpClass c) {
+  switch (c) {
+    case OpClass::gemm: return "gemm";
+    case OpClass::attention: return "attention";
+    case OpClass::elementwise: return "elementwise";
+    case OpClass::view: return "view";
+    case OpClass::collective: return "collective";
+  }
+  return "?";
+}
+
+LinearLaw fit_linear_law(const std::vector<std::pair<double, double>>& work_seconds) {
+  LinearLaw law;
+  std::vector<std::pair<double, double>> s;
+  for (const auto& [x, t] : work_seconds)
+    if (t > 0 && x >= 0 && std::isfinite(x) && std::isfinite(t)) s.emplace_back(x, t);
+  law.n = s.size();
+  if (s.empty()) return law;
+  const bool same_work = std::all_of(s.begin(), s.end(), [&](const auto& p) { return p.first == s.front().first; });
+  if (same_work) {  // one size: no slope to fit. Its typical (median) time is all throughput, or all fixed cost
+    std::vector<double> t;  // when there is no work (views)
+    for (const auto& p : s) t.push_back(p.second);
+    const double x = s.front().first;
+    (x > 0 ? law.per_unit_s : law.fixed_s) = x > 0 ? median(t) / x : median(t);
+    std::vector<double> err;
+    for (double v : t) err.push_back(std::fabs(law.predict(x) / v - 1));
+    law.median_abs_err = median(err);
+    return law;
+  }
+  // Weighted least squares on the relative error: weights 1/t².
+  double sw = 0, sx = 0, sxx = 0, st = 0, sxt = 0;
+  for (const auto& [x, t] : s) {
+    const double w = 1 / (t * t);
+    sw += w, sx += w * x, sxx += w * x * x, st += w * t, sxt += w * x * t;
+  }
+  const double det = sw * sxx - sx * sx;
+  double a = 0, b = 0;
+  if (det > 1e-300 * sw * sxx && det > 0) {
+    a = (st * sxx - sx * sxt) / det;
+    b = (sw * sxt - sx * st) / det;
+  }
+  if (!(det > 0) || a < 0) {  // no fixed part (or x does not vary): t = b·x
+    a = 0;
+    b = sxx > 0 ? sxt / sxx : 0;
+  }
+  if (b < 0 || (b == 0 && a == 0)) {  // no throughput term: t = a
+    b = 0;
+    a = st / sw;
+  }
+  law.fixed_s = a;
+  law.per_unit_s = b;
+  std::vector<double> err;
+  for (const auto& [x, t] : s) err.push_back(std::fabs(law.predict(x) / t - 1));
+  law.median_abs_err = median(err);
+  return law;
+}
+
+bool classify_op(const std::string& name, const nlohmann::json& args, OpSample& out) {
+  out.name = name;
+  static const std::set<std::string> kGemm = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
+                                              "aten::_scaled_mm"};
+  if (kGemm.count(name)) {
+    // The two matrices: mm/bmm/_scaled_mm take them first, addmm/baddbmm after the bias.
+    const size_t first = name == "aten::addmm" || name == "aten::baddbmm" ? 1 : 0;
+    const std::vector<int64_t> a = dims_of(args, first), b = dims_of(args, first + 1);
+    if (a.size() < 2 || b.size() < 2 || a.size() != b.size()) return false;
+    double flops = 2.0 * static_cast<double>(a[a.size() - 2]) * static_cast<double>(a.back()) *
+                   static_cast<double>(b.back());
+    for (size_t i = 0; i + 2 < a.size(); ++i) flops *= static_cast<double>(a[i]);  // batch
+    out.cls = OpClass::gemm;
+    out.work = flops;
+    out.dtype = dtype_of(args, first);
+    return flops > 0;
+  }
+  if (contains_attention(name)) {
+    const std::vector<int64_t> q = dims_of(args, 0), k = dims_of(args, 1);
+    if (q.size() != 4 || k.size() != 4) return false;
+    out.cls = OpClass::attention;
+    out.work = 4.0 * static_cast<double>(q[0]) * static_cast<double>(q[1]) * static_cast<double>(q[2]) *
+               static_cast<double>(k[2]) * static_cast<double>(q[3]);
+    out.dtype = name.find("ackward") != std::string::npos ? "backward" : "forward";
+    return out.work > 0;
+  }
+  // Ops that only make a new tensor header: what they cost is dispatch.
+  static const std::set<std::string> kView = {
+      "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias", "aten::t", "aten::transpose",
+      "aten::permute", "aten::expand", "aten::as_strided", "aten::slice", "aten::select", "aten::unsqueeze",
+      "aten::squeeze", "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::detach", "aten::alias",
+      "aten::split", "aten::chunk", "aten::narrow", "aten::unbind", "aten::resolve_conj", "aten::resolve_neg",
+      "aten::lift_fresh", "aten::numpy_T", "aten::flatten", "aten::unflatten", "aten::view_as", "aten::expand_as",
+      "aten::split_with_sizes", "aten::contiguous", "aten::result_type", "aten::is_nonzero", "aten::item",
+      "aten::_local_scalar_dense", "aten::size", "aten::stride"};
+  if (kView.count(name)) {
+    out.cls = OpClass::view;
+    out.work = 0;
+    return true;
+  }
+  if (name.rfind("aten::", 0) != 0 || !args.is_object() || !args.contains("Input Dims")) return false;
+  double bytes = 0;
+  for (size_t i = 0; i < args["Input Dims"].size(); ++i) {
+    const std::vector<int64_t> d = dims_of(args, i);
+    if (d.empty()) continue;
+    double n = 1;
+    for (int64_t v : d) n *= static_cast<double>(v);
+    bytes += n * element_bytes(dtype_of(args, i));
+  }
+  out.cls = OpClass::elementwise;
+  out.work = bytes;
+  return true;
+}
+
+TraceSamples trace_samples(const nlohmann::json& trace) {
+  TraceSamples out;
+  if (trace.contains("ctitan") && trace["ctitan"].is_object())
+    out.op_source = trace["ctitan"].value("op_source", std::string());
+  const nlohmann::json& events = trace.contains("traceEvents") ? trace["traceEvents"] : trace;
+  if (!events.is_array()) return out;
+  struct Op {
+    double ts, dur;
+    const nlohmann::json* e;
+  };
+  std::map<std::pair<int64_t, int64_t>, std::vector<Op>> tracks;  // (pid, tid) → cpu ops
+  for (const nlohmann::json& e : events) {
+    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    const std::string cat = e.value("cat", "");
+    const double dur_us = e.value("dur", 0.0);
+    if (cat == "step") {
+      ++out.steps;
+      out.step_seconds += dur_us * 1e-6;
+    } else if (cat == "collective") {
+      const nlohmann::json args = e.value("args", nlohmann::json::object());
+      const double bytes = args.is_object() ? args.value("bytes", 0.0) : 0.0;
+      // Per collective and group ("all_gather dp_shard"): their links and sizes differ.
+      const std::string kind = args.is_object() && args.contains("op")
+                                   ? args.value("op", std::string()) + " " + args.value("group", std::string())
+                                   : e.value("name", "");
+      if (bytes > 0) out.ops.push_back({e.value("name", ""), OpClass::collective, kind, bytes, dur_us * 1e-6});
+    } else if (cat == "cpu_op") {
+      tracks[{e.value("pid", int64_t{0}), e.value("tid", int64_t{0})}].push_back({e.value("ts", 0.0), dur_us, &e});
+    }
+  }
+  // Leaves only: an op with an op nested inside it is counted through its children
+  // (aten::linear through its addmm). A GEMM or attention op counts whole: what runs
+  // inside it is its kernel.
+  for (auto& [track, ops] : tracks) {
+    std::sort(ops.begin(), ops.end(), [](const Op& a, const Op& b) { return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur; });
+    std::vector<bool> counted_parent(ops.size(), false);  // inside a counted gemm / attention op
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const nlohmann::json& e = *ops[i].e;
+      const bool leaf = i + 1 >= ops.size() || ops[i + 1].ts >= ops[i].ts + ops[i].dur;
+      OpSample s;
+      const std::string name = e.value("name", "");
+      const nlohmann::json args = e.value("args", nlohmann::json::object());
+      if (counted_parent[i] || !classify_op(name, args, s)) continue;
+      if (s.cls == OpClass::elementwise && !leaf) continue;
+      s.seconds = ops[i].dur * 1e-6;
+      out.ops.push_back(s);
+      if (s.cls == OpClass::gemm || s.cls == OpClass::attention)
+        for (size_t j = i + 1; j < ops.size() && ops[j].ts < ops[i].ts + ops[i].dur; ++j) counted_parent[j] = true;
+    }
+  }
+  return out;
+}
+
+OpCostModel fit_op_costs(const TraceSamples& samples) {
+  OpCostModel m;
+  m.steps = samples.steps;
+  m.step_seconds = samples.steps ? samples.step_seconds / static_cast<double>(samples.steps) : 0;
+  std::map<std::pair<int, std::string>, std::vector<std::pair<double, double>>> groups;
+  for (const OpSample& s : samples.ops)
+    groups[{static_cast<int>(s.cls), s.cls == OpClass::gemm || s.cls == OpClass::attention ||
+                                             s.cls == OpClass::collective
+                                         ? s.dtype
+                                     : s.cls == OpClass::elementwise                      ? s.name
+                                                                                          : ""}]
+        .emplace_back(s.work, s.seconds);
+  for (const auto& [key, xy] : groups) {
+    if (xy.size() < 2) continue;
+    OpClassFit f{static_cast<OpClass>(key.first), key.second, fit_linear_law(xy), 0};
+    double total = 0;
+    for (const auto& p : xy) total += p.second;
+    f.seconds_per_step = samples.steps ? total / static_cast<double>(samples.steps) : total;
+    m.fits.push_back(f);
+  }
+  return m;
+}
+
+OpCostModel op_costs_from_run(const std::string& run_dir) {
+  const fs::path dir(run_dir);
+  if (!fs::is_directory(dir))
+    throw InputError("ctitan plan --profile: " + run_dir + " is not a run directory; give the folder `ctitan train` "
+                     "wrote (job.dump_folder)");
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec))
+    if (it->is_regular_file() && it->path().filename() == "rank0_trace.json" &&
+        it->path().parent_path().filename().string().rfind("iteration_", 0) == 0)
+      files.push_back(it->path());
+  std::sort(files.begin(), files.end());
+  if (files.empty())
+    throw InputError("ctitan plan --profile: " + run_dir + " has no trace (no iteration_N/rank0_trace.json); "
+                     "record one with `ctitan train ... --profiling.enable_profiling --profiling.profile_freq N`");
+  TraceSamples all;
+  OpCostModel m;
+  for (const fs::path& f : files) {
+    std::ifstream in(f);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError("ctitan plan --profile: " + f.string() + " is not a readable trace (" + e.what() +
+                       "); record the run again");
+    }
+    TraceSamples s = trace_samples(j);
+    all.ops.insert(all.ops.end(), s.ops.begin(), s.ops.end());
+    all.steps += s.steps;
+    all.step_seconds += s.step_seconds;
+    if (all.op_source.empty()) all.op_source = s.op_source;
+    m.traces.push_back(f.string());
+  }
+  if (std::none_of(all.ops.begin(), all.ops.end(), [](const OpSample& s) { return s.cls != OpClass::collective; }))
+    throw InputError("ctitan plan --profile: the traces in " + run_dir + " hold no LibTorch op with input shapes "
+                     "(the op profiler did not run); record them again with profiling.enable_profiling");
+  OpCostModel fitted = fit_op_costs(all);
+  fitted.run_dir = run_dir;
+  fitted.traces = m.traces;
+  return fitted;
+}
+
+namespace {
+
+std::string fmt_pct(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f%%", v);
+  return b;
+}
+
+std::string unit_of(OpClass c) { return c == OpClass::gemm || c == OpClass::attention ? "GFLOP" : "GB"; }
+
+}  // namespace
+
+std::string render_op_costs(const OpCostModel& m) {
+  std::ostringstream out;
+  char line[256];
+  std::snprintf(line, sizeof line, "op-level costs measured in %s (%zu trace file%s, %lld traced step%s, %.1f ms per step)\n",
+                m.run_dir.c_str(), m.traces.size(), m.traces.size() == 1 ? "" : "s", static_cast<long long>(m.steps),
+                m.steps == 1 ? "" : "s", 1e3 * m.step_seconds);
+  out << line;
+  std::snprintf(line, sizeof line, "%-12s %-20s %7s %12s %7s %12s %18s %12s\n", "class", "kind", "ops", "ms/step",
+                "share", "fixed (us)", "throughput", "median |err|");
+  out << line;
+  // Element-wise ops are fitted per op; the table shows the 8 that take the most time.
+  std::vector<const OpClassFit*> shown, rest;
+  std::vector<const OpClassFit*> elementwise;
+  for (const OpClassFit& f : m.fits) (f.cls == OpClass::elementwise ? elementwise : shown).push_back(&f);
+  std::stable_sort(elementwise.begin(), elementwise.end(),
+                   [](const OpClassFit* a, const OpClassFit* b) { return a->seconds_per_step > b->seconds_per_step; });
+  for (size_t i = 0; i < elementwise.size(); ++i) (i < 8 ? shown : rest).push_back(elementwise[i]);
+  for (const OpClassFit* fp : shown) {
+    const OpClassFit& f = *fp;
+    const double per_unit = f.law.per_unit_s * 1e9;  // seconds per GFLOP or per GB
+    char rate[64] = "-";
+    if (per_unit > 0) std::snprintf(rate, sizeof rate, "%.3g %s/s", 1 / per_unit, unit_of(f.cls).c_str());
+    // A collective is timed issue to completion, overlapping compute: in flight, not a share of the step.
+    const std::string share = f.cls == OpClass::collective ? "-"
+                              : m.step_seconds > 0      ? fmt_pct(100 * f.seconds_per_step / m.step_seconds)
+                                                        : "0.0%";
+    std::snprintf(line, sizeof line, "%-12s %-20s %7zu %12.2f %7s %12.1f %18s %11.1f%%\n", op_class_name(f.cls),
+                  f.dtype.empty() ? "-" : f.dtype.c_str(), f.law.n, 1e3 * f.seconds_per_step, share.c_str(),
+                  1e6 * f.law.fixed_s, rate, 100 * f.law.median_abs_err);
+    out << line;
+  }
+  if (!rest.empty()) {
+    double t = 0;
+    size_t n = 0;
+    for (const OpClassFit* f : rest) t += f->seconds_per_step, n += f->law.n;
+    std::snprintf(line, sizeof line, "%-12s %-20s %7zu %12.2f %6.1f%%   (%zu more element-wise ops, each fitted: --json)\n",
+                  "elementwise", "other", n, 1e3 * t, m.step_seconds > 0 ? 100 * t / m.step_seconds : 0.0, rest.size());
+    out << line;
+  }
+  out << "law per class: time = fixed + work / throughput, least squares on the relative error; work is FLOPs "
+         "(gemm, attention) or bytes (elementwise inputs, collective payload); collectives are timed issue to "
+         "completion (in flight, overlapping compute), so they have no share of the step\n";
+  return out.str();
+}
+
+nlohmann::json op_costs_json(const OpCostModel& m) {
+  nlohmann::json fits = nlohmann::json::array();
+  for (const OpClassFit& f : m.fits)
+    fits.push_back({{"class", op_class_name(f.cls)},
+                    {"dtype", f.dtype},
+                    {"ops", f.law.n},
+                    {"seconds_per_step", f.seconds_per_step},
+                    {"fixed_s", f.law.fixed_s},
+                    {"per_unit_s", f.law.per_unit_s},
+                    {"unit", f.cls == OpClass::gemm || f.cls == OpClass::attention ? "flop" : "byte"},
+                    {"median_abs_err", f.law.median_abs_err}});
+  return {{"run_dir", m.run_dir}, {"traces", m.traces}, {"steps", m.steps}, {"step_seconds", m.step_seconds},
+          {"fits", fits}};
+}
+
+}  // namespace ctitan

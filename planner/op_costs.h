@@ -1,0 +1,94 @@
+// Op-level cost laws fitted to one measured run's trace (`ctitan plan
+// --profile RUN_DIR`): the first step of a planner that times the kernels
+// of the software it predicts instead of assuming an efficiency curve.
+//
+// The op profiler (profiling/op_profiler.h) records every LibTorch op the
+// training thread ran, with its input shapes (and dtypes); the tracer
+// records every collective with its bytes. Each op is put in a class and
+// given its work:
+//   gemm        aten::mm / addmm / bmm / baddbmm / _scaled_mm   2·M·N·K (·batch) FLOPs
+//   attention   ops and autograd nodes named "*attention*" with [B,H,S,D] inputs   4·B·H·Sq·Sk·D FLOPs
+//   elementwise every other leaf aten op (no op nested inside it)   bytes of its inputs
+//   view        leaf ops that move no data (view, t, as_strided, empty, ...)   none: the dispatch cost
+//   collective  each collective (issue → completion)                bytes moved
+// and per class (GEMMs also per dtype, attention per direction,
+// element-wise per op) a law
+// t = fixed + per_unit · work is
+// fitted by least squares on the relative error (weights 1/t²), both terms
+// kept ≥ 0. The laws say what an op of a given size costs on this machine
+// and this build — launch and dispatch overhead (fixed) and throughput
+// (1 / per_unit) — measured, not guessed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace ctitan {
+
+enum class OpClass { gemm, attention, elementwise, view, collective };
+const char* op_class_name(OpClass c);
+
+struct OpSample {
+  std::string name;
+  OpClass cls = OpClass::elementwise;
+  // gemm: its first input's dtype ("float", "c10::BFloat16"; "" when not
+  // recorded); attention: "forward" or "backward"; collective: its op and
+  // group ("all_gather dp_shard").
+  std::string dtype;
+  double work = 0;    // FLOPs (gemm, attention) or bytes (elementwise, collective)
+  double seconds = 0;
+};
+
+// t = fixed_s + per_unit_s · work, fitted to n samples; median_abs_err is
+// the median of |predicted / measured − 1| over them.
+struct LinearLaw {
+  size_t n = 0;
+  double fixed_s = 0, per_unit_s = 0, median_abs_err = 0;
+  double predict(double work) const { return fixed_s + per_unit_s * work; }
+};
+LinearLaw fit_linear_law(const std::vector<std::pair<double, double>>& work_seconds);
+
+// The class and work of one op from its name and "Input Dims" / "Input type"
+// (Kineto's args); false for an op no class takes (a non-leaf, an op
+// without shapes).
+bool classify_op(const std::string& name, const nlohmann::json& args, OpSample& out);
+
+// The samples of one Chrome trace written by ctitan's profiler (rank 0's
+// file): leaf cpu_op events and collectives. `steps`: the traced steps' count.
+struct TraceSamples {
+  std::vector<OpSample> ops;
+  int64_t steps = 0;
+  double step_seconds = 0;  // the traced steps' total time
+  std::string op_source;    // "kineto", "record_function"
+};
+TraceSamples trace_samples(const nlohmann::json& trace);
+
+struct OpClassFit {
+  OpClass cls;
+  std::string dtype;  // gemm: the dtype; attention: the direction; elementwise: the op; collective: op and group
+  LinearLaw law;
+  double seconds_per_step = 0;  // the class's measured time per traced step
+};
+struct OpCostModel {
+  std::string run_dir;
+  std::vector<std::string> traces;  // files read
+  int64_t steps = 0;
+  double step_seconds = 0;  // per step, measured
+  std::vector<OpClassFit> fits;
+};
+
+// Fits every group (a class; gemm per dtype, attention per direction,
+// elementwise per op) with at least 2 samples.
+OpCostModel fit_op_costs(const TraceSamples& samples);
+// Reads RUN_DIR's rank-0 traces (<profiling.save_traces_folder>/iteration_N/rank0_trace.json,
+// any folder name) and fits them. InputError (one line) for a folder that
+// is not a run directory or has no trace: the line says how to record one.
+OpCostModel op_costs_from_run(const std::string& run_dir);
+
+std::string render_op_costs(const OpCostModel& m);
+nlohmann::json op_costs_json(const OpCostModel& m);
+
+}  // namespace ctitan

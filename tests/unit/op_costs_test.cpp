@@ -1,0 +1,157 @@
+// Op-level cost laws (planner/op_costs.h): each class's work from an op's
+// shapes, the law fitted back from synthetic timings with a known law and
+// noise, the leaf rule on a nested trace, and the refusal of a run without
+// traces.
+#include "planner/op_costs.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "common/errors.h"
+
+namespace ctitan {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(OpCosts, LinearLawRecoveredFromNoisyTimings) {
+  // t = 8 us + work / (40 GFLOP/s), 3 % multiplicative noise, work over four decades.
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(0.0, 0.03);
+  const double fixed = 8e-6, per = 1 / 40e9;
+  std::vector<std::pair<double, double>> xy;
+  for (int i = 0; i < 400; ++i) {
+    const double work = std::pow(10.0, 4 + 4.0 * i / 400);
+    xy.emplace_back(work, (fixed + per * work) * std::exp(noise(rng)));
+  }
+  const LinearLaw law = fit_linear_law(xy);
+  EXPECT_EQ(law.n, 400u);
+  EXPECT_NEAR(law.fixed_s / fixed, 1.0, 0.05);
+  EXPECT_NEAR(law.per_unit_s / per, 1.0, 0.03);
+  EXPECT_LT(law.median_abs_err, 0.04);
+  // Exact data: exact law; no fixed part, or no throughput part, when the data has none.
+  EXPECT_NEAR(fit_linear_law({{1, 3}, {2, 5}, {4, 9}}).fixed_s, 1.0, 1e-12);
+  EXPECT_NEAR(fit_linear_law({{1, 3}, {2, 5}, {4, 9}}).per_unit_s, 2.0, 1e-12);
+  EXPECT_EQ(fit_linear_law({{1, 2}, {2, 4}, {3, 6}}).fixed_s, 0.0);
+  EXPECT_NEAR(fit_linear_law({{1, 5}, {2, 5}, {8, 5}}).per_unit_s, 0.0, 1e-15);
+  EXPECT_NEAR(fit_linear_law({{1, 5}, {2, 5}, {8, 5}}).fixed_s, 5.0, 1e-12);
+  // One size only: no slope to fit. The median time is throughput (work > 0) or dispatch (no work).
+  const LinearLaw one_size = fit_linear_law({{100, 2}, {100, 3}, {100, 9}});
+  EXPECT_EQ(one_size.fixed_s, 0.0);
+  EXPECT_DOUBLE_EQ(one_size.per_unit_s, 0.03);
+  const LinearLaw views = fit_linear_law({{0, 1e-6}, {0, 2e-6}, {0, 5e-6}});
+  EXPECT_DOUBLE_EQ(views.fixed_s, 2e-6);
+  EXPECT_EQ(views.per_unit_s, 0.0);
+}
+
+TEST(OpCosts, WorkOfEachClassFromTheOpsShapes) {
+  OpSample s;
+  ASSERT_TRUE(classify_op("aten::mm", {{"Input Dims", {{64, 128}, {128, 32}}}, {"Input type", {"float", "float"}}}, s));
+  EXPECT_EQ(s.cls, OpClass::gemm);
+  EXPECT_DOUBLE_EQ(s.work, 2.0 * 64 * 128 * 32);
+  EXPECT_EQ(s.dtype, "float");
+  ASSERT_TRUE(classify_op("aten::addmm", {{"Input Dims", {{32}, {64, 128}, {128, 32}, {}, {}}},
+                                          {"Input type", {"c10::BFloat16", "c10::BFloat16", "c10::BFloat16"}}},
+                          s));
+  EXPECT_DOUBLE_EQ(s.work, 2.0 * 64 * 128 * 32);  // the bias is not a matrix
+  EXPECT_EQ(s.dtype, "c10::BFloat16");
+  ASSERT_TRUE(classify_op("aten::bmm", {{"Input Dims", {{8, 16, 32}, {8, 32, 4}}}}, s));
+  EXPECT_DOUBLE_EQ(s.work, 2.0 * 8 * 16 * 32 * 4);
+  ASSERT_TRUE(classify_op("aten::_scaled_dot_product_flash_attention_for_cpu",
+                          {{"Input Dims", {{2, 4, 128, 16}, {2, 2, 256, 16}, {2, 2, 256, 16}}}}, s));
+  EXPECT_EQ(s.cls, OpClass::attention);
+  EXPECT_DOUBLE_EQ(s.work, 4.0 * 2 * 4 * 128 * 256 * 16);
+  ASSERT_TRUE(classify_op("aten::add", {{"Input Dims", {{4, 256}, {4, 256}, {}}},
+                                        {"Input type", {"c10::BFloat16", "float", "Scalar"}}},
+                          s));
+  EXPECT_EQ(s.cls, OpClass::elementwise);
+  EXPECT_DOUBLE_EQ(s.work, 4 * 256 * 2 + 4 * 256 * 4);
+  EXPECT_FALSE(classify_op("forward layers.0", nlohmann::json::object(), s));  // ctitan's ranges are no ops
+  EXPECT_FALSE(classify_op("aten::mm", {{"Input Dims", {{64, 128}}}}, s));     // one matrix: no GEMM
+}
+
+nlohmann::json op(const std::string& name, double ts, double dur, nlohmann::json dims) {
+  return {{"name", name}, {"cat", "cpu_op"}, {"ph", "X"}, {"ts", ts}, {"dur", dur}, {"pid", 0}, {"tid", 7},
+          {"args", {{"Input Dims", dims}}}};
+}
+
+TEST(OpCosts, LeavesCountAndGemmsCountWhole) {
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"name", "step 2"}, {"cat", "step"}, {"ph", "X"}, {"ts", 0}, {"dur", 1000}, {"pid", 0}, {"tid", 1}});
+  events.push_back(op("aten::linear", 10, 100, {{4, 64}, {32, 64}, {32}}));         // parent: through its children
+  events.push_back(op("aten::t", 12, 2, {{32, 64}}));                               // leaf: element-wise
+  events.push_back(op("aten::addmm", 20, 80, {{32}, {4, 64}, {64, 32}, {}, {}}));    // the GEMM, whole
+  events.push_back(op("aten::copy_", 30, 10, {{4, 32}, {4, 32}, {}}));              // inside the GEMM: not counted
+  events.push_back(op("aten::mul", 200, 5, {{4, 32}, {}}));                         // leaf
+  events.push_back({{"name", "all_reduce dp"}, {"cat", "collective"}, {"ph", "X"}, {"ts", 300}, {"dur", 50},
+                    {"pid", 0}, {"tid", 99}, {"args", {{"bytes", 4096}, {"op", "all_reduce"}, {"group", "dp"}}}});
+  const TraceSamples s = trace_samples({{"traceEvents", events}, {"ctitan", {{"op_source", "kineto"}}}});
+  EXPECT_EQ(s.steps, 1);
+  EXPECT_DOUBLE_EQ(s.step_seconds, 1e-3);
+  EXPECT_EQ(s.op_source, "kineto");
+  std::vector<std::string> names;
+  for (const OpSample& o : s.ops) names.push_back(o.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"all_reduce dp", "aten::t", "aten::addmm", "aten::mul"}));
+  EXPECT_DOUBLE_EQ(s.ops[2].seconds, 80e-6);
+  EXPECT_DOUBLE_EQ(s.ops[2].work, 2.0 * 4 * 64 * 32);
+  EXPECT_EQ(s.ops[0].cls, OpClass::collective);
+  EXPECT_DOUBLE_EQ(s.ops[0].work, 4096);
+  EXPECT_EQ(s.ops[0].dtype, "all_reduce dp");
+}
+
+TEST(OpCosts, EachClassLawRecoveredFromASyntheticTrace) {
+  // GEMMs at 5 us + 20 GFLOP/s, element-wise at 1 us + 2 GB/s: the fit finds both, each in its class.
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int> size(16, 512);
+  nlohmann::json events = nlohmann::json::array();
+  double ts = 0;
+  for (int i = 0; i < 200; ++i) {
+    const int m = size(rng), n = size(rng), k = size(rng);
+    const double gemm_s = 5e-6 + 2.0 * m * n * k / 20e9;
+    events.push_back(op("aten::mm", ts, gemm_s * 1e6, {{m, k}, {k, n}}));
+    ts += gemm_s * 1e6 + 1;
+    const double bytes = 4.0 * m * n;
+    const double ew_s = 1e-6 + bytes / 2e9;
+    events.push_back(op("aten::silu", ts, ew_s * 1e6, {{m, n}}));
+    ts += ew_s * 1e6 + 1;
+  }
+  events.push_back({{"name", "step 1"}, {"cat", "step"}, {"ph", "X"}, {"ts", 0}, {"dur", ts}, {"pid", 0}, {"tid", 1}});
+  const OpCostModel m = fit_op_costs(trace_samples({{"traceEvents", events}}));
+  ASSERT_EQ(m.fits.size(), 2u);
+  for (const OpClassFit& f : m.fits) {
+    const bool gemm = f.cls == OpClass::gemm;
+    EXPECT_NEAR(f.law.fixed_s, gemm ? 5e-6 : 1e-6, 1e-9) << op_class_name(f.cls);
+    EXPECT_NEAR(f.law.per_unit_s * (gemm ? 20e9 : 2e9), 1.0, 1e-6) << op_class_name(f.cls);
+    EXPECT_EQ(f.law.n, 200u);
+  }
+  EXPECT_NE(render_op_costs(m).find("20 GFLOP/s"), std::string::npos) << render_op_costs(m);
+  EXPECT_NE(render_op_costs(m).find("2 GB/s"), std::string::npos) << render_op_costs(m);
+}
+
+TEST(OpCosts, ARunWithoutTracesIsRefusedInOneLine) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "op_costs_no_traces";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "checkpoint");
+  std::ofstream(dir / "metrics.jsonl") << "{}\n";
+  try {
+    op_costs_from_run(dir.string());
+    ADD_FAILURE() << "no InputError";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("has no trace"), std::string::npos) << what;
+    EXPECT_NE(what.find("--profiling.enable_profiling"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+  EXPECT_THROW(op_costs_from_run((dir / "missing").string()), InputError);
+  fs::create_directories(dir / "profile_traces" / "iteration_2");
+  std::ofstream(dir / "profile_traces" / "iteration_2" / "rank0_trace.json") << "{\"traceEvents\": [";
+  EXPECT_THROW(op_costs_from_run(dir.string()), InputError);  // a damaged trace: one line too
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ctitan
