@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <iostream>
 
 #include "common/errors.h"
@@ -106,18 +107,33 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
   const HardwareSpec start = load_hardware(hardware);
   const std::vector<MeasuredRun> runs = published_runs(path, start.name);
   out << "calibrating " << start.name << " from its " << runs.size() << " published rows in " << path
-      << " (and each row left out once) ..." << std::endl;
-  std::vector<double> loo_step, loo_mem, fit_step, fit_mem;
+      << " (and each row, then each table, left out once) ..." << std::endl;
+  std::vector<double> loo_step, loo_mem, fit_step, fit_mem, loto_tps, loto_mem;
   HardwareSpec all = fit_spec(start, runs);
+  // Leave one table out: each published table predicted from a spec fitted to
+  // the other tables only (a new model size, layout or scale the fit never saw).
+  const auto table_of = [](const MeasuredRun& r) { return r.label.substr(0, r.label.find(": ")); };
+  std::map<std::string, HardwareSpec> without_table;
+  for (const MeasuredRun& r : runs) {
+    const std::string t = table_of(r);
+    if (without_table.count(t)) continue;
+    std::vector<MeasuredRun> others;
+    for (const MeasuredRun& o : runs)
+      if (table_of(o) != t) others.push_back(o);
+    without_table.emplace(t, others.empty() ? all : fit_spec(all, others, &start, 1));
+  }
   char line[512];
-  std::snprintf(line, sizeof line, "  %-62s %9s %9s %9s %9s\n", "row", "fit err", "LOO err", "mem err", "LOO mem");
+  std::snprintf(line, sizeof line, "  %-62s %9s %9s %9s %9s %9s\n", "row", "fit err", "LOO err", "LOTO err", "mem err",
+                "LOO mem");
   out << line;
   for (size_t i = 0; i < runs.size(); ++i) {
     std::vector<MeasuredRun> others = runs;
     others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
     const RunErrors loo = run_errors(fit_spec(all, others, &start, 1), runs[i]);  // warm start, same prior
     const RunErrors in = run_errors(all, runs[i]);
+    const RunErrors loto = run_errors(without_table.at(table_of(runs[i])), runs[i]);
     loo_step.push_back(loo.step), loo_mem.push_back(loo.mem), fit_step.push_back(in.step), fit_mem.push_back(in.mem);
+    loto_tps.push_back(1 / (1 + loto.step) - 1), loto_mem.push_back(loto.mem);
     // tokens/s error = 1 / (1 + step error) - 1
     const auto pct = [](double e) {
       char b[32];
@@ -125,19 +141,23 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
       std::snprintf(b, sizeof b, "%+8.1f%%", 100 * e);
       return std::string(b);
     };
-    std::snprintf(line, sizeof line, "  %-62s %s %s %s %s\n", runs[i].label.substr(0, 62).c_str(),
-                  pct(1 / (1 + in.step) - 1).c_str(), pct(1 / (1 + loo.step) - 1).c_str(), pct(in.mem).c_str(),
-                  pct(loo.mem).c_str());
+    std::snprintf(line, sizeof line, "  %-62s %s %s %s %s %s\n", runs[i].label.substr(0, 62).c_str(),
+                  pct(1 / (1 + in.step) - 1).c_str(), pct(1 / (1 + loo.step) - 1).c_str(), pct(loto_tps.back()).c_str(),
+                  pct(in.mem).c_str(), pct(loo.mem).c_str());
     out << line;
   }
   std::vector<double> loo_tps, fit_tps;
   for (double e : loo_step) loo_tps.push_back(1 / (1 + e) - 1);
   for (double e : fit_step) fit_tps.push_back(1 / (1 + e) - 1);
-  std::snprintf(line, sizeof line, "median absolute error of tokens/s per GPU: %.1f %% fitted on all rows, %.1f %% leave-one-out",
-                100 * median_abs_error(fit_tps), 100 * median_abs_error(loo_tps));
+  std::snprintf(line, sizeof line,
+                "median absolute error of tokens/s per GPU: %.1f %% fitted on all rows, %.1f %% leave-one-out, %.1f %% "
+                "leave-one-table-out (%zu tables)",
+                100 * median_abs_error(fit_tps), 100 * median_abs_error(loo_tps), 100 * median_abs_error(loto_tps),
+                without_table.size());
   out << line;
   if (std::any_of(runs.begin(), runs.end(), [](const MeasuredRun& r) { return r.mem_peak_bytes > 0; })) {
-    std::snprintf(line, sizeof line, "; memory %.1f %% / %.1f %%", 100 * median_abs_error(fit_mem), 100 * median_abs_error(loo_mem));
+    std::snprintf(line, sizeof line, "; memory %.1f %% / %.1f %% / %.1f %%", 100 * median_abs_error(fit_mem),
+                  100 * median_abs_error(loo_mem), 100 * median_abs_error(loto_mem));
     out << line;
   } else {
     out << "; no published memory";

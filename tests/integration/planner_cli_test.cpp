@@ -183,4 +183,21 @@ TEST(PlanCli, PublishedRowsMedianErrorWithinTenPercent) {
 }
 
 }  // namespace
+// Out of sample on published data: each published table of the H100 rows
+// predicted by a spec fitted to the other tables only (another model size,
+// layout or scale than it saw), median |error| of tokens/s at most 10 %.
+TEST(PlanCli, PublishedTablesPredictedLeavingEachTableOut) {
+  const fs::path out = fresh_dir("plan_loto") / "h100.toml";
+  const auto r =
+      run_ctitan({"plan", "--calibrate", src("recipes/published"), "--hardware", "h100_sxm_500w", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string key = "leave-one-out, ";
+  const size_t at = r.out.find(key);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double loto = std::stod(r.out.substr(at + key.size()));
+  EXPECT_LE(loto, 10.0) << r.out;
+  EXPECT_NE(r.out.find("% leave-one-table-out (9 tables)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("LOTO err"), std::string::npos) << r.out;
+}
+
 }  // namespace ctitan::testing
