@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <fstream>
 #include <iostream>
 
 #include "common/errors.h"
@@ -27,6 +28,7 @@ const char* kHelp =
     "       ctitan plan --calibrate RESULTS.db [--hardware NAME|FILE] [--out FILE] [--json]\n"
     "       ctitan plan --validate recipes/published [--json]\n"
     "       ctitan plan --profile RUN_DIR [--json]\n"
+    "       ctitan plan RECIPE.toml --hardware cpu --profile RUN_DIR ...\n"
     "\n"
     "Predicts one rank's memory (parameters, gradients and optimizer state from the trainer's own\n"
     "dry-run layout; activations per activation-checkpointing mode; logits; communication buffers;\n"
@@ -47,7 +49,9 @@ const char* kHelp =
     "predicted vs published tokens/s per GPU and memory with the errors and their medians.\n"
     "--profile reads a run's traces (ctitan train --profiling.enable_profiling) and fits, per op class\n"
     "(GEMM per dtype, attention, element-wise, collective), time = fixed + work / throughput to the ops\n"
-    "it measured: what each class costs on this machine and build, and its share of the step.\n";
+    "it measured: what each class costs on this machine and build, and its share of the step. With a\n"
+    "recipe, the plan uses the efficiencies those ops imply (GEMM and its size curve, attention,\n"
+    "element-wise bandwidth, per-op dispatch) instead of the spec's, and says which were measured.\n";
 
 std::string take_value(const std::vector<std::string>& args, size_t& i) {
   const std::string& flag = args[i];
@@ -174,6 +178,29 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
   return 0;
 }
 
+// `hw` with the efficiencies a run's traced ops imply (planner/op_costs.h),
+// on the rates one of that run's ranks had; its calibration text names what
+// was measured and what is left from the spec.
+HardwareSpec spec_measured_from_run(const HardwareSpec& hw, const std::string& run_dir) {
+  const std::filesystem::path dir(run_dir);
+  const TraceSamples samples = run_trace_samples(run_dir);  // the one-line refusals first
+  if (!std::filesystem::is_regular_file(dir / "config.toml"))
+    throw InputError("ctitan plan --profile: " + run_dir + " has traces but no config.toml; give the run directory "
+                     "`ctitan train` wrote");
+  const JobConfig run_cfg = parse_job_config({"--job.config_file", (dir / "config.toml").string()});
+  int64_t run_world = 1;
+  double untraced_step_s = 0;
+  try {
+    std::ifstream in(dir / "summary.json");
+    const nlohmann::json summary = nlohmann::json::parse(in);
+    run_world = summary.value("world_size", int64_t{1});
+    untraced_step_s = summary.value("step_time_median_s", 0.0);
+  } catch (const nlohmann::json::exception&) {
+    run_world = 1;  // a run stopped before its summary: traces are rank 0's of one process
+  }
+  return spec_from_run(hw, samples, run_cfg, run_world, run_dir, untraced_step_s);
+}
+
 }  // namespace
 
 int plan_command(const std::vector<std::string>& args) {
@@ -222,7 +249,7 @@ int plan_command(const std::vector<std::string>& args) {
     }
   }
   if (!validate_path.empty()) return validate_published(validate_path, json, std::cout);
-  if (!profile_dir.empty()) {
+  if (!profile_dir.empty() && recipe.empty()) {
     const OpCostModel m = op_costs_from_run(profile_dir);
     std::cout << (json ? op_costs_json(m).dump(2) + "\n" : render_op_costs(m));
     return 0;
@@ -247,7 +274,8 @@ int plan_command(const std::vector<std::string>& args) {
   req.cfg = parse_job_config(cargs);
   req.model = model_from_config(req.cfg.model);
   for (const auto& [k, v] : model_overrides) override_model(req.model, k, v);
-  const HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);
+  HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);
+  if (!profile_dir.empty()) hw = spec_measured_from_run(hw, profile_dir);
   if (ngpu == 0)
     if (const char* env = std::getenv("NGPU")) ngpu = parse_count("NGPU", env);
   // However it is given, the world size has one cap (common/limits.h).

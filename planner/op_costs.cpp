@@ -11,6 +11,8 @@
 
 #include "common/errors.h"
 #include "common/quantile.h"
+#include "planner/model_desc.h"
+#include "planner/plan.h"
 
 namespace fs = std::filesystem;
 
@@ -120,6 +122,7 @@ bool classify_op(const std::string& name, const nlohmann::json& args, OpSample& 
     for (size_t i = 0; i + 2 < a.size(); ++i) flops *= static_cast<double>(a[i]);  // batch
     out.cls = OpClass::gemm;
     out.work = flops;
+    out.min_dim = static_cast<double>(std::min({a[a.size() - 2], a.back(), b.back()}));
     out.dtype = dtype_of(args, first);
     return flops > 0;
   }
@@ -130,6 +133,7 @@ bool classify_op(const std::string& name, const nlohmann::json& args, OpSample& 
     out.work = 4.0 * static_cast<double>(q[0]) * static_cast<double>(q[1]) * static_cast<double>(q[2]) *
                static_cast<double>(k[2]) * static_cast<double>(q[3]);
     out.dtype = name.find("ackward") != std::string::npos ? "backward" : "forward";
+    out.min_dim = static_cast<double>(q[3]);
     return out.work > 0;
   }
   // Ops that only make a new tensor header: what they cost is dispatch.
@@ -210,6 +214,12 @@ TraceSamples trace_samples(const nlohmann::json& trace) {
         for (size_t j = i + 1; j < ops.size() && ops[j].ts < ops[i].ts + ops[i].dur; ++j) counted_parent[j] = true;
     }
   }
+  // Step time no classified op accounts for: the framework's own host work
+  // (autograd engine, composite-op dispatch, the optimizer loop).
+  double classified = 0;
+  for (const OpSample& o : out.ops)
+    if (o.cls != OpClass::collective) classified += o.seconds;
+  out.gap_seconds = std::max(0.0, out.step_seconds - classified);
   return out;
 }
 
@@ -236,7 +246,7 @@ OpCostModel fit_op_costs(const TraceSamples& samples) {
   return m;
 }
 
-OpCostModel op_costs_from_run(const std::string& run_dir) {
+TraceSamples run_trace_samples(const std::string& run_dir, std::vector<std::string>* files_read) {
   const fs::path dir(run_dir);
   if (!fs::is_directory(dir))
     throw InputError("ctitan plan --profile: " + run_dir + " is not a run directory; give the folder `ctitan train` "
@@ -252,7 +262,6 @@ OpCostModel op_costs_from_run(const std::string& run_dir) {
     throw InputError("ctitan plan --profile: " + run_dir + " has no trace (no iteration_N/rank0_trace.json); "
                      "record one with `ctitan train ... --profiling.enable_profiling --profiling.profile_freq N`");
   TraceSamples all;
-  OpCostModel m;
   for (const fs::path& f : files) {
     std::ifstream in(f);
     nlohmann::json j;
@@ -267,15 +276,145 @@ OpCostModel op_costs_from_run(const std::string& run_dir) {
     all.steps += s.steps;
     all.step_seconds += s.step_seconds;
     if (all.op_source.empty()) all.op_source = s.op_source;
-    m.traces.push_back(f.string());
+    if (files_read) files_read->push_back(f.string());
   }
   if (std::none_of(all.ops.begin(), all.ops.end(), [](const OpSample& s) { return s.cls != OpClass::collective; }))
     throw InputError("ctitan plan --profile: the traces in " + run_dir + " hold no LibTorch op with input shapes "
                      "(the op profiler did not run); record them again with profiling.enable_profiling");
-  OpCostModel fitted = fit_op_costs(all);
-  fitted.run_dir = run_dir;
-  fitted.traces = m.traces;
-  return fitted;
+  return all;
+}
+
+OpCostModel op_costs_from_run(const std::string& run_dir) {
+  std::vector<std::string> files;
+  OpCostModel m = fit_op_costs(run_trace_samples(run_dir, &files));
+  m.run_dir = run_dir;
+  m.traces = files;
+  return m;
+}
+
+DerivedEfficiency efficiency_from_samples(const TraceSamples& samples, const Efficiency& start, double peak_flops,
+                                          double bandwidth) {
+  DerivedEfficiency d{start, {}};
+  // GEMM: t = a · flops · (1 + h/x), the planner's law; for each h on a
+  // log grid the best a is closed-form (least squares on the relative
+  // error), and the h with the smallest error wins.
+  std::vector<const OpSample*> gemms;
+  std::vector<double> fixed_costs;
+  double ew_bytes = 0, ew_seconds = 0;
+  std::vector<double> attn_rate;  // forward attention: causal FLOPs per second
+  std::vector<OpSample> elementwise;
+  for (const OpSample& s : samples.ops) {
+    if (s.seconds <= 0) continue;
+    if (s.cls == OpClass::gemm && s.min_dim > 0) {
+      gemms.push_back(&s);
+    } else if (s.cls == OpClass::attention && s.dtype == "forward" && s.min_dim > 0) {
+      attn_rate.push_back(s.work / 2 / s.seconds);
+    } else if (s.cls == OpClass::view) {
+      fixed_costs.push_back(s.seconds);
+    } else if (s.cls == OpClass::elementwise) {
+      elementwise.push_back(s);
+    }
+  }
+  if (gemms.size() >= 3 && peak_flops > 0) {
+    double best_err = INFINITY, best_a = 0, best_h = 0;
+    for (double h = 0.5; h <= 1e5; h *= 1.05) {
+      double num = 0, den = 0;
+      for (const OpSample* g : gemms) {
+        const double u = g->work * (1 + h / g->min_dim);
+        num += u / g->seconds, den += u * u / (g->seconds * g->seconds);
+      }
+      const double a = num / den;
+      double err = 0;
+      for (const OpSample* g : gemms) {
+        const double r = a * g->work * (1 + h / g->min_dim) / g->seconds - 1;
+        err += r * r;
+      }
+      if (err < best_err) best_err = err, best_a = a, best_h = h;
+    }
+    d.eff.gemm = 1 / (best_a * peak_flops);
+    d.eff.gemm_half_size = best_h;
+    d.measured.insert(d.measured.end(), {"gemm", "gemm_half_size"});
+  }
+  if (!fixed_costs.empty()) {
+    d.eff.kernel_overhead_s = median(fixed_costs);
+    d.measured.push_back("kernel_overhead_s");
+  }
+  // Element-wise: each op's bytes over its time beyond the dispatch cost.
+  for (const OpSample& s : elementwise) {
+    ew_bytes += s.work;
+    ew_seconds += std::max(s.seconds - d.eff.kernel_overhead_s, 0.1 * s.seconds);
+  }
+  if (ew_seconds > 0 && ew_bytes > 0 && bandwidth > 0) {
+    d.eff.memory = ew_bytes / ew_seconds / bandwidth;
+    d.measured.push_back("memory");
+  }
+  if (!attn_rate.empty() && peak_flops > 0) {
+    // The planner applies attention · Dh/(Dh + half/4); the head dim of the measured ops.
+    double dh = 0;
+    for (const OpSample& s : samples.ops)
+      if (s.cls == OpClass::attention && s.dtype == "forward") dh = s.min_dim;
+    const double sat = dh / (dh + d.eff.gemm_half_size / 4);
+    d.eff.attention = median(attn_rate) / peak_flops / sat;
+    d.measured.push_back("attention");
+  }
+  return d;
+}
+
+HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& traced, const JobConfig& run_cfg,
+                           int64_t run_world_size, const std::string& run_dir, double untraced_step_s) {
+  HardwareSpec hw = start;
+  // The profiler slows every op a little: scale the trace to the untraced step time.
+  TraceSamples samples = traced;
+  const double traced_step = samples.steps ? samples.step_seconds / static_cast<double>(samples.steps) : 0;
+  const double slowdown = untraced_step_s > 0 && traced_step > untraced_step_s ? untraced_step_s / traced_step : 1.0;
+  for (OpSample& o : samples.ops) o.seconds *= slowdown;
+  samples.step_seconds *= slowdown;
+  samples.gap_seconds *= slowdown;
+  const RankRates rates = rank_rates(hw, run_cfg, run_world_size);
+  const DerivedEfficiency d = efficiency_from_samples(samples, hw.eff, rates.peak_flops, rates.bandwidth);
+  hw.eff = d.eff;
+  std::vector<std::string> measured = d.measured;
+  std::erase_if(measured, [](const std::string& m) { return m == "attention" || m == "memory"; });
+  if (samples.steps > 0) {
+    // The run's own plan against what its trace measured, class by class.
+    const double steps = static_cast<double>(samples.steps);
+    double attn = 0, elem = 0, views = 0;
+    for (const OpSample& s : samples.ops) {
+      if (s.cls == OpClass::attention) attn += s.seconds / steps;
+      if (s.cls == OpClass::elementwise) elem += s.seconds / steps;
+      if (s.cls == OpClass::view) views += s.seconds / steps;
+    }
+    hw.eff.step_overhead_s = 0;
+    PlanRequest q;
+    q.cfg = run_cfg;
+    q.model = model_from_config(run_cfg.model);
+    q.world_size = static_cast<int>(run_world_size);
+    // Each planned time is inversely proportional to its efficiency, save
+    // terms the efficiency does not touch (the element-wise time of a
+    // non-flash attention's scores): a few rounds of rescaling converge, or
+    // stop where those terms alone exceed the measured time.
+    const bool cpu = hw.kind == "cpu";
+    const auto scale = [&](double& eff, double planned, double seen, const char* range) {
+      if (planned > 0 && seen > 0) eff = spec_range(range, cpu).clamp(eff * planned / seen);
+    };
+    for (int round = 0; round < 6; ++round) {
+      const TimeBreakdown t = predict(q, hw).time;
+      scale(hw.eff.attention, t.attention, attn, "attention");
+      scale(hw.eff.memory, t.elementwise, elem, "memory");
+      if (views > 0) scale(hw.eff.kernel_overhead_s, t.kernel_overhead, views, "kernel_overhead");
+    }
+    if (attn > 0) measured.push_back("attention");
+    if (elem > 0) measured.push_back("memory");
+    if (views > 0 && std::find(measured.begin(), measured.end(), "kernel_overhead_s") == measured.end())
+      measured.push_back("kernel_overhead_s");
+    hw.eff.step_overhead_s = spec_range("step_overhead", hw.kind == "cpu").clamp(samples.gap_seconds / steps);
+    measured.push_back("step_overhead_s");
+  }
+  std::string names;
+  for (const std::string& m : measured) names += (names.empty() ? "" : ", ") + m;
+  hw.calibration = "measured from the traced ops of " + run_dir + " (" + (names.empty() ? "nothing" : names) +
+                   "); the rest " + start.calibration;
+  return hw;
 }
 
 namespace {

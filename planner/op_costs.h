@@ -26,6 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "planner/hardware.h"
+#include "trainer/config/job_config.h"
+
 namespace ctitan {
 
 enum class OpClass { gemm, attention, elementwise, view, collective };
@@ -40,6 +43,7 @@ struct OpSample {
   std::string dtype;
   double work = 0;    // FLOPs (gemm, attention) or bytes (elementwise, collective)
   double seconds = 0;
+  double min_dim = 0;  // gemm: min(M, N, K); attention: the head dim
 };
 
 // t = fixed_s + per_unit_s · work, fitted to n samples; median_abs_err is
@@ -62,6 +66,7 @@ struct TraceSamples {
   std::vector<OpSample> ops;
   int64_t steps = 0;
   double step_seconds = 0;  // the traced steps' total time
+  double gap_seconds = 0;   // of that, time no classified op accounts for (the framework's own host work)
   std::string op_source;    // "kineto", "record_function"
 };
 TraceSamples trace_samples(const nlohmann::json& trace);
@@ -83,10 +88,43 @@ struct OpCostModel {
 // Fits every group (a class; gemm per dtype, attention per direction,
 // elementwise per op) with at least 2 samples.
 OpCostModel fit_op_costs(const TraceSamples& samples);
+// The samples of RUN_DIR's rank-0 traces (the files read into `files_read`);
+// the same InputErrors as op_costs_from_run.
+TraceSamples run_trace_samples(const std::string& run_dir, std::vector<std::string>* files_read = nullptr);
 // Reads RUN_DIR's rank-0 traces (<profiling.save_traces_folder>/iteration_N/rank0_trace.json,
 // any folder name) and fits them. InputError (one line) for a folder that
 // is not a run directory or has no trace: the line says how to record one.
 OpCostModel op_costs_from_run(const std::string& run_dir);
+
+// The planner's efficiencies as these measurements imply them, on a spec
+// whose peaks are `peak_flops` (a rank's GEMM FLOP/s in the compute dtype)
+// and `bandwidth` (bytes/s), in the planner's own laws (planner/plan.cpp):
+//   gemm, gemm_half_size  t = 2MNK / (peak · gemm · x/(x + half)), x = min(M, N, K):
+//                         half on a log grid (0.5 … 1e5), gemm in closed form for each,
+//                         least squares on the relative error
+//   attention             the forward ops: causal work (half the pairs) over peak · time,
+//                         divided by the head-dim saturation the planner applies
+//   memory                element-wise bytes over their time (less each op's fixed cost), over bandwidth
+//   kernel_overhead_s     the median fixed cost of an op (views: dispatch only)
+// Each is set only where the run measured its class; `measured` names them.
+struct DerivedEfficiency {
+  Efficiency eff;
+  std::vector<std::string> measured;  // "gemm", "gemm_half_size", "attention", "memory", "kernel_overhead_s"
+};
+DerivedEfficiency efficiency_from_samples(const TraceSamples& samples, const Efficiency& start, double peak_flops,
+                                          double bandwidth);
+
+// A spec whose efficiencies come from a measured run where it measured them:
+// GEMM (and its size curve) and per-op dispatch from efficiency_from_samples;
+// then the run's own config is planned with it and attention, element-wise
+// bandwidth and kernel launch are scaled so that the plan's time for each
+// equals the time the trace measured for that class, and the per-step
+// overhead is the step time no classified op accounts for. The trace is
+// first scaled to `untraced_step_s` (the run's median untraced step; 0:
+// unknown), which removes the profiler's own slowdown. The calibration text
+// names what was measured.
+HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& samples, const JobConfig& run_cfg,
+                           int64_t run_world_size, const std::string& run_dir, double untraced_step_s = 0);
 
 std::string render_op_costs(const OpCostModel& m);
 nlohmann::json op_costs_json(const OpCostModel& m);

@@ -255,6 +255,29 @@ int64_t stride_of(const MeshShape& s, const std::string& dim) {
 
 }  // namespace
 
+RankRates rank_rates(const HardwareSpec& hw, const JobConfig& cfg, int64_t world_size) {
+  RankRates r;
+  const bool fp32 = cfg.training.mixed_precision_param == "float32";
+  if (hw.kind == "cpu") {
+    // The ranks are processes sharing the machine: each gets 1/world of
+    // its GEMM rate and memory bandwidth, and dispatch queues for cores.
+    r.cores = hw.cores > 0 ? hw.cores : std::max(1u, std::thread::hardware_concurrency());
+    double peak = hw.peak_fp32_flops;
+    if (peak <= 0) peak = resolve_cpu_peak_flops(at::kFloat, 0).flops;
+    // A rank with several threads (cores / world) syncs them on every op.
+    const double ranks = static_cast<double>(world_size);
+    const double mt = r.cores / ranks > 1 ? hw.eff.multi_thread : 1.0;
+    r.peak_flops = peak / ranks * mt;
+    r.bandwidth = hw.memory_bandwidth / ranks * mt;
+    r.overhead_mult = std::max(1.0, ranks / r.cores);
+  } else {
+    r.peak_flops = fp32 ? (hw.peak_fp32_flops > 0 ? hw.peak_fp32_flops : hw.peak_bf16_flops / 2) : hw.peak_bf16_flops;
+    r.fp8_peak_flops = hw.peak_fp8_flops;
+    r.bandwidth = hw.memory_bandwidth;
+  }
+  return r;
+}
+
 Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   const JobConfig& cfg = req.cfg;
   const ModelDesc& m = req.model;
@@ -289,26 +312,16 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   e.float8 = !cfg.model.converters.empty();
   e.compiled = cfg.compile.enable && std::count(cfg.compile.components.begin(), cfg.compile.components.end(), "model") > 0;
   const bool cpu = hw.kind == "cpu";
-  double cores = hw.cores;
-  if (cpu && cores <= 0) cores = std::max(1u, std::thread::hardware_concurrency());
-  if (cpu) {
-    // The ranks are processes sharing the machine: each gets 1/world of
-    // its GEMM rate and memory bandwidth, and dispatch queues for cores.
-    double peak = hw.peak_fp32_flops;
-    if (peak <= 0) peak = resolve_cpu_peak_flops(at::kFloat, 0).flops;
-    // A rank with several threads (cores / world) syncs them on every op.
-    const double mt = cores / req.world_size > 1 ? hw.eff.multi_thread : 1.0;
-    e.peak = peak / req.world_size * mt;
-    e.bandwidth = hw.memory_bandwidth / req.world_size * mt;
-    e.overhead_mult = std::max(1.0, req.world_size / cores);
-    p.notes.push_back("ranks share " + std::to_string(static_cast<int>(cores)) + " cores: each gets 1/" +
+  const RankRates rates = rank_rates(hw, cfg, req.world_size);
+  e.peak = rates.peak_flops;
+  e.fp8_peak = rates.fp8_peak_flops;
+  e.bandwidth = rates.bandwidth;
+  e.overhead_mult = rates.overhead_mult;
+  if (cpu)
+    p.notes.push_back("ranks share " + std::to_string(static_cast<int>(rates.cores)) + " cores: each gets 1/" +
                       std::to_string(req.world_size) + " of the GEMM rate");
-  } else {
-    e.peak = fp32 ? (hw.peak_fp32_flops > 0 ? hw.peak_fp32_flops : hw.peak_bf16_flops / 2) : hw.peak_bf16_flops;
-    e.fp8_peak = hw.peak_fp8_flops;
-    e.bandwidth = hw.memory_bandwidth;
-    if (e.float8 && e.fp8_peak <= 0) p.notes.push_back(hw.name + " has no fp8 tensor cores: Float8 GEMMs at the bf16 rate");
-  }
+  else if (e.float8 && e.fp8_peak <= 0)
+    p.notes.push_back(hw.name + " has no fp8 tensor cores: Float8 GEMMs at the bf16 rate");
   if (e.peak <= 0 || e.bandwidth <= 0) throw InputError("hardware spec " + hw.name + " has no peak FLOP/s or memory bandwidth to plan with");
   const double mfu_peak = cpu ? e.peak * req.world_size : (fp32 ? e.peak : hw.peak_bf16_flops);
 
@@ -487,7 +500,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     bubble = std::max(0.0, sim.step_s - local_batch_s);
     // On a CPU whose ranks outnumber its cores, a rank idle in the bubble
     // hands its core to a busy one: only cores/world of the idle time is lost.
-    if (cpu) bubble *= std::min(1.0, cores / req.world_size);
+    if (cpu) bubble *= std::min(1.0, rates.cores / req.world_size);
     sim.step_s = local_batch_s + bubble;
     tb.comm.push_back({"pp", "send/recv activations and gradients", l.name, 2 * act * micro * accum,
                        2 * p2p * micro * accum, 0.0});

@@ -26,6 +26,15 @@
 
 namespace ctitan {
 
+// What one rank of `world_size` gets of the spec's compute and memory: its
+// GEMM FLOP/s in the compute dtype (a cpu's ranks share its measured peak
+// and cores), the fp8 peak (0: none), bytes/s, and how much slower dispatch
+// is when ranks outnumber cores.
+struct RankRates {
+  double peak_flops = 0, fp8_peak_flops = 0, bandwidth = 0, overhead_mult = 1, cores = 0;
+};
+RankRates rank_rates(const HardwareSpec& hw, const JobConfig& cfg, int64_t world_size);
+
 struct PlanRequest {
   JobConfig cfg;         // the recipe, fully resolved (parallelism degrees may be -1)
   ModelDesc model;       // from cfg.model.flavor unless overridden

@@ -12,6 +12,9 @@
 #include <random>
 
 #include "common/errors.h"
+#include "planner/model_desc.h"
+#include "planner/plan.h"
+#include "trainer/config/config_loader.h"
 
 namespace ctitan {
 namespace {
@@ -130,6 +133,47 @@ TEST(OpCosts, EachClassLawRecoveredFromASyntheticTrace) {
   }
   EXPECT_NE(render_op_costs(m).find("20 GFLOP/s"), std::string::npos) << render_op_costs(m);
   EXPECT_NE(render_op_costs(m).find("2 GB/s"), std::string::npos) << render_op_costs(m);
+}
+
+TEST(OpCosts, TheRunsOwnPlanMatchesWhatItsTraceMeasured) {
+  // A trace whose attention and element-wise ops took 70 % and 60 % of what
+  // the shipped cpu spec plans for debugmodel: the spec spec_from_run makes
+  // plans that run's attention, element-wise and overhead time as measured,
+  // and names what it measured.
+  const JobConfig cfg = parse_job_config({"--job.config_file", "recipes/llama3_debugmodel.toml"});
+  PlanRequest q;
+  q.cfg = cfg;
+  q.model = model_from_config(cfg.model);
+  q.world_size = 1;
+  const HardwareSpec start = load_hardware("cpu");
+  const TimeBreakdown planned = predict(q, start).time;
+  ASSERT_GT(planned.attention, 0);
+  ASSERT_GT(planned.elementwise, 0);
+  TraceSamples t;
+  t.steps = 2;
+  for (int i = 0; i < 12; ++i) {
+    t.ops.push_back({"aten::_scaled_dot_product_flash_attention_for_cpu", OpClass::attention, "forward",
+                     4.0 * 8 * 16 * 2048 * 2048 * 16, 0.7 * planned.attention / 6, 16});
+    t.ops.push_back({"aten::add", OpClass::elementwise, "aten::add", 1e6, 0.6 * planned.elementwise / 6, 0});
+  }
+  t.ops.push_back({"aten::view", OpClass::view, "", 0, 1e-6, 0});
+  t.step_seconds = 2 * (0.7 * planned.attention + 0.6 * planned.elementwise + 0.004);
+  t.gap_seconds = 2 * 0.004;
+  const HardwareSpec hw = spec_from_run(start, t, cfg, 1, "run");
+  const TimeBreakdown time = predict(q, hw).time;
+  EXPECT_NEAR(time.attention / (0.7 * planned.attention), 1.0, 1e-9);
+  // Element-wise: the scores traffic of the cpu spec's non-flash attention does not scale with
+  // the bandwidth efficiency, so the plan comes as close as that term lets it.
+  EXPECT_LT(std::fabs(time.elementwise / (0.6 * planned.elementwise) - 1), 0.4);
+  EXPECT_LT(time.elementwise, 0.85 * planned.elementwise);
+  EXPECT_NEAR(time.step_overhead, 0.004, 1e-12);
+  EXPECT_NE(hw.calibration.find("measured from the traced ops of run (kernel_overhead_s, attention, memory, "
+                                "step_overhead_s)"),
+            std::string::npos)
+      << hw.calibration;
+  // The profiler's slowdown comes off: the same trace against an untraced step 80 % as long.
+  const HardwareSpec faster = spec_from_run(start, t, cfg, 1, "run", 0.8 * t.step_seconds / 2);
+  EXPECT_NEAR(predict(q, faster).time.attention / (0.8 * 0.7 * planned.attention), 1.0, 1e-9);
 }
 
 TEST(OpCosts, ARunWithoutTracesIsRefusedInOneLine) {
