@@ -389,7 +389,26 @@ void check_sweep_name(const std::string& name) {
       bad("has a character a folder name cannot safely hold");
 }
 
+namespace {
+SweepSpec parse_spec_text(const std::string& text, const std::string& path);
+}  // namespace
+
+// Every refusal is one line: a spec's strings (a base path, a [report]
+// entry) may hold a "\n", which the message shows escaped.
 SweepSpec parse_sweep_spec(const std::string& text, const std::string& path) {
+  try {
+    return parse_spec_text(text, path);
+  } catch (const InputError& e) {
+    std::string line = e.what();
+    for (size_t at = 0; (at = line.find_first_of("\n\r", at)) != std::string::npos; at += 2)
+      line.replace(at, 1, line[at] == '\n' ? "\\n" : "\\r");
+    throw InputError(line);
+  }
+}
+
+namespace {
+
+SweepSpec parse_spec_text(const std::string& text, const std::string& path) {
   const SpecReader r(path);
   try {
     check_toml_nesting(text, path);
@@ -572,6 +591,8 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::string& path) {
   }
   return s;
 }
+
+}  // namespace
 
 SweepSpec load_sweep_spec(const std::string& path) {
   std::string text;

@@ -569,6 +569,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"UnknownSweepKey", spec("", "repeat = 2\n"), "unknown [sweep] key 'repeat'"},
         BadSpec{"MissingBase", "[sweep]\nname = \"t\"\n", "[sweep] base is missing"},
         BadSpec{"BaseNotAFile", "[sweep]\nbase = \"nope.toml\"\n", "is not a file"},
+        BadSpec{"LineBreakInBase", "[sweep]\nbase = \"no\\npe.toml\"\n", "no\\npe.toml' is not a file"},  // fuzz.sweep_spec's find
         BadSpec{"SweepOwnedKey", spec("[grid]\njob.dump_folder = [\"a\"]\n"), "is set by the sweep itself"},
         BadSpec{"InvalidToml", spec("[grid\n"), "invalid TOML"},
         BadSpec{"MeasureWithoutWarmup", spec("", "measure_steps = 4\n"), "measure_steps needs warmup_steps"},
