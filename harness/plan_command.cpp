@@ -28,7 +28,7 @@ const char* kHelp =
     "       ctitan plan --calibrate RESULTS.db [--hardware NAME|FILE] [--out FILE] [--json]\n"
     "       ctitan plan --validate recipes/published [--json]\n"
     "       ctitan plan --profile RUN_DIR [--json]\n"
-    "       ctitan plan RECIPE.toml --hardware cpu --profile RUN_DIR ...\n"
+    "       ctitan plan RECIPE.toml --hardware cpu --profile RUN_DIR [--profile MULTI_RANK_RUN_DIR] ...\n"
     "\n"
     "Predicts one rank's memory (parameters, gradients and optimizer state from the trainer's own\n"
     "dry-run layout; activations per activation-checkpointing mode; logits; communication buffers;\n"
@@ -51,7 +51,13 @@ const char* kHelp =
     "(GEMM per dtype, attention, element-wise, collective), time = fixed + work / throughput to the ops\n"
     "it measured: what each class costs on this machine and build, and its share of the step. With a\n"
     "recipe, the plan uses the efficiencies those ops imply (GEMM and its size curve, attention,\n"
-    "element-wise bandwidth, per-op dispatch) instead of the spec's, and says which were measured.\n";
+    "element-wise bandwidth, per-op dispatch) instead of the spec's, and says which were measured.\n"
+    "A single-process RUN_DIR also gives its compute unit by unit (each block, the embedding, the\n"
+    "head, forward and backward, by class; the parameter work; the step's fixed rest): the recipe's\n"
+    "compute is that measurement times the analytic model's ratio between the two recipes\n"
+    "(tokens, TP shards, model size, GEMM sizes, cores shared). A second --profile, a multi-rank\n"
+    "run of the same recipe, measures how much ranks side by side slow each other on this machine.\n"
+    "Communication stays analytic (the spec's links).\n";
 
 std::string take_value(const std::vector<std::string>& args, size_t& i) {
   const std::string& flag = args[i];
@@ -181,7 +187,8 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
 // `hw` with the efficiencies a run's traced ops imply (planner/op_costs.h),
 // on the rates one of that run's ranks had; its calibration text names what
 // was measured and what is left from the spec.
-HardwareSpec spec_measured_from_run(const HardwareSpec& hw, const std::string& run_dir) {
+HardwareSpec spec_measured_from_run(const HardwareSpec& hw, const std::string& run_dir,
+                                    std::shared_ptr<const MeasuredUnits>* units) {
   const std::filesystem::path dir(run_dir);
   const TraceSamples samples = run_trace_samples(run_dir);  // the one-line refusals first
   if (!std::filesystem::is_regular_file(dir / "config.toml"))
@@ -198,13 +205,27 @@ HardwareSpec spec_measured_from_run(const HardwareSpec& hw, const std::string& r
   } catch (const nlohmann::json::exception&) {
     run_world = 1;  // a run stopped before its summary: traces are rank 0's of one process
   }
-  return spec_from_run(hw, samples, run_cfg, run_world, run_dir, untraced_step_s);
+  const HardwareSpec spec = spec_from_run(hw, samples, run_cfg, run_world, run_dir, untraced_step_s);
+  // A single process's units hold no communication waits: its compute, unit
+  // by unit, is what the recipe's compute is scaled from.
+  if (units && run_world == 1) {
+    int64_t threads = 0;
+    try {
+      std::ifstream in(dir / "env.json");
+      threads = nlohmann::json::parse(in).value("num_threads", int64_t{0});
+    } catch (const nlohmann::json::exception&) {
+      threads = 0;  // unknown: the rate of a process alone on the machine
+    }
+    *units = std::make_shared<const MeasuredUnits>(
+        measured_units_from_run(spec, samples, run_cfg, threads, run_dir, untraced_step_s));
+  }
+  return spec;
 }
 
 }  // namespace
 
 int plan_command(const std::vector<std::string>& args) {
-  std::string recipe, hardware, calibrate_db, validate_path, profile_dir, out;
+  std::string recipe, hardware, calibrate_db, validate_path, profile_dir, corun_dir, out;
   bool json = false;
   int ngpu = 0, nodes = 0, per_node = 0;
   std::vector<std::pair<std::string, std::string>> model_overrides;
@@ -224,7 +245,10 @@ int plan_command(const std::vector<std::string>& args) {
     } else if (a == "--validate") {
       validate_path = take_value(args, i);
     } else if (a == "--profile") {
-      profile_dir = take_value(args, i);
+      (profile_dir.empty() ? profile_dir : corun_dir.empty() ? corun_dir : profile_dir) = take_value(args, i);
+      if (!corun_dir.empty() && profile_dir == corun_dir)
+        throw InputError("ctitan plan: --profile " + corun_dir + " given twice; the second --profile is a multi-rank "
+                         "run of the same model and batch (its ranks' slowdown side by side)");
     } else if (a == "--out") {
       out = take_value(args, i);
     } else if (a == "--ngpu") {
@@ -249,6 +273,8 @@ int plan_command(const std::vector<std::string>& args) {
     }
   }
   if (!validate_path.empty()) return validate_published(validate_path, json, std::cout);
+  if (!corun_dir.empty() && recipe.empty())
+    throw InputError("ctitan plan: a second --profile (" + corun_dir + ") only goes with a recipe; the op table reads one run");
   if (!profile_dir.empty() && recipe.empty()) {
     const OpCostModel m = op_costs_from_run(profile_dir);
     std::cout << (json ? op_costs_json(m).dump(2) + "\n" : render_op_costs(m));
@@ -275,7 +301,18 @@ int plan_command(const std::vector<std::string>& args) {
   req.model = model_from_config(req.cfg.model);
   for (const auto& [k, v] : model_overrides) override_model(req.model, k, v);
   HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);
-  if (!profile_dir.empty()) hw = spec_measured_from_run(hw, profile_dir);
+  if (!profile_dir.empty()) hw = spec_measured_from_run(hw, profile_dir, &req.measured);
+  if (!corun_dir.empty()) {
+    if (!req.measured)
+      throw InputError("ctitan plan: the first --profile (" + profile_dir + ") must be a single-process run; its units "
+                       "are the measured compute the second run's slowdown applies to");
+    const std::filesystem::path dir(corun_dir);
+    const TraceSamples samples = run_trace_samples(corun_dir);
+    MeasuredUnits mu = *req.measured;
+    mu.corun = corun_factor(*req.measured, measure_units(samples), corun_dir);
+    mu.corun_run_dir = corun_dir;
+    req.measured = std::make_shared<const MeasuredUnits>(std::move(mu));
+  }
   if (ngpu == 0)
     if (const char* env = std::getenv("NGPU")) ngpu = parse_count("NGPU", env);
   // However it is given, the world size has one cap (common/limits.h).

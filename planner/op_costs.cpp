@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "common/errors.h"
 #include "common/quantile.h"
@@ -189,7 +190,10 @@ TraceSamples trace_samples(const nlohmann::json& trace) {
       const std::string kind = args.is_object() && args.contains("op")
                                    ? args.value("op", std::string()) + " " + args.value("group", std::string())
                                    : e.value("name", "");
-      if (bytes > 0) out.ops.push_back({e.value("name", ""), OpClass::collective, kind, bytes, dur_us * 1e-6});
+      if (bytes > 0)
+        out.ops.push_back({e.value("name", ""), OpClass::collective, kind, bytes, dur_us * 1e-6, 0, e.value("ts", 0.0)});
+    } else if (cat == "compute" || cat == "data" || cat == "optimizer") {
+      out.scopes.push_back({e.value("name", ""), e.value("ts", 0.0), dur_us});
     } else if (cat == "cpu_op") {
       tracks[{e.value("pid", int64_t{0}), e.value("tid", int64_t{0})}].push_back({e.value("ts", 0.0), dur_us, &e});
     }
@@ -209,6 +213,7 @@ TraceSamples trace_samples(const nlohmann::json& trace) {
       if (counted_parent[i] || !classify_op(name, args, s)) continue;
       if (s.cls == OpClass::elementwise && !leaf) continue;
       s.seconds = ops[i].dur * 1e-6;
+      s.ts_us = ops[i].ts;
       out.ops.push_back(s);
       if (s.cls == OpClass::gemm || s.cls == OpClass::attention)
         for (size_t j = i + 1; j < ops.size() && ops[j].ts < ops[i].ts + ops[i].dur; ++j) counted_parent[j] = true;
@@ -273,6 +278,7 @@ TraceSamples run_trace_samples(const std::string& run_dir, std::vector<std::stri
     }
     TraceSamples s = trace_samples(j);
     all.ops.insert(all.ops.end(), s.ops.begin(), s.ops.end());
+    all.scopes.insert(all.scopes.end(), s.scopes.begin(), s.scopes.end());
     all.steps += s.steps;
     all.step_seconds += s.step_seconds;
     if (all.op_source.empty()) all.op_source = s.op_source;
@@ -415,6 +421,129 @@ HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& traced
   hw.calibration = "measured from the traced ops of " + run_dir + " (" + (names.empty() ? "nothing" : names) +
                    "); the rest " + start.calibration;
   return hw;
+}
+
+MeasuredUnits measure_units(const TraceSamples& samples, double slowdown) {
+  MeasuredUnits mu;
+  std::vector<double> views;
+  std::vector<const OpSample*> ops;
+  for (const OpSample& o : samples.ops) {
+    if (o.cls == OpClass::collective) continue;
+    if (o.cls == OpClass::view) views.push_back(o.seconds);
+    ops.push_back(&o);
+  }
+  std::sort(ops.begin(), ops.end(), [](const OpSample* a, const OpSample* b) { return a->ts_us < b->ts_us; });
+  const double dispatch = median(views);
+  // One span's classes: GEMM, attention and element-wise time beyond each op's
+  // dispatch; the rest of the span is fixed host work.
+  struct Split {
+    double gemm = 0, attn = 0, elem = 0, fixed = 0;
+  };
+  const auto split = [&](const TraceScope& sc) {
+    Split out;
+    const auto first = std::lower_bound(ops.begin(), ops.end(), sc.ts_us,
+                                        [](const OpSample* o, double ts) { return o->ts_us < ts; });
+    for (auto it = first; it != ops.end() && (*it)->ts_us < sc.ts_us + sc.dur_us; ++it) {
+      const OpSample& o = **it;
+      const double work = std::max(o.seconds - dispatch, 0.1 * o.seconds);
+      if (o.cls == OpClass::gemm) out.gemm += work;
+      if (o.cls == OpClass::attention) out.attn += work;
+      if (o.cls == OpClass::elementwise) out.elem += work;
+    }
+    out.fixed = std::max(0.0, sc.dur_us * 1e-6 - out.gemm - out.attn - out.elem);
+    return out;
+  };
+  double block_f = 0, block_b = 0, units_s = 0;
+  const auto add = [](UnitTimes& u, const Split& s, bool forward) {
+    (forward ? u.gemm_f : u.gemm_b) += s.gemm;
+    (forward ? u.attn_f : u.attn_b) += s.attn;
+    (forward ? u.elem_f : u.elem_b) += s.elem;
+    (forward ? u.fixed_f : u.fixed_b) += s.fixed;
+  };
+  for (const TraceScope& sc : samples.scopes) {
+    const bool fwd = sc.name.rfind("forward ", 0) == 0, bwd = sc.name.rfind("backward ", 0) == 0;
+    const std::string unit = fwd ? sc.name.substr(8) : bwd ? sc.name.substr(9) : sc.name;
+    if (sc.name == "data") continue;  // in the step's fixed rest
+    const Split s = split(sc);
+    units_s += sc.dur_us * 1e-6;
+    if ((fwd || bwd) && unit.rfind("layers.", 0) == 0) {
+      add(mu.block, s, fwd);
+      (fwd ? block_f : block_b) += 1;
+    } else if ((fwd || bwd) && unit == "tok_embeddings") {
+      add(mu.embedding, s, fwd);
+    } else if ((fwd || bwd) && unit == "norm+output") {
+      add(mu.head, s, fwd);
+    } else if (unit == "accumulate_grads" || unit == "clip_grad_norm" || unit == "optimizer") {
+      mu.param_s += s.gemm + s.attn + s.elem;
+      mu.param_fixed_s += s.fixed;
+    } else {
+      units_s -= sc.dur_us * 1e-6;  // a span of another kind: the step's rest
+    }
+  }
+  const double steps = std::max<double>(1, static_cast<double>(samples.steps));
+  const auto per = [](UnitTimes& u, double nf, double nb) {
+    const double f = nf > 0 ? 1 / nf : 0, b = nb > 0 ? 1 / nb : 0;
+    u.gemm_f *= f, u.attn_f *= f, u.elem_f *= f, u.fixed_f *= f;
+    u.gemm_b *= b, u.attn_b *= b, u.elem_b *= b, u.fixed_b *= b;
+  };
+  per(mu.block, block_f, block_b);
+  per(mu.embedding, steps, steps);
+  per(mu.head, steps, steps);
+  mu.param_s /= steps;
+  mu.param_fixed_s /= steps;
+  mu.step_fixed_s = std::max(0.0, samples.step_seconds - units_s) / steps;
+  for (UnitTimes* u : {&mu.block, &mu.embedding, &mu.head})
+    for (double* x : {&u->gemm_f, &u->gemm_b, &u->attn_f, &u->attn_b, &u->elem_f, &u->elem_b, &u->fixed_f, &u->fixed_b})
+      *x *= slowdown;
+  mu.param_s *= slowdown;
+  mu.param_fixed_s *= slowdown;
+  mu.step_fixed_s *= slowdown;
+  return mu;
+}
+
+MeasuredUnits measured_units_from_run(const HardwareSpec& hw, const TraceSamples& samples, const JobConfig& run_cfg,
+                                      int64_t threads, const std::string& run_dir, double untraced_step_s) {
+  const double traced_step = samples.steps ? samples.step_seconds / static_cast<double>(samples.steps) : 0;
+  const double slowdown = untraced_step_s > 0 && traced_step > untraced_step_s ? untraced_step_s / traced_step : 1.0;
+  MeasuredUnits mu = measure_units(samples, slowdown);
+  mu.run_dir = run_dir;
+  PlanRequest q;
+  q.cfg = run_cfg;
+  q.model = model_from_config(run_cfg.model);
+  q.world_size = 1;
+  if (hw.kind == "cpu" && threads > 0) {
+    const double cores = hw.cores > 0 ? hw.cores : std::max(1u, std::thread::hardware_concurrency());
+    q.rate_world_size = std::max(1, static_cast<int>(std::lround(cores / static_cast<double>(threads))));
+  }
+  const Prediction p = predict(q, hw);
+  mu.planned_block = p.block;
+  mu.planned_head = p.head;
+  mu.planned_embedding = p.embedding;
+  mu.planned_param_elems = p.rank_param_elems;
+  mu.planned_units = p.rank_units;
+  mu.planned_overhead_mult = p.overhead_mult;
+  mu.planned_bandwidth = p.bandwidth;
+  return mu;
+}
+
+double corun_factor(const MeasuredUnits& alone, const MeasuredUnits& side_by_side, const std::string& run_dir) {
+  const auto total = [](const UnitTimes& u) {
+    return u.gemm_f + u.gemm_b + u.attn_f + u.attn_b + u.elem_f + u.elem_b + u.fixed_f + u.fixed_b;
+  };
+  const double a = total(alone.block), b = total(side_by_side.block);
+  if (a <= 0 || b <= 0)
+    throw InputError("ctitan plan --profile: " + run_dir + " has no traced TransformerBlock to compare with the "
+                     "single-process run; record it with profiling.enable_profiling");
+  const double r = b / a;
+  if (r < 0.5 || r > 4) {
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "ctitan plan --profile: a block in %s took %.2fx its time in the single-process run; the two runs "
+                  "must train one model on one batch shape (give a multi-rank run of the first run's recipe)",
+                  run_dir.c_str(), r);
+    throw InputError(line);
+  }
+  return r;
 }
 
 namespace {

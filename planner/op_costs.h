@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "planner/hardware.h"
+#include "planner/plan.h"
 #include "trainer/config/job_config.h"
 
 namespace ctitan {
@@ -44,6 +45,14 @@ struct OpSample {
   double work = 0;    // FLOPs (gemm, attention) or bytes (elementwise, collective)
   double seconds = 0;
   double min_dim = 0;  // gemm: min(M, N, K); attention: the head dim
+  double ts_us = 0;    // when it began (the trace's clock)
+};
+
+// A span the trainer names in its trace: "forward layers.3", "backward
+// norm+output", "accumulate_grads", "clip_grad_norm", "optimizer", "data".
+struct TraceScope {
+  std::string name;
+  double ts_us = 0, dur_us = 0;
 };
 
 // t = fixed_s + per_unit_s · work, fitted to n samples; median_abs_err is
@@ -68,6 +77,7 @@ struct TraceSamples {
   double step_seconds = 0;  // the traced steps' total time
   double gap_seconds = 0;   // of that, time no classified op accounts for (the framework's own host work)
   std::string op_source;    // "kineto", "record_function"
+  std::vector<TraceScope> scopes;  // the trainer's compute, data and optimizer spans
 };
 TraceSamples trace_samples(const nlohmann::json& trace);
 
@@ -125,6 +135,29 @@ DerivedEfficiency efficiency_from_samples(const TraceSamples& samples, const Eff
 // names what was measured.
 HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& samples, const JobConfig& run_cfg,
                            int64_t run_world_size, const std::string& run_dir, double untraced_step_s = 0);
+
+// The profiled run's compute unit by unit: per TransformerBlock (the mean
+// over layers), embedding and head, forward and backward, each class's
+// time (GEMM, attention, element-wise: each op less its dispatch cost, the
+// median time of an op that moves no data) and the fixed rest of the span
+// (dispatch, the autograd engine); the parameter work (gradient
+// accumulation, clipping, AdamW) split the same way; and the step's time
+// outside every unit (data, the loop). `slowdown` scales every time (the
+// untraced over the traced step). Zeros where the trace has no such span.
+MeasuredUnits measure_units(const TraceSamples& samples, double slowdown = 1.0);
+
+// measure_units of a single-process run plus the denominators: the
+// planner's analytic unit costs of that run's own config on `hw`, at the
+// rate of one rank among cores / `threads` (the threads it ran with).
+MeasuredUnits measured_units_from_run(const HardwareSpec& hw, const TraceSamples& samples, const JobConfig& run_cfg,
+                                      int64_t threads, const std::string& run_dir, double untraced_step_s = 0);
+
+// How much slower a rank's TransformerBlocks ran in a multi-rank run
+// (`side_by_side`, measure_units of its rank 0) than in the single
+// process (`alone`): forward and backward time per block, the ratio. Both
+// runs must be of one model and batch: a ratio outside [0.5, 4] is refused
+// (InputError naming `run_dir`) as runs that are not comparable.
+double corun_factor(const MeasuredUnits& alone, const MeasuredUnits& side_by_side, const std::string& run_dir);
 
 std::string render_op_costs(const OpCostModel& m);
 nlohmann::json op_costs_json(const OpCostModel& m);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
@@ -222,6 +223,34 @@ UnitCost mean_block(const UnitCost& a, const UnitCost& b, double w) {
   return c;
 }
 
+ModelArgs model_args_of(const ModelDesc& m) {
+  if (m.family == "gpt") return ModelArgs{};
+  return m.trainer_args();
+}
+
+UnitTimes unit_times(const UnitCost& c) {
+  return {c.gemm_f, c.gemm_b, c.attn_f, c.attn_b, c.elem_f, c.elem_b, c.kernels_f, c.kernels_b};
+}
+
+// c's classes scaled to what `measured` says the profiled run's unit cost
+// where the analytic model planned it `planned` (a class the profiled run
+// did not plan keeps its analytic time).
+void rescale_unit(UnitCost& c, const UnitTimes& measured, const UnitTimes& planned, double factor) {
+  const auto r = [factor](double& x, double meas, double plan) {
+    if (plan > 0) x = factor * meas * x / plan;
+  };
+  const double g = c.gemm_f;
+  r(c.gemm_f, measured.gemm_f, planned.gemm_f);
+  if (g > 0) c.row_gemm_f *= c.gemm_f / g;
+  r(c.gemm_b, measured.gemm_b, planned.gemm_b);
+  r(c.attn_f, measured.attn_f, planned.attn_f);
+  r(c.attn_b, measured.attn_b, planned.attn_b);
+  r(c.elem_f, measured.elem_f, planned.elem_f);
+  r(c.elem_b, measured.elem_b, planned.elem_b);
+  r(c.kernels_f, measured.fixed_f, planned.fixed_f);
+  r(c.kernels_b, measured.fixed_b, planned.fixed_b);
+}
+
 UnitCost head_cost(const Env& e, double T) {
   const double t = static_cast<double>(e.shape.tp), D = static_cast<double>(e.m.dim);
   const double V = static_cast<double>(e.m.vocab_size);
@@ -312,7 +341,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   e.float8 = !cfg.model.converters.empty();
   e.compiled = cfg.compile.enable && std::count(cfg.compile.components.begin(), cfg.compile.components.end(), "model") > 0;
   const bool cpu = hw.kind == "cpu";
-  const RankRates rates = rank_rates(hw, cfg, req.world_size);
+  const RankRates rates = rank_rates(hw, cfg, req.rate_world_size > 0 ? req.rate_world_size : req.world_size);
   e.peak = rates.peak_flops;
   e.fp8_peak = rates.fp8_peak_flops;
   e.bandwidth = rates.bandwidth;
@@ -336,28 +365,50 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
 
   const ActivationCheckpointPolicy ac =
       ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option);
-  const ModelArgs args = m.family == "gpt" ? ModelArgs{} : m.trainer_args();
+  // gpt: no trainer model (default arguments: dense, causal).
+  const ModelArgs args = model_args_of(m);
   if (args.block_causal()) {
     e.attn_density = c4_like_attention_density(t.seq_len);
     p.notes.push_back("block_causal: attention does " + std::to_string(static_cast<int>(100 * e.attn_density + 0.5)) +
                       "% of causal's work at seq " + std::to_string(t.seq_len) +
                       " (assumed: packed C4-like documents, mean 427 tokens; the data's own lengths are not read)");
   }
-  const UnitCost dense_blk = block_cost(e, T, false), head = head_cost(e, T);
-  const UnitCost moe_blk = args.moe.num_experts > 0 ? block_cost(e, T, true) : dense_blk;
+  UnitCost dense_blk = block_cost(e, T, false), head = head_cost(e, T);
+  UnitCost moe_blk = args.moe.num_experts > 0 ? block_cost(e, T, true) : dense_blk;
   if (args.moe.num_experts > 0)
     p.notes.push_back("MoE: the routed experts' grouped GEMMs are timed as dense GEMMs of each expert's share of the "
                       "tokens (a balanced load); their own efficiency is not calibrated yet (ATen's CPU grouped GEMM "
                       "reaches about a quarter of the dense GEMMs' rate: step times here are optimistic)");
-  // The mean block (MoE models: dense and MoE layers in the model's
-  // proportion), for what is reported or communicated per block.
-  const UnitCost blk = mean_block(dense_blk, moe_blk,
-                                  m.n_layers > 0 ? static_cast<double>(args.n_moe_layers()) / static_cast<double>(m.n_layers) : 0);
   UnitCost emb;
   emb.elem_f = T * static_cast<double>(m.dim) * e.elem * 2 / (e.bandwidth * e.hw.eff.memory);
   emb.elem_b = 2 * emb.elem_f;
   emb.kernels_f = 2 * hw.eff.kernel_overhead_s * e.overhead_mult;
   emb.kernels_b = 2 * emb.kernels_f;
+  if (req.measured) {
+    // Measured compute: each class of each unit is what the profiled run
+    // measured times what this recipe's unit costs over what the profiled
+    // run's unit costs in the analytic model.
+    const MeasuredUnits& mu = *req.measured;
+    const double corun = req.world_size > 1 ? mu.corun : 1.0;
+    rescale_unit(dense_blk, mu.block, mu.planned_block, corun);
+    rescale_unit(moe_blk, mu.block, mu.planned_block, corun);
+    rescale_unit(head, mu.head, mu.planned_head, corun);
+    rescale_unit(emb, mu.embedding, mu.planned_embedding, corun);
+    p.compute_source = "measured (" + mu.run_dir + ")";
+    std::string corun_note;
+    if (req.world_size > 1 && !mu.corun_run_dir.empty()) {
+      char x[64];
+      std::snprintf(x, sizeof x, "%.2f", mu.corun);
+      corun_note = ", x" + std::string(x) + " for ranks side by side (measured in " + mu.corun_run_dir + ")";
+    }
+    p.notes.push_back("compute measured in " + mu.run_dir + " and scaled to this recipe by the analytic model's "
+                      "ratios" + corun_note + "; communication, the pipeline schedule and memory are analytic");
+  }
+  p.block = unit_times(dense_blk), p.head = unit_times(head), p.embedding = unit_times(emb);
+  // The mean block (MoE models: dense and MoE layers in the model's
+  // proportion), for what is reported or communicated per block.
+  const UnitCost blk = mean_block(dense_blk, moe_blk,
+                                  m.n_layers > 0 ? static_cast<double>(args.n_moe_layers()) / static_cast<double>(m.n_layers) : 0);
 
   // Every stage's forward and backward per micro-batch; the recomputation
   // of checkpointed blocks runs inside the backward.
@@ -510,7 +561,25 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   // fp32 master, gradient and both moments, the norm reads the gradients,
   // the compute copy is refreshed.
   const double opt_bytes = static_cast<double>(rl.param_elems) * (28 + 4 + 4 + (fp32 ? 0 : 6));
-  const double optimizer_s = opt_bytes / (e.bandwidth * hw.eff.memory) + 30 * hw.eff.kernel_overhead_s * e.overhead_mult;
+  double opt_work_s = opt_bytes / (e.bandwidth * hw.eff.memory), opt_fixed_s = 30 * hw.eff.kernel_overhead_s * e.overhead_mult;
+  double step_overhead_s = hw.eff.step_overhead_s * e.overhead_mult;
+  p.rank_param_elems = static_cast<double>(rl.param_elems);
+  p.rank_units = units;
+  p.overhead_mult = e.overhead_mult;
+  p.bandwidth = e.bandwidth;
+  if (req.measured) {
+    // Gradient accumulation, clipping and AdamW: their traffic scales with
+    // this rank's parameters and bandwidth, their per-tensor host work
+    // with its units and the cores it shares; so does the step's own.
+    const MeasuredUnits& mu = *req.measured;
+    const double om = e.overhead_mult / std::max(1e-9, mu.planned_overhead_mult) * (req.world_size > 1 ? mu.corun : 1.0);
+    if (mu.planned_param_elems > 0 && e.bandwidth > 0)
+      opt_work_s = mu.param_s * p.rank_param_elems / mu.planned_param_elems * mu.planned_bandwidth / e.bandwidth *
+                   (req.world_size > 1 ? mu.corun : 1.0);
+    if (mu.planned_units > 0) opt_fixed_s = mu.param_fixed_s * units / mu.planned_units * om;
+    step_overhead_s = mu.step_fixed_s * om;
+  }
+  const double optimizer_s = opt_work_s + opt_fixed_s;
   // Loss, gradient norm and metrics reductions: latency-bound.
   const double small = (shape.world() > 1 ? 3 * std::log2(static_cast<double>(shape.world())) : 0) *
                        link_for("pp", P).latency_s;
@@ -521,15 +590,15 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   tb.gemm = ((blk.gemm_f + blk.gemm_b) * static_cast<double>(rl.layers) + (rl.head ? head.gemm_f + head.gemm_b : 0)) * mi * a;
   tb.attention = (blk.attn_f + blk.attn_b) * static_cast<double>(rl.layers) * mi * a;
   tb.elementwise = ((blk.elem_f + blk.elem_b) * static_cast<double>(rl.layers) + (rl.head ? head.elem_f + head.elem_b : 0) +
-                    (rl.embedding ? emb.elem_f + emb.elem_b : 0)) * mi * a + opt_bytes / (e.bandwidth * hw.eff.memory);
+                    (rl.embedding ? emb.elem_f + emb.elem_b : 0)) * mi * a + opt_work_s;
   tb.float8_casts = 2 * blk.cast * static_cast<double>(rl.layers) * mi * a;
   tb.recompute = rank_rec * mi * a;
   tb.kernel_overhead = ((blk.kernels_f + blk.kernels_b) * static_cast<double>(rl.layers) + head.kernels_f + head.kernels_b) * mi * a +
-                       30 * hw.eff.kernel_overhead_s * e.overhead_mult;
+                       opt_fixed_s;
   tb.bubble = bubble * a;
   tb.comm_exposed = exposed_micro * a + exposed_step + small;
   tb.data = 0;
-  tb.step_overhead = hw.eff.step_overhead_s * e.overhead_mult;
+  tb.step_overhead = step_overhead_s;
   tb.step = local_batch_s * a + exposed_micro * a + exposed_step + small + optimizer_s + tb.step_overhead;
 
   p.tps_per_device = p.tokens_per_step / tb.step / static_cast<double>(req.world_size);

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -35,6 +36,35 @@ struct RankRates {
 };
 RankRates rank_rates(const HardwareSpec& hw, const JobConfig& cfg, int64_t world_size);
 
+// Seconds one unit (a TransformerBlock, the embedding, the norm and output
+// head) costs per micro-batch, by class: GEMMs, attention, element-wise
+// traffic, and the fixed host work of its ops (dispatch, the autograd
+// engine), forward and backward.
+struct UnitTimes {
+  double gemm_f = 0, gemm_b = 0, attn_f = 0, attn_b = 0, elem_f = 0, elem_b = 0, fixed_f = 0, fixed_b = 0;
+};
+
+// What one profiled run measured, unit by unit (planner/op_costs.h,
+// measured_units_from_run), with what the planner's analytic model says
+// that run's units cost (`planned_*`): a recipe is then predicted as the
+// measured time times the analytic model's ratio, class by class — the
+// analytic model says how the work scales (tokens, TP shards, model
+// dimensions, GEMM sizes, cores shared), the measurement what it costs.
+struct MeasuredUnits {
+  std::string run_dir;
+  UnitTimes block, head, embedding;        // measured, seconds per instance per micro-batch
+  double param_s = 0, param_fixed_s = 0;   // per step: gradient accumulation, clipping, AdamW (work, fixed)
+  double step_fixed_s = 0;                 // per step: data and the host work outside every unit
+  UnitTimes planned_block, planned_head, planned_embedding;
+  double planned_param_elems = 0, planned_units = 0, planned_overhead_mult = 1, planned_bandwidth = 0;
+  // Ranks running side by side on one machine slow each other (shared
+  // memory bandwidth and caches, the collectives' own threads): a rank's
+  // unit time in a profiled multi-rank run over the single process's. 1:
+  // not measured. Applied to every recipe of more than one rank.
+  double corun = 1;
+  std::string corun_run_dir;
+};
+
 struct PlanRequest {
   JobConfig cfg;         // the recipe, fully resolved (parallelism degrees may be -1)
   ModelDesc model;       // from cfg.model.flavor unless overridden
@@ -47,6 +77,14 @@ struct PlanRequest {
   // machine's, read at plan time; --calibrate sets each run's own from its
   // env's aten_cpu_capability.
   int bf16_gemm_widened = -1;
+  // cpu: how many processes share the cores for the rates (rank_rates);
+  // 0: world_size. A single-process run on fewer threads than cores has
+  // the rate of a rank among cores/threads.
+  int rate_world_size = 0;
+  // Set: the compute of every unit, the parameter work and the step's
+  // fixed cost come from this measurement scaled by the analytic model's
+  // ratios (ctitan plan --profile); communication stays analytic.
+  std::shared_ptr<const MeasuredUnits> measured;
 };
 
 struct MemoryBreakdown {  // bytes per rank (the largest rank: every pipeline stage is planned)
@@ -96,6 +134,11 @@ struct Prediction {
   double mfu = 0;              // percent, against the spec's bf16 peak (fp32 on cpu)
   bool fits = true;            // memory.total <= the device's memory
   std::vector<std::string> notes;  // assumptions made for this recipe
+  // The unit costs the step was assembled from (one rank, one micro-batch),
+  // and that rank's parameter elements, units and rates.
+  UnitTimes block, head, embedding;
+  double rank_param_elems = 0, rank_units = 0, overhead_mult = 1, bandwidth = 0;
+  std::string compute_source = "analytic";  // or "measured (RUN_DIR)"
 };
 
 // Throws InputError (one line) for a layout that does not fit the model,

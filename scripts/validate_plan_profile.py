@@ -4,7 +4,13 @@ database predicted twice — with the hardware spec as shipped, and with the
 efficiencies one profiled run's traced ops imply — against its measured
 tokens/s per device.
 
-    scripts/validate_plan_profile.py RESULTS.db PROFILED_RUN_DIR [--ctitan build/ctitan] [--hardware cpu]
+    scripts/validate_plan_profile.py RESULTS.db PROFILED_RUN_DIR [SIDE_BY_SIDE_RUN_DIR]
+        [--ctitan build/ctitan] [--hardware cpu] [--skip-config SUBSTRING]
+
+PROFILED_RUN_DIR is a single-process run (its compute, unit by unit);
+SIDE_BY_SIDE_RUN_DIR, optional, a multi-rank run of the same recipe (how much
+ranks slow each other on this machine). A database run whose resolved config
+equals the side-by-side run's is left out: it is in sample.
 """
 import argparse
 import json
@@ -16,10 +22,32 @@ import sys
 import tempfile
 
 
+def same_recipe(config_toml, ws, run_dir):
+    """Whether a database run is the side-by-side calibration run's recipe:
+    its world size and its model, batch and parallel settings."""
+    import tomllib
+    try:
+        with open(os.path.join(run_dir, "config.toml"), "rb") as f:
+            cal = tomllib.load(f)
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            cal_ws = json.load(f).get("world_size", 1)
+    except (OSError, ValueError):
+        return False
+    run = tomllib.loads(config_toml)
+    if cal_ws != ws:
+        return False
+    for section in ("model", "parallelism", "activation_checkpoint", "compile"):
+        if cal.get(section) != run.get(section):
+            return False
+    keys = ("local_batch_size", "seq_len", "mixed_precision_param")
+    return all(cal["training"].get(k) == run["training"].get(k) for k in keys)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("db")
     ap.add_argument("run_dir")
+    ap.add_argument("corun_dir", nargs="?")
     ap.add_argument("--ctitan", default=os.path.join(os.path.dirname(__file__), "..", "build", "ctitan"))
     ap.add_argument("--hardware", default="cpu")
     a = ap.parse_args()
@@ -42,7 +70,11 @@ def main():
                     sys.exit(f"ctitan plan failed for {label}: {p.stderr.strip()}")
                 return json.loads(p.stdout)["tps_per_device"]
 
-            out.append((ws, label, tps, predict([]), predict(["--profile", a.run_dir])))
+            profile = ["--profile", a.run_dir] + (["--profile", a.corun_dir] if a.corun_dir else [])
+            if a.corun_dir and same_recipe(cfg, ws, a.corun_dir):
+                print(f"{label} (ws {ws}): the side-by-side run's own recipe, left out", file=sys.stderr)
+                continue
+            out.append((ws, label, tps, predict([]), predict(profile)))
             print(f"{len(out)}/{len(rows)} predicted", file=sys.stderr)
     print("| ws | point | measured tps | spec as shipped | measured ops |")
     print("|---:|---|---:|---:|---:|")

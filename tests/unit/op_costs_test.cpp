@@ -176,6 +176,140 @@ TEST(OpCosts, TheRunsOwnPlanMatchesWhatItsTraceMeasured) {
   EXPECT_NEAR(predict(q, faster).time.attention / (0.8 * 0.7 * planned.attention), 1.0, 1e-9);
 }
 
+nlohmann::json span(const std::string& cat, const std::string& name, double ts, double dur) {
+  return {{"name", name}, {"cat", cat}, {"ph", "X"}, {"ts", ts}, {"dur", dur}, {"pid", 0}, {"tid", 1}};
+}
+
+TEST(OpCosts, UnitsSplitByClassFromTheTrainersSpans) {
+  // Two blocks forward (100 us each) and backward (200 us each), the
+  // embedding, the head, the optimizer and data, in a 1000 us step. Inside
+  // each forward block: a GEMM of 30 us, attention of 20 us (a nested op
+  // inside it counts with it), an element-wise op of 10 us and four views of
+  // 1 us, the dispatch cost every op pays.
+  nlohmann::json ev = nlohmann::json::array();
+  ev.push_back(span("step", "step 3", 0, 1000));
+  ev.push_back(span("data", "data", 0, 10));
+  ev.push_back(span("compute", "forward tok_embeddings", 10, 20));
+  ev.push_back(op("aten::embedding", 12, 5, {{4, 8}}));
+  for (int l = 0; l < 2; ++l) {
+    const double t0 = 30 + 100 * l;
+    ev.push_back(span("compute", "forward layers." + std::to_string(l), t0, 100));
+    ev.push_back(op("aten::mm", t0 + 1, 30, {{64, 32}, {32, 32}}));
+    ev.push_back(op("aten::_scaled_dot_product_flash_attention_for_cpu", t0 + 40, 20, {{1, 2, 16, 8}, {1, 2, 16, 8}}));
+    ev.push_back(op("aten::empty", t0 + 41, 2, {{1}}));  // inside attention: counted with it
+    ev.push_back(op("aten::silu", t0 + 70, 10, {{64, 32}}));
+    for (int v = 0; v < 4; ++v) ev.push_back(op("aten::view", t0 + 85 + 2 * v, 1, {{64, 32}}));
+  }
+  ev.push_back(span("compute", "forward norm+output", 230, 50));
+  ev.push_back(op("aten::mm", 231, 41, {{64, 32}, {32, 100}}));
+  ev.push_back(span("compute", "backward norm+output", 280, 60));
+  for (int l = 1; l >= 0; --l) {
+    const double t0 = 340 + 200 * (1 - l);
+    ev.push_back(span("compute", "backward layers." + std::to_string(l), t0, 200));
+    ev.push_back(op("aten::mm", t0 + 1, 61, {{64, 32}, {32, 32}}));
+    ev.push_back(op("aten::mul", t0 + 100, 21, {{64, 32}, {64, 32}}));
+  }
+  ev.push_back(span("compute", "backward tok_embeddings", 740, 10));
+  ev.push_back(span("compute", "optimizer", 750, 100));
+  ev.push_back(op("aten::_foreach_mul_", 760, 41, {{1000}}));
+  const TraceSamples t = trace_samples({{"traceEvents", ev}});
+  ASSERT_EQ(t.scopes.size(), 10u);
+  const MeasuredUnits mu = measure_units(t);
+  // Each op less the 1 us dispatch; the rest of the span is fixed.
+  EXPECT_NEAR(mu.block.gemm_f, 29e-6, 1e-12);
+  EXPECT_NEAR(mu.block.attn_f, 19e-6, 1e-12);
+  EXPECT_NEAR(mu.block.elem_f, 9e-6, 1e-12);
+  EXPECT_NEAR(mu.block.fixed_f, 100e-6 - 29e-6 - 19e-6 - 9e-6, 1e-12);  // the views are all dispatch
+  EXPECT_NEAR(mu.block.gemm_b, 60e-6, 1e-12);
+  EXPECT_NEAR(mu.block.elem_b, 20e-6, 1e-12);
+  EXPECT_NEAR(mu.block.fixed_b, 120e-6, 1e-12);
+  EXPECT_NEAR(mu.head.gemm_f, 40e-6, 1e-12);
+  EXPECT_NEAR(mu.head.fixed_f, 10e-6, 1e-12);
+  EXPECT_NEAR(mu.head.fixed_b, 60e-6, 1e-12);
+  EXPECT_NEAR(mu.embedding.elem_f, 4e-6, 1e-12);
+  EXPECT_NEAR(mu.param_s, 40e-6, 1e-12);
+  EXPECT_NEAR(mu.param_fixed_s, 60e-6, 1e-12);
+  // Outside every unit: data (10 us) and the 150 us after the optimizer.
+  EXPECT_NEAR(mu.step_fixed_s, 160e-6, 1e-12);
+  // The profiler's slowdown comes off every figure.
+  EXPECT_NEAR(measure_units(t, 0.5).block.fixed_b, 60e-6, 1e-12);
+}
+
+TEST(OpCosts, MeasuredUnitsScaleByTheAnalyticModelsRatios) {
+  // A debugmodel run measured at known multiples of what the cpu spec plans
+  // for it: planned with its own measurement, the run's step is the sum of
+  // what was measured; another recipe's classes are the measurement times
+  // the analytic model's ratio between the two recipes (computed here from
+  // two plain analytic plans).
+  const JobConfig cfg = parse_job_config({"--job.config_file", "recipes/llama3_debugmodel.toml"});
+  const HardwareSpec hw = load_hardware("cpu");
+  PlanRequest q;
+  q.cfg = cfg;
+  q.model = model_from_config(cfg.model);
+  q.world_size = 1;
+  const Prediction base = predict(q, hw);
+  auto mu = std::make_shared<MeasuredUnits>();
+  mu->run_dir = "calib";
+  const auto times = [](const UnitTimes& u, double g, double a, double e, double f) {
+    return UnitTimes{g * u.gemm_f, g * u.gemm_b, a * u.attn_f, a * u.attn_b, e * u.elem_f, e * u.elem_b, f * u.fixed_f, f * u.fixed_b};
+  };
+  mu->block = times(base.block, 0.5, 2.0, 1.5, 3.0);
+  mu->head = times(base.head, 0.7, 1.0, 1.2, 2.0);
+  mu->embedding = times(base.embedding, 1.0, 1.0, 0.9, 4.0);
+  mu->param_s = 0.003, mu->param_fixed_s = 0.002, mu->step_fixed_s = 0.001;
+  mu->planned_block = base.block, mu->planned_head = base.head, mu->planned_embedding = base.embedding;
+  mu->planned_param_elems = base.rank_param_elems, mu->planned_units = base.rank_units;
+  mu->planned_overhead_mult = base.overhead_mult, mu->planned_bandwidth = base.bandwidth;
+  mu->corun = 1.25;
+  q.measured = mu;
+  const Prediction own = predict(q, hw);
+  const auto sum = [](const UnitTimes& u) {
+    return u.gemm_f + u.gemm_b + u.attn_f + u.attn_b + u.elem_f + u.elem_b + u.fixed_f + u.fixed_b;
+  };
+  const double layers = static_cast<double>(q.model.n_layers);
+  const double measured = layers * sum(mu->block) + sum(mu->head) + sum(mu->embedding) + 0.006;
+  EXPECT_NEAR(own.time.step / measured, 1.0, 1e-9);
+  EXPECT_EQ(own.compute_source, "measured (calib)");
+  EXPECT_NEAR(own.time.step_overhead, 0.001, 1e-15);
+
+  // Twice the batch, TP 2 at world size 2: each class is the measurement
+  // times the analytic ratio, and the ranks' side-by-side slowdown applies.
+  PlanRequest other = q;
+  other.measured = nullptr;
+  other.cfg.training.local_batch_size *= 2;
+  other.cfg.parallelism.tensor_parallel_degree = 2;
+  other.world_size = 2;
+  const Prediction analytic = predict(other, hw);
+  other.measured = mu;
+  const Prediction scaled = predict(other, hw);
+  EXPECT_NEAR(scaled.block.gemm_f, 1.25 * 0.5 * base.block.gemm_f * analytic.block.gemm_f / base.block.gemm_f, 1e-15);
+  EXPECT_NEAR(scaled.block.attn_b / (1.25 * 2.0 * analytic.block.attn_b), 1.0, 1e-9);
+  EXPECT_NEAR(scaled.block.fixed_f / (1.25 * 3.0 * analytic.block.fixed_f), 1.0, 1e-9);
+  EXPECT_NEAR(scaled.head.elem_b / (1.25 * 1.2 * analytic.head.elem_b), 1.0, 1e-9);
+  // Communication is the analytic model's in both.
+  ASSERT_FALSE(scaled.time.comm.empty());
+  EXPECT_DOUBLE_EQ(scaled.time.comm.front().seconds, analytic.time.comm.front().seconds);
+}
+
+TEST(OpCosts, SideBySideSlowdownFromTwoRunsOfOneRecipe) {
+  MeasuredUnits alone, two;
+  alone.block = {1, 2, 1, 2, 1, 2, 1, 2};
+  two.block = {1.1, 2.2, 1.1, 2.2, 1.1, 2.2, 1.1, 2.2};
+  EXPECT_NEAR(corun_factor(alone, two, "fsdp2"), 1.1, 1e-12);
+  // Not the same recipe: a block five times as long is refused in one line.
+  two.block = {5, 10, 5, 10, 5, 10, 5, 10};
+  try {
+    corun_factor(alone, two, "other_run");
+    ADD_FAILURE() << "no InputError";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("other_run"), std::string::npos) << what;
+    EXPECT_NE(what.find("5.00x"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+  EXPECT_THROW(corun_factor(alone, MeasuredUnits{}, "empty"), InputError);
+}
+
 TEST(OpCosts, ARunWithoutTracesIsRefusedInOneLine) {
   const fs::path dir = fs::path(::testing::TempDir()) / "op_costs_no_traces";
   fs::remove_all(dir);
