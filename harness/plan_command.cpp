@@ -12,6 +12,7 @@
 
 #include "harness/published.h"
 #include "planner/calibrate.h"
+#include "profiling/peak_flops.h"
 #include "planner/op_costs.h"
 #include "planner/plan.h"
 #include "trainer/dist/mesh.h"
@@ -225,7 +226,8 @@ HardwareSpec spec_measured_from_run(const HardwareSpec& hw, const std::string& r
 }  // namespace
 
 int plan_command(const std::vector<std::string>& args) {
-  std::string recipe, hardware, calibrate_db, validate_path, profile_dir, corun_dir, out;
+  std::string recipe, hardware, calibrate_db, validate_path, profile_dir, out;
+  std::vector<std::string> multi_rank_dirs;
   bool json = false;
   int ngpu = 0, nodes = 0, per_node = 0;
   std::vector<std::pair<std::string, std::string>> model_overrides;
@@ -245,10 +247,11 @@ int plan_command(const std::vector<std::string>& args) {
     } else if (a == "--validate") {
       validate_path = take_value(args, i);
     } else if (a == "--profile") {
-      (profile_dir.empty() ? profile_dir : corun_dir.empty() ? corun_dir : profile_dir) = take_value(args, i);
-      if (!corun_dir.empty() && profile_dir == corun_dir)
-        throw InputError("ctitan plan: --profile " + corun_dir + " given twice; the second --profile is a multi-rank "
-                         "run of the same model and batch (its ranks' slowdown side by side)");
+      const std::string dir = take_value(args, i);
+      if (dir == profile_dir || std::find(multi_rank_dirs.begin(), multi_rank_dirs.end(), dir) != multi_rank_dirs.end())
+        throw InputError("ctitan plan: --profile " + dir + " given twice; after the single-process run, each further "
+                         "--profile is a multi-rank run of the same model and batch");
+      (profile_dir.empty() ? profile_dir : multi_rank_dirs.emplace_back()) = dir;
     } else if (a == "--out") {
       out = take_value(args, i);
     } else if (a == "--ngpu") {
@@ -273,8 +276,9 @@ int plan_command(const std::vector<std::string>& args) {
     }
   }
   if (!validate_path.empty()) return validate_published(validate_path, json, std::cout);
-  if (!corun_dir.empty() && recipe.empty())
-    throw InputError("ctitan plan: a second --profile (" + corun_dir + ") only goes with a recipe; the op table reads one run");
+  if (!multi_rank_dirs.empty() && recipe.empty())
+    throw InputError("ctitan plan: a second --profile (" + multi_rank_dirs.front() +
+                     ") only goes with a recipe; the op table reads one run");
   if (!profile_dir.empty() && recipe.empty()) {
     const OpCostModel m = op_costs_from_run(profile_dir);
     std::cout << (json ? op_costs_json(m).dump(2) + "\n" : render_op_costs(m));
@@ -301,17 +305,30 @@ int plan_command(const std::vector<std::string>& args) {
   req.model = model_from_config(req.cfg.model);
   for (const auto& [k, v] : model_overrides) override_model(req.model, k, v);
   HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);
+  // This machine's GEMM peak, measured once: every plan below (the measured
+  // modes plan many) uses the same figure.
+  if (hw.kind == "cpu" && hw.peak_fp32_flops <= 0) hw.peak_fp32_flops = resolve_cpu_peak_flops(at::kFloat, 0).flops;
   if (!profile_dir.empty()) hw = spec_measured_from_run(hw, profile_dir, &req.measured);
-  if (!corun_dir.empty()) {
+
+  if (!multi_rank_dirs.empty()) {
     if (!req.measured)
       throw InputError("ctitan plan: the first --profile (" + profile_dir + ") must be a single-process run; its units "
-                       "are the measured compute the second run's slowdown applies to");
-    const std::filesystem::path dir(corun_dir);
-    const TraceSamples samples = run_trace_samples(corun_dir);
+                       "are the measured compute the multi-rank runs' slowdown applies to");
+    // Ranks side by side: the least slowdown of the runs' blocks (a run whose
+    // blocks hold collectives, tensor parallelism's, shows more than the cores' sharing).
     MeasuredUnits mu = *req.measured;
-    mu.corun = corun_factor(*req.measured, measure_units(samples), corun_dir);
-    mu.corun_run_dir = corun_dir;
+    mu.corun = INFINITY;
+    for (const std::string& d : multi_rank_dirs) {
+      const double f = corun_factor(*req.measured, measure_units(run_trace_samples(d)), d);
+      if (f < mu.corun) mu.corun = f, mu.corun_run_dir = d;
+    }
     req.measured = std::make_shared<const MeasuredUnits>(std::move(mu));
+    // What a collective costs inside a training step on this machine: the
+    // link fitted to the multi-rank runs' step times.
+    std::vector<ProfiledRun> runs;
+    for (const std::string& d : multi_rank_dirs)
+      if (ProfiledRun r; profiled_run(d, req.measured, r)) runs.push_back(std::move(r));
+    if (!runs.empty()) hw = fit_link_to_runs(hw, runs).spec;
   }
   if (ngpu == 0)
     if (const char* env = std::getenv("NGPU")) ngpu = parse_count("NGPU", env);

@@ -14,6 +14,7 @@
 #include "common/quantile.h"
 #include "planner/model_desc.h"
 #include "planner/plan.h"
+#include "trainer/config/config_loader.h"
 
 namespace fs = std::filesystem;
 
@@ -544,6 +545,77 @@ double corun_factor(const MeasuredUnits& alone, const MeasuredUnits& side_by_sid
     throw InputError(line);
   }
   return r;
+}
+
+bool profiled_run(const std::string& run_dir, std::shared_ptr<const MeasuredUnits> units, ProfiledRun& out) {
+  const fs::path dir(run_dir);
+  int64_t world = 0;
+  double step = 0;
+  try {
+    std::ifstream in(dir / "summary.json");
+    const nlohmann::json summary = nlohmann::json::parse(in);
+    step = summary.value("step_time_median_s", 0.0);
+    world = summary.value("world_size", int64_t{0});
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+  if (step <= 0 || world < 2 || !fs::is_regular_file(dir / "config.toml")) return false;
+  out.run_dir = run_dir;
+  out.step_s = step;
+  out.request = PlanRequest{};
+  out.request.cfg = parse_job_config({"--job.config_file", (dir / "config.toml").string()});
+  out.request.model = model_from_config(out.request.cfg.model);
+  out.request.world_size = static_cast<int>(world);
+  out.request.measured = std::move(units);
+  return true;
+}
+
+LinkFit fit_link_to_runs(const HardwareSpec& hw, const std::vector<ProfiledRun>& runs) {
+  LinkFit fit{hw, hw.intra_node.latency_s, hw.intra_node.bandwidth * hw.eff.comm, 0};
+  if (runs.empty()) return fit;
+  const bool both = runs.size() > 1;
+  const auto spec_with = [&](double lat, double bw) {
+    HardwareSpec h = hw;
+    h.eff.comm = 1;
+    for (Link* l : {&h.intra_node, &h.inter_node}) l->latency_s = lat, l->bandwidth = bw;
+    return h;
+  };
+  const double spec_bw = fit.bandwidth;
+  const auto error = [&](double lat, double bw) {
+    const HardwareSpec h = spec_with(lat, both ? bw : spec_bw);
+    double e = 0;
+    for (const ProfiledRun& r : runs) {
+      const double x = std::log(predict(r.request, h).time.step / r.step_s);
+      e += x * x;
+    }
+    return e;
+  };
+  // Exponents (decades) of the best point on a grid around (l0, b0).
+  double best = INFINITY, lat_exp = 0, bw_exp = std::log10(fit.bandwidth);
+  const auto search = [&](double l_lo, double l_hi, double b_lo, double b_hi, double step) {
+    double bl = lat_exp, bb = bw_exp;
+    for (double l = l_lo; l <= l_hi + 1e-9; l += step)
+      for (double b = both ? b_lo : bw_exp; b <= (both ? b_hi : bw_exp) + 1e-9; b += step) {
+        const double e = error(std::pow(10.0, l), std::pow(10.0, b));
+        if (e < best) best = e, bl = l, bb = b;
+      }
+    lat_exp = bl, bw_exp = bb;
+  };
+  search(-5, -1, 7, 10, 0.1);
+  search(lat_exp - 0.1, lat_exp + 0.1, bw_exp - 0.1, bw_exp + 0.1, 0.005);
+  search(lat_exp - 0.005, lat_exp + 0.005, bw_exp - 0.005, bw_exp + 0.005, 0.0005);
+  fit.latency_s = std::pow(10.0, lat_exp);
+  if (both) fit.bandwidth = std::pow(10.0, bw_exp);
+  fit.spec = spec_with(fit.latency_s, fit.bandwidth);
+  fit.rms_log_error = std::sqrt(best / static_cast<double>(runs.size()));
+  std::string names;
+  for (const ProfiledRun& r : runs) names += (names.empty() ? "" : ", ") + r.run_dir;
+  char line[200];
+  std::snprintf(line, sizeof line, "; the link fitted to the step times of %zu multi-rank run%s (latency %.0f us, "
+                "bandwidth %.2f GB/s, %.1f %% rms): ", runs.size(), runs.size() == 1 ? "" : "s", 1e6 * fit.latency_s,
+                fit.bandwidth / 1e9, 100 * fit.rms_log_error);
+  fit.spec.calibration += line + names;
+  return fit;
 }
 
 namespace {

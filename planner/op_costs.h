@@ -159,6 +159,33 @@ MeasuredUnits measured_units_from_run(const HardwareSpec& hw, const TraceSamples
 // (InputError naming `run_dir`) as runs that are not comparable.
 double corun_factor(const MeasuredUnits& alone, const MeasuredUnits& side_by_side, const std::string& run_dir);
 
+// A multi-rank run as the planner sees it: the request that plans its
+// resolved config at its world size (with `units`, the measured compute),
+// and its measured untraced step time (summary.json). False where the
+// folder has no summary, no step time or no config, or ran one rank.
+struct ProfiledRun {
+  std::string run_dir;
+  PlanRequest request;
+  double step_s = 0;
+};
+bool profiled_run(const std::string& run_dir, std::shared_ptr<const MeasuredUnits> units, ProfiledRun& out);
+
+// The spec's link (both link classes; the communication efficiency folded
+// in, comm = 1) whose plans of `runs` come closest to their measured step
+// times: least squares on the log error, latency 10 us - 100 ms and
+// bandwidth 10 MB/s - 10 GB/s on a log grid of 0.1 decade, then refined
+// twice around the best (0.005, 0.0005 decade). One run fits the latency alone (the spec's
+// effective bandwidth kept). The spec's calibration text names the fit.
+// On a CPU the collectives' copies and sockets share the cores with compute
+// and wait for ranks out of step: what they cost inside a step is measured
+// there (Gloo's latency at 2 ranks here: ~0.3 ms idle, ~2 ms in a step).
+struct LinkFit {
+  HardwareSpec spec;
+  double latency_s = 0, bandwidth = 0;  // bytes/s
+  double rms_log_error = 0;
+};
+LinkFit fit_link_to_runs(const HardwareSpec& hw, const std::vector<ProfiledRun>& runs);
+
 std::string render_op_costs(const OpCostModel& m);
 nlohmann::json op_costs_json(const OpCostModel& m);
 

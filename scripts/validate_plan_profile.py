@@ -4,13 +4,14 @@ database predicted twice — with the hardware spec as shipped, and with the
 efficiencies one profiled run's traced ops imply — against its measured
 tokens/s per device.
 
-    scripts/validate_plan_profile.py RESULTS.db PROFILED_RUN_DIR [SIDE_BY_SIDE_RUN_DIR]
-        [--ctitan build/ctitan] [--hardware cpu] [--skip-config SUBSTRING]
+    scripts/validate_plan_profile.py RESULTS.db PROFILED_RUN_DIR [MULTI_RANK_RUN_DIR ...]
+        [--ctitan build/ctitan] [--hardware cpu]
 
-PROFILED_RUN_DIR is a single-process run (its compute, unit by unit);
-SIDE_BY_SIDE_RUN_DIR, optional, a multi-rank run of the same recipe (how much
-ranks slow each other on this machine). A database run whose resolved config
-equals the side-by-side run's is left out: it is in sample.
+PROFILED_RUN_DIR is a single-process run (its compute, unit by unit); each
+MULTI_RANK_RUN_DIR, optional, a multi-rank run of the same model and batch
+(how much ranks slow each other, and what collectives cost inside a training
+step, on this machine). A database run of a calibration run's recipe and
+world size is left out: it is in sample.
 """
 import argparse
 import json
@@ -47,7 +48,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("db")
     ap.add_argument("run_dir")
-    ap.add_argument("corun_dir", nargs="?")
+    ap.add_argument("multi_rank_dirs", nargs="*")
     ap.add_argument("--ctitan", default=os.path.join(os.path.dirname(__file__), "..", "build", "ctitan"))
     ap.add_argument("--hardware", default="cpu")
     a = ap.parse_args()
@@ -70,9 +71,11 @@ def main():
                     sys.exit(f"ctitan plan failed for {label}: {p.stderr.strip()}")
                 return json.loads(p.stdout)["tps_per_device"]
 
-            profile = ["--profile", a.run_dir] + (["--profile", a.corun_dir] if a.corun_dir else [])
-            if a.corun_dir and same_recipe(cfg, ws, a.corun_dir):
-                print(f"{label} (ws {ws}): the side-by-side run's own recipe, left out", file=sys.stderr)
+            profile = ["--profile", a.run_dir]
+            for d in a.multi_rank_dirs:
+                profile += ["--profile", d]
+            if any(same_recipe(cfg, ws, d) for d in a.multi_rank_dirs):
+                print(f"{label} (ws {ws}): a calibration run's own recipe, left out", file=sys.stderr)
                 continue
             out.append((ws, label, tps, predict([]), predict(profile)))
             print(f"{len(out)}/{len(rows)} predicted", file=sys.stderr)

@@ -310,6 +310,50 @@ TEST(OpCosts, SideBySideSlowdownFromTwoRunsOfOneRecipe) {
   EXPECT_THROW(corun_factor(alone, MeasuredUnits{}, "empty"), InputError);
 }
 
+TEST(OpCosts, LinkFittedToMultiRankRunsRecoversItsLatencyAndBandwidth) {
+  // Three 2-rank debugmodel runs (FSDP, TP, DDP) "measured" as the planner
+  // plans them on a link of 1.5 ms and 0.3 GB/s: fitted from the cpu spec's
+  // link, both come back; one run alone fits the latency (the spec's
+  // bandwidth being the truth there).
+  HardwareSpec hw = load_hardware("cpu");
+  hw.peak_fp32_flops = 1e11;  // fixed: no GEMM measurement per plan
+  const auto with_link = [&](double lat, double bw) {
+    HardwareSpec h = hw;
+    h.eff.comm = 1;
+    for (Link* l : {&h.intra_node, &h.inter_node}) l->latency_s = lat, l->bandwidth = bw;
+    return h;
+  };
+  const JobConfig base = parse_job_config({"--job.config_file", "recipes/llama3_debugmodel.toml"});
+  std::vector<ProfiledRun> runs;
+  for (const char* layout : {"fsdp", "tp", "ddp"}) {
+    ProfiledRun r;
+    r.run_dir = layout;
+    r.request.cfg = base;
+    if (std::string(layout) == "tp") r.request.cfg.parallelism.tensor_parallel_degree = 2;
+    if (std::string(layout) == "ddp") r.request.cfg.parallelism.data_parallel_replicate_degree = 2;
+    r.request.model = model_from_config(base.model);
+    r.request.world_size = 2;
+    r.step_s = predict(r.request, with_link(1.5e-3, 0.3e9)).time.step;
+    runs.push_back(r);
+  }
+  const LinkFit fit = fit_link_to_runs(hw, runs);
+  EXPECT_NEAR(fit.latency_s / 1.5e-3, 1.0, 0.02);
+  EXPECT_NEAR(fit.bandwidth / 0.3e9, 1.0, 0.03);
+  EXPECT_LT(fit.rms_log_error, 0.01);
+  EXPECT_NE(fit.spec.calibration.find("the link fitted to the step times of 3 multi-rank runs"), std::string::npos)
+      << fit.spec.calibration;
+  EXPECT_NE(fit.spec.calibration.find("fsdp, tp, ddp"), std::string::npos) << fit.spec.calibration;
+  const double spec_bw = hw.intra_node.bandwidth * hw.eff.comm;
+  runs.resize(1);
+  runs[0].request.cfg.parallelism.tensor_parallel_degree = 2;
+  runs[0].step_s = predict(runs[0].request, with_link(0.8e-3, spec_bw)).time.step;
+  const LinkFit one = fit_link_to_runs(hw, runs);
+  EXPECT_NEAR(one.latency_s / 0.8e-3, 1.0, 0.02);
+  EXPECT_DOUBLE_EQ(one.bandwidth, spec_bw);
+  // No run: the spec unchanged.
+  EXPECT_EQ(fit_link_to_runs(hw, {}).spec.calibration, hw.calibration);
+}
+
 TEST(OpCosts, ARunWithoutTracesIsRefusedInOneLine) {
   const fs::path dir = fs::path(::testing::TempDir()) / "op_costs_no_traces";
   fs::remove_all(dir);
