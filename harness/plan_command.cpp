@@ -185,44 +185,6 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
   return 0;
 }
 
-// `hw` with the efficiencies a run's traced ops imply (planner/op_costs.h),
-// on the rates one of that run's ranks had; its calibration text names what
-// was measured and what is left from the spec.
-HardwareSpec spec_measured_from_run(const HardwareSpec& hw, const std::string& run_dir,
-                                    std::shared_ptr<const MeasuredUnits>* units) {
-  const std::filesystem::path dir(run_dir);
-  const TraceSamples samples = run_trace_samples(run_dir);  // the one-line refusals first
-  if (!std::filesystem::is_regular_file(dir / "config.toml"))
-    throw InputError("ctitan plan --profile: " + run_dir + " has traces but no config.toml; give the run directory "
-                     "`ctitan train` wrote");
-  const JobConfig run_cfg = parse_job_config({"--job.config_file", (dir / "config.toml").string()});
-  int64_t run_world = 1;
-  double untraced_step_s = 0;
-  try {
-    std::ifstream in(dir / "summary.json");
-    const nlohmann::json summary = nlohmann::json::parse(in);
-    run_world = summary.value("world_size", int64_t{1});
-    untraced_step_s = summary.value("step_time_median_s", 0.0);
-  } catch (const nlohmann::json::exception&) {
-    run_world = 1;  // a run stopped before its summary: traces are rank 0's of one process
-  }
-  const HardwareSpec spec = spec_from_run(hw, samples, run_cfg, run_world, run_dir, untraced_step_s);
-  // A single process's units hold no communication waits: its compute, unit
-  // by unit, is what the recipe's compute is scaled from.
-  if (units && run_world == 1) {
-    int64_t threads = 0;
-    try {
-      std::ifstream in(dir / "env.json");
-      threads = nlohmann::json::parse(in).value("num_threads", int64_t{0});
-    } catch (const nlohmann::json::exception&) {
-      threads = 0;  // unknown: the rate of a process alone on the machine
-    }
-    *units = std::make_shared<const MeasuredUnits>(
-        measured_units_from_run(spec, samples, run_cfg, threads, run_dir, untraced_step_s));
-  }
-  return spec;
-}
-
 }  // namespace
 
 int plan_command(const std::vector<std::string>& args) {
@@ -308,27 +270,12 @@ int plan_command(const std::vector<std::string>& args) {
   // This machine's GEMM peak, measured once: every plan below (the measured
   // modes plan many) uses the same figure.
   if (hw.kind == "cpu" && hw.peak_fp32_flops <= 0) hw.peak_fp32_flops = resolve_cpu_peak_flops(at::kFloat, 0).flops;
-  if (!profile_dir.empty()) hw = spec_measured_from_run(hw, profile_dir, &req.measured);
-
-  if (!multi_rank_dirs.empty()) {
-    if (!req.measured)
-      throw InputError("ctitan plan: the first --profile (" + profile_dir + ") must be a single-process run; its units "
-                       "are the measured compute the multi-rank runs' slowdown applies to");
-    // Ranks side by side: the least slowdown of the runs' blocks (a run whose
-    // blocks hold collectives, tensor parallelism's, shows more than the cores' sharing).
-    MeasuredUnits mu = *req.measured;
-    mu.corun = INFINITY;
-    for (const std::string& d : multi_rank_dirs) {
-      const double f = corun_factor(*req.measured, measure_units(run_trace_samples(d)), d);
-      if (f < mu.corun) mu.corun = f, mu.corun_run_dir = d;
-    }
-    req.measured = std::make_shared<const MeasuredUnits>(std::move(mu));
-    // What a collective costs inside a training step on this machine: the
-    // link fitted to the multi-rank runs' step times.
-    std::vector<ProfiledRun> runs;
-    for (const std::string& d : multi_rank_dirs)
-      if (ProfiledRun r; profiled_run(d, req.measured, r)) runs.push_back(std::move(r));
-    if (!runs.empty()) hw = fit_link_to_runs(hw, runs).spec;
+  if (!profile_dir.empty()) {
+    std::vector<std::string> dirs = {profile_dir};
+    dirs.insert(dirs.end(), multi_rank_dirs.begin(), multi_rank_dirs.end());
+    MeasuredPlanning m = measured_planning(hw, dirs);
+    hw = std::move(m.spec);
+    req.measured = std::move(m.units);
   }
   if (ngpu == 0)
     if (const char* env = std::getenv("NGPU")) ngpu = parse_count("NGPU", env);

@@ -21,6 +21,8 @@
 #include "planner/hardware.h"
 #include "planner/model_desc.h"
 #include "planner/plan.h"
+#include "profiling/peak_flops.h"
+#include "planner/op_costs.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
 #include "trainer/dist/mesh.h"
@@ -113,18 +115,19 @@ bool on_gpu(const JobConfig& cfg, const DeviceBudget& budget) {
 struct ResolvedHardware {
   HardwareSpec spec;
   bool stand_in = false;  // another GPU's figures: only the memory prediction counts
+  std::shared_ptr<const MeasuredUnits> units;  // [sweep] plan_profile's measured compute
 };
 
 ResolvedHardware resolve_hardware(const DeviceBudget& budget, bool gpu) {
-  if (!budget.hardware.empty()) return {load_hardware(budget.hardware), false};
-  if (!gpu) return {load_hardware("cpu"), false};
+  if (!budget.hardware.empty()) return {load_hardware(budget.hardware), false, nullptr};
+  if (!gpu) return {load_hardware("cpu"), false, nullptr};
   if (const std::string name = gpu_spec_name(budget.gpu_name, budget.gpu_memory_bytes); !name.empty()) {
     try {
-      return {load_hardware(name), false};
+      return {load_hardware(name), false, nullptr};
     } catch (const InputError&) {  // not in this tree's recipes/hardware: the stand-in below
     }
   }
-  ResolvedHardware r{load_hardware(kStandInGpu), true};
+  ResolvedHardware r{load_hardware(kStandInGpu), true, nullptr};
   const std::string gpu_name = budget.gpu_name.empty() ? "an unknown GPU" : budget.gpu_name;
   r.spec.name = std::string(kStandInGpu) + " as a stand-in for ";
   r.spec.name += gpu_name;
@@ -139,7 +142,18 @@ class HardwareCache {
   explicit HardwareCache(const DeviceBudget& budget) : budget_(budget) {}
   const ResolvedHardware& get(bool gpu) {
     std::optional<ResolvedHardware>& slot = gpu ? gpu_ : cpu_;
-    if (!slot) slot = resolve_hardware(budget_, gpu);
+    if (!slot) {
+      slot = resolve_hardware(budget_, gpu);
+      if (!budget_.plan_profile.empty() && !slot->stand_in) {
+        // Measured planning, as `ctitan plan --profile` does it: this
+        // machine's GEMM peak read once, then the profiled runs.
+        if (slot->spec.kind == "cpu" && slot->spec.peak_fp32_flops <= 0)
+          slot->spec.peak_fp32_flops = resolve_cpu_peak_flops(at::kFloat, 0).flops;
+        MeasuredPlanning m = measured_planning(slot->spec, budget_.plan_profile);
+        slot->spec = std::move(m.spec);
+        slot->units = std::move(m.units);
+      }
+    }
     return *slot;
   }
 
@@ -153,6 +167,7 @@ Prediction predict_on(const JobConfig& cfg, int world_size, const ResolvedHardwa
   req.cfg = cfg;
   req.model = model_from_config(cfg.model);
   req.world_size = world_size;
+  req.measured = hw.units;
   Prediction p = predict(req, hw.spec);
   if (hw.stand_in) {  // another GPU's speed says nothing about this one's
     p.tps_per_device = p.tflops_per_device = p.mfu = 0;
@@ -246,6 +261,7 @@ DeviceBudget device_budget(const SweepSpec& spec) {
   if (b.gpus > 0) b.gpu_name = gpus.devices.front().name;
   if (b.gpus > 0 && spec.memory_budget_gb > 0) b.gpu_memory_bytes = b.memory_bytes;
   b.hardware = spec.hardware;
+  b.plan_profile = spec.plan_profile;
   return b;
 }
 

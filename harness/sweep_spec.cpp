@@ -186,7 +186,7 @@ std::vector<const toml::table*> rows(const SpecReader& r, const toml::node& n, c
 void read_sweep_table(const SpecReader& r, const toml::table& t, SweepSpec& s, std::vector<Assignment>& steps) {
   static const std::vector<std::string> kKeys = {"name",         "base",          "world_sizes",      "repeats",
                                                  "timeout_s",    "warmup_steps", "measure_steps",    "memory_budget_gb",
-                                                 "hardware",     "launcher"};
+                                                 "hardware",     "launcher",      "plan_profile"};
   for (auto&& [k, n] : t) {
     const std::string key(k.str());
     const std::string w = r.where(n.source());
@@ -222,6 +222,16 @@ void read_sweep_table(const SpecReader& r, const toml::table& t, SweepSpec& s, s
         r.fail(n.source(), e.what());
       }
       s.hardware = v->get();
+    } else if (key == "plan_profile") {  // profiled runs the planner measures with
+      auto a = n.as_array();
+      if (!a || a->empty())
+        r.fail(n.source(), "plan_profile must be a list of profiled run directories (a single-process run first), "
+                           "as `ctitan plan --profile` takes them");
+      for (const toml::node& e : *a) {
+        auto v = e.as_string();
+        if (!v || v->get().empty()) r.fail(e.source(), "plan_profile entries must be run directories (strings)");
+        s.plan_profile.push_back(v->get());
+      }
     } else if (key == "launcher") {
       auto v = n.as_string();
       if (!v || (v->get() != "local" && v->get() != "slurm"))
@@ -555,6 +565,13 @@ SweepSpec parse_spec_text(const std::string& text, const std::string& path) {
   const fs::path base = fs::path(s.base_path).is_absolute() ? fs::path(s.base_path)
                                                             : fs::path(path).parent_path() / s.base_path;
   s.base_path = base.lexically_normal().string();
+  for (std::string& d : s.plan_profile) {
+    const fs::path p = fs::path(d).is_absolute() ? fs::path(d) : fs::path(path).parent_path() / d;
+    d = p.lexically_normal().string();
+    if (!fs::is_directory(p))
+      r.fail("[sweep] plan_profile '" + d + "' is not a run directory; record one with `ctitan train ... "
+             "--profiling.enable_profiling --job.dump_folder DIR`");
+  }
   if (!fs::is_regular_file(base)) r.fail("[sweep] base '" + s.base_path + "' is not a file");
   std::sort(s.world_sizes.begin(), s.world_sizes.end());
   s.world_sizes.erase(std::unique(s.world_sizes.begin(), s.world_sizes.end()), s.world_sizes.end());

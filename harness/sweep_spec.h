@@ -103,6 +103,10 @@ struct SweepSpec {
   double timeout_s = 1800;
   double memory_budget_gb = 0;  // 0: this machine's MemTotal
   std::string hardware;         // [sweep] hardware (or --hardware); "": this machine's spec
+  // [sweep] plan_profile: profiled run directories (resolved against the
+  // spec's folder) the planner measures with, as `ctitan plan --profile`:
+  // a single-process run first, then multi-rank runs. Empty: analytic.
+  std::vector<std::string> plan_profile;
   std::string launcher = "local";  // [sweep] launcher (or --launcher): local, slurm
   SlurmOptions slurm;              // [slurm] (flags of `ctitan sweep` override it)
   std::vector<Assignment> overrides;  // [overrides] + warmup/measure steps
@@ -159,6 +163,7 @@ struct DeviceBudget {
   int64_t gpu_memory_bytes = 0;   // the smallest of their memories (memory_budget_gb when set)
   std::string gpu_name;           // the first GPU's name
   std::string hardware;           // the spec's `hardware` ("": chosen per point by point_hardware())
+  std::vector<std::string> plan_profile;  // the spec's plan_profile
 };
 DeviceBudget device_budget(const SweepSpec& spec);
 

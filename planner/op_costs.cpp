@@ -620,6 +620,72 @@ LinkFit fit_link_to_runs(const HardwareSpec& hw, const std::vector<ProfiledRun>&
 
 namespace {
 
+// `hw` with the efficiencies a run's traced ops imply, on the rates one of
+// that run's ranks had, and (a single process) its units.
+HardwareSpec spec_measured_from_run(const HardwareSpec& hw, const std::string& run_dir,
+                                    std::shared_ptr<const MeasuredUnits>* units) {
+  const fs::path dir(run_dir);
+  const TraceSamples samples = run_trace_samples(run_dir);  // the one-line refusals first
+  if (!fs::is_regular_file(dir / "config.toml"))
+    throw InputError("ctitan plan --profile: " + run_dir + " has traces but no config.toml; give the run directory "
+                     "`ctitan train` wrote");
+  const JobConfig run_cfg = parse_job_config({"--job.config_file", (dir / "config.toml").string()});
+  int64_t run_world = 1;
+  double untraced_step_s = 0;
+  try {
+    std::ifstream in(dir / "summary.json");
+    const nlohmann::json summary = nlohmann::json::parse(in);
+    run_world = summary.value("world_size", int64_t{1});
+    untraced_step_s = summary.value("step_time_median_s", 0.0);
+  } catch (const nlohmann::json::exception&) {
+    run_world = 1;  // a run stopped before its summary: traces are rank 0's of one process
+  }
+  const HardwareSpec spec = spec_from_run(hw, samples, run_cfg, run_world, run_dir, untraced_step_s);
+  // A single process's units hold no communication waits: its compute, unit
+  // by unit, is what the recipe's compute is scaled from.
+  if (units && run_world == 1) {
+    int64_t threads = 0;
+    try {
+      std::ifstream in(dir / "env.json");
+      threads = nlohmann::json::parse(in).value("num_threads", int64_t{0});
+    } catch (const nlohmann::json::exception&) {
+      threads = 0;  // unknown: the rate of a process alone on the machine
+    }
+    *units = std::make_shared<const MeasuredUnits>(
+        measured_units_from_run(spec, samples, run_cfg, threads, run_dir, untraced_step_s));
+  }
+  return spec;
+}
+
+}  // namespace
+
+MeasuredPlanning measured_planning(const HardwareSpec& hw, const std::vector<std::string>& run_dirs) {
+  MeasuredPlanning out;
+  if (run_dirs.empty()) {
+    out.spec = hw;
+    return out;
+  }
+  out.spec = spec_measured_from_run(hw, run_dirs.front(), &out.units);
+  if (run_dirs.size() == 1) return out;
+  if (!out.units)
+    throw InputError("ctitan plan --profile: the first run (" + run_dirs.front() + ") must be a single process; its "
+                     "units are the measured compute the multi-rank runs' slowdown applies to");
+  MeasuredUnits mu = *out.units;
+  mu.corun = INFINITY;
+  for (size_t i = 1; i < run_dirs.size(); ++i) {
+    const double f = corun_factor(*out.units, measure_units(run_trace_samples(run_dirs[i])), run_dirs[i]);
+    if (f < mu.corun) mu.corun = f, mu.corun_run_dir = run_dirs[i];
+  }
+  out.units = std::make_shared<const MeasuredUnits>(std::move(mu));
+  std::vector<ProfiledRun> runs;
+  for (size_t i = 1; i < run_dirs.size(); ++i)
+    if (ProfiledRun r; profiled_run(run_dirs[i], out.units, r)) runs.push_back(std::move(r));
+  if (!runs.empty()) out.spec = fit_link_to_runs(out.spec, runs).spec;
+  return out;
+}
+
+namespace {
+
 std::string fmt_pct(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.1f%%", v);

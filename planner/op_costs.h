@@ -186,6 +186,22 @@ struct LinkFit {
 };
 LinkFit fit_link_to_runs(const HardwareSpec& hw, const std::vector<ProfiledRun>& runs);
 
+// Everything `ctitan plan RECIPE --profile DIR [--profile DIR ...]` (and a
+// sweep's [sweep] plan_profile) plans with: the spec with the efficiencies
+// the first run's traced ops imply (spec_from_run); where that run is a
+// single process, its units (measured_units_from_run); with the ranks'
+// side-by-side slowdown (the least of the multi-rank runs' corun_factor:
+// a run whose blocks hold collectives, TP's, shows more than the cores'
+// sharing) and the link fitted to the multi-rank runs' step times
+// (fit_link_to_runs). InputError (one line) for a folder that is not a
+// profiled run, or multi-rank runs after a first run that is not a single
+// process.
+struct MeasuredPlanning {
+  HardwareSpec spec;
+  std::shared_ptr<const MeasuredUnits> units;  // null: the first run was not a single process
+};
+MeasuredPlanning measured_planning(const HardwareSpec& hw, const std::vector<std::string>& run_dirs);
+
 std::string render_op_costs(const OpCostModel& m);
 nlohmann::json op_costs_json(const OpCostModel& m);
 

@@ -28,6 +28,8 @@ nlohmann::json to_json(const Prediction& p) {
           {"hardware", p.hardware},
           {"hardware_title", p.hardware_title},
           {"calibration", p.calibration},
+          {"source", p.compute_source == "analytic" ? "analytic" : "measured"},
+          {"compute_source", p.compute_source},
           {"model", p.model},
           {"layout", p.layout},
           {"world_size", p.world_size},

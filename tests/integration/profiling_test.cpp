@@ -130,6 +130,31 @@ TEST_F(Profiling, SingleRankTracesEveryRangeAndOpAndSnapshotsMemory) {
   EXPECT_NEAR(s["hfu"].get<double>() / s["mfu"].get<double>(), ratio, 1e-9);
   for (const auto& row : read_jsonl(dir / "metrics.jsonl")) EXPECT_TRUE(row.contains("hfu"));
   EXPECT_GT(s["mem_by_category"]["optimizer_state"]["current_bytes"].get<int64_t>(), 0);
+
+  // A recipe planned with this run's measured compute says so, in the plan
+  // and in what a sweep stores beside each run (the prediction's source).
+  const std::string cfg = (dir / "config.toml").string();
+  const auto measured = run_ctitan({"plan", cfg, "--hardware", "cpu", "--ngpu", "2", "--profile", dir.string(), "--json"});
+  ASSERT_EQ(measured.exit_code, 0) << measured.out << measured.err;
+  const nlohmann::json mp = nlohmann::json::parse(measured.out);
+  EXPECT_EQ(mp["source"], "measured");
+  EXPECT_EQ(mp["compute_source"], "measured (" + dir.string() + ")");
+  EXPECT_GT(mp["time_s"]["step"].get<double>(), 0);
+  const auto analytic = run_ctitan({"plan", cfg, "--hardware", "cpu", "--ngpu", "2", "--json"});
+  ASSERT_EQ(analytic.exit_code, 0) << analytic.err;
+  EXPECT_EQ(nlohmann::json::parse(analytic.out)["source"], "analytic");
+  const fs::path spec = dir / "measured_sweep.toml";
+  std::ofstream(spec) << "[sweep]\nname = \"measured\"\nbase = \"config.toml\"\nworld_sizes = [2]\n"
+                         "plan_profile = [\".\"]\n[grid]\ntraining.local_batch_size = [1, 2]\n";
+  const auto sweep = run_ctitan({"sweep", spec.string(), "--dry-run"});
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.out << sweep.err;
+  EXPECT_NE(sweep.out.find("measured from the traced ops of " + dir.string()), std::string::npos) << sweep.out;
+  std::ofstream(spec) << "[sweep]\nname = \"measured\"\nbase = \"config.toml\"\nworld_sizes = [2]\n"
+                         "plan_profile = [\"no_such_run\"]\n[grid]\ntraining.local_batch_size = [1, 2]\n";
+  const auto bad = run_ctitan({"sweep", spec.string(), "--dry-run"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("plan_profile"), std::string::npos) << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
 }
 
 // --- this test's own interval arithmetic -----------------------------------
