@@ -86,10 +86,14 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
     const bool loss_parallel = shape.tp > 1 && !cfg.parallelism.disable_loss_parallel;
     const double v = loss_parallel ? V / t : V;
     // TorchTitan (the GPU rows): the logits, their fp32 copy for the loss and
-    // its fp32 gradient. ctitan on a CPU: the logits and their gradient in
-    // the logits' dtype; its chunked loss forms no fp32 copy of the whole
-    // (trainer/model/cross_entropy.h).
-    mem.logits = T * v * (hw.kind == "cpu" ? 2 * elem : elem + 4 + 4) * in_flight;
+    // its fp32 gradient; under torch.compile of the loss (compile.components
+    // holds "loss") one fused reduction reads the logits and its backward
+    // writes the gradient in their dtype: no fp32 copy of either. ctitan on a
+    // CPU: the logits and their gradient in the logits' dtype; its chunked
+    // loss forms no fp32 copy of the whole (trainer/model/cross_entropy.h).
+    const auto& comps = cfg.compile.components;
+    const bool fused_loss = cfg.compile.enable && std::find(comps.begin(), comps.end(), "loss") != comps.end();
+    mem.logits = T * v * (hw.kind == "cpu" || fused_loss ? 2 * elem : elem + 4 + 4) * in_flight;
   }
   // A CPU without AVX-512 multiplies bf16 on fp32 copies of both operands
   // and an fp32 output (trainer/model/gemm.cpp), freed when the GEMM returns:
