@@ -29,7 +29,7 @@ const char* kHelp =
     "       ctitan plan --calibrate RESULTS.db [--hardware NAME|FILE] [--out FILE] [--json]\n"
     "       ctitan plan --validate recipes/published [--json]\n"
     "       ctitan plan --profile RUN_DIR [--json]\n"
-    "       ctitan plan RECIPE.toml --hardware cpu --profile RUN_DIR [--profile MULTI_RANK_RUN_DIR] ...\n"
+    "       ctitan plan RECIPE.toml --hardware cpu --profile RUN_DIR [--profile MULTI_RANK_RUN_DIR ...] ...\n"
     "\n"
     "Predicts one rank's memory (parameters, gradients and optimizer state from the trainer's own\n"
     "dry-run layout; activations per activation-checkpointing mode; logits; communication buffers;\n"
@@ -56,9 +56,10 @@ const char* kHelp =
     "A single-process RUN_DIR also gives its compute unit by unit (each block, the embedding, the\n"
     "head, forward and backward, by class; the parameter work; the step's fixed rest): the recipe's\n"
     "compute is that measurement times the analytic model's ratio between the two recipes\n"
-    "(tokens, TP shards, model size, GEMM sizes, cores shared). A second --profile, a multi-rank\n"
-    "run of the same recipe, measures how much ranks side by side slow each other on this machine.\n"
-    "Communication stays analytic (the spec's links).\n";
+    "(tokens, TP shards, model size, GEMM sizes, cores shared). Each further --profile is a\n"
+    "multi-rank run of the same model and batch: together they measure how much ranks side by side\n"
+    "slow each other on this machine, and fit the link (latency, bandwidth) to their step times.\n"
+    "Communication, the pipeline schedule and memory stay the analytic model's, on that link.\n";
 
 std::string take_value(const std::vector<std::string>& args, size_t& i) {
   const std::string& flag = args[i];

@@ -402,7 +402,8 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
       corun_note = ", x" + std::string(x) + " for ranks side by side (measured in " + mu.corun_run_dir + ")";
     }
     p.notes.push_back("compute measured in " + mu.run_dir + " and scaled to this recipe by the analytic model's "
-                      "ratios" + corun_note + "; communication, the pipeline schedule and memory are analytic");
+                      "ratios" + corun_note + "; communication (on the spec's link: fitted where multi-rank runs were "
+                      "profiled, see the calibration line), the pipeline schedule and memory are analytic");
   }
   p.block = unit_times(dense_blk), p.head = unit_times(head), p.embedding = unit_times(emb);
   // The mean block (MoE models: dense and MoE layers in the model's
