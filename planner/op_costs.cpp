@@ -547,18 +547,25 @@ double corun_factor(const MeasuredUnits& alone, const MeasuredUnits& side_by_sid
   return r;
 }
 
-bool profiled_run(const std::string& run_dir, std::shared_ptr<const MeasuredUnits> units, ProfiledRun& out) {
-  const fs::path dir(run_dir);
-  int64_t world = 0;
-  double step = 0;
+namespace {
+
+// A run's world size and median untraced step time from its summary.json;
+// {0, 0} where it has none (stopped early) or it does not parse.
+std::pair<int64_t, double> run_summary(const fs::path& dir) {
   try {
     std::ifstream in(dir / "summary.json");
     const nlohmann::json summary = nlohmann::json::parse(in);
-    step = summary.value("step_time_median_s", 0.0);
-    world = summary.value("world_size", int64_t{0});
+    return {summary.value("world_size", int64_t{0}), summary.value("step_time_median_s", 0.0)};
   } catch (const nlohmann::json::exception&) {
-    return false;
+    return {0, 0.0};
   }
+}
+
+}  // namespace
+
+bool profiled_run(const std::string& run_dir, std::shared_ptr<const MeasuredUnits> units, ProfiledRun& out) {
+  const fs::path dir(run_dir);
+  const auto [world, step] = run_summary(dir);
   if (step <= 0 || world < 2 || !fs::is_regular_file(dir / "config.toml")) return false;
   out.run_dir = run_dir;
   out.step_s = step;
@@ -630,16 +637,9 @@ HardwareSpec spec_measured_from_run(const HardwareSpec& hw, const std::string& r
     throw InputError("ctitan plan --profile: " + run_dir + " has traces but no config.toml; give the run directory "
                      "`ctitan train` wrote");
   const JobConfig run_cfg = parse_job_config({"--job.config_file", (dir / "config.toml").string()});
-  int64_t run_world = 1;
-  double untraced_step_s = 0;
-  try {
-    std::ifstream in(dir / "summary.json");
-    const nlohmann::json summary = nlohmann::json::parse(in);
-    run_world = summary.value("world_size", int64_t{1});
-    untraced_step_s = summary.value("step_time_median_s", 0.0);
-  } catch (const nlohmann::json::exception&) {
-    run_world = 1;  // a run stopped before its summary: traces are rank 0's of one process
-  }
+  // A run stopped before its summary: traces are rank 0's of one process.
+  auto [run_world, untraced_step_s] = run_summary(dir);
+  if (run_world < 1) run_world = 1;
   const HardwareSpec spec = spec_from_run(hw, samples, run_cfg, run_world, run_dir, untraced_step_s);
   // A single process's units hold no communication waits: its compute, unit
   // by unit, is what the recipe's compute is scaled from.
@@ -678,9 +678,15 @@ MeasuredPlanning measured_planning(const HardwareSpec& hw, const std::vector<std
   }
   out.units = std::make_shared<const MeasuredUnits>(std::move(mu));
   std::vector<ProfiledRun> runs;
-  for (size_t i = 1; i < run_dirs.size(); ++i)
-    if (ProfiledRun r; profiled_run(run_dirs[i], out.units, r)) runs.push_back(std::move(r));
-  if (!runs.empty()) out.spec = fit_link_to_runs(out.spec, runs).spec;
+  for (size_t i = 1; i < run_dirs.size(); ++i) {
+    ProfiledRun r;
+    if (!profiled_run(run_dirs[i], out.units, r))
+      throw InputError("ctitan plan --profile: " + run_dirs[i] + " is not a finished multi-rank run (its summary.json "
+                       "names more than one rank and a step time, beside its config.toml); after the first, every "
+                       "--profile is one, of the same model and batch");
+    runs.push_back(std::move(r));
+  }
+  out.spec = fit_link_to_runs(out.spec, runs).spec;
   return out;
 }
 

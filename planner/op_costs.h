@@ -194,8 +194,8 @@ LinkFit fit_link_to_runs(const HardwareSpec& hw, const std::vector<ProfiledRun>&
 // a run whose blocks hold collectives, TP's, shows more than the cores'
 // sharing) and the link fitted to the multi-rank runs' step times
 // (fit_link_to_runs). InputError (one line) for a folder that is not a
-// profiled run, or multi-rank runs after a first run that is not a single
-// process.
+// profiled run, multi-rank runs after a first run that is not a single
+// process, or a further run that is not a finished multi-rank run.
 struct MeasuredPlanning {
   HardwareSpec spec;
   std::shared_ptr<const MeasuredUnits> units;  // null: the first run was not a single process

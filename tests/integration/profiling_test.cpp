@@ -140,6 +140,16 @@ TEST_F(Profiling, SingleRankTracesEveryRangeAndOpAndSnapshotsMemory) {
   EXPECT_EQ(mp["source"], "measured");
   EXPECT_EQ(mp["compute_source"], "measured (" + dir.string() + ")");
   EXPECT_GT(mp["time_s"]["step"].get<double>(), 0);
+  // After the first, every --profile is a finished multi-rank run: a second single process is refused.
+  const fs::path copy = dir.string() + "_copy";
+  fs::remove_all(copy);
+  fs::copy(dir, copy, fs::copy_options::recursive);
+  const auto twice = run_ctitan({"plan", cfg, "--hardware", "cpu", "--ngpu", "2", "--profile", dir.string(),
+                                 "--profile", copy.string()});
+  EXPECT_EQ(twice.exit_code, 2) << twice.out << twice.err;
+  EXPECT_NE(twice.err.find(copy.string() + " is not a finished multi-rank run"), std::string::npos) << twice.err;
+  EXPECT_EQ(std::count(twice.err.begin(), twice.err.end(), '\n'), 1) << twice.err;
+  fs::remove_all(copy);
   const auto analytic = run_ctitan({"plan", cfg, "--hardware", "cpu", "--ngpu", "2", "--json"});
   ASSERT_EQ(analytic.exit_code, 0) << analytic.err;
   EXPECT_EQ(nlohmann::json::parse(analytic.out)["source"], "analytic");
