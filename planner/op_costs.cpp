@@ -184,6 +184,7 @@ TraceSamples trace_samples(const nlohmann::json& trace) {
     if (cat == "step") {
       ++out.steps;
       out.step_seconds += dur_us * 1e-6;
+      out.step_spans.push_back({e.value("name", ""), e.value("ts", 0.0), dur_us});
     } else if (cat == "collective") {
       const nlohmann::json args = e.value("args", nlohmann::json::object());
       const double bytes = args.is_object() ? args.value("bytes", 0.0) : 0.0;
@@ -280,6 +281,7 @@ TraceSamples run_trace_samples(const std::string& run_dir, std::vector<std::stri
     TraceSamples s = trace_samples(j);
     all.ops.insert(all.ops.end(), s.ops.begin(), s.ops.end());
     all.scopes.insert(all.scopes.end(), s.scopes.begin(), s.scopes.end());
+    all.step_spans.insert(all.step_spans.end(), s.step_spans.begin(), s.step_spans.end());
     all.steps += s.steps;
     all.step_seconds += s.step_seconds;
     if (all.op_source.empty()) all.op_source = s.op_source;
@@ -424,7 +426,10 @@ HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& traced
   return hw;
 }
 
-MeasuredUnits measure_units(const TraceSamples& samples, double slowdown) {
+namespace {
+
+// measure_units over the whole of `samples`, the mean of its steps.
+MeasuredUnits measure_units_mean(const TraceSamples& samples, double slowdown) {
   MeasuredUnits mu;
   std::vector<double> views;
   std::vector<const OpSample*> ops;
@@ -502,12 +507,54 @@ MeasuredUnits measure_units(const TraceSamples& samples, double slowdown) {
   return mu;
 }
 
+// Every figure of a MeasuredUnits, for field-wise medians.
+std::vector<double*> measured_fields(MeasuredUnits& mu) {
+  std::vector<double*> v;
+  for (UnitTimes* u : {&mu.block, &mu.embedding, &mu.head})
+    for (double* x : {&u->gemm_f, &u->gemm_b, &u->attn_f, &u->attn_b, &u->elem_f, &u->elem_b, &u->fixed_f, &u->fixed_b})
+      v.push_back(x);
+  for (double* x : {&mu.param_s, &mu.param_fixed_s, &mu.step_fixed_s}) v.push_back(x);
+  return v;
+}
+
+}  // namespace
+
+MeasuredUnits measure_units(const TraceSamples& samples, double slowdown) {
+  if (samples.step_spans.size() < 3) return measure_units_mean(samples, slowdown);
+  // One TraceSamples per traced step: its ops and spans (the views of the
+  // whole, for the dispatch cost, stay with every step).
+  std::vector<MeasuredUnits> per_step;
+  for (const TraceScope& st : samples.step_spans) {
+    TraceSamples one;
+    const auto inside = [&st](double ts) { return ts >= st.ts_us && ts < st.ts_us + st.dur_us; };
+    for (const OpSample& o : samples.ops)
+      if (inside(o.ts_us) || o.cls == OpClass::view) one.ops.push_back(o);
+    for (const TraceScope& sc : samples.scopes)
+      if (inside(sc.ts_us)) one.scopes.push_back(sc);
+    one.steps = 1;
+    one.step_seconds = st.dur_us * 1e-6;
+    per_step.push_back(measure_units_mean(one, slowdown));
+  }
+  MeasuredUnits out = per_step.front();
+  const std::vector<double*> dst = measured_fields(out);
+  for (size_t f = 0; f < dst.size(); ++f) {
+    std::vector<double> xs;
+    for (MeasuredUnits& m : per_step) xs.push_back(*measured_fields(m)[f]);
+    *dst[f] = median(xs);
+  }
+  return out;
+}
+
 MeasuredUnits measured_units_from_run(const HardwareSpec& hw, const TraceSamples& samples, const JobConfig& run_cfg,
                                       int64_t threads, const std::string& run_dir, double untraced_step_s) {
   const double traced_step = samples.steps ? samples.step_seconds / static_cast<double>(samples.steps) : 0;
   const double slowdown = untraced_step_s > 0 && traced_step > untraced_step_s ? untraced_step_s / traced_step : 1.0;
   MeasuredUnits mu = measure_units(samples, slowdown);
   mu.run_dir = run_dir;
+  mu.tokens = static_cast<double>(run_cfg.training.local_batch_size * run_cfg.training.seq_len);
+  const ModelDesc model = model_from_config(run_cfg.model);
+  mu.dim = static_cast<double>(model.dim);
+  mu.vocab = static_cast<double>(model.vocab_size);
   PlanRequest q;
   q.cfg = run_cfg;
   q.model = model_from_config(run_cfg.model);
@@ -629,31 +676,38 @@ namespace {
 
 // `hw` with the efficiencies a run's traced ops imply, on the rates one of
 // that run's ranks had, and (a single process) its units.
+// The threads a run's ranks used (env.json; 0: unknown, the rate of a
+// process alone on the machine).
+int64_t run_threads(const fs::path& dir) {
+  try {
+    std::ifstream in(dir / "env.json");
+    return nlohmann::json::parse(in).value("num_threads", int64_t{0});
+  } catch (const nlohmann::json::exception&) {
+    return 0;
+  }
+}
+
+JobConfig run_config(const fs::path& dir) {
+  if (!fs::is_regular_file(dir / "config.toml"))
+    throw InputError("ctitan plan --profile: " + dir.string() + " has traces but no config.toml; give the run directory "
+                     "`ctitan train` wrote");
+  return parse_job_config({"--job.config_file", (dir / "config.toml").string()});
+}
+
 HardwareSpec spec_measured_from_run(const HardwareSpec& hw, const std::string& run_dir,
                                     std::shared_ptr<const MeasuredUnits>* units) {
   const fs::path dir(run_dir);
   const TraceSamples samples = run_trace_samples(run_dir);  // the one-line refusals first
-  if (!fs::is_regular_file(dir / "config.toml"))
-    throw InputError("ctitan plan --profile: " + run_dir + " has traces but no config.toml; give the run directory "
-                     "`ctitan train` wrote");
-  const JobConfig run_cfg = parse_job_config({"--job.config_file", (dir / "config.toml").string()});
+  const JobConfig run_cfg = run_config(dir);
   // A run stopped before its summary: traces are rank 0's of one process.
   auto [run_world, untraced_step_s] = run_summary(dir);
   if (run_world < 1) run_world = 1;
   const HardwareSpec spec = spec_from_run(hw, samples, run_cfg, run_world, run_dir, untraced_step_s);
   // A single process's units hold no communication waits: its compute, unit
   // by unit, is what the recipe's compute is scaled from.
-  if (units && run_world == 1) {
-    int64_t threads = 0;
-    try {
-      std::ifstream in(dir / "env.json");
-      threads = nlohmann::json::parse(in).value("num_threads", int64_t{0});
-    } catch (const nlohmann::json::exception&) {
-      threads = 0;  // unknown: the rate of a process alone on the machine
-    }
+  if (units && run_world == 1)
     *units = std::make_shared<const MeasuredUnits>(
-        measured_units_from_run(spec, samples, run_cfg, threads, run_dir, untraced_step_s));
-  }
+        measured_units_from_run(spec, samples, run_cfg, run_threads(dir), run_dir, untraced_step_s));
   return spec;
 }
 
@@ -671,22 +725,57 @@ MeasuredPlanning measured_planning(const HardwareSpec& hw, const std::vector<std
     throw InputError("ctitan plan --profile: the first run (" + run_dirs.front() + ") must be a single process; its "
                      "units are the measured compute the multi-rank runs' slowdown applies to");
   MeasuredUnits mu = *out.units;
-  mu.corun = INFINITY;
+  // Further single processes: the size curve, of the same model at another
+  // micro-batch size.
+  std::vector<std::string> multi;
+  const std::string model = describe(model_from_config(run_config(run_dirs.front()).model));
   for (size_t i = 1; i < run_dirs.size(); ++i) {
-    const double f = corun_factor(*out.units, measure_units(run_trace_samples(run_dirs[i])), run_dirs[i]);
-    if (f < mu.corun) mu.corun = f, mu.corun_run_dir = run_dirs[i];
+    const fs::path dir(run_dirs[i]);
+    const auto [world, untraced_step_s] = run_summary(dir);
+    if (world != 1 || untraced_step_s <= 0) {  // refused below unless a finished multi-rank run
+      multi.push_back(run_dirs[i]);
+      continue;
+    }
+    const TraceSamples samples = run_trace_samples(run_dirs[i]);
+    const JobConfig cfg = run_config(dir);
+    // Planned on the first run's spec, as every recipe is.
+    const auto other = std::make_shared<const MeasuredUnits>(
+        measured_units_from_run(out.spec, samples, cfg, run_threads(dir), run_dirs[i], untraced_step_s));
+    const bool same_tokens = other->tokens == mu.tokens ||
+                             std::any_of(mu.shapes.begin(), mu.shapes.end(),
+                                         [&](const MeasuredShape& s) { return s.tokens == other->tokens; });
+    if (describe(model_from_config(cfg.model)) != model || same_tokens)
+      throw InputError("ctitan plan --profile: " + run_dirs[i] + " is a single process of another model or of a "
+                       "micro-batch size already profiled; a further single-process --profile is the first run's "
+                       "model at another training.local_batch_size (its size curve)");
+    mu.shapes.push_back({run_dirs[i], other->tokens, other->block, other->head, other->embedding, other->planned_block,
+                         other->planned_head, other->planned_embedding});
+  }
+  mu.corun = multi.empty() ? 1.0 : INFINITY;
+  for (const std::string& d : multi) {
+    // Against the single process of its micro-batch size (the first run's
+    // where none is: refused as not comparable when it is another).
+    MeasuredUnits alone = *out.units;
+    if (fs::is_regular_file(fs::path(d) / "config.toml")) {
+      const JobConfig cfg = run_config(d);
+      const double tokens = static_cast<double>(cfg.training.local_batch_size * cfg.training.seq_len);
+      for (const MeasuredShape& sh : mu.shapes)
+        if (sh.tokens == tokens) alone.block = sh.block;
+    }
+    const double f = corun_factor(alone, measure_units(run_trace_samples(d)), d);
+    if (f < mu.corun) mu.corun = f, mu.corun_run_dir = d;
   }
   out.units = std::make_shared<const MeasuredUnits>(std::move(mu));
   std::vector<ProfiledRun> runs;
-  for (size_t i = 1; i < run_dirs.size(); ++i) {
+  for (const std::string& d : multi) {
     ProfiledRun r;
-    if (!profiled_run(run_dirs[i], out.units, r))
-      throw InputError("ctitan plan --profile: " + run_dirs[i] + " is not a finished multi-rank run (its summary.json "
-                       "names more than one rank and a step time, beside its config.toml); after the first, every "
-                       "--profile is one, of the same model and batch");
+    if (!profiled_run(d, out.units, r))
+      throw InputError("ctitan plan --profile: " + d + " is not a finished multi-rank run (its summary.json names "
+                       "more than one rank and a step time, beside its config.toml); after the first, every --profile "
+                       "is one, of the same model and batch, or a single process at another micro-batch size");
     runs.push_back(std::move(r));
   }
-  out.spec = fit_link_to_runs(out.spec, runs).spec;
+  if (!runs.empty()) out.spec = fit_link_to_runs(out.spec, runs).spec;
   return out;
 }
 

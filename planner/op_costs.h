@@ -78,6 +78,7 @@ struct TraceSamples {
   double gap_seconds = 0;   // of that, time no classified op accounts for (the framework's own host work)
   std::string op_source;    // "kineto", "record_function"
   std::vector<TraceScope> scopes;  // the trainer's compute, data and optimizer spans
+  std::vector<TraceScope> step_spans;  // each traced step ("step N")
 };
 TraceSamples trace_samples(const nlohmann::json& trace);
 
@@ -144,6 +145,9 @@ HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& sample
 // accumulation, clipping, AdamW) split the same way; and the step's time
 // outside every unit (data, the loop). `slowdown` scales every time (the
 // untraced over the traced step). Zeros where the trace has no such span.
+// With three or more traced steps, each figure is the median over the steps
+// (a step the OS or the other ranks disturbed does not move it); with fewer,
+// the mean.
 MeasuredUnits measure_units(const TraceSamples& samples, double slowdown = 1.0);
 
 // measure_units of a single-process run plus the denominators: the

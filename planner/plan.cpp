@@ -232,23 +232,54 @@ UnitTimes unit_times(const UnitCost& c) {
   return {c.gemm_f, c.gemm_b, c.attn_f, c.attn_b, c.elem_f, c.elem_b, c.kernels_f, c.kernels_b};
 }
 
-// c's classes scaled to what `measured` says the profiled run's unit cost
-// where the analytic model planned it `planned` (a class the profiled run
-// did not plan keeps its analytic time).
-void rescale_unit(UnitCost& c, const UnitTimes& measured, const UnitTimes& planned, double factor) {
-  const auto r = [factor](double& x, double meas, double plan) {
-    if (plan > 0) x = factor * meas * x / plan;
+// One point of a class's size curve: where a unit's working set (tokens
+// per micro-batch times the width it carries) was `size`, the profiled run
+// measured `measured` where the analytic model planned `planned`.
+struct CurvePoint {
+  double size, measured, planned;
+};
+
+// measured / planned at `size`: interpolated in log size between the points
+// around it, the nearest point's outside them; 1 where no point planned the
+// class (it keeps its analytic time).
+double size_ratio(std::vector<CurvePoint> pts, double size) {
+  pts.erase(std::remove_if(pts.begin(), pts.end(), [](const CurvePoint& p) { return p.planned <= 0 || p.size <= 0; }),
+            pts.end());
+  if (pts.empty()) return 1;
+  std::sort(pts.begin(), pts.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.size < b.size; });
+  const auto k = [](const CurvePoint& p) { return std::max(p.measured, 1e-12) / p.planned; };
+  if (pts.size() == 1 || size <= pts.front().size) return k(pts.front());
+  if (size >= pts.back().size) return k(pts.back());
+  size_t i = 1;
+  while (pts[i].size < size) ++i;
+  const CurvePoint &a = pts[i - 1], &b = pts[i];
+  const double w = std::log(size / a.size) / std::log(b.size / a.size);
+  return std::exp((1 - w) * std::log(k(a)) + w * std::log(k(b)));
+}
+
+// c's classes scaled to what the profiled runs measured where the analytic
+// model planned their units (`unit` picks block, head or embedding from a
+// run), at this recipe's working set `size` (the profiled runs': their
+// tokens per micro-batch times `width`), times `factor`.
+template <class Pick>
+void rescale_unit(UnitCost& c, const MeasuredUnits& mu, Pick unit, double size, double width, double factor) {
+  const auto r = [&](double& x, double UnitTimes::*field) {
+    std::vector<CurvePoint> pts{{mu.tokens * width, unit(mu, false).*field, unit(mu, true).*field}};
+    for (const MeasuredShape& sh : mu.shapes)
+      pts.push_back({sh.tokens * width, unit(sh, false).*field, unit(sh, true).*field});
+    if (pts.front().size <= 0) pts.front().size = 1;  // one size only: its ratio
+    x *= factor * size_ratio(pts, size);
   };
   const double g = c.gemm_f;
-  r(c.gemm_f, measured.gemm_f, planned.gemm_f);
+  r(c.gemm_f, &UnitTimes::gemm_f);
   if (g > 0) c.row_gemm_f *= c.gemm_f / g;
-  r(c.gemm_b, measured.gemm_b, planned.gemm_b);
-  r(c.attn_f, measured.attn_f, planned.attn_f);
-  r(c.attn_b, measured.attn_b, planned.attn_b);
-  r(c.elem_f, measured.elem_f, planned.elem_f);
-  r(c.elem_b, measured.elem_b, planned.elem_b);
-  r(c.kernels_f, measured.fixed_f, planned.fixed_f);
-  r(c.kernels_b, measured.fixed_b, planned.fixed_b);
+  r(c.gemm_b, &UnitTimes::gemm_b);
+  r(c.attn_f, &UnitTimes::attn_f);
+  r(c.attn_b, &UnitTimes::attn_b);
+  r(c.elem_f, &UnitTimes::elem_f);
+  r(c.elem_b, &UnitTimes::elem_b);
+  r(c.kernels_f, &UnitTimes::fixed_f);
+  r(c.kernels_b, &UnitTimes::fixed_b);
 }
 
 UnitCost head_cost(const Env& e, double T) {
@@ -390,10 +421,20 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     // run's unit costs in the analytic model.
     const MeasuredUnits& mu = *req.measured;
     const double corun = req.world_size > 1 ? mu.corun : 1.0;
-    rescale_unit(dense_blk, mu.block, mu.planned_block, corun);
-    rescale_unit(moe_blk, mu.block, mu.planned_block, corun);
-    rescale_unit(head, mu.head, mu.planned_head, corun);
-    rescale_unit(emb, mu.embedding, mu.planned_embedding, corun);
+    const auto block = [](const auto& m, bool planned) -> const UnitTimes& { return planned ? m.planned_block : m.block; };
+    const auto head_of = [](const auto& m, bool planned) -> const UnitTimes& { return planned ? m.planned_head : m.head; };
+    const auto emb_of = [](const auto& m, bool planned) -> const UnitTimes& {
+      return planned ? m.planned_embedding : m.embedding;
+    };
+    // The working set: a block's and the embedding's activations (tokens x
+    // dim), the head's logits (tokens x its vocabulary shard).
+    const double D = static_cast<double>(m.dim), V = static_cast<double>(m.vocab_size);
+    const bool loss_parallel = shape.tp > 1 && !cfg.parallelism.disable_loss_parallel;
+    const double v_rank = loss_parallel ? V / static_cast<double>(shape.tp) : V;
+    rescale_unit(dense_blk, mu, block, T * D, mu.dim, corun);
+    rescale_unit(moe_blk, mu, block, T * D, mu.dim, corun);
+    rescale_unit(head, mu, head_of, T * v_rank, mu.vocab, corun);
+    rescale_unit(emb, mu, emb_of, T * D, mu.dim, corun);
     p.compute_source = "measured (" + mu.run_dir + ")";
     std::string corun_note;
     if (req.world_size > 1 && !mu.corun_run_dir.empty()) {
@@ -454,6 +495,11 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     return stride_of(shape, dim) * n > p.devices_per_node ? hw.inter_node : hw.intra_node;
   };
   const double ce = hw.eff.comm, ov = hw.eff.overlap;
+  // On a CPU whose ranks outnumber its cores, a collective's copies and
+  // sockets need a core the other ranks' compute holds: at most cores/world
+  // of an overlapped collective hides.
+  const double hides = cpu ? std::min(1.0, rates.cores / req.world_size) : 1.0;
+  const auto overlapped = [hides](double exposed, double secs) { return std::max(exposed, (1 - hides) * secs); };
   const double units = static_cast<double>(rl.layers + (rl.embedding ? 1 : 0) + (rl.head ? 1 : 0));
   double exposed_micro = 0, exposed_step = 0;
   const int64_t fsdp_n = shape.dp_shard * shape.cp;
@@ -475,9 +521,10 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     const double per_unit = ag / std::max(1.0, units);
     // The first unit's gather and the last unit's reduce-scatter wait; the
     // rest hides behind compute. Never more than all of it.
-    const double exposed = std::min(ag + ag_b + rs, per_unit + std::max(0.0, ag - ov * fwd_compute) +
-                                                        std::max(0.0, ag_b + rs - ov * bwd_compute) +
-                                                        rs / std::max(1.0, units));
+    const double exposed = overlapped(std::min(ag + ag_b + rs, per_unit + std::max(0.0, ag - ov * fwd_compute) +
+                                                                   std::max(0.0, ag_b + rs - ov * bwd_compute) +
+                                                                   rs / std::max(1.0, units)),
+                                      ag + ag_b + rs);
     tb.comm.push_back({shape.cp > 1 ? "fsdp" : "dp_shard", "all-gather + reduce-scatter", l.name,
                        (gathered * (reshard ? 2 : 1) + static_cast<double>(all) * 4) * accum,
                        (ag + ag_b + rs) * accum, exposed * accum});
@@ -487,7 +534,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     const Link& l = link_for("dp_replicate", shape.dp_replicate);
     const double bytes = static_cast<double>(rl.param_elems) * 4;
     const double ar = ring_s(bytes, shape.dp_replicate, l, ce, 2.0);
-    const double exposed = std::max(ar / std::max(1.0, units), ar - ov * rank_b * micro);
+    const double exposed = overlapped(std::max(ar / std::max(1.0, units), ar - ov * rank_b * micro), ar);
     tb.comm.push_back({"dp_replicate", "all-reduce", l.name, 2 * bytes, ar, exposed});
     exposed_step += exposed;
   }
@@ -500,7 +547,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     const double total = per_block * layers * micro;
     double exposed = total;
     if (cfg.parallelism.enable_async_tensor_parallel)  // overlapped with the GEMMs it feeds
-      exposed = std::max(0.0, total - ov * (blk.gemm_f + blk.gemm_b) * layers * micro);
+      exposed = overlapped(std::max(0.0, total - ov * (blk.gemm_f + blk.gemm_b) * layers * micro), total);
     tb.comm.push_back({"tp", sp ? "all-gather + reduce-scatter (sequence parallel)" : "all-reduce", l.name,
                        blk.tp_bytes * blk.tp_collectives * layers * micro * accum, total * accum, exposed * accum});
     exposed_micro += exposed;
@@ -510,7 +557,12 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     const double layers = static_cast<double>(rl.layers);
     const double moved = blk.cp_bytes * static_cast<double>(shape.cp - 1);  // every other rank's K/V comes by
     const double secs = (moved / (l.bandwidth * ce) + 3 * static_cast<double>(shape.cp - 1) * l.latency_s) * layers * micro;
-    const double exposed = std::max(0.0, secs - ov * (blk.attn_f + blk.attn_b) * layers * micro);
+    // allgather gathers K and V before the attention and reduce-scatters
+    // their gradients after it: it blocks. The ring (alltoall) passes the
+    // next block while the current one is attended.
+    const bool blocking = cfg.parallelism.context_parallel_rotate_method == "allgather";
+    const double exposed =
+        blocking ? secs : overlapped(std::max(0.0, secs - ov * (blk.attn_f + blk.attn_b) * layers * micro), secs);
     tb.comm.push_back({"cp", cfg.parallelism.context_parallel_rotate_method + " K/V exchange", l.name,
                        moved * layers * micro * accum, secs * accum, exposed * accum});
     exposed_micro += exposed;

@@ -50,8 +50,19 @@ struct UnitTimes {
 // measured time times the analytic model's ratio, class by class — the
 // analytic model says how the work scales (tokens, TP shards, model
 // dimensions, GEMM sizes, cores shared), the measurement what it costs.
+// One more single-process run of the same model at another micro-batch
+// size: its units measured and planned (the size curve: a class's measured
+// over planned time at each size).
+struct MeasuredShape {
+  std::string run_dir;
+  double tokens = 0;  // per micro-batch
+  UnitTimes block, head, embedding, planned_block, planned_head, planned_embedding;
+};
+
 struct MeasuredUnits {
   std::string run_dir;
+  double tokens = 0;                       // the profiled run's tokens per micro-batch
+  double dim = 0, vocab = 0;               // its model's (the size curve's widths; 0: one size only)
   UnitTimes block, head, embedding;        // measured, seconds per instance per micro-batch
   double param_s = 0, param_fixed_s = 0;   // per step: gradient accumulation, clipping, AdamW (work, fixed)
   double step_fixed_s = 0;                 // per step: data and the host work outside every unit
@@ -63,6 +74,14 @@ struct MeasuredUnits {
   // not measured. Applied to every recipe of more than one rank.
   double corun = 1;
   std::string corun_run_dir;
+  // Further single-process runs of the model at other micro-batch sizes. A
+  // recipe's class is then scaled by the measured-over-planned ratio
+  // interpolated, in log working set (tokens per micro-batch times the
+  // model's dim; the head: times its vocabulary shard), between the runs
+  // around its size (the nearest one's outside them): what the analytic model does
+  // not know about size — caches, the autograd engine's per-tensor work —
+  // is measured instead of extrapolated from one size.
+  std::vector<MeasuredShape> shapes;
 };
 
 struct PlanRequest {

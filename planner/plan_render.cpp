@@ -15,6 +15,11 @@ std::string fmt(const char* f, double v) {
 std::string gib(double bytes) { return fmt("%8.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
 std::string ms(double s) { return fmt("%10.2f ms", s * 1e3); }
 
+nlohmann::json unit_json(const UnitTimes& u) {
+  return {{"gemm_f", u.gemm_f}, {"gemm_b", u.gemm_b}, {"attn_f", u.attn_f}, {"attn_b", u.attn_b},
+          {"elem_f", u.elem_f}, {"elem_b", u.elem_b}, {"fixed_f", u.fixed_f}, {"fixed_b", u.fixed_b}};
+}
+
 }  // namespace
 
 nlohmann::json to_json(const Prediction& p) {
@@ -46,6 +51,8 @@ nlohmann::json to_json(const Prediction& p) {
             {"comm_exposed", t.comm_exposed}, {"bubble", t.bubble}, {"data", t.data},
             {"step_overhead", t.step_overhead}, {"step", t.step}}},
           {"communication", comm},
+          {"unit_s",  // one rank, one micro-batch, by class (forward/backward)
+           {{"block", unit_json(p.block)}, {"head", unit_json(p.head)}, {"embedding", unit_json(p.embedding)}}},
           {"tokens_per_step", p.tokens_per_step},
           {"tps_per_device", p.tps_per_device},
           {"tflops_per_device", p.tflops_per_device},

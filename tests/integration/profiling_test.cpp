@@ -17,6 +17,7 @@
 #include <set>
 
 #include "profiling/trace_validate.h"
+#include "trainer/config/config_loader.h"
 #include "tests/integration/process.h"
 
 namespace fs = std::filesystem;
@@ -140,15 +141,42 @@ TEST_F(Profiling, SingleRankTracesEveryRangeAndOpAndSnapshotsMemory) {
   EXPECT_EQ(mp["source"], "measured");
   EXPECT_EQ(mp["compute_source"], "measured (" + dir.string() + ")");
   EXPECT_GT(mp["time_s"]["step"].get<double>(), 0);
-  // After the first, every --profile is a finished multi-rank run: a second single process is refused.
+  // After the first, a further single process is the size curve: the same
+  // model at another micro-batch size. The same size again is refused.
   const fs::path copy = dir.string() + "_copy";
   fs::remove_all(copy);
   fs::copy(dir, copy, fs::copy_options::recursive);
   const auto twice = run_ctitan({"plan", cfg, "--hardware", "cpu", "--ngpu", "2", "--profile", dir.string(),
                                  "--profile", copy.string()});
   EXPECT_EQ(twice.exit_code, 2) << twice.out << twice.err;
-  EXPECT_NE(twice.err.find(copy.string() + " is not a finished multi-rank run"), std::string::npos) << twice.err;
+  EXPECT_NE(twice.err.find(copy.string() + " is a single process of another model or of a micro-batch size already "
+                                           "profiled"),
+            std::string::npos)
+      << twice.err;
   EXPECT_EQ(std::count(twice.err.begin(), twice.err.end(), '\n'), 1) << twice.err;
+  // The copy's config saying a 4x micro-batch (its traces this run's): read
+  // as a second size, it changes the plan of a recipe at 2x the size.
+  {
+    std::ifstream in(copy / "config.toml");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const ctitan::JobConfig run_cfg = ctitan::parse_job_config({"--job.config_file", (dir / "config.toml").string()});
+    const std::string key = "local_batch_size = " + std::to_string(run_cfg.training.local_batch_size);
+    ASSERT_NE(text.find(key), std::string::npos) << text;
+    const auto with_batch = [&](int64_t times) {
+      std::string t = text;
+      t.replace(t.find(key), key.size(), "local_batch_size = " + std::to_string(times * run_cfg.training.local_batch_size));
+      return t;
+    };
+    std::ofstream(copy / "config.toml") << with_batch(4);
+    const std::string bigger = (dir / "bigger.toml").string();
+    std::ofstream(bigger) << with_batch(2);
+    const auto one = run_ctitan({"plan", bigger, "--hardware", "cpu", "--ngpu", "2", "--profile", dir.string(), "--json"});
+    const auto curve = run_ctitan({"plan", bigger, "--hardware", "cpu", "--ngpu", "2", "--profile", dir.string(),
+                                   "--profile", copy.string(), "--json"});
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    ASSERT_EQ(curve.exit_code, 0) << curve.err;
+    EXPECT_NE(nlohmann::json::parse(one.out)["time_s"]["step"], nlohmann::json::parse(curve.out)["time_s"]["step"]);
+  }
   fs::remove_all(copy);
   const auto analytic = run_ctitan({"plan", cfg, "--hardware", "cpu", "--ngpu", "2", "--json"});
   ASSERT_EQ(analytic.exit_code, 0) << analytic.err;

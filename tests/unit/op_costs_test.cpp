@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <tuple>
 
 #include "common/errors.h"
 #include "planner/model_desc.h"
@@ -233,6 +234,70 @@ TEST(OpCosts, UnitsSplitByClassFromTheTrainersSpans) {
   EXPECT_NEAR(mu.step_fixed_s, 160e-6, 1e-12);
   // The profiler's slowdown comes off every figure.
   EXPECT_NEAR(measure_units(t, 0.5).block.fixed_b, 60e-6, 1e-12);
+}
+
+TEST(OpCosts, EachFigureIsTheMedianOverTheTracedSteps) {
+  // Three traced steps of one block: a GEMM of 30 us in a 50 us span, but
+  // the second step was disturbed (everything 4x as long). The median step's
+  // figures stand; the mean would be 2x off.
+  nlohmann::json ev = nlohmann::json::array();
+  for (int st = 0; st < 3; ++st) {
+    const double t0 = 1000.0 * st, k = st == 1 ? 4 : 1;
+    ev.push_back(span("step", "step " + std::to_string(st + 1), t0, 100 * k));
+    ev.push_back(span("compute", "forward layers.0", t0, 50 * k));
+    ev.push_back(op("aten::mm", t0 + 1, 31 * k, {{64, 32}, {32, 32}}));
+    ev.push_back(op("aten::view", t0 + 40 * k, 1, {{64, 32}}));
+  }
+  const TraceSamples t = trace_samples({{"traceEvents", ev}});
+  ASSERT_EQ(t.step_spans.size(), 3u);
+  const MeasuredUnits mu = measure_units(t);
+  EXPECT_NEAR(mu.block.gemm_f, 30e-6, 1e-12);
+  EXPECT_NEAR(mu.block.fixed_f, 20e-6, 1e-12);
+  EXPECT_NEAR(mu.step_fixed_s, 50e-6, 1e-12);
+}
+
+TEST(OpCosts, SizeCurveInterpolatesTheMeasuredRatioBetweenTwoBatchSizes) {
+  // The debugmodel measured at batch 4 at 0.5x what the analytic model
+  // plans for its GEMMs, and at batch 1 at 2x: batch 2 (halfway in log
+  // working set) gets the geometric mean, 1x; batch 8 and the 125M model's
+  // wider blocks at batch 4 get batch 4's ratio (the nearest); the head
+  // keeps one ratio where only one run planned it.
+  const JobConfig cfg = parse_job_config({"--job.config_file", "recipes/llama3_debugmodel.toml"});
+  const HardwareSpec hw = load_hardware("cpu");
+  const auto plan = [&](int64_t batch, const std::string& flavor, std::shared_ptr<const MeasuredUnits> mu) {
+    PlanRequest q;
+    q.cfg = cfg;
+    q.cfg.training.local_batch_size = batch;
+    q.cfg.model.flavor = flavor;
+    q.model = model_from_config(q.cfg.model);
+    q.world_size = 1;
+    q.measured = std::move(mu);
+    return predict(q, hw);
+  };
+  const Prediction b4 = plan(4, "debugmodel", nullptr), b1 = plan(1, "debugmodel", nullptr);
+  auto mu = std::make_shared<MeasuredUnits>();
+  mu->run_dir = "calib_b4";
+  mu->tokens = 4.0 * static_cast<double>(cfg.training.seq_len);
+  mu->dim = static_cast<double>(model_from_config(cfg.model).dim);
+  mu->vocab = static_cast<double>(model_from_config(cfg.model).vocab_size);
+  mu->planned_block = b4.block, mu->planned_head = b4.head, mu->planned_embedding = b4.embedding;
+  mu->block = b4.block, mu->head = b4.head, mu->embedding = b4.embedding;
+  mu->block.gemm_f *= 0.5;
+  mu->head.gemm_f *= 3;
+  MeasuredShape small{"calib_b1", static_cast<double>(cfg.training.seq_len), b1.block, b1.head, b1.embedding,
+                      b1.block, b1.head, b1.embedding};
+  small.block.gemm_f *= 2;
+  small.head.gemm_f = 0;  // not planned there: out of its curve
+  small.planned_head.gemm_f = 0;
+  mu->shapes.push_back(small);
+  for (const auto& [batch, flavor, ratio] :
+       {std::tuple{int64_t{2}, "debugmodel", 1.0}, {int64_t{1}, "debugmodel", 2.0}, {int64_t{8}, "debugmodel", 0.5},
+        {int64_t{4}, "debugmodel", 0.5}, {int64_t{4}, "125M", 0.5}}) {
+    const Prediction analytic = plan(batch, flavor, nullptr), measured = plan(batch, flavor, mu);
+    EXPECT_NEAR(measured.block.gemm_f / analytic.block.gemm_f, ratio, 1e-9) << "batch " << batch << " " << flavor;
+    EXPECT_NEAR(measured.head.gemm_f / analytic.head.gemm_f, 3.0, 1e-9) << "batch " << batch << " " << flavor;
+    EXPECT_NEAR(measured.block.attn_f / analytic.block.attn_f, 1.0, 1e-9) << "batch " << batch << " " << flavor;
+  }
 }
 
 TEST(OpCosts, MeasuredUnitsScaleByTheAnalyticModelsRatios) {

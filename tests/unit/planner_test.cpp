@@ -340,6 +340,49 @@ TEST(Planner, CompiledLossKeepsNoFp32CopyOfTheLogits) {
   EXPECT_DOUBLE_EQ(predict(compiled, h).memory.logits, a.logits);
 }
 
+TEST(Planner, AllGatherContextParallelBlocksAndTheRingOverlapsAttention) {
+  // allgather gathers K/V before the attention and reduce-scatters their
+  // gradients after it: all of its time is exposed. The ring (alltoall)
+  // passes the next block while the current one is attended.
+  const HardwareSpec h = gpu_spec();
+  const auto cp = [&](const std::string& method) {
+    const Prediction p = predict(request("debugmodel", 4, {{"parallelism.context_parallel_degree", "4"},
+                                                            {"parallelism.data_parallel_shard_degree", "1"},
+                                                            {"parallelism.context_parallel_rotate_method", method},
+                                                            {"training.seq_len", "4096"}}),
+                                 h);
+    for (const CommDim& c : p.time.comm)
+      if (c.dim == "cp") return c;
+    ADD_FAILURE() << "no cp communication planned";
+    return CommDim{};
+  };
+  const CommDim gather = cp("allgather"), ring = cp("alltoall");
+  EXPECT_GT(gather.seconds, 0);
+  EXPECT_DOUBLE_EQ(gather.exposed_s, gather.seconds);
+  EXPECT_LT(ring.exposed_s, ring.seconds);
+}
+
+TEST(Planner, OnACpuWhoseRanksOutnumberItsCoresCollectivesHideOnlyInProportion) {
+  // 8 ranks on 2 cores: a collective needs a core the other ranks' compute
+  // holds, so at most 2/8 of FSDP's gathers and reduce-scatters hide behind
+  // compute. At 2 ranks (and on a GPU) they may hide entirely.
+  HardwareSpec cpu = load_hardware("cpu");
+  cpu.cores = 2;
+  const auto fsdp = [](const Prediction& p) {
+    for (const CommDim& c : p.time.comm)
+      if (c.dim == "dp_shard") return c;
+    ADD_FAILURE() << "no FSDP communication planned";
+    return CommDim{};
+  };
+  const CommDim eight = fsdp(predict(request("debugmodel", 8, {}), cpu));
+  EXPECT_GT(eight.seconds, 0);
+  EXPECT_NEAR(eight.exposed_s, 0.75 * eight.seconds, 1e-12 * eight.seconds);
+  const CommDim two = fsdp(predict(request("debugmodel", 2, {}), cpu));
+  EXPECT_LT(two.exposed_s, 0.5 * two.seconds);
+  const CommDim gpu = fsdp(predict(request("debugmodel", 8, {}), gpu_spec()));
+  EXPECT_LT(gpu.exposed_s, 0.75 * gpu.seconds);
+}
+
 TEST(Planner, LayoutsTheTrainerRefusesAreOneLineInputErrors) {
   try {
     predict(request("debugmodel", 3, {{"parallelism.tensor_parallel_degree", "3"}}), gpu_spec());
