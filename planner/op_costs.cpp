@@ -14,6 +14,7 @@
 #include "common/quantile.h"
 #include "planner/model_desc.h"
 #include "planner/plan.h"
+#include "profiling/peak_flops.h"
 #include "trainer/config/config_loader.h"
 
 namespace fs = std::filesystem;
@@ -324,9 +325,16 @@ DerivedEfficiency efficiency_from_samples(const TraceSamples& samples, const Eff
       elementwise.push_back(s);
     }
   }
+  // The half size is a size curve: it needs GEMMs of several sizes (the
+  // smallest dimension spanning 4x or more). A run whose GEMMs are nearly all
+  // of one size (debugmodel's: min(M, N, K) = dim) keeps the spec's, fitted
+  // across model sizes, and measures the efficiency alone.
+  double dim_lo = INFINITY, dim_hi = 0;
+  for (const OpSample* g : gemms) dim_lo = std::min(dim_lo, g->min_dim), dim_hi = std::max(dim_hi, g->min_dim);
+  const bool sizes = dim_hi >= 4 * dim_lo || start.gemm_half_size <= 0;
   if (gemms.size() >= 3 && peak_flops > 0) {
     double best_err = INFINITY, best_a = 0, best_h = 0;
-    for (double h = 0.5; h <= 1e5; h *= 1.05) {
+    for (double h = sizes ? 0.5 : start.gemm_half_size; h <= (sizes ? 1e5 : start.gemm_half_size); h *= 1.05) {
       double num = 0, den = 0;
       for (const OpSample* g : gemms) {
         const double u = g->work * (1 + h / g->min_dim);
@@ -342,7 +350,8 @@ DerivedEfficiency efficiency_from_samples(const TraceSamples& samples, const Eff
     }
     d.eff.gemm = 1 / (best_a * peak_flops);
     d.eff.gemm_half_size = best_h;
-    d.measured.insert(d.measured.end(), {"gemm", "gemm_half_size"});
+    d.measured.push_back("gemm");
+    if (sizes) d.measured.push_back("gemm_half_size");
   }
   if (!fixed_costs.empty()) {
     d.eff.kernel_overhead_s = median(fixed_costs);
@@ -380,9 +389,32 @@ HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& traced
   samples.step_seconds *= slowdown;
   samples.gap_seconds *= slowdown;
   const RankRates rates = rank_rates(hw, run_cfg, run_world_size);
-  const DerivedEfficiency d = efficiency_from_samples(samples, hw.eff, rates.peak_flops, rates.bandwidth);
+  // A CPU run whose GEMMs are nearly all of one size cannot say how their
+  // efficiency grows with size: this machine's GEMMs of 16 … 1024 do
+  // (measure_cpu_gemm_half_size), not the spec's curve, fitted elsewhere.
+  Efficiency start_eff = hw.eff;
+  bool probed = false;
+  if (hw.kind == "cpu") {
+    double lo = INFINITY, hi = 0;
+    std::string dtype;
+    for (const OpSample& o : samples.ops)
+      if (o.cls == OpClass::gemm && o.min_dim > 0) lo = std::min(lo, o.min_dim), hi = std::max(hi, o.min_dim), dtype = o.dtype;
+    if (hi > 0 && hi < 4 * lo) {
+      start_eff.gemm_half_size = measure_cpu_gemm_half_size(
+          dtype.find("BFloat16") != std::string::npos ? at::kBFloat16
+          : dtype.find("Half") != std::string::npos   ? at::kHalf
+                                                      : at::kFloat);
+      probed = true;
+    }
+  }
+  const DerivedEfficiency d = efficiency_from_samples(samples, start_eff, rates.peak_flops, rates.bandwidth);
   hw.eff = d.eff;
   std::vector<std::string> measured = d.measured;
+  if (probed) {
+    char h[96];
+    std::snprintf(h, sizeof h, "gemm_half_size %.0f from this CPU's GEMMs of 16-1024", d.eff.gemm_half_size);
+    measured.push_back(h);
+  }
   std::erase_if(measured, [](const std::string& m) { return m == "attention" || m == "memory"; });
   if (samples.steps > 0) {
     // The run's own plan against what its trace measured, class by class.

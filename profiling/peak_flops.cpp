@@ -8,9 +8,12 @@
 
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
@@ -18,6 +21,45 @@
 #include "profiling/env_info.h"
 
 namespace ctitan {
+
+double measure_cpu_gemm_half_size(at::ScalarType dtype) {
+  static std::mutex mu;
+  static std::map<int, double> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto hit = cache.find(static_cast<int>(dtype));
+  if (hit != cache.end()) return hit->second;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  std::vector<std::pair<double, double>> work_seconds;  // (k, seconds per FLOP)
+  constexpr int64_t n = 2048;
+  for (int64_t k = 16; k <= 1024; k *= 2) {
+    at::Tensor a = at::randn({n, k}).to(dtype), b = at::randn({k, n}).to(dtype);
+    at::Tensor c = at::empty({n, n}, a.options());
+    at::mm_out(c, a, b);  // warm-up
+    double best = INFINITY, total = 0;
+    for (int i = 0; i < 3 || total < 0.03; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      at::mm_out(c, a, b);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      total += dt;
+      best = std::min(best, dt);
+    }
+    work_seconds.emplace_back(static_cast<double>(k), best / (2.0 * n * n * static_cast<double>(k)));
+  }
+  at::set_num_threads(threads);
+  // s(k) = a · (1 + h/k): for each h the best a is closed-form.
+  double best_err = INFINITY, best_h = 0;
+  for (double h = 0.5; h <= 1e5; h *= 1.05) {
+    double num = 0, den = 0;
+    for (const auto& [k, s] : work_seconds) num += (1 + h / k) / s, den += (1 + h / k) * (1 + h / k) / (s * s);
+    const double a = num / den;
+    double err = 0;
+    for (const auto& [k, s] : work_seconds) err += std::pow(a * (1 + h / k) / s - 1, 2);
+    if (err < best_err) best_err = err, best_h = h;
+  }
+  cache[static_cast<int>(dtype)] = best_h;
+  return best_h;
+}
 
 double measure_cpu_gemm_flops(at::ScalarType dtype, int64_t n, double min_seconds) {
   at::Tensor a = at::randn({n, n}).to(dtype);

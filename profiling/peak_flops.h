@@ -31,6 +31,13 @@ struct PeakFlops {
 // Best sustained FLOP/s of an n×n×n matmul in `dtype` on the current threads.
 double measure_cpu_gemm_flops(at::ScalarType dtype, int64_t n = 2048, double min_seconds = 0.4);
 
+// The size curve of this CPU's GEMMs, in the planner's law: the time of an
+// M×N×K GEMM is a · 2MNK · (1 + half / min(M, N, K)). Measured on one
+// thread in `dtype` with GEMMs of 2048×2048×k, k = 16 … 1024 (each timed
+// best of several, ~0.3 s in all), and `half` fitted on a log grid (least
+// squares on the relative error). Once per process.
+double measure_cpu_gemm_half_size(at::ScalarType dtype);
+
 struct GpuPeak {
   std::string entry;  // the table entry that matched ("H100 PCIe")
   double flops = 0;

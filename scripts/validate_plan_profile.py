@@ -4,14 +4,16 @@ database predicted twice — with the hardware spec as shipped, and with the
 efficiencies one profiled run's traced ops imply — against its measured
 tokens/s per device.
 
-    scripts/validate_plan_profile.py RESULTS.db PROFILED_RUN_DIR [MULTI_RANK_RUN_DIR ...]
+    scripts/validate_plan_profile.py RESULTS.db PROFILED_RUN_DIR [FURTHER_RUN_DIR ...]
         [--ctitan build/ctitan] [--hardware cpu]
 
-PROFILED_RUN_DIR is a single-process run (its compute, unit by unit); each
-MULTI_RANK_RUN_DIR, optional, a multi-rank run of the same model and batch
-(how much ranks slow each other, and what collectives cost inside a training
-step, on this machine). A database run of a calibration run's recipe and
-world size is left out: it is in sample.
+PROFILED_RUN_DIR is a single-process run (its compute, unit by unit). Each
+FURTHER_RUN_DIR, optional, is either a single process of the same model at
+another batch size (the size curve of each class) or a multi-rank run (how
+much ranks slow each other, and what collectives cost inside a training
+step, on this machine). A database run of a multi-rank calibration run's
+recipe and world size is left out: it is in sample.
+scripts/plan_validation.sh makes the runs and calls this.
 """
 import argparse
 import json
@@ -48,7 +50,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("db")
     ap.add_argument("run_dir")
-    ap.add_argument("multi_rank_dirs", nargs="*")
+    ap.add_argument("further_dirs", nargs="*")
     ap.add_argument("--ctitan", default=os.path.join(os.path.dirname(__file__), "..", "build", "ctitan"))
     ap.add_argument("--hardware", default="cpu")
     a = ap.parse_args()
@@ -72,9 +74,9 @@ def main():
                 return json.loads(p.stdout)["tps_per_device"]
 
             profile = ["--profile", a.run_dir]
-            for d in a.multi_rank_dirs:
+            for d in a.further_dirs:
                 profile += ["--profile", d]
-            if any(same_recipe(cfg, ws, d) for d in a.multi_rank_dirs):
+            if any(same_recipe(cfg, ws, d) for d in a.further_dirs):
                 print(f"{label} (ws {ws}): a calibration run's own recipe, left out", file=sys.stderr)
                 continue
             out.append((ws, label, tps, predict([]), predict(profile)))

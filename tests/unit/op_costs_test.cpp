@@ -15,6 +15,7 @@
 #include "common/errors.h"
 #include "planner/model_desc.h"
 #include "planner/plan.h"
+#include "profiling/peak_flops.h"
 #include "trainer/config/config_loader.h"
 
 namespace ctitan {
@@ -234,6 +235,40 @@ TEST(OpCosts, UnitsSplitByClassFromTheTrainersSpans) {
   EXPECT_NEAR(mu.step_fixed_s, 160e-6, 1e-12);
   // The profiler's slowdown comes off every figure.
   EXPECT_NEAR(measure_units(t, 0.5).block.fixed_b, 60e-6, 1e-12);
+}
+
+TEST(OpCosts, GemmSizeCurveFittedOnlyWhereTheRunsGemmsSpanSizes) {
+  // GEMMs timed by the planner's law t = a · 2MNK · (1 + h/x), x = min(M, N, K),
+  // h = 100: spanning x = 32 … 512 they give h back; all of one size they
+  // cannot, and the spec's half size stays (the efficiency alone is fitted).
+  const double peak = 1e11, a = 1 / (0.5 * peak), h = 100;
+  const auto samples = [&](std::vector<double> xs) {
+    TraceSamples t;
+    for (double x : xs) {
+      OpSample g;
+      g.cls = OpClass::gemm;
+      g.min_dim = x;
+      g.work = 2 * 1024 * 1024 * x;
+      g.seconds = a * g.work * (1 + h / x);
+      t.ops.push_back(g);
+    }
+    return t;
+  };
+  Efficiency start;
+  start.gemm_half_size = 777;
+  const DerivedEfficiency spread = efficiency_from_samples(samples({32, 64, 128, 256, 512}), start, peak, 1e10);
+  EXPECT_NEAR(spread.eff.gemm_half_size / h, 1.0, 0.03);
+  EXPECT_NEAR(spread.eff.gemm, 0.5, 0.02);
+  EXPECT_NE(std::find(spread.measured.begin(), spread.measured.end(), "gemm_half_size"), spread.measured.end());
+  const DerivedEfficiency one = efficiency_from_samples(samples({256, 256, 256, 300}), start, peak, 1e10);
+  EXPECT_DOUBLE_EQ(one.eff.gemm_half_size, 777);
+  EXPECT_EQ(std::find(one.measured.begin(), one.measured.end(), "gemm_half_size"), one.measured.end());
+  EXPECT_NE(std::find(one.measured.begin(), one.measured.end(), "gemm"), one.measured.end());
+  // This CPU's own curve, measured once per process.
+  const double probed = measure_cpu_gemm_half_size(at::kFloat);
+  EXPECT_GE(probed, 0.5);
+  EXPECT_LE(probed, 1e5);
+  EXPECT_EQ(measure_cpu_gemm_half_size(at::kFloat), probed);
 }
 
 TEST(OpCosts, EachFigureIsTheMedianOverTheTracedSteps) {
