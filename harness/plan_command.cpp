@@ -29,7 +29,7 @@ const char* kHelp =
     "       ctitan plan --calibrate RESULTS.db [--hardware NAME|FILE] [--out FILE] [--json]\n"
     "       ctitan plan --validate recipes/published [--json]\n"
     "       ctitan plan --profile RUN_DIR [--json]\n"
-    "       ctitan plan RECIPE.toml --hardware cpu --profile RUN_DIR [--profile MULTI_RANK_RUN_DIR ...] ...\n"
+    "       ctitan plan RECIPE.toml --hardware cpu --profile RUN_DIR [--profile FURTHER_RUN_DIR ...] ...\n"
     "\n"
     "Predicts one rank's memory (parameters, gradients and optimizer state from the trainer's own\n"
     "dry-run layout; activations per activation-checkpointing mode; logits; communication buffers;\n"
@@ -56,9 +56,12 @@ const char* kHelp =
     "A single-process RUN_DIR also gives its compute unit by unit (each block, the embedding, the\n"
     "head, forward and backward, by class; the parameter work; the step's fixed rest): the recipe's\n"
     "compute is that measurement times the analytic model's ratio between the two recipes\n"
-    "(tokens, TP shards, model size, GEMM sizes, cores shared). Each further --profile is a\n"
-    "multi-rank run of the same model and batch: together they measure how much ranks side by side\n"
-    "slow each other on this machine, and fit the link (latency, bandwidth) to their step times.\n"
+    "(tokens, TP shards, model size, GEMM sizes, cores shared). Each further --profile is either a\n"
+    "single process of the same model at another batch size (each class's measured/planned ratio\n"
+    "at two sizes, interpolated in between: the size curve) or a multi-rank run: those measure how\n"
+    "much ranks side by side slow each other on this machine (against the single process of their\n"
+    "batch size), and fit the link (latency, bandwidth) to their step times.\n"
+    "scripts/plan_validation.sh makes such a set of runs and scores the plans out of sample.\n"
     "Communication, the pipeline schedule and memory stay the analytic model's, on that link.\n";
 
 std::string take_value(const std::vector<std::string>& args, size_t& i) {
@@ -213,7 +216,7 @@ int plan_command(const std::vector<std::string>& args) {
       const std::string dir = take_value(args, i);
       if (dir == profile_dir || std::find(multi_rank_dirs.begin(), multi_rank_dirs.end(), dir) != multi_rank_dirs.end())
         throw InputError("ctitan plan: --profile " + dir + " given twice; after the single-process run, each further "
-                         "--profile is a multi-rank run of the same model and batch");
+                         "--profile is a single process at another batch size or a multi-rank run");
       (profile_dir.empty() ? profile_dir : multi_rank_dirs.emplace_back()) = dir;
     } else if (a == "--out") {
       out = take_value(args, i);
