@@ -95,6 +95,7 @@ std::vector<MeasuredRun> published_runs(const std::string& path, const std::stri
     r.label = row.table + ": " + row.label;
     r.cfg = row.cfg;
     r.world_size = row.world_size;
+    r.framework = row.framework;
     PlanRequest q;
     q.cfg = row.cfg;
     q.model = model_from_config(row.cfg.model);

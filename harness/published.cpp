@@ -130,6 +130,7 @@ std::vector<PublishedRow> load_published(const std::string& dir_or_file) {
       r.table = fs::path(path).stem().string();
       r.source = pub.source;
       r.hardware = pub.hardware;
+      r.framework = pub.framework;
       r.label = row.label.empty() ? match[0]->label : row.label;
       r.where = row.where;
       r.point_label = match[0]->label;
@@ -170,6 +171,7 @@ PublishedReport predict_published(const std::vector<PublishedRow>& rows) {
       req.cfg = row.cfg;
       req.model = model_from_config(row.cfg.model);
       req.world_size = row.world_size;
+      req.framework = row.framework;
       const Prediction pred = predict(req, hw);
       p.predicted_tps = pred.tps_per_device;
       p.predicted_mem_gib = pred.memory.total / kGiB;

@@ -46,6 +46,7 @@ struct PublishedRow {
   std::string where;        // "spec.toml:LINE" of the row
   std::string point_label;  // the sweep point's label
   int world_size = 1;
+  std::string framework;    // [published] framework: what measured it
   JobConfig cfg;            // the point, resolved through plan_sweep
   std::string config_hash;  // config_hash(cfg): what a measured run of the point has
   std::string infeasible;   // the sweep's feasibility rules on `world_size` GPUs of the spec ("" = runnable)

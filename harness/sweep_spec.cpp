@@ -283,6 +283,11 @@ PublishedSpec read_published(const SpecReader& r, const toml::table& t) {
       p.hardware = text(n, key);
     } else if (key == "gpus") {
       p.gpus = static_cast<int>(r.integer(n, "[published] gpus", 1, kMaxWorldSize));
+    } else if (key == "framework") {
+      p.framework = text(n, key);
+      if (p.framework != "torchtitan" && p.framework != "ctitan")
+        r.fail(n.source(), "[published] framework '" + p.framework + "' is not one the planner models; say \"torchtitan\" "
+                           "or \"ctitan\"");
     } else if (key == "rows") {
       for (const toml::table* row : rows(r, n, "published.rows")) {
         PublishedRowSpec pr;
@@ -314,7 +319,7 @@ PublishedSpec read_published(const SpecReader& r, const toml::table& t) {
       }
     } else {
       r.fail(k.source(), "unknown [published] key '" + key +
-                             "'; [published] takes source, hardware, gpus and [[published.rows]]");
+                             "'; [published] takes source, hardware, gpus, framework and [[published.rows]]");
     }
   }
   for (const char* need : {"source", "hardware"})

@@ -90,6 +90,10 @@ struct PublishedSpec {
   std::string source;    // where the figures were published (file, commit, table)
   std::string hardware;  // a hardware spec name (recipes/hardware/NAME.toml)
   int gpus = 0;          // the world size of the rows that do not set their own
+  // The software that measured the rows: "torchtitan" (default) or
+  // "ctitan". The planner models its memory rules where they differ from
+  // ctitan's own (op-level activation checkpointing's saved tensors).
+  std::string framework = "torchtitan";
   std::vector<PublishedRowSpec> rows;
 };
 

@@ -134,6 +134,7 @@ PlanRequest request_of(const MeasuredRun& r) {
   q.model = model_from_config(r.cfg.model);
   q.world_size = r.world_size;
   q.bf16_gemm_widened = r.bf16_gemm_widened;
+  q.framework = r.framework;
   return q;
 }
 

@@ -39,6 +39,7 @@ struct MeasuredRun {
   // Whether the run's machine widened bf16 GEMMs (its env's aten_cpu_capability
   // is not AVX512); -1: not recorded (runs before that key), the spec's.
   int bf16_gemm_widened = -1;
+  std::string framework = "ctitan";  // PlanRequest::framework
 };
 
 // The ok runs of a results database with a step time and a peak. Throws

@@ -666,7 +666,8 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   mem.optimizer = static_cast<double>(rl.state_bytes) - mem.parameters + (fp32 ? 0 : local * e.elem) - mem.gradients;
   const bool widened =
       hw.kind == "cpu" && (req.bf16_gemm_widened >= 0 ? req.bf16_gemm_widened > 0 : !aten_cpu_is_avx512());
-  mem = planner_detail::activation_memory(e.m, cfg, shape, hw, rl, T, micro, ac, e.elem, widened, std::move(mem));
+  mem = planner_detail::activation_memory(e.m, cfg, shape, hw, rl, T, micro, ac, e.elem, widened, req.framework,
+                                          std::move(mem));
   p.fits = mem.total <= hw.memory_bytes || hw.memory_bytes <= 0;
   return p;
 }

@@ -13,7 +13,7 @@ namespace ctitan::planner_detail {
 MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
                                   const HardwareSpec& hw, const RankLayout& rank, double T, int64_t micro,
                                   const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
-                                  MemoryBreakdown mem) {
+                                  const std::string& framework, MemoryBreakdown mem) {
   const double t = static_cast<double>(shape.tp), D = static_cast<double>(m.dim);
   const double H = static_cast<double>(m.n_heads), K = static_cast<double>(m.n_kv_heads);
   const ModelArgs a = m.family == "gpt" ? ModelArgs{} : m.trainer_args();
@@ -55,8 +55,15 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
   const double mlp = (m.gated_mlp() ? 3 : 2) * F * elem;
   const double full_block = (norm_io + gemm_inputs + qkv + attn + mlp) * hw.eff.activation_factor;
   const double block_input = D / seq_part * elem;
-  // Op-level checkpointing keeps the column GEMMs' outputs and attention.
-  const double op_block = block_input + (qkv_width + 2 * F) * elem + attn;
+  // Op-level checkpointing keeps the outputs of every other GEMM (aten.mm:
+  // the first, third, ...; the count starts again in each block) and the
+  // attention's. ctitan's GEMMs are qkv (kept), wo, gate|up (kept), w2.
+  // TorchTitan's are wq (kept), wk, wv (kept), wo, w1 (kept), w3, w2 (kept):
+  // q and v, the gate and the block's output (partial sums, whole under TP).
+  // MLA and MoE blocks: ctitan's rule.
+  const bool unfused = framework == "torchtitan" && !a.is_mla() && a.moe.num_experts == 0;
+  const double op_block = unfused ? block_input + (out_width + K * Dh / t + F + D) * elem + attn
+                                  : block_input + (qkv_width + 2 * F) * elem + attn;
 
   // Micro-batches alive at once on this rank: every one under GPipe and
   // looped BFS (all forwards first), at most the pipeline depth otherwise.

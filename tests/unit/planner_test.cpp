@@ -340,6 +340,26 @@ TEST(Planner, CompiledLossKeepsNoFp32CopyOfTheLogits) {
   EXPECT_DOUBLE_EQ(predict(compiled, h).memory.logits, a.logits);
 }
 
+TEST(Planner, TorchTitansOpCheckpointingKeepsEveryOtherOfItsUnfusedProjections) {
+  // debugmodel: dim 256, 16 heads of 16 (kv 16), FFN 768; 2 x 256 tokens, 6
+  // layers, bf16. Per token and layer, ctitan keeps qkv (768) and gate|up
+  // (1536); TorchTitan keeps wq (256), wv (256), w1 (768) and w2's output
+  // (256): 768 values fewer, 2 bytes each.
+  const HardwareSpec h = gpu_spec();
+  PlanRequest q = request("debugmodel", 1, {{"activation_checkpoint.mode", "selective"},
+                                            {"activation_checkpoint.selective_ac_option", "op"},
+                                            {"training.mixed_precision_param", "bfloat16"}});
+  const Prediction ctitan = predict(q, h);
+  q.framework = "torchtitan";
+  const Prediction torchtitan = predict(q, h);
+  EXPECT_DOUBLE_EQ(ctitan.memory.activations - torchtitan.memory.activations, 768.0 * 2 * 512 * 6);
+  // Other modes keep the same tensors in both.
+  PlanRequest full = request("debugmodel", 1, {{"activation_checkpoint.mode", "full"}});
+  const double a = predict(full, h).memory.activations;
+  full.framework = "torchtitan";
+  EXPECT_DOUBLE_EQ(predict(full, h).memory.activations, a);
+}
+
 TEST(Planner, AllGatherContextParallelBlocksAndTheRingOverlapsAttention) {
   // allgather gathers K/V before the attention and reduce-scatters their
   // gradients after it: all of its time is exposed. The ring (alltoall)

@@ -235,6 +235,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadPublished{"NoSource",
                      "[published]\nhardware = \"h\"\ngpus = 8\n[[published.rows]]\nstack = \"FSDP\"\ntps = 1\n",
                      "t.toml:16: [published] needs source"},
+        BadPublished{"FrameworkNotModelled",
+                     "[published]\nsource = \"s\"\nhardware = \"h\"\nframework = \"megatron\"\n[[published.rows]]\n"
+                     "stack = \"FSDP\"\ntps = 1\n",
+                     "t.toml:19: [published] framework 'megatron' is not one the planner models"},
         BadPublished{"NoRows", "[published]\nsource = \"s\"\nhardware = \"h\"\ngpus = 8\n",
                      "t.toml:16: [published] has no [[published.rows]]"}),
     [](const auto& info) { return info.param.name; });
