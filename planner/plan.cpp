@@ -664,10 +664,23 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   mem.parameters = local * 4 + (fp32 ? 0 : local * e.elem);
   mem.gradients = local * 4;
   mem.optimizer = static_cast<double>(rl.state_bytes) - mem.parameters + (fp32 ? 0 : local * e.elem) - mem.gradients;
+  // Pipelines under FSDP: a stage keeps its parameters gathered from the
+  // forward to the backward (reshard_after_forward "default" is "never"
+  // under PP, in TorchTitan and in ctitan's trainer). TorchTitan's
+  // torch.distributed.pipelining also syncs gradients on the last
+  // micro-batch's backward only, so the earlier ones accumulate the stage's
+  // unsharded gradient in FSDP2's fp32 reduce dtype; ctitan reduce-scatters
+  // each micro-batch's into the shard.
+  if (shape.pp > 1 && fsdp_n > 1) {
+    const double all = rl.gathered_elems > 0 ? static_cast<double>(rl.gathered_elems) : local * static_cast<double>(fsdp_n);
+    const bool f8_gather = e.float8 && cfg.float8.enable_fsdp_float8_all_gather;
+    if (cfg.parallelism.fsdp_reshard_after_forward != "always") mem.parameters += all * (f8_gather ? 1.0 : e.elem);
+    if (req.framework == "torchtitan" && micro > 1) mem.gradients += all * 4;
+  }
   const bool widened =
       hw.kind == "cpu" && (req.bf16_gemm_widened >= 0 ? req.bf16_gemm_widened > 0 : !aten_cpu_is_avx512());
   mem = planner_detail::activation_memory(e.m, cfg, shape, hw, rl, T, micro, ac, e.elem, widened, req.framework,
-                                          std::move(mem));
+                                          layout.stages_per_rank, std::move(mem));
   p.fits = mem.total <= hw.memory_bytes || hw.memory_bytes <= 0;
   return p;
 }

@@ -59,6 +59,6 @@ PipelineSim simulate_pipeline(const JobConfig& cfg, const MeshShape& shape, int6
 MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
                                   const HardwareSpec& hw, const RankLayout& rank, double T, int64_t micro,
                                   const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
-                                  const std::string& framework, MemoryBreakdown mem);
+                                  const std::string& framework, int64_t stages_per_rank, MemoryBreakdown mem);
 
 }  // namespace ctitan::planner_detail

@@ -13,7 +13,7 @@ namespace ctitan::planner_detail {
 MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
                                   const HardwareSpec& hw, const RankLayout& rank, double T, int64_t micro,
                                   const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
-                                  const std::string& framework, MemoryBreakdown mem) {
+                                  const std::string& framework, int64_t stages_per_rank, MemoryBreakdown mem) {
   const double t = static_cast<double>(shape.tp), D = static_cast<double>(m.dim);
   const double H = static_cast<double>(m.n_heads), K = static_cast<double>(m.n_kv_heads);
   const ModelArgs a = m.family == "gpt" ? ModelArgs{} : m.trainer_args();
@@ -67,11 +67,22 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
 
   // Micro-batches alive at once on this rank: every one under GPipe and
   // looped BFS (all forwards first), at most the pipeline depth otherwise.
+  // The interleaved schedules run (v − 1)·pp + 2·(pp − 1) forward chunks
+  // (one stage, a 1/v of the rank's layers, of one micro-batch) before the
+  // first rank's first backward, (v − 1)·pp + pp − 1 for the zero-bubble
+  // one, and one more before it frees any (trainer/parallel/pipeline.cpp,
+  // as torch.distributed.pipelining): in whole-rank units, chunks / v.
   double in_flight = 1;
   if (shape.pp > 1) {
     const std::string& s = cfg.parallelism.pipeline_parallel_schedule;
-    in_flight = (s == "GPipe" || s == "LoopedBFS") ? static_cast<double>(micro)
-                                                   : std::min<double>(static_cast<double>(micro), static_cast<double>(shape.pp));
+    const double m = static_cast<double>(micro), p = static_cast<double>(shape.pp);
+    const double v = static_cast<double>(std::max<int64_t>(1, stages_per_rank));
+    if (s == "GPipe" || s == "LoopedBFS")
+      in_flight = m;
+    else if ((s == "Interleaved1F1B" || s == "InterleavedZeroBubble") && v > 1)
+      in_flight = std::min(m * v, (v - 1) * p + (s == "Interleaved1F1B" ? 2 : 1) * (p - 1) + 1) / v;
+    else
+      in_flight = std::min(m, p);
   }
   double kept = 0;
   bool any_checkpointed = false;

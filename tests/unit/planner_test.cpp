@@ -360,6 +360,50 @@ TEST(Planner, TorchTitansOpCheckpointingKeepsEveryOtherOfItsUnfusedProjections) 
   EXPECT_DOUBLE_EQ(predict(full, h).memory.activations, a);
 }
 
+TEST(Planner, TorchTitanPipelinesUnderFsdpKeepTheStageGatheredAndAccumulateItsGradientsUnsharded) {
+  // PP 2 x FSDP 2 on debugmodel: a stage is the embedding (2048 x 256) or
+  // the norm and output head (256 + 2048 x 256) and three blocks of 852,480
+  // (four 256 x 256 projections, three 256 x 768 FFN matrices, two norms):
+  // 3,081,728 or 3,081,984 values. Both keep them gathered in bf16 from
+  // forward to backward (beside the fp32 master shard and its bf16 copy: 5
+  // bytes per value of the stage in all); TorchTitan also accumulates their
+  // fp32 gradients over the 4 micro-batches, where ctitan's pipeline
+  // reduce-scatters each micro-batch's.
+  const HardwareSpec h = gpu_spec();
+  const auto plan = [&](const std::string& framework, int64_t batch) {
+    PlanRequest q = request("debugmodel", 4, {{"parallelism.pipeline_parallel_degree", "2"},
+                                              {"parallelism.pipeline_parallel_schedule", "1F1B"},
+                                              {"training.local_batch_size", std::to_string(batch)},
+                                              {"training.mixed_precision_param", "bfloat16"}});
+    q.framework = framework;
+    return predict(q, h).memory;
+  };
+  const MemoryBreakdown ct = plan("ctitan", 4), tt = plan("torchtitan", 4);
+  const double stage = (tt.gradients - ct.gradients) / 4;
+  EXPECT_TRUE(stage == 3081728 || stage == 3081984) << stage;
+  EXPECT_DOUBLE_EQ(ct.parameters, 5 * stage);
+  EXPECT_DOUBLE_EQ(tt.parameters, ct.parameters);
+  // One micro-batch syncs at once.
+  EXPECT_DOUBLE_EQ(plan("torchtitan", 1).gradients, plan("ctitan", 1).gradients);
+}
+
+TEST(Planner, InterleavedScheduleHoldsItsWarmupChunks) {
+  // PP 2, two stages per rank, one-sequence micro-batches: the first rank
+  // runs (v - 1)·pp + 2·(pp - 1) = 4 forward chunks before its first
+  // backward and holds 5 (of 2·m): 2.5 ranks' worth of layers at m = 8, and
+  // all 4 chunks (2) at m = 2. Without checkpointing the activations scale with it.
+  const HardwareSpec h = gpu_spec();
+  const auto activations = [&](int64_t m) {
+    return predict(request("debugmodel", 2, {{"parallelism.pipeline_parallel_degree", "2"},
+                                             {"parallelism.pipeline_parallel_schedule", "Interleaved1F1B"},
+                                             {"training.local_batch_size", std::to_string(m)},
+                                             {"activation_checkpoint.mode", "none"}}),
+                   h)
+        .memory.activations;
+  };
+  EXPECT_NEAR(activations(8) / activations(2), 2.5 / 2, 1e-12);
+}
+
 TEST(Planner, AllGatherContextParallelBlocksAndTheRingOverlapsAttention) {
   // allgather gathers K/V before the attention and reduce-scatters their
   // gradients after it: all of its time is exposed. The ring (alltoall)
