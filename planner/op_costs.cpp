@@ -327,8 +327,9 @@ DerivedEfficiency efficiency_from_samples(const TraceSamples& samples, const Eff
   }
   // The half size is a size curve: it needs GEMMs of several sizes (the
   // smallest dimension spanning 4x or more). A run whose GEMMs are nearly all
-  // of one size (debugmodel's: min(M, N, K) = dim) keeps the spec's, fitted
-  // across model sizes, and measures the efficiency alone.
+  // of one size (debugmodel's: min(M, N, K) = dim) keeps `start`'s and
+  // measures the efficiency alone (spec_from_run: on a CPU, this machine's
+  // GEMM size curve).
   double dim_lo = INFINITY, dim_hi = 0;
   for (const OpSample* g : gemms) dim_lo = std::min(dim_lo, g->min_dim), dim_hi = std::max(dim_hi, g->min_dim);
   const bool sizes = dim_hi >= 4 * dim_lo || start.gemm_half_size <= 0;
@@ -389,25 +390,22 @@ HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& traced
   samples.step_seconds *= slowdown;
   samples.gap_seconds *= slowdown;
   const RankRates rates = rank_rates(hw, run_cfg, run_world_size);
+  DerivedEfficiency d = efficiency_from_samples(samples, hw.eff, rates.peak_flops, rates.bandwidth);
   // A CPU run whose GEMMs are nearly all of one size cannot say how their
   // efficiency grows with size: this machine's GEMMs of 16 … 1024 do
   // (measure_cpu_gemm_half_size), not the spec's curve, fitted elsewhere.
-  Efficiency start_eff = hw.eff;
-  bool probed = false;
-  if (hw.kind == "cpu") {
-    double lo = INFINITY, hi = 0;
+  const auto has = [&d](const char* m) { return std::find(d.measured.begin(), d.measured.end(), m) != d.measured.end(); };
+  const bool probed = hw.kind == "cpu" && has("gemm") && !has("gemm_half_size");
+  if (probed) {
     std::string dtype;
     for (const OpSample& o : samples.ops)
-      if (o.cls == OpClass::gemm && o.min_dim > 0) lo = std::min(lo, o.min_dim), hi = std::max(hi, o.min_dim), dtype = o.dtype;
-    if (hi > 0 && hi < 4 * lo) {
-      start_eff.gemm_half_size = measure_cpu_gemm_half_size(
-          dtype.find("BFloat16") != std::string::npos ? at::kBFloat16
-          : dtype.find("Half") != std::string::npos   ? at::kHalf
-                                                      : at::kFloat);
-      probed = true;
-    }
+      if (o.cls == OpClass::gemm) dtype = o.dtype;
+    Efficiency start_eff = hw.eff;
+    start_eff.gemm_half_size = measure_cpu_gemm_half_size(dtype.find("BFloat16") != std::string::npos ? at::kBFloat16
+                                                          : dtype.find("Half") != std::string::npos   ? at::kHalf
+                                                                                                      : at::kFloat);
+    d = efficiency_from_samples(samples, start_eff, rates.peak_flops, rates.bandwidth);
   }
-  const DerivedEfficiency d = efficiency_from_samples(samples, start_eff, rates.peak_flops, rates.bandwidth);
   hw.eff = d.eff;
   std::vector<std::string> measured = d.measured;
   if (probed) {
