@@ -575,13 +575,22 @@ MeasuredUnits measure_units(const TraceSamples& samples, double slowdown) {
   return out;
 }
 
+namespace {
+
+// A single-process run's tokens per micro-batch (its whole local batch).
+double tokens_per_micro_batch(const JobConfig& cfg) {
+  return static_cast<double>(cfg.training.local_batch_size * cfg.training.seq_len);
+}
+
+}  // namespace
+
 MeasuredUnits measured_units_from_run(const HardwareSpec& hw, const TraceSamples& samples, const JobConfig& run_cfg,
                                       int64_t threads, const std::string& run_dir, double untraced_step_s) {
   const double traced_step = samples.steps ? samples.step_seconds / static_cast<double>(samples.steps) : 0;
   const double slowdown = untraced_step_s > 0 && traced_step > untraced_step_s ? untraced_step_s / traced_step : 1.0;
   MeasuredUnits mu = measure_units(samples, slowdown);
   mu.run_dir = run_dir;
-  mu.tokens = static_cast<double>(run_cfg.training.local_batch_size * run_cfg.training.seq_len);
+  mu.tokens = tokens_per_micro_batch(run_cfg);
   const ModelDesc model = model_from_config(run_cfg.model);
   mu.dim = static_cast<double>(model.dim);
   mu.vocab = static_cast<double>(model.vocab_size);
@@ -781,30 +790,27 @@ MeasuredPlanning measured_planning(const HardwareSpec& hw, const std::vector<std
     mu.shapes.push_back({run_dirs[i], other->tokens, other->block, other->head, other->embedding, other->planned_block,
                          other->planned_head, other->planned_embedding});
   }
-  mu.corun = multi.empty() ? 1.0 : INFINITY;
-  for (const std::string& d : multi) {
-    // Against the single process of its micro-batch size (the first run's
-    // where none is: refused as not comparable when it is another).
-    MeasuredUnits alone = *out.units;
-    if (fs::is_regular_file(fs::path(d) / "config.toml")) {
-      const JobConfig cfg = run_config(d);
-      const double tokens = static_cast<double>(cfg.training.local_batch_size * cfg.training.seq_len);
-      for (const MeasuredShape& sh : mu.shapes)
-        if (sh.tokens == tokens) alone.block = sh.block;
-    }
-    const double f = corun_factor(alone, measure_units(run_trace_samples(d)), d);
-    if (f < mu.corun) mu.corun = f, mu.corun_run_dir = d;
-  }
-  out.units = std::make_shared<const MeasuredUnits>(std::move(mu));
   std::vector<ProfiledRun> runs;
   for (const std::string& d : multi) {
     ProfiledRun r;
-    if (!profiled_run(d, out.units, r))
+    if (!profiled_run(d, nullptr, r))
       throw InputError("ctitan plan --profile: " + d + " is not a finished multi-rank run (its summary.json names "
                        "more than one rank and a step time, beside its config.toml); after the first, every --profile "
                        "is one, of the same model and batch, or a single process at another micro-batch size");
     runs.push_back(std::move(r));
   }
+  mu.corun = runs.empty() ? 1.0 : INFINITY;
+  for (const ProfiledRun& r : runs) {
+    // Against the single process of its micro-batch size (the first run's
+    // where none is: refused as not comparable when it is another).
+    MeasuredUnits alone = *out.units;
+    for (const MeasuredShape& sh : mu.shapes)
+      if (sh.tokens == tokens_per_micro_batch(r.request.cfg)) alone.block = sh.block;
+    const double f = corun_factor(alone, measure_units(run_trace_samples(r.run_dir)), r.run_dir);
+    if (f < mu.corun) mu.corun = f, mu.corun_run_dir = r.run_dir;
+  }
+  out.units = std::make_shared<const MeasuredUnits>(std::move(mu));
+  for (ProfiledRun& r : runs) r.request.measured = out.units;
   if (!runs.empty()) out.spec = fit_link_to_runs(out.spec, runs).spec;
   return out;
 }
