@@ -39,7 +39,11 @@ const char* kHelp =
     "the named hardware spec (recipes/hardware/*.toml, default h100_sxm) with its calibration source.\n"
     "Any model.name of the trainer (llama3, qwen3, deepseek_v3) with its flavors, model.n_layers and\n"
     "the MoE keys (model.moe_num_experts, moe_top_k); the --model.dim ... shape options describe\n"
-    "dense Llama-style (or gpt) models.\n"
+    "dense Llama-style (or gpt) models. --framework plans another training loop's rules: torchtitan\n"
+    "(its op-level AC keeps its unfused projections; under PP it accumulates unsharded gradients) or\n"
+    "megatron (Megatron-LM as of Narayanan et al. 2021: unfused attention over all keys, fused\n"
+    "element-wise ops, the data-parallel all-reduce after the last micro-batch, the tied embedding's\n"
+    "all-reduce between first and last stage, pipeline scatter/gather).\n"
     "The world size is --ngpu (or NGPU), else nodes x gpus-per-node, else the product of the\n"
     "recipe's parallelism degrees, else one node of the spec. Config overrides as for `ctitan train`.\n"
     "\n"
@@ -96,9 +100,10 @@ std::vector<MeasuredRun> published_runs(const std::string& path, const std::stri
     r.cfg = row.cfg;
     r.world_size = row.world_size;
     r.framework = row.framework;
+    r.model = row.model;
     PlanRequest q;
     q.cfg = row.cfg;
-    q.model = model_from_config(row.cfg.model);
+    q.model = row.model;
     q.world_size = row.world_size;
     const MeshShape shape = resolve_mesh_shape(row.cfg.parallelism, row.world_size);
     const int64_t dp = shape.dp_replicate * shape.dp_shard;
@@ -193,7 +198,7 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
 }  // namespace
 
 int plan_command(const std::vector<std::string>& args) {
-  std::string recipe, hardware, calibrate_db, validate_path, profile_dir, out;
+  std::string recipe, hardware, calibrate_db, validate_path, profile_dir, out, framework = "ctitan";
   std::vector<std::string> multi_rank_dirs;
   bool json = false;
   int ngpu = 0, nodes = 0, per_node = 0;
@@ -209,6 +214,11 @@ int plan_command(const std::vector<std::string>& args) {
       json = true;
     } else if (a == "--hardware") {
       hardware = take_value(args, i);
+    } else if (a == "--framework") {
+      framework = take_value(args, i);
+      if (framework != "ctitan" && framework != "torchtitan" && framework != "megatron")
+        throw InputError("ctitan plan --framework '" + framework + "': the planner models ctitan (the default), "
+                         "torchtitan or megatron (Megatron-LM as of Narayanan et al. 2021)");
     } else if (a == "--calibrate") {
       calibrate_db = take_value(args, i);
     } else if (a == "--validate") {
@@ -271,6 +281,7 @@ int plan_command(const std::vector<std::string>& args) {
   req.cfg = parse_job_config(cargs);
   req.model = model_from_config(req.cfg.model);
   for (const auto& [k, v] : model_overrides) override_model(req.model, k, v);
+  req.framework = framework;
   HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);
   // This machine's GEMM peak, measured once: every plan below (the measured
   // modes plan many) uses the same figure.

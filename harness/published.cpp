@@ -138,7 +138,20 @@ std::vector<PublishedRow> load_published(const std::string& dir_or_file) {
       r.cfg = match[0]->config;
       r.config_hash = match[0]->config_hash;
       r.infeasible = match[0]->infeasible;
+      r.model = model_from_config(r.cfg.model);
+      for (const std::vector<Assignment>* keys : {&pub.model, &row.model})
+        for (const Assignment& a : *keys) {
+          try {
+            override_model(r.model, a.key, a.text);
+          } catch (const InputError& e) {
+            throw InputError(a.where + ": " + e.what());
+          }
+        }
+      r.own_model = !pub.model.empty() || !row.model.empty();
+      if (r.own_model)  // the sweep judged the base recipe's model: ctitan's trainer has no other
+        r.infeasible = "another framework's model (" + r.model.name + "): predicted, not run by ctitan's trainer";
       r.tps = row.tps;
+      if (row.tflops) r.tps = *row.tflops * 1e12 / megatron_flops_per_token(r.model, r.cfg.training.seq_len);
       r.mem_gib = row.mem_gib;
       r.mfu_pct = row.mfu_pct;
       out.push_back(std::move(r));
@@ -169,7 +182,7 @@ PublishedReport predict_published(const std::vector<PublishedRow>& rows) {
     try {
       PlanRequest req;
       req.cfg = row.cfg;
-      req.model = model_from_config(row.cfg.model);
+      req.model = row.model;
       req.world_size = row.world_size;
       req.framework = row.framework;
       const Prediction pred = predict(req, hw);

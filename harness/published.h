@@ -32,6 +32,7 @@
 
 #include "harness/sweep_spec.h"
 #include "planner/hardware.h"
+#include "planner/model_desc.h"
 #include "reports/published.h"
 #include "trainer/config/job_config.h"
 
@@ -48,6 +49,8 @@ struct PublishedRow {
   int world_size = 1;
   std::string framework;    // [published] framework: what measured it
   JobConfig cfg;            // the point, resolved through plan_sweep
+  ModelDesc model;          // its model: the point's, or the row's own shape keys
+  bool own_model = false;   // the row names a model of its own (another framework's)
   std::string config_hash;  // config_hash(cfg): what a measured run of the point has
   std::string infeasible;   // the sweep's feasibility rules on `world_size` GPUs of the spec ("" = runnable)
   double tps = 0;           // tokens/s per GPU

@@ -1,5 +1,6 @@
 #include "harness/sweep_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <limits>
@@ -192,6 +193,12 @@ int sweep_command(const std::vector<std::string>& args) {
     }
   const SweepArgs a = parse_sweep_args(args);
   SweepSpec spec = load_sweep_spec(a.spec);
+  if (spec.published && (!spec.published->model.empty() ||
+                         std::any_of(spec.published->rows.begin(), spec.published->rows.end(),
+                                     [](const PublishedRowSpec& r) { return !r.model.empty(); })))
+    throw InputError("sweep spec error: " + spec.published->where + ": its [published] rows are another framework's "
+                     "measurements of a model ctitan's trainer does not build ([published] model); `ctitan plan "
+                     "--validate " + spec.path + "` predicts them, a sweep cannot run them");
   if (a.cancel) return cancel_sweep_slurm(spec, a.db);
   if (!a.launcher.empty()) spec.launcher = a.launcher;
   const SlurmOptions slurm = slurm_options(spec, a);

@@ -17,6 +17,7 @@
 #include "common/file_io.h"
 #include "common/limits.h"
 #include "planner/hardware.h"
+#include "planner/model_desc.h"
 #include "trainer/config/config_registry.h"
 
 namespace fs = std::filesystem;
@@ -260,6 +261,30 @@ std::vector<Assignment> assignments(const SpecReader& r, const toml::table& t, c
   return out;
 }
 
+// A published row's model: the planner's shape keys (`ctitan plan
+// --model.KEY`), each checked here on a scratch model so that a bad one is
+// this file's line. n_layers is the point's own trainer key.
+std::vector<Assignment> model_keys(const SpecReader& r, const toml::table& t, const std::string& table) {
+  std::vector<Assignment> out;
+  ModelDesc scratch = model_from_flavor("8B");
+  for (const auto& [key, node] : r.leaves(t)) {
+    if (key == "n_layers")
+      r.fail(node->source(), table + ": n_layers is the point's model.n_layers (a trainer key: set it in the "
+                             "spec's overrides or include rows), not a model key here");
+    std::string text;
+    if (auto v = node->as_integer()) text = std::to_string(v->get());
+    else if (auto sv = node->as_string()) text = sv->get();
+    else r.fail(node->source(), table + "." + key + " must be an integer or a string");
+    try {
+      override_model(scratch, key, text);
+    } catch (const InputError& e) {
+      r.fail(node->source(), table + ": " + e.what());
+    }
+    out.push_back({key, text, r.where(node->source())});
+  }
+  return out;
+}
+
 // [published]: the figures a publication reports for points of this sweep.
 // Only read here; harness/published.cpp resolves each row to its point.
 PublishedSpec read_published(const SpecReader& r, const toml::table& t) {
@@ -285,9 +310,16 @@ PublishedSpec read_published(const SpecReader& r, const toml::table& t) {
       p.gpus = static_cast<int>(r.integer(n, "[published] gpus", 1, kMaxWorldSize));
     } else if (key == "framework") {
       p.framework = text(n, key);
-      if (p.framework != "torchtitan" && p.framework != "ctitan")
-        r.fail(n.source(), "[published] framework '" + p.framework + "' is not one the planner models; say \"torchtitan\" "
-                           "or \"ctitan\"");
+      if (p.framework != "torchtitan" && p.framework != "ctitan" && p.framework != "megatron")
+        r.fail(n.source(), "[published] framework '" + p.framework + "' is not one the planner models; say \"torchtitan\", "
+                           "\"ctitan\" or \"megatron\"");
+    } else if (key == "flops_formula") {
+      p.flops_formula = text(n, key);
+      if (p.flops_formula != "megatron")
+        r.fail(n.source(), "[published] flops_formula '" + p.flops_formula + "' is not known; \"megatron\" "
+                           "(Narayanan et al. 2021, Eq. 3) is the one the planner converts to tokens/s");
+    } else if (key == "model") {
+      p.model = model_keys(r, as_table(r, n, "[published] model"), "[published] model");
     } else if (key == "rows") {
       for (const toml::table* row : rows(r, n, "published.rows")) {
         PublishedRowSpec pr;
@@ -305,21 +337,30 @@ PublishedSpec read_published(const SpecReader& r, const toml::table& t) {
             pr.gpus = static_cast<int>(r.integer(rn, "[[published.rows]] gpus", 1, kMaxWorldSize));
           } else if (rkey == "tps") {
             pr.tps = positive(rn, "tps (tokens/s per GPU)", 1e9), has_tps = true;
+          } else if (rkey == "tflops") {
+            pr.tflops = positive(rn, "tflops (teraFLOP/s per GPU)", 1e6);
+          } else if (rkey == "model") {
+            pr.model = model_keys(r, as_table(r, rn, "[[published.rows]] model"), "[[published.rows]] model");
           } else if (rkey == "mem_gib") {
             pr.mem_gib = positive(rn, "mem_gib", kMaxMemoryBudgetGb);
           } else if (rkey == "mfu_pct") {
             pr.mfu_pct = positive(rn, "mfu_pct", 100);
           } else {
             r.fail(rk.source(), "unknown [[published.rows]] key '" + rkey +
-                                    "'; a row takes label, stack, point, gpus, tps, mem_gib, mfu_pct");
+                                    "'; a row takes label, stack, point, gpus, tps or tflops, model, mem_gib, mfu_pct");
           }
         }
-        if (!has_tps) r.fail(row->source(), "a [[published.rows]] row needs tps (tokens/s per GPU)");
+        if (has_tps == pr.tflops.has_value())
+          r.fail(row->source(), "a [[published.rows]] row needs tps (tokens/s per GPU) or tflops (with [published] "
+                                "flops_formula), one of them");
+        if (pr.tflops && !t.contains("flops_formula"))
+          r.fail(row->source(), "the row gives tflops but [published] has no flops_formula saying how they were counted");
         p.rows.push_back(std::move(pr));
       }
     } else {
       r.fail(k.source(), "unknown [published] key '" + key +
-                             "'; [published] takes source, hardware, gpus, framework and [[published.rows]]");
+                             "'; [published] takes source, hardware, gpus, framework, flops_formula, model and "
+                             "[[published.rows]]");
     }
   }
   for (const char* need : {"source", "hardware"})

@@ -80,7 +80,15 @@ struct PublishedRowSpec {
   std::string stack;                 // a [[stack]] name ("" when the spec has none)
   std::vector<Assignment> point;     // settings that pick the point among the rest
   int gpus = 0;                      // its world size; 0: the table's
-  double tps = 0;                    // tokens/s per GPU
+  double tps = 0;                    // tokens/s per GPU (0 with tflops)
+  // Or the publication's achieved teraFLOP/s per GPU, counted by the
+  // table's flops_formula: the loader converts it to tokens/s per GPU.
+  std::optional<double> tflops;
+  // The row's model where ctitan's trainer has none (another framework's
+  // GPT): the planner's shape keys (`ctitan plan --model.KEY`: family,
+  // dim, n_heads, ...) over the table's `model`; model.n_layers stays the
+  // point's trainer key.
+  std::vector<Assignment> model;
   std::optional<double> mem_gib;     // peak memory per GPU, GiB
   std::optional<double> mfu_pct;     // against the bf16 dense peak
 };
@@ -90,10 +98,17 @@ struct PublishedSpec {
   std::string source;    // where the figures were published (file, commit, table)
   std::string hardware;  // a hardware spec name (recipes/hardware/NAME.toml)
   int gpus = 0;          // the world size of the rows that do not set their own
-  // The software that measured the rows: "torchtitan" (default) or
-  // "ctitan". The planner models its memory rules where they differ from
-  // ctitan's own (op-level activation checkpointing's saved tensors).
+  // The software that measured the rows: "torchtitan" (default), "ctitan"
+  // or "megatron" (Megatron-LM as of Narayanan et al. 2021). The planner
+  // models its rules where they differ from ctitan's own (op-level
+  // activation checkpointing's saved tensors; Megatron's unfused attention,
+  // blocking data-parallel all-reduce, pipeline scatter/gather).
   std::string framework = "torchtitan";
+  // How the rows' `tflops` were counted: "megatron" (Narayanan et al.
+  // 2021, Eq. 3: 96·B·s·l·h²·(1 + s/6h + V/16lh) per iteration, the
+  // recomputed forward included). "": rows give tps.
+  std::string flops_formula;
+  std::vector<Assignment> model;  // shape keys every row's model starts from
   std::vector<PublishedRowSpec> rows;
 };
 

@@ -131,7 +131,7 @@ void set_mem(HardwareSpec& h, const std::vector<double>& v) {
 PlanRequest request_of(const MeasuredRun& r) {
   PlanRequest q;
   q.cfg = r.cfg;
-  q.model = model_from_config(r.cfg.model);
+  q.model = r.model ? *r.model : model_from_config(r.cfg.model);
   q.world_size = r.world_size;
   q.bf16_gemm_widened = r.bf16_gemm_widened;
   q.framework = r.framework;

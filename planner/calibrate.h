@@ -13,11 +13,13 @@
 // and both errors, so every later prediction says where it came from.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "planner/hardware.h"
+#include "planner/model_desc.h"
 #include "trainer/config/job_config.h"
 
 namespace ctitan {
@@ -40,6 +42,7 @@ struct MeasuredRun {
   // is not AVX512); -1: not recorded (runs before that key), the spec's.
   int bf16_gemm_widened = -1;
   std::string framework = "ctitan";  // PlanRequest::framework
+  std::optional<ModelDesc> model;     // a published row's own model (else cfg.model's)
 };
 
 // The ok runs of a results database with a step time and a peak. Throws

@@ -70,6 +70,12 @@ ModelDesc model_from_config(const ModelSection& model) {
                                           (model.n_layers > 0 ? " (" + std::to_string(model.n_layers) + " layers)" : ""));
 }
 
+double megatron_flops_per_token(const ModelDesc& m, int64_t seq_len) {
+  const double l = static_cast<double>(m.n_layers), h = static_cast<double>(m.dim);
+  const double s = static_cast<double>(seq_len), V = static_cast<double>(m.vocab_size);
+  return 96.0 * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+}
+
 void override_model(ModelDesc& m, const std::string& key, const std::string& value) {
   if (m.family != "llama3" && m.family != "gpt")
     throw InputError("--model." + key + ": the planner's shape options describe dense Llama-style (or gpt) models; " +

@@ -40,6 +40,12 @@ struct ModelDesc {
   ModelArgs trainer_args() const;
 };
 
+// The FLOPs per token Megatron-LM counts (Narayanan et al. 2021, Eq. 3:
+// 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) per iteration of B sequences of s
+// tokens): forward, backward and the full-AC recomputed forward of the
+// GEMMs and of attention over all s keys, and the logits.
+double megatron_flops_per_token(const ModelDesc& m, int64_t seq_len);
+
 // n_layers > 0 replaces the flavor's layer count (model.n_layers).
 ModelDesc model_from_flavor(const std::string& flavor, int64_t n_layers = 0);
 // Any family's flavor with the run's model keys (n_layers and the MoE keys).

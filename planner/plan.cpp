@@ -36,6 +36,9 @@ struct Env {
   double overhead_mult = 1;  // cpu: ranks beyond the cores queue for them
   bool float8 = false, compiled = false;
   double attn_density = 1;  // block_causal: the attention work over causal's
+  // Megatron-LM as of Narayanan et al. 2021 (PlanRequest::framework): its
+  // attention unfused over all S keys, its element-wise ops fused.
+  bool megatron = false;
 };
 
 double gemm_s(const Env& e, double M, double N, double K, bool fp8) {
@@ -174,20 +177,32 @@ UnitCost block_cost(const Env& e, double T, bool moe_layer) {
   // load balancing keeps every rank's share equal); backward recomputes
   // the scores (2.5x the forward).
   // block_causal: only the pairs inside documents (e.attn_density of them).
-  const double attn_flops = 2 * T * (S / 2) * (H / t) * (shape.qk_dim + shape.v_dim) * e.attn_density;
+  // Megatron-LM's core attention (2021) is unfused: QKᵀ and PV are batched
+  // GEMMs over all S keys (the causal mask applied to the full scores) and
+  // the backward is their two gradients each, no recomputation of the
+  // scores.
+  const double keys = e.megatron ? S : S / 2;
+  const double attn_flops = 2 * T * keys * (H / t) * (shape.qk_dim + shape.v_dim) * e.attn_density;
   const double attn_eff = e.hw.eff.attention * Dh / (Dh + e.hw.eff.gemm_half_size / 4);
   c.attn_f = attn_flops / (e.peak * attn_eff);
-  c.attn_b = 2.5 * c.attn_f;
-  if (!e.hw.flash_attention) c.elem_f += 3 * T * S * (H / t) * 4 / e.bandwidth;  // scores written, read, softmax
+  c.attn_b = (e.megatron ? 2.0 : 2.5) * c.attn_f;
+  // Without flash attention the T x S scores of each head go through memory:
+  // written by QKᵀ, read and written by the softmax (and its dropout), read
+  // by PV — 12 bytes per score forward, twice that backward.
+  if (!e.hw.flash_attention || e.megatron) c.elem_f += 3 * T * S * (H / t) * 4 / e.bandwidth;
   // Element-wise traffic per token: two norms and two residual adds over D
   // (split by TP under sequence parallelism), RoPE and layout copies of
   // q/k/v, the SwiGLU (or GELU) product.
   const double seq_part = sp ? t : 1.0;
   const double per_token = 10 * D / seq_part + shape.attn_io + shape.ffn_io;
-  const double traffic = e.compiled ? e.hw.eff.fused_traffic : 1.0;
+  // Megatron-LM fuses bias + GELU, bias + dropout + residual add and the
+  // layer norm (its defaults: --bias-gelu-fusion, --bias-dropout-fusion,
+  // apex's FusedLayerNorm), as torch.compile fuses them.
+  const bool fused = e.compiled || e.megatron;
+  const double traffic = fused ? e.hw.eff.fused_traffic : 1.0;
   c.elem_f += T * per_token * e.elem * traffic / (e.bandwidth * e.hw.eff.memory);
   c.elem_b += 2 * c.elem_f;
-  const double kernels = e.compiled ? 10 : 25;
+  const double kernels = fused ? 10 : 25;
   // An MoE layer adds routing (softmax/sigmoid, top-k, sort, gather,
   // scatter, the bias) and its grouped GEMMs' launches.
   const double moe_kernels = moe_layer ? 12 : 0;
@@ -367,6 +382,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   p.memory.layout_source = layout.source;
 
   Env e{m, cfg, hw, shape};
+  e.megatron = req.framework == "megatron";
   const bool fp32 = cfg.training.mixed_precision_param == "float32";
   e.elem = fp32 ? 4 : 2;
   e.float8 = !cfg.model.converters.empty();
@@ -456,6 +472,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   // of checkpointed blocks runs inside the backward.
   std::vector<double> f, b;
   std::vector<double> stage_recompute;
+  int64_t recomputed_layers = 0;  // whose whole forward (its TP collectives with it) runs again
   for (const ModelPart& part : layout.stages) {
     double fs = 0, bs = 0, rec = 0;
     if (part.embedding) fs += emb.f() + emb.kernels_f, bs += emb.b() + emb.kernels_b;
@@ -466,7 +483,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
       if (ac.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp)
         rec += blk.row_gemm_f + blk.elem_f + blk.kernels_f;
       else if (ac.mode != ActivationCheckpointPolicy::Mode::kNone && ac.checkpoints_layer(l))
-        rec += blk.f() + blk.cast + blk.kernels_f;
+        rec += blk.f() + blk.cast + blk.kernels_f, ++recomputed_layers;
     }
     if (part.head) fs += head.f() + head.kernels_f, bs += head.b() + head.kernels_b;
     f.push_back(fs);
@@ -532,24 +549,43 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   }
   if (shape.dp_replicate > 1) {
     const Link& l = link_for("dp_replicate", shape.dp_replicate);
-    const double bytes = static_cast<double>(rl.param_elems) * 4;
+    // Megatron-LM's local DDP all-reduces its gradient buffer (the params'
+    // dtype without --accumulate-allreduce-grads-in-fp32) once, after the
+    // last micro-batch's backward: nothing hides it.
+    const double bytes = static_cast<double>(rl.param_elems) * (e.megatron ? e.elem : 4.0);
     const double ar = ring_s(bytes, shape.dp_replicate, l, ce, 2.0);
-    const double exposed = overlapped(std::max(ar / std::max(1.0, units), ar - ov * rank_b * micro), ar);
+    const double exposed =
+        e.megatron ? ar : overlapped(std::max(ar / std::max(1.0, units), ar - ov * rank_b * micro), ar);
     tb.comm.push_back({"dp_replicate", "all-reduce", l.name, 2 * bytes, ar, exposed});
     exposed_step += exposed;
+  }
+  if (e.megatron && P > 1) {
+    // Megatron-LM's GPT ties the word embedding to the output layer: the
+    // first and the last stage each hold it and all-reduce its gradient
+    // (their vocabulary shard) between them after the backward.
+    const Link& l = link_for("pp", P);
+    const double bytes = static_cast<double>(m.vocab_size) / static_cast<double>(shape.tp) *
+                         static_cast<double>(m.dim) * e.elem;
+    const double ar = ring_s(bytes, 2, l, ce, 2.0);
+    tb.comm.push_back({"pp", "tied embedding gradient all-reduce (first and last stage)", l.name, bytes, ar, ar});
+    exposed_step += ar;
   }
   if (shape.tp > 1) {
     const Link& l = link_for("tp", shape.tp);
     const bool sp = cfg.parallelism.enable_sequence_parallel;
     const double one = ring_s(blk.tp_bytes, shape.tp, l, ce, sp ? 1.0 : 2.0);
-    const double per_block = one * blk.tp_collectives;
+    // A recomputed block's forward runs its collectives again (half of the
+    // block's: the forward's).
+    const double again = m.n_layers > 0 ? 0.5 * static_cast<double>(recomputed_layers) / static_cast<double>(m.n_layers) : 0;
+    const double per_block = one * blk.tp_collectives * (1 + again);
     const double layers = static_cast<double>(rl.layers);
     const double total = per_block * layers * micro;
     double exposed = total;
     if (cfg.parallelism.enable_async_tensor_parallel)  // overlapped with the GEMMs it feeds
       exposed = overlapped(std::max(0.0, total - ov * (blk.gemm_f + blk.gemm_b) * layers * micro), total);
     tb.comm.push_back({"tp", sp ? "all-gather + reduce-scatter (sequence parallel)" : "all-reduce", l.name,
-                       blk.tp_bytes * blk.tp_collectives * layers * micro * accum, total * accum, exposed * accum});
+                       blk.tp_bytes * blk.tp_collectives * (1 + again) * layers * micro * accum, total * accum,
+                       exposed * accum});
     exposed_micro += exposed;
   }
   if (shape.cp > 1) {
@@ -599,7 +635,13 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   if (P > 1) {
     const Link& l = link_for("pp", P);
     const double act = T * static_cast<double>(m.dim) * e.elem;
-    const double p2p = act / (l.bandwidth * ce) + l.latency_s;
+    // Megatron-LM's scatter/gather: across nodes each TP rank sends 1/tp of
+    // the (TP-replicated) activation and the receivers all-gather it over
+    // NVLink.
+    const bool scatter = e.megatron && shape.tp > 1 && &l == &hw.inter_node;
+    const double p2p = scatter ? act / static_cast<double>(shape.tp) / (l.bandwidth * ce) + l.latency_s +
+                                     ring_s(act, shape.tp, hw.intra_node, ce)
+                               : act / (l.bandwidth * ce) + l.latency_s;
     planner_detail::PipelineSim sim = planner_detail::simulate_pipeline(cfg, shape, v, micro, f, b, p2p);
     bubble = std::max(0.0, sim.step_s - local_batch_s);
     // On a CPU whose ranks outnumber its cores, a rank idle in the bubble

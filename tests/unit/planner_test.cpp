@@ -426,6 +426,126 @@ TEST(Planner, AllGatherContextParallelBlocksAndTheRingOverlapsAttention) {
   EXPECT_LT(ring.exposed_s, ring.seconds);
 }
 
+// The communication of one mesh dimension whose description starts with `what`.
+CommDim comm_of(const Prediction& p, const std::string& dim, const std::string& what = "") {
+  for (const CommDim& c : p.time.comm)
+    if (c.dim == dim && c.what.rfind(what, 0) == 0) return c;
+  ADD_FAILURE() << "no " << dim << " communication '" << what << "' planned";
+  return CommDim{};
+}
+
+TEST(Planner, FullCheckpointingRunsTheForwardsTensorParallelCollectivesAgain) {
+  // A recomputed block repeats its forward, its two TP all-reduces (or
+  // gathers and scatters) with it: 4 + 2 per block under full AC, 4 + 2 on
+  // every second of debugmodel's 6 layers under selective layer AC "2".
+  const HardwareSpec h = gpu_spec();
+  const auto tp = [&](const std::string& mode, bool sp) {
+    return comm_of(predict(request("debugmodel", 2, {{"parallelism.tensor_parallel_degree", "2"},
+                                                     {"parallelism.data_parallel_shard_degree", "1"},
+                                                     {"parallelism.enable_sequence_parallel", sp ? "true" : "false"},
+                                                     {"activation_checkpoint.mode", mode},
+                                                     {"activation_checkpoint.selective_ac_option", "2"}}),
+                           h),
+                   "tp");
+  };
+  for (bool sp : {false, true}) {
+    const CommDim none = tp("none", sp), full = tp("full", sp), every2 = tp("selective", sp);
+    EXPECT_GT(none.bytes, 0);
+    EXPECT_NEAR(full.bytes / none.bytes, 1.5, 1e-12);
+    EXPECT_NEAR(full.seconds / none.seconds, 1.5, 1e-12);
+    EXPECT_NEAR(every2.bytes / none.bytes, 1.25, 1e-12);
+  }
+}
+
+TEST(Planner, MegatronsAttentionIsUnfusedOverEveryKey) {
+  // Megatron-LM (2021) multiplies QKᵀ and PV over all S keys (twice causal
+  // flash attention's average S/2) and its backward is their gradients
+  // (2x, where flash recomputes the scores: 2.5x): 2 + 4 against 1 + 2.5.
+  // Its T x S scores per head pass through memory: 12 bytes each forward,
+  // 24 backward, on top of element-wise ops fused as compile fuses them.
+  const HardwareSpec h = gpu_spec();
+  const auto plan = [&](const std::string& framework, bool compiled) {
+    PlanRequest q = request("debugmodel", 1, {{"activation_checkpoint.mode", "none"}});
+    q.cfg.compile.enable = compiled;
+    q.cfg.compile.components = {"model"};
+    q.framework = framework;
+    return predict(q, h).time;
+  };
+  const TimeBreakdown mg = plan("megatron", false), ct = plan("ctitan", false), fused = plan("ctitan", true);
+  EXPECT_GT(ct.attention, 0);
+  EXPECT_NEAR(mg.attention / ct.attention, 6.0 / 3.5, 1e-12);
+  const ModelDesc m = model_from_flavor("debugmodel");
+  const double T = 2 * 256, S = 256;  // request(): local batch 2, seq 256
+  const double scores = 3 * T * S * static_cast<double>(m.n_heads) * 4 / h.memory_bandwidth * 3 * static_cast<double>(m.n_layers);
+  EXPECT_NEAR(mg.elementwise - fused.elementwise, scores, 1e-9 * scores);
+}
+
+TEST(Planner, MegatronAllReducesItsGradientsOnceAfterTheLastMicroBatch) {
+  // Its local DDP reduces the bf16/fp16 gradient buffer after the backward
+  // of the last micro-batch: half the bytes of an fp32 reduction, none of
+  // it hidden.
+  const HardwareSpec h = gpu_spec();
+  const auto dp = [&](const std::string& framework) {
+    PlanRequest q = request("debugmodel", 2, {{"parallelism.data_parallel_replicate_degree", "2"},
+                                              {"parallelism.data_parallel_shard_degree", "1"}});
+    q.framework = framework;
+    return comm_of(predict(q, h), "dp_replicate");
+  };
+  const CommDim mg = dp("megatron"), ct = dp("ctitan");
+  EXPECT_DOUBLE_EQ(mg.bytes, ct.bytes / 2);
+  EXPECT_DOUBLE_EQ(mg.exposed_s, mg.seconds);
+  EXPECT_LT(ct.exposed_s, ct.seconds);
+}
+
+TEST(Planner, MegatronAllReducesTheTiedEmbeddingBetweenFirstAndLastStage) {
+  // GPT's word embedding is the output layer's weight too: under PP the
+  // first and last stage all-reduce its gradient, V x D in bf16 (2048 x 256
+  // for debugmodel), exposed. Without PP, or in TorchTitan's untied Llama,
+  // there is no such reduction.
+  const HardwareSpec h = gpu_spec();
+  const auto plan = [&](const std::string& framework, const std::string& pp) {
+    PlanRequest q = request("debugmodel", 2, {{"parallelism.pipeline_parallel_degree", pp},
+                                              {"parallelism.data_parallel_shard_degree", pp == "2" ? "1" : "2"},
+                                              {"parallelism.pipeline_parallel_schedule", "1F1B"}});
+    q.framework = framework;
+    return predict(q, h);
+  };
+  const CommDim tied = comm_of(plan("megatron", "2"), "pp", "tied embedding");
+  EXPECT_DOUBLE_EQ(tied.bytes, 2048.0 * 256 * 2);
+  EXPECT_DOUBLE_EQ(tied.exposed_s, tied.seconds);
+  EXPECT_NEAR(tied.seconds, 2 * (0.5 * tied.bytes / (h.intra_node.bandwidth * h.eff.comm) + h.intra_node.latency_s), 1e-15);
+  for (const Prediction& p : {plan("ctitan", "2"), plan("megatron", "1")})
+    for (const CommDim& c : p.time.comm) EXPECT_EQ(c.what.find("tied embedding"), std::string::npos) << c.what;
+}
+
+TEST(Planner, MegatronScattersPipelineSendsOverTheTensorParallelRanksAcrossNodes) {
+  // TP 8 x PP 2 on two 8-GPU nodes: each of the 8 TP ranks sends 1/8 of the
+  // (TP-replicated) activation over InfiniBand and the receivers all-gather
+  // it over NVLink — at 8192 tokens (4 MiB) a gain, at 256 (128 KiB) the
+  // seven NVLink latencies of the gather cost more than the bytes saved.
+  const HardwareSpec h = gpu_spec();
+  const auto pp = [&](const std::string& framework, int64_t seq) {
+    PlanRequest q = request("debugmodel", 16, {{"parallelism.pipeline_parallel_degree", "2"},
+                                               {"parallelism.tensor_parallel_degree", "8"},
+                                               {"parallelism.data_parallel_shard_degree", "1"},
+                                               {"parallelism.pipeline_parallel_schedule", "1F1B"},
+                                               {"parallelism.pipeline_parallel_microbatch_size", "1"},
+                                               {"training.seq_len", std::to_string(seq)}});
+    q.framework = framework;
+    return comm_of(predict(q, h), "pp", "send/recv");
+  };
+  const double ib = h.inter_node.bandwidth * h.eff.comm, nvl = h.intra_node.bandwidth * h.eff.comm;
+  for (const int64_t seq : {8192, 256}) {
+    const double act = static_cast<double>(seq) * 256 * 2;  // one sequence x dim 256 in bf16
+    const double whole = act / ib + h.inter_node.latency_s;
+    const double scattered =
+        act / 8 / ib + h.inter_node.latency_s + (7.0 / 8 * act / nvl + 7 * h.intra_node.latency_s);
+    const CommDim ct = pp("ctitan", seq), mg = pp("megatron", seq);
+    EXPECT_NEAR(mg.seconds / ct.seconds, scattered / whole, 1e-12) << seq;
+    EXPECT_EQ(mg.seconds < ct.seconds, seq == 8192) << seq;
+  }
+}
+
 TEST(Planner, OnACpuWhoseRanksOutnumberItsCoresCollectivesHideOnlyInProportion) {
   // 8 ranks on 2 cores: a collective needs a core the other ranks' compute
   // holds, so at most 2/8 of FSDP's gathers and reduce-scatters hide behind

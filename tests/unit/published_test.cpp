@@ -23,6 +23,7 @@
 
 #include "common/errors.h"
 #include "harness/report_command.h"
+#include "harness/sweep_command.h"
 #include "harness/sweep_spec.h"
 #include "planner/hardware.h"
 #include "reports/published.h"
@@ -97,14 +98,17 @@ TEST(PublishedTables, ShippedTablesLoadAndEveryRowIsOneFeasiblePoint) {
                                                    {"llama3_8b_h100_64gpu_async_tp", 6},
                                                    {"llama3_8b_h100_8gpu_cp", 4},
                                                    {"llama3_8b_h100_8gpu_fsdp", 3},
-                                                   {"llama3_8b_h200_fsdp_float8", 2}}));
+                                                   {"llama3_8b_h200_fsdp_float8", 2},
+                                                   {"megatron_gpt_a100_weak_scaling", 10}}));
   std::set<std::string> hashes;
   for (const PublishedRow& r : rows) {
     SCOPED_TRACE(r.where + " " + r.label);
     // One spec per hardware, each a real file; the point runs on that many of its GPUs.
     EXPECT_TRUE(r.hardware == "h100_sxm_500w" || r.hardware == "a100_80gb" || r.hardware == "h200") << r.hardware;
     EXPECT_NO_THROW(load_hardware(r.hardware));
-    EXPECT_EQ(r.infeasible, "");
+    // Another framework's GPT is predicted, never run: ctitan's trainer has no such model.
+    EXPECT_EQ(r.infeasible.empty(), !r.own_model) << r.infeasible;
+    EXPECT_EQ(r.own_model, r.framework == "megatron");
     EXPECT_FALSE(r.source.empty());
     EXPECT_GT(r.tps, 0);
     // The mesh multiplies to the world size by the trainer's own rule.
@@ -178,6 +182,40 @@ TEST(PublishedTables, RowsCarryThePublishedSettings) {
     EXPECT_EQ(r.hardware, "a100_80gb");
     EXPECT_DOUBLE_EQ(r.mfu_pct.value_or(0), 56.8);
   }
+  {  // Megatron-LM's 1 T row: GPT with h = 25600, 160 heads, 128 layers, TP 8 x PP 64 x DP 6,
+     // batch 3072 in one-sequence micro-batches; 163 teraFLOP/s per GPU by Eq. 3, i.e.
+     // 163e12 / (96·128·25600²·(1 + 2048/153600 + 51200/52428800)) tokens/s, worked out by hand:
+     // 96·128·25600² = 8.05306368e12; 1 + 0.0133333… + 0.0009765625 = 1.0143099…; 19.955… tokens/s.
+    const PublishedRow& r = row_of(rows, "megatron_gpt_a100_weak_scaling", "GPT 1008 B, TP 8 x PP 64, 3072 GPUs");
+    EXPECT_EQ(r.framework, "megatron");
+    EXPECT_EQ(r.model.family, "gpt");
+    EXPECT_EQ(r.model.dim, 25600);
+    EXPECT_EQ(r.model.n_heads, 160);
+    EXPECT_EQ(r.model.n_kv_heads, 160);
+    EXPECT_EQ(r.model.ffn_hidden, 4 * 25600);
+    EXPECT_EQ(r.model.n_layers, 128);
+    EXPECT_EQ(r.model.vocab_size, 51200);
+    EXPECT_NEAR(static_cast<double>(r.model.params()) / 1e9, 1008, 2);  // the table's 1008.0 B
+    const MeshShape m = resolve_mesh_shape(r.cfg.parallelism, 3072);
+    EXPECT_EQ(m.tp, 8);
+    EXPECT_EQ(m.pp, 64);
+    EXPECT_EQ(m.dp_replicate, 6);
+    EXPECT_EQ(r.cfg.training.local_batch_size, 512);
+    EXPECT_EQ(r.cfg.parallelism.pipeline_parallel_microbatch_size, 1);
+    EXPECT_FALSE(r.cfg.parallelism.enable_sequence_parallel);
+    EXPECT_EQ(r.cfg.activation_checkpoint.mode, "full");
+    EXPECT_NEAR(r.tps, 163e12 / (8.05306368e12 * (1 + 2048.0 / 153600 + 0.0009765625)), 1e-9);
+    EXPECT_NEAR(r.tps, 19.955, 0.001);
+  }
+  {  // Its first row: 1.7 B, h = 2304, 24 layers, DP 32 alone, 137 teraFLOP/s.
+    const PublishedRow& r = row_of(rows, "megatron_gpt_a100_weak_scaling", "GPT 1.7 B, TP 1 x PP 1, 32 GPUs");
+    EXPECT_EQ(resolve_mesh_shape(r.cfg.parallelism, 32).dp_replicate, 32);
+    EXPECT_EQ(r.cfg.training.global_batch_size, 512);
+    EXPECT_EQ(r.model.n_layers, 24);
+    // 96·24·2304² = 12,230,590,464; 1 + 2048/13824 + 51200/884736: 9,287.9 tokens/s.
+    EXPECT_NEAR(r.tps, 137e12 / (12230590464.0 * (1 + 2048.0 / 13824 + 51200.0 / 884736)), 1e-9);
+    EXPECT_NEAR(r.tps, 9287.9, 0.1);
+  }
   {  // The async TP table's rowwise row.
     const PublishedRow& r = row_of(rows, "llama3_70b_h100_256gpu_async_tp", "float8 rowwise, async TP");
     EXPECT_EQ(r.cfg.float8.recipe_name, "rowwise");
@@ -188,7 +226,7 @@ TEST(PublishedTables, RowsCarryThePublishedSettings) {
 
 TEST(PublishedTables, EveryShippedRowIsPredicted) {
   const PublishedReport rep = predict_published(load_published(published_folder().string()));
-  ASSERT_EQ(rep.rows.size(), 38u);
+  ASSERT_EQ(rep.rows.size(), 48u);
   for (const PublishedPoint& p : rep.rows) {
     SCOPED_TRACE(p.where + " " + p.label);
     EXPECT_EQ(p.not_predicted, "");
@@ -236,9 +274,29 @@ INSTANTIATE_TEST_SUITE_P(
                      "[published]\nhardware = \"h\"\ngpus = 8\n[[published.rows]]\nstack = \"FSDP\"\ntps = 1\n",
                      "t.toml:16: [published] needs source"},
         BadPublished{"FrameworkNotModelled",
-                     "[published]\nsource = \"s\"\nhardware = \"h\"\nframework = \"megatron\"\n[[published.rows]]\n"
+                     "[published]\nsource = \"s\"\nhardware = \"h\"\nframework = \"deepspeed\"\n[[published.rows]]\n"
                      "stack = \"FSDP\"\ntps = 1\n",
-                     "t.toml:19: [published] framework 'megatron' is not one the planner models"},
+                     "t.toml:19: [published] framework 'deepspeed' is not one the planner models"},
+        BadPublished{"TflopsWithoutFormula", kGoodPublished + "[[published.rows]]\nstack = \"FSDP\"\ntflops = 140\n",
+                     "t.toml:27: the row gives tflops but [published] has no flops_formula"},
+        BadPublished{"TpsAndTflops",
+                     "[published]\nsource = \"s\"\nhardware = \"h\"\nflops_formula = \"megatron\"\n"
+                     "[[published.rows]]\nstack = \"FSDP\"\ntps = 1\ntflops = 140\n",
+                     "t.toml:20: a [[published.rows]] row needs tps (tokens/s per GPU) or tflops"},
+        BadPublished{"FormulaNotKnown",
+                     "[published]\nsource = \"s\"\nhardware = \"h\"\nflops_formula = \"6N\"\n[[published.rows]]\n"
+                     "stack = \"FSDP\"\ntps = 1\n",
+                     "t.toml:19: [published] flops_formula '6N' is not known"},
+        BadPublished{"ModelKeyNotAShapeKey",
+                     kGoodPublished + "[[published.rows]]\nstack = \"FSDP\"\ntps = 1\nmodel = { hidden = 4096 }\n",
+                     "t.toml:30: [[published.rows]] model: --model.hidden is not a model option of ctitan plan"},
+        BadPublished{"ModelLayersAreTheTrainerKey",
+                     kGoodPublished + "[[published.rows]]\nstack = \"FSDP\"\ntps = 1\nmodel = { n_layers = 4 }\n",
+                     "t.toml:30: [[published.rows]] model: n_layers is the point's model.n_layers"},
+        BadPublished{"ModelFamilyUnknown",
+                     "[published]\nsource = \"s\"\nhardware = \"h\"\nmodel = { family = \"bert\" }\n"
+                     "[[published.rows]]\nstack = \"FSDP\"\ntps = 1\n",
+                     "t.toml:19: [published] model: --model.family 'bert' is unknown"},
         BadPublished{"NoRows", "[published]\nsource = \"s\"\nhardware = \"h\"\ngpus = 8\n",
                      "t.toml:16: [published] has no [[published.rows]]"}),
     [](const auto& info) { return info.param.name; });
@@ -262,6 +320,20 @@ TEST(PublishedSpec, ParsedButNotSwept) {
   const auto a = plan_sweep(with, b, "build"), c = plan_sweep(without, b, "build");
   ASSERT_EQ(a.size(), c.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].key, c[i].key);
+}
+
+TEST(PublishedTables, AnotherFrameworksModelIsPredictedButNeverSwept) {
+  // Megatron-LM's GPT rows name a model ctitan's trainer does not build: a
+  // sweep of the file is refused in one line before anything is planned or
+  // stored (no database is created).
+  const fs::path spec = published_folder() / "megatron_gpt_a100_weak_scaling.toml";
+  const fs::path db = fs::temp_directory_path() / ("ctitan_megatron_sweep_" + std::to_string(getpid()) + ".db");
+  const std::string what = error_of([&] { sweep_command({spec.string(), "--db", db.string()}); });
+  EXPECT_NE(what.find("another framework's measurements of a model ctitan's trainer does not build"), std::string::npos)
+      << what;
+  EXPECT_NE(what.find("ctitan plan --validate"), std::string::npos) << what;
+  EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  EXPECT_FALSE(fs::exists(db));
 }
 
 class PublishedFiles : public TempDir {};
