@@ -179,6 +179,10 @@ PublishedReport predict_published(const std::vector<PublishedRow>& rows) {
     p.published_tps = row.tps;
     p.published_mem_gib = row.mem_gib;
     p.published_mfu_pct = row.mfu_pct;
+    if (row.own_model) {
+      p.not_run = "not run (ctitan's trainer builds no " + row.model.family + ")";
+      p.measured_note = p.not_run;
+    }
     try {
       PlanRequest req;
       req.cfg = row.cfg;

@@ -164,6 +164,10 @@ void measure_published(const ResultsDb& db, PublishedReport& r) {
     std::vector<double> tps, mem;
     std::set<std::string> on, elsewhere;
     p.measured_runs = 0;
+    if (!p.not_run.empty()) {  // a run of the point's config is ctitan's model, not the row's
+      p.measured_note = p.not_run;
+      continue;
+    }
     static const std::vector<RunRow> kNone;
     auto it = ok_runs.find({p.config_hash, p.world_size});
     for (const RunRow& run : it == ok_runs.end() ? kNone : it->second) {
@@ -265,7 +269,7 @@ std::string published_figures(const PublishedReport& r) {
       tps.push_back({label,
                      {p.published_tps, p.predicted_tps, p.measured_tps},
                      {fmt::grouped(p.published_tps), p.predicted_tps ? fmt::grouped(*p.predicted_tps) : "",
-                      p.measured_tps ? fmt::grouped(*p.measured_tps) : "not measured"}});
+                      measured_tps_cell(p)}});
       if (p.published_mem_gib)
         mem.push_back({label,
                        {p.published_mem_gib, p.predicted_mem_gib, p.measured_mem_gib},

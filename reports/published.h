@@ -47,6 +47,9 @@ struct PublishedPoint {
   size_t measured_runs = 0;
   std::string measured_on;    // the GPU name(s) of those runs
   std::string measured_note;  // "not measured", ok runs on other devices, ...
+  // Set: ctitan never runs this row (another framework's model), so no run
+  // of the point's config counts as its measurement; the note says why.
+  std::string not_run;
 };
 
 struct PublishedHardware {

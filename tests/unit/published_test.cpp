@@ -344,6 +344,13 @@ TEST(PublishedTables, AnotherFrameworksModelIsPredictedButNeverSwept) {
   EXPECT_NE(what.find("ctitan plan --validate"), std::string::npos) << what;
   EXPECT_EQ(what.find('\n'), std::string::npos) << what;
   EXPECT_FALSE(fs::exists(db));
+  // Predicted, and marked as never run by ctitan.
+  const PublishedReport rep = predict_published(load_published(spec.string()));
+  ASSERT_EQ(rep.rows.size(), 10u);
+  for (const PublishedPoint& p : rep.rows) {
+    EXPECT_EQ(p.not_run, "not run (ctitan's trainer builds no gpt)");
+    EXPECT_GT(p.predicted_tps.value_or(0), 0);
+  }
 }
 
 class PublishedFiles : public TempDir {};
@@ -536,6 +543,14 @@ TEST_F(PublishedMeasured, OnlyOkRunsOfThePointOnTheSpecsGpuCount) {
   EXPECT_EQ(r.rows[1].measured_note,
             "not measured (ok runs of this point on NVIDIA A100-SXM4-80GB, a CPU, not a h100_sxm_500w GPU)");
   EXPECT_EQ(r.rows[2].measured_note, "not measured");
+  {  // Another framework's row is never ctitan's measurement, even where a run has its point's config.
+    PublishedReport other = hand_made();
+    other.rows[0].not_run = "not run (ctitan's trainer builds no gpt)";
+    measure_published(db, other);
+    EXPECT_EQ(other.rows[0].measured_runs, 0u);
+    EXPECT_FALSE(other.rows[0].measured_tps.has_value());
+    EXPECT_EQ(other.rows[0].measured_note, "not run (ctitan's trainer builds no gpt)");
+  }
 
   const std::string md = render_published_markdown(r);
   for (const char* column : {"| published tps/GPU |", "| predicted tps/GPU |", "| measured tps/GPU |",
