@@ -1,6 +1,7 @@
 #include "harness/plan_command.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <fstream>
@@ -130,7 +131,13 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
   out << "calibrating " << start.name << " from its " << runs.size() << " published rows in " << path
       << " (and each row, then each table, left out once) ..." << std::endl;
   std::vector<double> loo_step, loo_mem, fit_step, fit_mem, loto_tps, loto_mem;
+  // Progress on stderr: each fit takes seconds to minutes (a pipeline of 64
+  // stages replays its 512 micro-batches at every evaluation).
+  const auto since = [t0 = std::chrono::steady_clock::now()] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   HardwareSpec all = fit_spec(start, runs);
+  std::fprintf(stderr, "  fitted to all %zu rows (%.0f s)\n", runs.size(), since());
   // Leave one table out: each published table predicted from a spec fitted to
   // the other tables only (a new model size, layout or scale the fit never saw).
   const auto table_of = [](const MeasuredRun& r) { return r.label.substr(0, r.label.find(": ")); };
@@ -142,6 +149,7 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
     for (const MeasuredRun& o : runs)
       if (table_of(o) != t) others.push_back(o);
     without_table.emplace(t, others.empty() ? all : fit_spec(all, others, &start, 1));
+    std::fprintf(stderr, "  fitted without table %s (%.0f s)\n", t.c_str(), since());
   }
   char line[512];
   std::snprintf(line, sizeof line, "  %-62s %9s %9s %9s %9s %9s\n", "row", "fit err", "LOO err", "LOTO err", "mem err",
