@@ -289,6 +289,7 @@ int plan_command(const std::vector<std::string>& args) {
   req.cfg = parse_job_config(cargs);
   req.model = model_from_config(req.cfg.model);
   for (const auto& [k, v] : model_overrides) override_model(req.model, k, v);
+  check_model_shape(req.model);
   req.framework = framework;
   HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);
   // This machine's GEMM peak, measured once: every plan below (the measured

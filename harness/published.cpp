@@ -140,14 +140,13 @@ std::vector<PublishedRow> load_published(const std::string& dir_or_file) {
       r.infeasible = match[0]->infeasible;
       r.model = model_from_config(r.cfg.model);
       for (const std::vector<Assignment>* keys : {&pub.model, &row.model})
-        for (const Assignment& a : *keys) {
-          try {
-            override_model(r.model, a.key, a.text);
-          } catch (const InputError& e) {
-            throw InputError(a.where + ": " + e.what());
-          }
-        }
-      r.own_model = !pub.model.empty() || !row.model.empty();
+        for (const Assignment& a : *keys) override_model(r.model, a.key, a.text);  // each checked by the parser
+      try {
+        check_model_shape(r.model);
+      } catch (const InputError& e) {
+        throw InputError(row.where + ": the row's model: " + e.what());
+      }
+      r.own_model = pub.names_own_model(row);
       if (r.own_model)  // the sweep judged the base recipe's model: ctitan's trainer has no other
         r.infeasible = "another framework's model (" + r.model.name + "): predicted, not run by ctitan's trainer";
       r.tps = row.tps;

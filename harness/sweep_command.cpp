@@ -193,9 +193,8 @@ int sweep_command(const std::vector<std::string>& args) {
     }
   const SweepArgs a = parse_sweep_args(args);
   SweepSpec spec = load_sweep_spec(a.spec);
-  if (spec.published && (!spec.published->model.empty() ||
-                         std::any_of(spec.published->rows.begin(), spec.published->rows.end(),
-                                     [](const PublishedRowSpec& r) { return !r.model.empty(); })))
+  if (spec.published && std::any_of(spec.published->rows.begin(), spec.published->rows.end(),
+                                    [&](const PublishedRowSpec& r) { return spec.published->names_own_model(r); }))
     throw InputError("sweep spec error: " + spec.published->where + ": its [published] rows are another framework's "
                      "measurements of a model ctitan's trainer does not build ([published] model); `ctitan plan "
                      "--validate " + spec.path + "` predicts them, a sweep cannot run them");

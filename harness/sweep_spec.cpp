@@ -262,8 +262,10 @@ std::vector<Assignment> assignments(const SpecReader& r, const toml::table& t, c
 }
 
 // A published row's model: the planner's shape keys (`ctitan plan
-// --model.KEY`), each checked here on a scratch model so that a bad one is
-// this file's line. n_layers is the point's own trainer key.
+// --model.KEY`), each checked here on a scratch model so that a bad key or
+// value is this file's line (the shape as a whole is checked once the row's
+// keys are all applied, harness/published.cpp). n_layers is the point's own
+// trainer key.
 std::vector<Assignment> model_keys(const SpecReader& r, const toml::table& t, const std::string& table) {
   std::vector<Assignment> out;
   ModelDesc scratch = model_from_flavor("8B");

@@ -110,6 +110,9 @@ struct PublishedSpec {
   std::string flops_formula;
   std::vector<Assignment> model;  // shape keys every row's model starts from
   std::vector<PublishedRowSpec> rows;
+  // The row describes a model of its own (another framework's; ctitan's
+  // trainer builds only its registry's).
+  bool names_own_model(const PublishedRowSpec& row) const { return !model.empty() || !row.model.empty(); }
 };
 
 struct SweepSpec {

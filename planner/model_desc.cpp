@@ -123,6 +123,9 @@ void override_model(ModelDesc& m, const std::string& key, const std::string& val
   if (dim_changed) m.ffn_hidden = m.family == "gpt" ? 4 * v : ((8 * v / 3 + 255) / 256) * 256;
   if (key == "n_heads" && m.family == "gpt") m.n_kv_heads = v;
   if (m.name.rfind("custom", 0) != 0) m.name = "custom " + m.family;
+}
+
+void check_model_shape(const ModelDesc& m) {
   if (m.n_heads > 0 && m.dim % m.n_heads != 0)
     throw InputError("--model.dim " + std::to_string(m.dim) + " is not divisible by n_heads " + std::to_string(m.n_heads));
   if (m.n_kv_heads > 0 && m.n_heads % m.n_kv_heads != 0)

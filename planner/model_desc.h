@@ -55,6 +55,9 @@ ModelDesc model_from_config(const ModelSection& model);
 // vocab_size, family, max_positions). Throws InputError for an unknown key
 // or a value that is not a positive integer.
 void override_model(ModelDesc& m, const std::string& key, const std::string& value);
+// Once every override is applied (in any order): dim divisible by n_heads,
+// n_heads by n_kv_heads; else InputError.
+void check_model_shape(const ModelDesc& m);
 // One line: "llama3 8B: dim 4096, 32 layers, 32 heads (8 kv), ffn 14336, vocab 128256, 8.03 B parameters"
 std::string describe(const ModelDesc& m);
 

@@ -581,7 +581,15 @@ TEST(Planner, LayoutsTheTrainerRefusesAreOneLineInputErrors) {
   ModelDesc m = model_from_flavor("8B");
   EXPECT_THROW(override_model(m, "dimm", "4"), InputError);
   EXPECT_THROW(override_model(m, "dim", "-4"), InputError);
-  EXPECT_THROW(override_model(m, "n_heads", "7"), InputError);
+  // The shape is checked once every key is applied, so their order is free.
+  ModelDesc heads_first = model_from_flavor("8B");
+  override_model(heads_first, "n_heads", "24");
+  EXPECT_THROW(check_model_shape(heads_first), InputError);  // 4096 / 24
+  override_model(heads_first, "n_kv_heads", "24");
+  override_model(heads_first, "dim", "2304");
+  EXPECT_NO_THROW(check_model_shape(heads_first));
+  override_model(m, "n_heads", "7");
+  EXPECT_THROW(check_model_shape(m), InputError);
 }
 
 TEST(Planner, EveryPrintedFigureIsLabelledPredictedWithItsSpec) {

@@ -397,6 +397,23 @@ TEST_F(PublishedFiles, RowsPickTheirPointByStackAndSettings) {
   EXPECT_NE(rows[0].config_hash, rows[1].config_hash);
 }
 
+TEST_F(PublishedFiles, ARowsOwnModelIsCheckedAsAWholeInAnyKeyOrder) {
+  // n_heads before dim: 24 heads do not divide the 8B's 4096, but do divide
+  // the row's 2304 — the shape is checked once every key is applied.
+  const std::string table = "[published]\nsource = \"s\"\nhardware = \"h100_sxm_500w\"\ngpus = 8\n"
+                            "model = { family = \"gpt\" }\n[[published.rows]]\nstack = \"FSDP\"\ntps = 1\n";
+  const std::vector<PublishedRow> rows =
+      load_published(write("ok.toml", spec_text(table + "model = { n_heads = 24, dim = 2304 }\n")));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].model.dim, 2304);
+  EXPECT_EQ(rows[0].model.n_heads, 24);
+  EXPECT_TRUE(rows[0].own_model);
+  const std::string bad = write("bad.toml", spec_text(table + "model = { n_heads = 24, dim = 2300 }\n"));
+  const std::string what = error_of([&] { load_published(bad); });
+  EXPECT_NE(what.find(bad + ":21: the row's model: --model.dim 2300 is not divisible by n_heads 24"), std::string::npos)
+      << what;
+}
+
 // A report of three rows with known numbers: errors and medians by hand.
 PublishedReport hand_made() {
   PublishedReport r;
