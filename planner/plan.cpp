@@ -700,30 +700,65 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   p.tflops_per_device = m.flops_per_token(t.seq_len) * p.tps_per_device / 1e12;
   p.mfu = 100.0 * p.tflops_per_device * 1e12 / mfu_peak;
 
-  // Memory of the busiest rank.
-  MemoryBreakdown& mem = p.memory;
-  const double local = static_cast<double>(rl.param_elems);
-  mem.parameters = local * 4 + (fp32 ? 0 : local * e.elem);
-  mem.gradients = local * 4;
-  mem.optimizer = static_cast<double>(rl.state_bytes) - mem.parameters + (fp32 ? 0 : local * e.elem) - mem.gradients;
-  // Pipelines under FSDP: a stage keeps its parameters gathered from the
-  // forward to the backward (reshard_after_forward "default" is "never"
-  // under PP, in TorchTitan and in ctitan's trainer). TorchTitan's
-  // torch.distributed.pipelining also syncs gradients on the last
-  // micro-batch's backward only, so the earlier ones accumulate the stage's
-  // unsharded gradient in FSDP2's fp32 reduce dtype; ctitan reduce-scatters
-  // each micro-batch's into the shard.
-  if (shape.pp > 1 && fsdp_n > 1) {
-    const double all = rl.gathered_elems > 0 ? static_cast<double>(rl.gathered_elems) : local * static_cast<double>(fsdp_n);
-    const bool f8_gather = e.float8 && cfg.float8.enable_fsdp_float8_all_gather;
-    if (cfg.parallelism.fsdp_reshard_after_forward != "always") mem.parameters += all * (f8_gather ? 1.0 : e.elem);
-    if (req.framework == "torchtitan" && micro > 1) mem.gradients += all * 4;
-  }
+  // Memory: every pipeline rank is planned (its own stages, parameters
+  // and place in the schedule); the largest is the prediction.
   const bool widened =
       hw.kind == "cpu" && (req.bf16_gemm_widened >= 0 ? req.bf16_gemm_widened > 0 : !aten_cpu_is_avx512());
-  mem = planner_detail::activation_memory(e.m, cfg, shape, hw, rl, T, micro, ac, e.elem, widened, req.framework,
-                                          layout.stages_per_rank, std::move(mem));
-  p.fits = mem.total <= hw.memory_bytes || hw.memory_bytes <= 0;
+  const PipelineSchedule sched =
+      P > 1 ? planner_detail::planned_schedule(cfg, P, v, micro) : PipelineSchedule{};
+  p.memory.total = -1;
+  for (int64_t r = 0; r < P; ++r) {
+    const RankLayout& rr = layout.ranks[static_cast<size_t>(r)];
+    MemoryBreakdown mem;
+    mem.layout_source = p.memory.layout_source;
+    const double local = static_cast<double>(rr.param_elems);
+    mem.parameters = local * 4 + (fp32 ? 0 : local * e.elem);
+    mem.gradients = local * 4;
+    mem.optimizer = static_cast<double>(rr.state_bytes) - mem.parameters + (fp32 ? 0 : local * e.elem) - mem.gradients;
+    planner_detail::RankPipeline pipe;
+    if (P > 1) {
+      pipe.actions = sched.actions[static_cast<size_t>(r)];
+      pipe.microbatches = micro;
+      for (int64_t st : sched.stages_of(r)) pipe.stages.emplace_back(st, layout.stages[static_cast<size_t>(st)]);
+      // Pipelines under FSDP: a stage keeps its parameters gathered from
+      // its first forward (reshard_after_forward "default" is "never" under
+      // PP, in TorchTitan and in ctitan's trainer). TorchTitan's
+      // torch.distributed.pipelining syncs gradients on a stage's last
+      // backward only, so the earlier ones accumulate its unsharded
+      // gradients in FSDP2's fp32 reduce dtype, and that last backward
+      // reduce-scatters them and reshards the stage; ctitan reduce-scatters
+      // each micro-batch's into the shard and keeps the stage gathered.
+      // Each stage's share of the rank's gathered units: its blocks and
+      // head, the embedding (the rest) on the stage that has it.
+      const size_t n = pipe.stages.size();
+      std::vector<double> share(n, 0);
+      double named = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const ModelPart& part = pipe.stages[i].second;
+        share[i] = static_cast<double>(rr.block_unit_elems * part.n_layers + (part.head ? rr.head_elems : 0));
+        named += share[i];
+      }
+      const double all = rr.gathered_elems > 0 ? static_cast<double>(rr.gathered_elems) : local * static_cast<double>(fsdp_n);
+      const double rest = std::max(0.0, all - named);
+      size_t rest_at = 0;
+      for (size_t i = 0; i < n; ++i)
+        if (pipe.stages[i].second.embedding) rest_at = i;
+      share[rest_at] += rest;
+      const double scale = named + rest > 0 ? all / (named + rest) : 0;
+      const bool f8_gather = e.float8 && cfg.float8.enable_fsdp_float8_all_gather;
+      const bool keep = fsdp_n > 1 && cfg.parallelism.fsdp_reshard_after_forward != "always";
+      const bool accumulate = fsdp_n > 1 && req.framework == "torchtitan" && micro > 1;
+      for (size_t i = 0; i < n; ++i) {
+        pipe.gathered_bytes.push_back(keep ? share[i] * scale * (f8_gather ? 1.0 : e.elem) : 0);
+        pipe.unsharded_grad_bytes.push_back(accumulate ? share[i] * scale * 4 : 0);
+      }
+      pipe.release_after_last_backward = req.framework == "torchtitan";
+    }
+    mem = planner_detail::activation_memory(e.m, cfg, shape, hw, rr, T, ac, e.elem, widened, req.framework,
+                                            P > 1 ? &pipe : nullptr, std::move(mem));
+    if (mem.total > p.memory.total) p.memory = std::move(mem);
+  }
+  p.fits = p.memory.total <= hw.memory_bytes || hw.memory_bytes <= 0;
   return p;
 }
 

@@ -11,6 +11,7 @@
 #include "trainer/dist/mesh.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/transformer.h"
+#include "trainer/parallel/pipeline.h"
 
 namespace ctitan::planner_detail {
 
@@ -50,15 +51,36 @@ PipelineSim simulate_pipeline(const JobConfig& cfg, const MeshShape& shape, int6
                               int64_t microbatches, const std::vector<double>& f, const std::vector<double>& b,
                               double p2p_s);
 
+// The schedule the trainer runs for this config: the named one, or the
+// CSV's (pipeline_parallel_schedule_csv).
+PipelineSchedule planned_schedule(const JobConfig& cfg, int64_t pp, int64_t stages_per_rank, int64_t microbatches);
+
+// One pipeline rank as its memory moves over a step: its actions in run
+// order, its stages, and what each stage holds besides the activations.
+struct RankPipeline {
+  std::vector<PipelineAction> actions;  // in run order
+  std::vector<std::pair<int64_t, ModelPart>> stages;  // (global stage, part), local order
+  std::vector<double> gathered_bytes;   // per local stage: its FSDP units kept gathered, from its first forward
+  std::vector<double> unsharded_grad_bytes;  // per local stage: gradients accumulated unsharded, from its first backward
+  // torch.distributed.pipelining's last backward of a stage reduce-scatters
+  // and reshards it (TorchTitan): both of the above are freed then. ctitan
+  // keeps a stage gathered to the step's end.
+  bool release_after_last_backward = false;
+  int64_t microbatches = 1;
+};
+
 // Activations, logits, communication buffers and overhead on top of the
 // state already in `mem` (parameters, gradients, optimizer); sets total.
-// T: tokens of one micro-batch on this rank; micro: pipeline micro-batches
-// of one local batch.
+// T: tokens of one micro-batch on this rank.
 // widened_gemm: bf16 GEMMs run on fp32 copies of their operands (a CPU
 // without AVX-512, PlanRequest::bf16_gemm_widened).
+// pipe: a pipeline rank (pp > 1): the peak is found by replaying its
+// actions (each micro-batch's saved tensors from its forward to its
+// backward, each stage's gathered parameters and unsharded gradients), and
+// parameters and gradients get what is held at that moment.
 MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
-                                  const HardwareSpec& hw, const RankLayout& rank, double T, int64_t micro,
+                                  const HardwareSpec& hw, const RankLayout& rank, double T,
                                   const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
-                                  const std::string& framework, int64_t stages_per_rank, MemoryBreakdown mem);
+                                  const std::string& framework, const RankPipeline* pipe, MemoryBreakdown mem);
 
 }  // namespace ctitan::planner_detail

@@ -6,14 +6,15 @@
 // allocator slack.
 #include <algorithm>
 
+#include "common/errors.h"
 #include "planner/plan_internal.h"
 
 namespace ctitan::planner_detail {
 
 MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
-                                  const HardwareSpec& hw, const RankLayout& rank, double T, int64_t micro,
+                                  const HardwareSpec& hw, const RankLayout& rank, double T,
                                   const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
-                                  const std::string& framework, int64_t stages_per_rank, MemoryBreakdown mem) {
+                                  const std::string& framework, const RankPipeline* pipe, MemoryBreakdown mem) {
   const double t = static_cast<double>(shape.tp), D = static_cast<double>(m.dim);
   const double H = static_cast<double>(m.n_heads), K = static_cast<double>(m.n_kv_heads);
   const ModelArgs a = m.family == "gpt" ? ModelArgs{} : m.trainer_args();
@@ -65,53 +66,119 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
   const double op_block = unfused ? block_input + (out_width + K * Dh / t + F + D) * elem + attn
                                   : block_input + (qkv_width + 2 * F) * elem + attn;
 
-  // Micro-batches alive at once on this rank: every one under GPipe and
-  // looped BFS (all forwards first), at most the pipeline depth otherwise.
-  // The interleaved schedules run (v − 1)·pp + 2·(pp − 1) forward chunks
-  // (one stage, a 1/v of the rank's layers, of one micro-batch) before the
-  // first rank's first backward, (v − 1)·pp + pp − 1 for the zero-bubble
-  // one, and one more before it frees any (trainer/parallel/pipeline.cpp,
-  // as torch.distributed.pipelining): in whole-rank units, chunks / v.
-  double in_flight = 1;
-  if (shape.pp > 1) {
-    const std::string& s = cfg.parallelism.pipeline_parallel_schedule;
-    const double m = static_cast<double>(micro), p = static_cast<double>(shape.pp);
-    const double v = static_cast<double>(std::max<int64_t>(1, stages_per_rank));
-    if (s == "GPipe" || s == "LoopedBFS")
-      in_flight = m;
-    else if ((s == "Interleaved1F1B" || s == "InterleavedZeroBubble") && v > 1)
-      in_flight = std::min(m * v, (v - 1) * p + (s == "Interleaved1F1B" ? 2 : 1) * (p - 1) + 1) / v;
-    else
-      in_flight = std::min(m, p);
-  }
-  double kept = 0;
+  // Saved per token of layer l (counted from the rank's first layer, as
+  // the trainer's and TorchTitan's per-rank checkpointing counters do).
   bool any_checkpointed = false;
-  for (int64_t l = 0; l < rank.layers; ++l) {
-    if (ac.mode == ActivationCheckpointPolicy::Mode::kNone) {
-      kept += full_block;
-    } else if (ac.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp) {
-      kept += op_block;
-      any_checkpointed = true;
-    } else if (ac.checkpoints_layer(l)) {
-      kept += block_input;
-      any_checkpointed = true;
-    } else {
-      kept += full_block;
-    }
+  const auto kept_layer = [&](int64_t l) {
+    if (ac.mode == ActivationCheckpointPolicy::Mode::kNone) return full_block;
+    if (ac.mode == ActivationCheckpointPolicy::Mode::kSelectiveOp) return any_checkpointed = true, op_block;
+    if (ac.checkpoints_layer(l)) return any_checkpointed = true, block_input;
+    return full_block;
+  };
+  // The logits per token where the rank has the head. TorchTitan (the GPU
+  // rows): the logits, their fp32 copy for the loss and its fp32 gradient;
+  // under torch.compile of the loss (compile.components holds "loss") one
+  // fused reduction reads the logits and its backward writes the gradient
+  // in their dtype: no fp32 copy of either. ctitan on a CPU: the logits
+  // and their gradient in the logits' dtype; its chunked loss forms no fp32
+  // copy of the whole (trainer/model/cross_entropy.h).
+  const bool loss_parallel = shape.tp > 1 && !cfg.parallelism.disable_loss_parallel;
+  const double v_rank = loss_parallel ? V / t : V;
+  const auto& comps = cfg.compile.components;
+  const bool fused_loss = cfg.compile.enable && std::find(comps.begin(), comps.end(), "loss") != comps.end();
+  const double logits_per_token = v_rank * (hw.kind == "cpu" || fused_loss ? 2 * elem : elem + 4 + 4);
+  // Context parallelism's attention buffers, alive in a block's attention
+  // backward only, so never beside the head's logits (their backward ran
+  // first). TorchTitan repeats K and V to every local head before SDPA
+  // (repeat_kv, torchtitan/models/llama/model.py at 9dec370), and torch's
+  // ring attention backward (_templated_ring_attention_backward) holds the
+  // K/V blocks (allgather: every rank's at once; the ring: the current and
+  // the next), fp32 dQ, dK and dV, the fp32 dK/dV block it passes on and
+  // the one it receives, and one call's dQ, dK, dV. ctitan
+  // (trainer/parallel/context_parallel.cpp) moves the KV heads only:
+  // allgather holds every rank's K/V and then their gradients before the
+  // reduce-scatter; its ring the block, its fp32 dK/dV sums, both received
+  // anew, and the fp32 dQ.
+  double cp_buffers = 0;
+  if (shape.cp > 1) {
+    const double c = static_cast<double>(shape.cp);
+    const bool tt = framework == "torchtitan";
+    const double q = H / t * Dh, kv = (tt ? H : K) / t * Dh;
+    const bool gather = cfg.parallelism.context_parallel_rotate_method == "allgather";
+    const double blocks = gather ? c : 2;
+    if (tt)
+      cp_buffers = T * (blocks * 2 * kv * elem + (q + 2 * kv) * 4 + 2 * 2 * kv * 4 + (q + 2 * kv) * elem);
+    else if (gather)
+      cp_buffers = T * blocks * 2 * kv * elem * 2;
+    else
+      cp_buffers = T * (2 * 2 * kv * (elem + 4) + q * 4);
   }
-  mem.activations = T * (kept * in_flight + (any_checkpointed ? full_block : 0));
-  if (rank.head) {
-    const bool loss_parallel = shape.tp > 1 && !cfg.parallelism.disable_loss_parallel;
-    const double v = loss_parallel ? V / t : V;
-    // TorchTitan (the GPU rows): the logits, their fp32 copy for the loss and
-    // its fp32 gradient; under torch.compile of the loss (compile.components
-    // holds "loss") one fused reduction reads the logits and its backward
-    // writes the gradient in their dtype: no fp32 copy of either. ctitan on a
-    // CPU: the logits and their gradient in the logits' dtype; its chunked
-    // loss forms no fp32 copy of the whole (trainer/model/cross_entropy.h).
-    const auto& comps = cfg.compile.components;
-    const bool fused_loss = cfg.compile.enable && std::find(comps.begin(), comps.end(), "loss") != comps.end();
-    mem.logits = T * v * (hw.kind == "cpu" || fused_loss ? 2 * elem : elem + 4 + 4) * in_flight;
+  if (!pipe) {
+    double kept = 0;
+    for (int64_t l = 0; l < rank.layers; ++l) kept += kept_layer(l);
+    mem.activations = T * (kept + (any_checkpointed ? full_block : 0));
+    if (rank.embedding) mem.activations += T * D * elem;
+    if (rank.head) mem.logits = T * logits_per_token;
+    mem.communication += std::max(0.0, cp_buffers - mem.logits);
+  } else {
+    // A pipeline rank: replay its actions. A micro-batch's saved tensors
+    // (and on the head's stage its logits) live from its forward to its
+    // backward (to its weight pass where the backward is split); a stage's
+    // FSDP units stay gathered from its first forward and its unsharded
+    // gradients accumulate from its first backward, both until its last
+    // backward where release_after_last_backward. A backward adds one
+    // recomputed block and CP's buffers. The peak is the largest sum.
+    const RankPipeline& pp = *pipe;
+    const size_t n = pp.stages.size();
+    std::vector<double> stash(n, 0), head_logits(n, 0);
+    int64_t local_layer = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const ModelPart& part = pp.stages[i].second;
+      for (int64_t l = 0; l < part.n_layers; ++l) stash[i] += T * kept_layer(local_layer++);
+      if (part.embedding) stash[i] += T * D * elem;
+      if (part.head) head_logits[i] = T * logits_per_token;
+    }
+    const double recompute = any_checkpointed ? T * full_block : 0;
+    const auto local = [&](int64_t stage) {
+      for (size_t i = 0; i < n; ++i)
+        if (pp.stages[i].first == stage) return i;
+      throw InputError("pipeline rank runs stage " + std::to_string(stage) + " it does not hold");
+    };
+    struct At {
+      double total = -1, stash = 0, logits = 0, params = 0, grads = 0, recompute = 0, cp = 0;
+    } now, peak;
+    const auto consider = [&](double rec, double cp) {
+      const double total = now.stash + now.logits + now.params + now.grads + rec + cp;
+      if (total > peak.total) peak = now, peak.total = total, peak.recompute = rec, peak.cp = cp;
+    };
+    std::vector<bool> gathered(n, false);
+    std::vector<int64_t> weight_passes(n, 0);
+    using Kind = PipelineAction::Kind;
+    for (const PipelineAction& a : pp.actions) {
+      const size_t i = local(a.stage);
+      if (a.kind == Kind::kForward) {
+        if (!gathered[i]) gathered[i] = true, now.params += pp.gathered_bytes[i];
+        now.stash += stash[i];
+        now.logits += head_logits[i];
+        consider(0, 0);
+        continue;
+      }
+      if (a.kind != Kind::kBackwardWeight) {
+        now.logits -= head_logits[i];  // the loss's backward runs first
+        consider(recompute, cp_buffers);
+        if (a.kind == Kind::kBackwardInput) continue;
+      }
+      if (weight_passes[i]++ == 0) now.grads += pp.unsharded_grad_bytes[i];
+      now.stash -= stash[i];
+      consider(a.kind == Kind::kBackwardWeight ? 0 : recompute, 0);
+      if (pp.release_after_last_backward && weight_passes[i] == pp.microbatches)
+        now.grads -= pp.unsharded_grad_bytes[i], now.params -= pp.gathered_bytes[i];
+    }
+    mem.activations = peak.stash + peak.recompute;
+    mem.logits = peak.logits;
+    mem.parameters += peak.params;
+    mem.gradients += peak.grads;
+    mem.communication += peak.cp;
   }
   // A CPU without AVX-512 multiplies bf16 on fp32 copies of both operands
   // and an fp32 output (trainer/model/gemm.cpp), freed when the GEMM returns:
@@ -121,12 +188,11 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
     const double f = 2 * F;  // (F is this rank's width already)
     double widest = T * D * 4 + f * D * 4 + T * f * 4;
     if (rank.head) {
-      const double v = shape.tp > 1 ? V / t : V;
+      const double v = shape.tp > 1 ? V / t : V;  // the output GEMM's shard, whether or not the loss is parallel
       widest = std::max(widest, T * v * 4 + T * D * 4 + v * D * 4);
     }
     mem.logits += widest;
   }
-  if (rank.embedding) mem.activations += T * D * elem * in_flight;
   // Communication buffers: FSDP's current and prefetched units (compute
   // dtype) and one unit's fp32 gradient before its reduce-scatter; TP's
   // gathered activations; context parallelism's K/V blocks.
@@ -138,7 +204,6 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
     mem.communication += static_cast<double>(rank.param_elems) * elem;  // the compute-dtype gradients before the fp32 update
   }
   if (shape.tp > 1) mem.communication += 2 * T * D * elem;
-  if (shape.cp > 1) mem.communication += 2 * T * 2 * K * Dh / t * elem;
   const double live = mem.parameters + mem.gradients + mem.optimizer + mem.activations + mem.logits + mem.communication;
   mem.overhead = live * hw.eff.memory_overhead + hw.eff.memory_fixed_bytes;
   mem.total = live + mem.overhead;

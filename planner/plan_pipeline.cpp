@@ -13,16 +13,19 @@
 
 namespace ctitan::planner_detail {
 
+PipelineSchedule planned_schedule(const JobConfig& cfg, int64_t pp, int64_t stages_per_rank, int64_t microbatches) {
+  const auto& p = cfg.parallelism;
+  return p.pipeline_parallel_schedule_csv.empty()
+             ? build_pipeline_schedule(p.pipeline_parallel_schedule, pp, stages_per_rank, microbatches)
+             : load_pipeline_csv(p.pipeline_parallel_schedule_csv, p.pipeline_parallel_schedule, pp, stages_per_rank,
+                                 microbatches);
+}
+
 PipelineSim simulate_pipeline(const JobConfig& cfg, const MeshShape& shape, int64_t stages_per_rank,
                               int64_t microbatches, const std::vector<double>& f, const std::vector<double>& b,
                               double p2p_s) {
-  const auto& p = cfg.parallelism;
   const int64_t P = shape.pp;
-  const PipelineSchedule sched =
-      p.pipeline_parallel_schedule_csv.empty()
-          ? build_pipeline_schedule(p.pipeline_parallel_schedule, P, stages_per_rank, microbatches)
-          : load_pipeline_csv(p.pipeline_parallel_schedule_csv, p.pipeline_parallel_schedule, P, stages_per_rank,
-                              microbatches);
+  const PipelineSchedule sched = planned_schedule(cfg, P, stages_per_rank, microbatches);
   const int64_t n_stages = P * sched.stages_per_rank;
   const auto rank_of = [&](int64_t stage) {
     if (sched.style == StageStyle::kV) return stage < P ? stage : 2 * P - 1 - stage;

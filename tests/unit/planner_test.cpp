@@ -387,21 +387,113 @@ TEST(Planner, TorchTitanPipelinesUnderFsdpKeepTheStageGatheredAndAccumulateItsGr
   EXPECT_DOUBLE_EQ(plan("torchtitan", 1).gradients, plan("ctitan", 1).gradients);
 }
 
+// One rank's memory beyond its state (activation_memory alone: no
+// parameters, FSDP units or TP buffers), `layers` blocks, no head unless
+// asked; `pipe` replays a pipeline rank.
+MemoryBreakdown rank_memory(const JobConfig& cfg, const MeshShape& shape, int64_t layers,
+                            const planner_detail::RankPipeline* pipe, const std::string& framework = "torchtitan",
+                            bool head = false, const std::string& flavor = "debugmodel", double T = 256) {
+  planner_detail::RankLayout rank;
+  rank.layers = layers;
+  rank.head = head;
+  const ActivationCheckpointPolicy ac =
+      ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option);
+  return planner_detail::activation_memory(model_from_flavor(flavor), cfg, shape, gpu_spec(), rank, T, ac, 2.0, false,
+                                           framework, pipe, MemoryBreakdown{});
+}
+
+// Rank `r` of `sched` with one block per stage (`layers` for every stage),
+// each stage holding `grad_bytes` of unsharded gradients from its first
+// backward.
+planner_detail::RankPipeline rank_pipe(const PipelineSchedule& sched, int64_t r, int64_t layers, double grad_bytes,
+                                       bool release) {
+  planner_detail::RankPipeline pipe;
+  pipe.actions = sched.actions[static_cast<size_t>(r)];
+  pipe.microbatches = sched.microbatches;
+  for (int64_t st : sched.stages_of(r)) {
+    ModelPart part;
+    part.embedding = false, part.head = false, part.first_layer = st * layers, part.n_layers = layers;
+    pipe.stages.emplace_back(st, part);
+    pipe.gathered_bytes.push_back(0);
+    pipe.unsharded_grad_bytes.push_back(grad_bytes);
+  }
+  pipe.release_after_last_backward = release;
+  return pipe;
+}
+
 TEST(Planner, InterleavedScheduleHoldsItsWarmupChunks) {
-  // PP 2, two stages per rank, one-sequence micro-batches: the first rank
-  // runs (v - 1)·pp + 2·(pp - 1) = 4 forward chunks before its first
-  // backward and holds 5 (of 2·m): 2.5 ranks' worth of layers at m = 8, and
-  // all 4 chunks (2) at m = 2. Without checkpointing the activations scale with it.
-  const HardwareSpec h = gpu_spec();
-  const auto activations = [&](int64_t m) {
-    return predict(request("debugmodel", 2, {{"parallelism.pipeline_parallel_degree", "2"},
-                                             {"parallelism.pipeline_parallel_schedule", "Interleaved1F1B"},
-                                             {"training.local_batch_size", std::to_string(m)},
-                                             {"activation_checkpoint.mode", "none"}}),
-                   h)
-        .memory.activations;
+  // PP 2, two one-block stages per rank, no checkpointing. torch's
+  // interleaved 1F1B (and ctitan's) runs (v - 1)·(m / rounds) + 2·(p - 1 - r)
+  // forward chunks, rounds = max(1, m / p), at most all v·m, then one
+  // forward before each backward: rank 0 holds 2 + 2 + 1 = 5 chunks at
+  // m = 8 and all 4 at m = 2; rank 1 holds 2 + 0 + 1 = 3 at m = 8.
+  JobConfig cfg;
+  cfg.activation_checkpoint.mode = "none";
+  MeshShape shape;
+  shape.pp = 2;
+  const double one = rank_memory(cfg, shape, 1, nullptr).activations;  // one block of one micro-batch
+  ASSERT_GT(one, 0);
+  const auto held = [&](int64_t m, int64_t r) {
+    const PipelineSchedule sched = build_pipeline_schedule("Interleaved1F1B", 2, 2, m);
+    const planner_detail::RankPipeline pipe = rank_pipe(sched, r, 1, 0, true);
+    return rank_memory(cfg, shape, 2, &pipe).activations / one;
   };
-  EXPECT_NEAR(activations(8) / activations(2), 2.5 / 2, 1e-12);
+  EXPECT_NEAR(held(8, 0), 5, 1e-12);
+  EXPECT_NEAR(held(2, 0), 4, 1e-12);
+  EXPECT_NEAR(held(8, 1), 3, 1e-12);
+}
+
+TEST(Planner, UnshardedGradientsAppearAtAStagesFirstBackwardAndGoAtItsLast) {
+  // PP 2, m = 2, rank 0, A = one block of one micro-batch, g a stage's
+  // unsharded gradients (10 A). 1F1B, one stage of two blocks: F F, then at
+  // the first backward's end 2A + 2g. Interleaved, two one-block stages:
+  // all four forwards (4A), then stage 2's backwards: 3A + g after the
+  // first, and its last frees g (TorchTitan reduce-scatters and reshards
+  // there); stage 0's: A + g. Peaks 2A + 2g and 3A + g. Kept to the step's
+  // end instead, stage 0's first backward would hold A + 2g.
+  JobConfig cfg;
+  cfg.activation_checkpoint.mode = "none";
+  MeshShape shape;
+  shape.pp = 2;
+  const double A = rank_memory(cfg, shape, 1, nullptr).activations, g = 10 * A;
+  const auto peak = [&](const std::string& schedule, int64_t v, bool release) {
+    const PipelineSchedule sched = build_pipeline_schedule(schedule, 2, v, 2);
+    const planner_detail::RankPipeline pipe = rank_pipe(sched, 0, 2 / v, g * (2 / v), release);
+    const MemoryBreakdown mem = rank_memory(cfg, shape, 2, &pipe);
+    return std::make_pair(mem.activations / A, mem.gradients / A);
+  };
+  EXPECT_EQ(peak("1F1B", 1, true), std::make_pair(2.0, 20.0));
+  EXPECT_EQ(peak("Interleaved1F1B", 2, true), std::make_pair(3.0, 10.0));
+  EXPECT_EQ(peak("Interleaved1F1B", 2, false), std::make_pair(1.0, 20.0));
+}
+
+TEST(Planner, ContextParallelAttentionBuffersPerFrameworkAndNeverBesideTheLogits) {
+  // 125M (12 heads of 64, 4 KV heads), T tokens per rank, bf16.
+  // TorchTitan repeats K/V to all 12 heads before SDPA; torch's ring
+  // backward holds the K/V blocks (allgather: cp of them, the ring: 2),
+  // fp32 dQ, dK, dV (3·768·4), the fp32 dK/dV passed and received
+  // (4·768·4) and one call's bf16 dQ, dK, dV (3·768·2): 3072·blocks + 26112
+  // bytes per token. ctitan moves the 4 KV heads: allgather cp blocks and
+  // their gradients (2048·cp); its ring the block, the fp32 sums, both
+  // received anew, fp32 dQ (4·256·6 + 768·4 = 9216).
+  const double T = 512;
+  const auto comm = [&](const std::string& framework, const std::string& method, int64_t cp, bool head = false) {
+    JobConfig cfg;
+    cfg.parallelism.context_parallel_rotate_method = method;
+    MeshShape shape;
+    shape.cp = cp;
+    return rank_memory(cfg, shape, 1, nullptr, framework, head, "125M", T);
+  };
+  EXPECT_DOUBLE_EQ(comm("torchtitan", "allgather", 4).communication, T * (3072 * 4 + 26112));
+  EXPECT_DOUBLE_EQ(comm("torchtitan", "allgather", 8).communication, T * (3072 * 8 + 26112));
+  EXPECT_DOUBLE_EQ(comm("torchtitan", "alltoall", 8).communication, T * (3072 * 2 + 26112));
+  EXPECT_DOUBLE_EQ(comm("ctitan", "allgather", 8).communication, T * 2048 * 8);
+  EXPECT_DOUBLE_EQ(comm("ctitan", "alltoall", 8).communication, T * 9216);
+  // The head's logits (32000 x (2 + 4 + 4) bytes a token) are gone before
+  // any block's backward: only what the buffers exceed them by counts.
+  const MemoryBreakdown h = comm("torchtitan", "allgather", 8, true);
+  EXPECT_DOUBLE_EQ(h.logits, T * 320000);
+  EXPECT_DOUBLE_EQ(h.communication, 0);
 }
 
 TEST(Planner, AllGatherContextParallelBlocksAndTheRingOverlapsAttention) {

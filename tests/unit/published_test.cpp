@@ -158,14 +158,15 @@ TEST(PublishedTables, RowsCarryThePublishedSettings) {
     EXPECT_EQ(r.cfg.activation_checkpoint.mode, "full");
     EXPECT_DOUBLE_EQ(r.tps, 876);
   }
-  {  // Table 5, interleaved: FSDP 8 x TP 8 x PP 8, 16 micro-batches of 2.
+  {  // Table 5, interleaved: FSDP 8 x TP 8 x PP 8, one micro-batch (of 4) per
+     // pipeline rank, as TorchTitan's build_pipeline_schedule at 9dec370.
     const PublishedRow& r = row_of(rows, "llama3_405b_h100_512gpu_3d", "Interleaved 1F1B");
     const MeshShape m = resolve_mesh_shape(r.cfg.parallelism, 512);
     EXPECT_EQ(m.dp_shard, 8);
     EXPECT_EQ(m.tp, 8);
     EXPECT_EQ(m.pp, 8);
     EXPECT_EQ(r.cfg.parallelism.pipeline_parallel_schedule, "Interleaved1F1B");
-    EXPECT_EQ(r.cfg.parallelism.pipeline_parallel_microbatch_size, 2);
+    EXPECT_EQ(r.cfg.parallelism.pipeline_parallel_microbatch_size, 4);
     EXPECT_EQ(r.cfg.training.local_batch_size, 32);
   }
   {  // Table 2's last row: CP 8 over the whole node at 262144 tokens.
