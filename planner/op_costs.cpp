@@ -577,9 +577,12 @@ MeasuredUnits measure_units(const TraceSamples& samples, double slowdown) {
 
 namespace {
 
-// A single-process run's tokens per micro-batch (its whole local batch).
+// A run's tokens per micro-batch: its whole local batch, or one pipeline
+// micro-batch where the run is pipelined.
 double tokens_per_micro_batch(const JobConfig& cfg) {
-  return static_cast<double>(cfg.training.local_batch_size * cfg.training.seq_len);
+  const int64_t batch = cfg.parallelism.pipeline_parallel_degree > 1 ? cfg.parallelism.pipeline_parallel_microbatch_size
+                                                                     : cfg.training.local_batch_size;
+  return static_cast<double>(batch * cfg.training.seq_len);
 }
 
 }  // namespace
@@ -801,8 +804,9 @@ MeasuredPlanning measured_planning(const HardwareSpec& hw, const std::vector<std
   }
   mu.corun = runs.empty() ? 1.0 : INFINITY;
   for (const ProfiledRun& r : runs) {
-    // Against the single process of its micro-batch size (the first run's
-    // where none is: refused as not comparable when it is another).
+    // Against the single process of its micro-batch size (a pipelined
+    // run's: one pipeline micro-batch; the first run's where none is:
+    // refused as not comparable when it is another).
     MeasuredUnits alone = *out.units;
     for (const MeasuredShape& sh : mu.shapes)
       if (sh.tokens == tokens_per_micro_batch(r.request.cfg)) alone.block = sh.block;

@@ -338,6 +338,63 @@ TEST_F(Profiling, FsdpTwoRanksExposedCommunicationMatchesTheMergedTrace) {
 // process can run short) below what a step of batch 64 x seq 2048 needs
 // (about 1.6 GB of activations on top of ~3 GB of mapped libraries), and
 // the step's first large allocation fails.
+// A pipelined run traces each unit's forward and backward inside its
+// stage's actions, as an unpipelined one does, so `ctitan plan --profile`
+// measures its ranks side by side (and plans pipelined recipes with it).
+TEST_F(Profiling, PipelineStagesTraceEveryUnitForTheirActions) {
+  const auto dir = fresh_dir("prof_pp");
+  const std::vector<std::string> prof = {"--profiling.enable_profiling", "--profiling.profile_freq", "2",
+                                         "--profiling.profiler_warmup", "0", "--profiling.profiler_active", "1"};
+  // One micro-batch of 1 in the single process: the pipeline's micro-batch.
+  std::vector<std::string> one = debug_run(dir / "single", 4, prof);
+  one.insert(one.end(), {"--training.local_batch_size", "1"});
+  const auto s = run_ctitan(one);
+  ASSERT_EQ(s.exit_code, 0) << s.out << s.err;
+  std::vector<std::string> args = debug_run(dir / "pp", 4, prof);
+  args.insert(args.end(), {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule",
+                           "1F1B", "--parallelism.pipeline_parallel_microbatch_size", "1"});
+  args.insert(args.begin() + 1, {"--nproc", "2"});
+  const auto r = run_ctitan(args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // debugmodel's 8 units split 4 + 4 (embedding, 3 blocks | 3 blocks, head),
+  // 2 micro-batches: every unit of a rank's stage forward and backward
+  // twice, each inside a "pipeline" range of its action.
+  std::set<std::string> all;
+  for (int rank : {0, 1}) {
+    const fs::path f = dir / "pp" / "profile_traces" / "iteration_4" / ("rank" + std::to_string(rank) + "_trace.json");
+    ASSERT_TRUE(fs::exists(f)) << f;
+    const nlohmann::json trace = read_json(f);
+    std::map<std::string, int> count;
+    std::vector<std::pair<double, double>> actions;
+    for (const auto& e : trace["traceEvents"]) {
+      const std::string name = e.value("name", "");
+      if (e.value("ph", "") != "X") continue;
+      if (name.rfind("pipeline ", 0) == 0 && name.find("send") == std::string::npos &&
+          name.find("recv") == std::string::npos)
+        actions.emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
+    }
+    for (const auto& e : trace["traceEvents"]) {
+      const std::string name = e.value("name", "");
+      if (e.value("ph", "") != "X" || (name.rfind("forward ", 0) != 0 && name.rfind("backward ", 0) != 0)) continue;
+      ++count[name];
+      all.insert(name);
+      const double a = e["ts"].get<double>(), b = a + e["dur"].get<double>();
+      EXPECT_TRUE(std::any_of(actions.begin(), actions.end(),
+                              [&](const auto& w) { return a >= w.first - 1 && b <= w.second + 1; }))
+          << name << " outside every pipeline action";
+    }
+    EXPECT_EQ(count.size(), 8u) << trace.dump().substr(0, 2000);
+    for (const auto& [name, n] : count) EXPECT_EQ(n, 2) << name;
+  }
+  for (const char* u : {"forward tok_embeddings", "backward layers.0", "forward layers.5", "backward norm+output"})
+    EXPECT_TRUE(all.count(u)) << u;
+  const auto plan = run_ctitan({"plan", (dir / "pp" / "config.toml").string(), "--hardware", "cpu", "--ngpu", "2",
+                                "--profile", (dir / "single").string(), "--profile", (dir / "pp").string()});
+  ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
+  EXPECT_NE(plan.out.find("for ranks side by side (measured in " + (dir / "pp").string() + ")"), std::string::npos)
+      << plan.out;
+}
+
 TEST_F(Profiling, OutOfMemoryInAStepWritesASnapshotAndOneLine) {
   const auto dir = fresh_dir("prof_oom");
   std::string cmd = "ulimit -v 4194304 && exec '" + ctitan::testing::ctitan_bin() + "'";

@@ -230,6 +230,12 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
   const std::vector<int64_t> act_shape{pp_.microbatch_size, S, m.args().dim};
   const size_t slots = mine.size() * static_cast<size_t>(n);
   std::vector<at::Tensor> inputs(slots), outputs(slots), sent;
+  // While the tracer records, each unit's forward gets a range inside its
+  // action's, and hooks on the units' outputs inside a stage time where
+  // each unit's backward begins and ends (as run_whole): the per-unit
+  // timings `ctitan plan --profile` reads.
+  const bool traced = Tracer::recording();
+  std::vector<std::shared_ptr<std::vector<int64_t>>> grad_ready(slots);
   std::vector<std::unique_ptr<WeightGradQueue>> weight_grads(slots);
   std::vector<WorkPtr> sends;
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(m.device()));
@@ -293,7 +299,15 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
         MemoryCategoryScope mem(MemoryCategory::kActivations);
         const auto [first_unit, end_unit] = m.part_units(static_cast<size_t>(local(st)));
         m.set_documents(doc_mb[i]);
-        for (size_t u = first_unit; u < end_unit; ++u) x = m.run_unit(u, x, label_mb[i]);
+        if (traced) grad_ready[k] = std::make_shared<std::vector<int64_t>>(end_unit - first_unit, 0);
+        for (size_t u = first_unit; u < end_unit; ++u) {
+          {
+            TraceRange unit(trace_cat::kCompute, "forward", m.units()[u].name);
+            x = m.run_unit(u, x, label_mb[i]);
+          }
+          if (traced && u + 1 < end_unit && x.requires_grad())
+            x.register_hook([ready = grad_ready[k], j = u - first_unit](const at::Tensor&) { (*ready)[j] = trace_now_ns(); });
+        }
         outputs[k] = x;
       }
       busy += std::chrono::duration<double>(Clock::now() - c0).count();
@@ -319,9 +333,11 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
         }
       }
       const auto c0 = Clock::now();
+      int64_t b0 = 0, b1 = 0;  // the backward's own span, inside its action's range
       {
         TraceRange range(trace_cat::kCompute, "pipeline", a.str());
         MemoryCategoryScope mem(MemoryCategory::kActivations);
+        b0 = trace_now_ns();
         std::optional<DeferWeightGrads> defer;
         if (a.kind == Kind::kBackwardInput) {
           weight_grads[k] = std::make_unique<WeightGradQueue>(
@@ -333,7 +349,23 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
         } else {
           torch::autograd::backward({outputs[k]}, {g});
         }
+        b1 = trace_now_ns();
       }
+      // A whole backward's units (a split one's input half is not a unit's backward).
+      if (grad_ready[k] && a.kind == Kind::kBackward) {
+        const std::vector<int64_t>& ready = *grad_ready[k];
+        const size_t first_unit = m.part_units(static_cast<size_t>(local(st))).first, c = ready.size();
+        const auto name = [&](size_t j) { return "backward " + m.units()[first_unit + j].name; };
+        Tracer& t = Tracer::get();
+        if (c == 1) {
+          t.complete(name(0), trace_cat::kCompute, b0, b1);
+        } else {
+          t.complete(name(c - 1), trace_cat::kCompute, b0, ready[c - 2]);
+          for (size_t j = c - 2; j >= 1; --j) t.complete(name(j), trace_cat::kCompute, ready[j], ready[j - 1]);
+          t.complete(name(0), trace_cat::kCompute, ready[0], b1);
+        }
+      }
+      grad_ready[k].reset();
       busy += std::chrono::duration<double>(Clock::now() - c0).count();
       if (st > 0 && local(st - 1) < 0) {
         send(inputs[k].grad(), st - 1, i, 1);
