@@ -642,11 +642,12 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     const double p2p = scatter ? act / static_cast<double>(shape.tp) / (l.bandwidth * ce) + l.latency_s +
                                      ring_s(act, shape.tp, hw.intra_node, ce)
                                : act / (l.bandwidth * ce) + l.latency_s;
-    planner_detail::PipelineSim sim = planner_detail::simulate_pipeline(cfg, shape, v, micro, f, b, p2p);
-    bubble = std::max(0.0, sim.step_s - local_batch_s);
     // On a CPU whose ranks outnumber its cores, a rank idle in the bubble
-    // hands its core to a busy one: only cores/world of the idle time is lost.
-    if (cpu) bubble *= std::min(1.0, rates.cores / req.world_size);
+    // or waiting on its neighbour hands its core to the busy ones: the
+    // schedule is replayed with the running ranks sharing the cores.
+    const double share = cpu ? std::min(1.0, rates.cores / req.world_size) : 1.0;
+    planner_detail::PipelineSim sim = planner_detail::simulate_pipeline(cfg, shape, v, micro, f, b, p2p, share);
+    bubble = std::max(0.0, sim.step_s - local_batch_s);
     sim.step_s = local_batch_s + bubble;
     tb.comm.push_back({"pp", "send/recv activations and gradients", l.name, 2 * act * micro * accum,
                        2 * p2p * micro * accum, 0.0});

@@ -106,6 +106,29 @@ TEST(Planner, PipelineBubbleMatchesTheClosedForms) {
   EXPECT_NEAR(sim.step_s, m * (f + b) + (p - 1) * (f + b) / v, 1e-9);
 }
 
+TEST(Planner, RanksOutnumberingTheCoresShareThemWhileOthersWait) {
+  // Costs planned at a share of the cores (cores / ranks); the ranks running
+  // at a moment share every core, at most one each. GPipe, 4 ranks on 2
+  // cores, one micro-batch, f = b = 1: one action runs at a time, on a whole
+  // core, twice its planned speed: 8 actions in 4 s (8 s on a core each).
+  const auto step = [](const std::string& name, int64_t p, int64_t m, double f, double b, double share) {
+    JobConfig cfg;
+    cfg.parallelism.pipeline_parallel_schedule = name;
+    MeshShape shape;
+    shape.pp = p;
+    return planner_detail::simulate_pipeline(cfg, shape, 1, m, std::vector<double>(p, f), std::vector<double>(p, b),
+                                             0.0, share)
+        .step_s;
+  };
+  EXPECT_NEAR(step("GPipe", 4, 1, 1, 1, 0.5), 4.0, 1e-9);
+  EXPECT_DOUBLE_EQ(step("GPipe", 4, 1, 1, 1, 1.0), 8.0);
+  // 1F1B, 2 ranks on 1 core, m = 4, f = 1, b = 2: some action is always
+  // ready, so the core never idles: the step is the work, 2 x 4 x 3 planned
+  // seconds at half a core = 12 s, where a core each takes (m + p - 1)(f + b) = 15.
+  EXPECT_NEAR(step("1F1B", 2, 4, 1, 2, 0.5), 12.0, 1e-9);
+  EXPECT_DOUBLE_EQ(step("1F1B", 2, 4, 1, 2, 1.0), 15.0);
+}
+
 TEST(Planner, NLayersReplacesTheFlavorsLayerCountOnly) {
   // 8B's shapes (dim 4096, 32 heads / 8 kv of 128, ffn 1.3 x 2/3 x 4d rounded
   // up to 1024 = 14336, vocab 128256) with 4 layers, counted by hand:
