@@ -195,7 +195,7 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
   }
   // Communication buffers: FSDP's current and prefetched units (compute
   // dtype) and one unit's fp32 gradient before its reduce-scatter; TP's
-  // gathered activations; context parallelism's K/V blocks.
+  // gathered activations (CP's buffers are above).
   const int64_t fsdp = shape.dp_shard * shape.cp;
   if (fsdp > 1) {
     const double unit = static_cast<double>(rank.largest_unit_elems);
