@@ -631,6 +631,8 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
                       "experts work x times the mean");
   }
   double local_batch_s = (rank_f + rank_b) * static_cast<double>(micro);
+  // The schedule the trainer runs: its bubble here, each rank's memory below.
+  const PipelineSchedule sched = P > 1 ? planner_detail::planned_schedule(cfg, P, v, micro) : PipelineSchedule{};
   double bubble = 0;
   if (P > 1) {
     const Link& l = link_for("pp", P);
@@ -646,7 +648,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     // or waiting on its neighbour hands its core to the busy ones: the
     // schedule is replayed with the running ranks sharing the cores.
     const double share = cpu ? std::min(1.0, rates.cores / req.world_size) : 1.0;
-    planner_detail::PipelineSim sim = planner_detail::simulate_pipeline(cfg, shape, v, micro, f, b, p2p, share);
+    planner_detail::PipelineSim sim = planner_detail::simulate_pipeline(sched, f, b, p2p, share);
     bubble = std::max(0.0, sim.step_s - local_batch_s);
     sim.step_s = local_batch_s + bubble;
     tb.comm.push_back({"pp", "send/recv activations and gradients", l.name, 2 * act * micro * accum,
@@ -705,8 +707,6 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   // and place in the schedule); the largest is the prediction.
   const bool widened =
       hw.kind == "cpu" && (req.bf16_gemm_widened >= 0 ? req.bf16_gemm_widened > 0 : !aten_cpu_is_avx512());
-  const PipelineSchedule sched =
-      P > 1 ? planner_detail::planned_schedule(cfg, P, v, micro) : PipelineSchedule{};
   p.memory.total = -1;
   for (int64_t r = 0; r < P; ++r) {
     const RankLayout& rr = layout.ranks[static_cast<size_t>(r)];
@@ -732,26 +732,26 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
       // Each stage's share of the rank's gathered units: its blocks and
       // head, the embedding (the rest) on the stage that has it.
       const size_t n = pipe.stages.size();
-      std::vector<double> share(n, 0);
+      std::vector<double> stage_elems(n, 0);
       double named = 0;
       for (size_t i = 0; i < n; ++i) {
         const ModelPart& part = pipe.stages[i].second;
-        share[i] = static_cast<double>(rr.block_unit_elems * part.n_layers + (part.head ? rr.head_elems : 0));
-        named += share[i];
+        stage_elems[i] = static_cast<double>(rr.block_unit_elems * part.n_layers + (part.head ? rr.head_elems : 0));
+        named += stage_elems[i];
       }
       const double all = rr.gathered_elems > 0 ? static_cast<double>(rr.gathered_elems) : local * static_cast<double>(fsdp_n);
       const double rest = std::max(0.0, all - named);
       size_t rest_at = 0;
       for (size_t i = 0; i < n; ++i)
         if (pipe.stages[i].second.embedding) rest_at = i;
-      share[rest_at] += rest;
+      stage_elems[rest_at] += rest;
       const double scale = named + rest > 0 ? all / (named + rest) : 0;
       const bool f8_gather = e.float8 && cfg.float8.enable_fsdp_float8_all_gather;
       const bool keep = fsdp_n > 1 && cfg.parallelism.fsdp_reshard_after_forward != "always";
       const bool accumulate = fsdp_n > 1 && req.framework == "torchtitan" && micro > 1;
       for (size_t i = 0; i < n; ++i) {
-        pipe.gathered_bytes.push_back(keep ? share[i] * scale * (f8_gather ? 1.0 : e.elem) : 0);
-        pipe.unsharded_grad_bytes.push_back(accumulate ? share[i] * scale * 4 : 0);
+        pipe.gathered_bytes.push_back(keep ? stage_elems[i] * scale * (f8_gather ? 1.0 : e.elem) : 0);
+        pipe.unsharded_grad_bytes.push_back(accumulate ? stage_elems[i] * scale * 4 : 0);
       }
       pipe.release_after_last_backward = req.framework == "torchtitan";
     }

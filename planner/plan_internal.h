@@ -53,6 +53,9 @@ struct PipelineSim {
 PipelineSim simulate_pipeline(const JobConfig& cfg, const MeshShape& shape, int64_t stages_per_rank,
                               int64_t microbatches, const std::vector<double>& f, const std::vector<double>& b,
                               double p2p_s, double share = 1);
+// The same over a schedule already built (planned_schedule).
+PipelineSim simulate_pipeline(const PipelineSchedule& sched, const std::vector<double>& f,
+                              const std::vector<double>& b, double p2p_s, double share = 1);
 
 // The schedule the trainer runs for this config: the named one, or the
 // CSV's (pipeline_parallel_schedule_csv).

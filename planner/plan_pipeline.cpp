@@ -25,8 +25,12 @@ PipelineSchedule planned_schedule(const JobConfig& cfg, int64_t pp, int64_t stag
 PipelineSim simulate_pipeline(const JobConfig& cfg, const MeshShape& shape, int64_t stages_per_rank,
                               int64_t microbatches, const std::vector<double>& f, const std::vector<double>& b,
                               double p2p_s, double share) {
-  const int64_t P = shape.pp;
-  const PipelineSchedule sched = planned_schedule(cfg, P, stages_per_rank, microbatches);
+  return simulate_pipeline(planned_schedule(cfg, shape.pp, stages_per_rank, microbatches), f, b, p2p_s, share);
+}
+
+PipelineSim simulate_pipeline(const PipelineSchedule& sched, const std::vector<double>& f,
+                              const std::vector<double>& b, double p2p_s, double share) {
+  const int64_t P = sched.ranks;
   const int64_t n_stages = P * sched.stages_per_rank;
   const auto rank_of = [&](int64_t stage) {
     if (sched.style == StageStyle::kV) return stage < P ? stage : 2 * P - 1 - stage;

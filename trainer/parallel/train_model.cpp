@@ -17,6 +17,27 @@
 
 namespace ctitan {
 
+namespace {
+
+// The "backward <unit>" ranges of units[first] .. units[first + c - 1], run
+// by one autograd pass from b0 to b1, where ready[j] is when the gradient
+// of unit first + j's output was complete (hooks; j < c - 1): the last unit
+// from b0, each earlier one from its output's gradient to its input's.
+void trace_unit_backwards(const std::vector<ParamStore::Unit>& units, size_t first, size_t c,
+                          const std::vector<int64_t>& ready, int64_t b0, int64_t b1) {
+  Tracer& t = Tracer::get();
+  const auto name = [&](size_t j) { return "backward " + units[first + j].name; };
+  if (c == 1) {
+    t.complete(name(0), trace_cat::kCompute, b0, b1);
+    return;
+  }
+  t.complete(name(c - 1), trace_cat::kCompute, b0, ready[c - 2]);
+  for (size_t j = c - 2; j >= 1; --j) t.complete(name(j), trace_cat::kCompute, ready[j], ready[j - 1]);
+  t.complete(name(0), trace_cat::kCompute, ready[0], b1);
+}
+
+}  // namespace
+
 TrainModel::TrainModel(std::unique_ptr<Transformer> model, DeviceMesh& mesh, DataParallelOptions dp_options,
                        PipelineOptions pp)
     : model_(std::move(model)), pp_(std::move(pp)), loss_group_(&mesh.group("loss")) {
@@ -352,19 +373,9 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
         b1 = trace_now_ns();
       }
       // A whole backward's units (a split one's input half is not a unit's backward).
-      if (grad_ready[k] && a.kind == Kind::kBackward) {
-        const std::vector<int64_t>& ready = *grad_ready[k];
-        const size_t first_unit = m.part_units(static_cast<size_t>(local(st))).first, c = ready.size();
-        const auto name = [&](size_t j) { return "backward " + m.units()[first_unit + j].name; };
-        Tracer& t = Tracer::get();
-        if (c == 1) {
-          t.complete(name(0), trace_cat::kCompute, b0, b1);
-        } else {
-          t.complete(name(c - 1), trace_cat::kCompute, b0, ready[c - 2]);
-          for (size_t j = c - 2; j >= 1; --j) t.complete(name(j), trace_cat::kCompute, ready[j], ready[j - 1]);
-          t.complete(name(0), trace_cat::kCompute, ready[0], b1);
-        }
-      }
+      if (grad_ready[k] && a.kind == Kind::kBackward)
+        trace_unit_backwards(m.units(), m.part_units(static_cast<size_t>(local(st))).first, grad_ready[k]->size(),
+                             *grad_ready[k], b0, b1);
       grad_ready[k].reset();
       busy += std::chrono::duration<double>(Clock::now() - c0).count();
       if (st > 0 && local(st - 1) < 0) {
@@ -420,14 +431,7 @@ at::Tensor TrainModel::run_whole(const at::Tensor& tokens, const at::Tensor& lab
   const int64_t b0 = trace_now_ns();
   (scale == 1.0 ? loss : loss * scale).backward();
   const int64_t b1 = trace_now_ns();
-  if (traced) {
-    Tracer& t = Tracer::get();
-    const size_t L = outputs.size() - 1;
-    t.complete("backward " + units.back().name, trace_cat::kCompute, b0, grad_ready[L]);
-    for (size_t u = L; u >= 1; --u)
-      t.complete("backward " + units[u].name, trace_cat::kCompute, grad_ready[u], grad_ready[u - 1]);
-    t.complete("backward " + units[0].name, trace_cat::kCompute, grad_ready[0], b1);
-  }
+  if (traced) trace_unit_backwards(units, 0, units.size(), grad_ready, b0, b1);
   {
     TraceRange r(trace_cat::kCompute, "accumulate_grads");
     m.store().accumulate_grads();
