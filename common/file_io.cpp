@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -131,11 +132,91 @@ void check_folder_writable(const std::string& dir) {
   ::unlink(probe.c_str());
 }
 
+namespace {
+
+const char* node_kind(mode_t mode) {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+         : S_ISLNK(mode)  ? "a symbolic link"
+                          : "not a regular file";
+}
+
+// A device or FIFO the user named (/dev/null, /dev/stdout, a named pipe):
+// written to as it is, never renamed over. `what` names it in errors.
+void write_stream(const std::string& path, std::string_view data, const std::string& what) {
+  // O_NONBLOCK only for the open: a FIFO nobody reads is an error, not a hang.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENXIO)
+      throw InputError("cannot write '" + path + "': it is a FIFO that nobody reads; start its reader first, or give a file name");
+    write_fail(path, errno);
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  int err = 0;
+  while (!data.empty() && err == 0) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n > 0) data.remove_prefix(static_cast<size_t>(n));
+    else if (n == 0) err = ENOSPC;
+    else if (errno != EINTR) err = errno;
+  }
+  if (::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;
+  if (err != 0) throw InputError("cannot write to " + what + ": " + std::strerror(err));
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, std::string_view data) {
   if (fs::path(path).filename().string().size() > 255) write_fail(path, ENAMETOOLONG);
-  AtomicFile f(path);
+  std::string target = path;
+  struct stat st {}, lst {};
+  const bool is_link = ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode);
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))
+      return write_stream(path, data, std::string(node_kind(st.st_mode)) + " '" + path + "'");
+    if (!S_ISREG(st.st_mode))
+      throw InputError("cannot write '" + path + "': it is " + node_kind(st.st_mode) +
+                       ", which ctitan never replaces; give a file name");
+    // A symlink to a file: the file is written and the link stays a link.
+    if (is_link) target = fs::canonical(path).string();
+  } else if (is_link) {
+    std::error_code ec;
+    throw InputError("cannot write '" + path + "': it is a symbolic link to '" + fs::read_symlink(path, ec).string() +
+                     "', which does not exist; give the file itself, or remove the link");
+  }
+  AtomicFile f(target);
   f.write(data);
   f.commit();
+}
+
+void write_output(const std::string& path, std::string_view data) {
+  if (path != "-") return write_file_atomic(path, data);
+  std::fflush(stdout);
+  write_stream("/dev/stdout", data, "stdout");
+}
+
+void check_output_is_not_an_input(const std::string& out, std::string_view out_flag,
+                                  const std::vector<CommandInput>& inputs) {
+  if (out.empty() || out == "-") return;
+  const auto same_file = [](const fs::path& a, const fs::path& b) {
+    std::error_code ea, eb;
+    const bool a_exists = fs::exists(a, ea), b_exists = fs::exists(b, eb);
+    if (a_exists && b_exists) return fs::equivalent(a, b, ea);
+    if (a_exists || b_exists) return false;
+    return fs::weakly_canonical(fs::absolute(a), ea) == fs::weakly_canonical(fs::absolute(b), eb);
+  };
+  for (const CommandInput& in : inputs) {
+    if (in.path.empty() || in.path == "-") continue;
+    for (const char* sidecar : {"", "-wal", "-shm", "-journal"}) {
+      if (!same_file(out, in.path + sidecar)) continue;
+      throw InputError(std::string(out_flag) + " '" + out + "' is " +
+                       (*sidecar ? std::string("a SQLite file beside ") : std::string("the same file as ")) +
+                       in.flag + " '" + in.path + "', which this command reads; writing it would destroy it: "
+                       "give another output file");
+    }
+  }
 }
 
 CheckedAppender::CheckedAppender(std::string path, bool truncate) : path_(std::move(path)) {
@@ -188,12 +269,7 @@ std::uintmax_t check_regular_file(const std::string& path, std::string_view what
     throw InputError(line);
   }
   if (!S_ISREG(st.st_mode)) {
-    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "not a regular file";
+    const char* kind = node_kind(st.st_mode);
     std::string line(what);
     line += " '";
     line += path;

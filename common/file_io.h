@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ctitan {
 
@@ -23,8 +24,33 @@ namespace ctitan {
 inline constexpr std::size_t kMaxConfigBytes = 4u << 20;      // TOML configs, specs
 inline constexpr std::size_t kMaxJsonBytes = 256u << 20;      // tokenizer.json, metadata
 
-// Writes `data` to `path` atomically (see above).
+// Writes `data` to `path` atomically (see above). What is already at `path`
+// is never replaced unless it is a regular file: a symlink is followed (the
+// file it names is written, the link stays), a character device or FIFO
+// (/dev/null, /dev/stdout, a named pipe) is written to as a stream, and a
+// directory, socket, block device or a symlink to nothing is one InputError
+// line.
 void write_file_atomic(const std::string& path, std::string_view data);
+
+// A file the user named for a command's output (--out FILE): "-" is stdout,
+// anything else as write_file_atomic.
+void write_output(const std::string& path, std::string_view data);
+
+// One input of a command, for check_output_is_not_an_input: the flag that
+// named it ("--db") and its path.
+struct CommandInput {
+  std::string flag;
+  std::string path;
+};
+
+// Throws InputError, before anything is written, when `out` (given as
+// `out_flag`) names the same file as one of `inputs` (the same inode,
+// through any link, or the same path when neither exists yet) or a SQLite
+// file beside one (its -wal, -shm or -journal): writing it would replace
+// what the command reads, a results database among them. "-" and empty
+// paths are not files and pass.
+void check_output_is_not_an_input(const std::string& out, std::string_view out_flag,
+                                  const std::vector<CommandInput>& inputs);
 
 // A file written in pieces (logs, shards), committed atomically at the end.
 // Each write() is checked; commit() fsyncs and renames into place. Destroyed

@@ -154,8 +154,20 @@ GateSide side_from_db(const std::string& db_path, const std::string& selection) 
   return gate_side(points, side_description(db_path, selection, points.size()));
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  write_file_atomic(path, text);
+void write_file(const std::string& path, const std::string& text) { write_output(path, text); }
+
+// No output may be a file the gate reads: --write-baseline-file onto --db
+// replaced every stored run with JSON.
+void check_outputs(const GateArgs& g) {
+  const std::vector<CommandInput> inputs = {{"--db", g.db},
+                                            {"--baseline-db", g.baseline_db},
+                                            {"--candidate-db", g.candidate_db},
+                                            {"--baseline-file", g.baseline_file},
+                                            {"--run", g.run.spec},
+                                            {"--calibrate", g.calibrate}};
+  check_output_is_not_an_input(g.write_baseline_file, "gate --write-baseline-file", inputs);
+  check_output_is_not_an_input(g.md_out, "gate --md", inputs);
+  check_output_is_not_an_input(g.json_out, "gate --json", inputs);
 }
 
 // --calibrate: A/A pairs of one build, then per point and per-step metric
@@ -246,6 +258,7 @@ int gate_command(const std::vector<std::string>& args) {
       return 0;
     }
   GateArgs g = parse_gate_args(args);
+  check_outputs(g);
   if (!g.calibrate.empty()) return calibrate(g);
   if (!g.run.spec.empty()) {
     const SweepSpec spec = load_sweep_spec(g.run.spec);

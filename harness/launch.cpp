@@ -189,6 +189,7 @@ struct Rank {
   bool exited = false;
   int exit_code = 0;    // when it exited
   int exit_signal = 0;  // when a signal killed it
+  bool explained = false;  // a `ctitan: ` line of its stderr is on ours (its own, or the same from another rank)
   Stream streams[2];    // stdout, stderr
 };
 
@@ -297,8 +298,13 @@ class Supervisor {
       const std::string line = s.partial.substr(start, end - start);
       // A ctitan error or warning that another rank already printed word for
       // word (a bad data path, a config warning) is shown once, not once per rank.
-      const bool repeated = s.out_fd == STDERR_FILENO && line.rfind("ctitan: ", 0) == 0 && !err_seen_.insert(line).second;
-      if (ranks_[r].shown && !repeated) out += prefix + line + "\n";
+      const bool ctitan_line = s.out_fd == STDERR_FILENO && line.rfind("ctitan: ", 0) == 0;
+      const bool repeated = ctitan_line && err_seen_.count(line) > 0;
+      if (ranks_[r].shown && !repeated) {
+        out += prefix + line + "\n";
+        if (ctitan_line) err_seen_.insert(line);
+      }
+      if (ctitan_line && (ranks_[r].shown || repeated)) ranks_[r].explained = true;
       start = end + 1;
     }
     s.partial.erase(0, std::min(start, s.partial.size()));
@@ -333,6 +339,9 @@ class Supervisor {
     }
     if (failed_ < 0) return 0;
     const Rank& rank = ranks_[failed_];
+    // Bad input: the rank's one line says what and where; a launcher line
+    // would be a second (and could name another rank than the one shown).
+    if (rank.exit_code == kExitBadInput && rank.explained) return kExitBadInput;
     const std::string how = rank.exit_signal != 0 ? "was killed by signal " + std::to_string(rank.exit_signal) + " (" +
                                                         signal_name(rank.exit_signal) + ")"
                                                   : "exited with code " + std::to_string(rank.exit_code);

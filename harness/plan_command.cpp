@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "common/errors.h"
+#include "common/file_io.h"
 #include "common/limits.h"
 #include <filesystem>
 
@@ -260,6 +261,8 @@ int plan_command(const std::vector<std::string>& args) {
       throw InputError("ctitan plan: unexpected argument '" + a + "'; one recipe at a time (see ctitan plan --help)");
     }
   }
+  // --out replaces its file: never one this command reads (the results database above all).
+  check_output_is_not_an_input(out, "plan --out", {{"--calibrate", calibrate_db}, {"--hardware", hardware}, {"recipe", recipe}});
   if (!validate_path.empty()) return validate_published(validate_path, json, std::cout);
   if (!multi_rank_dirs.empty() && recipe.empty())
     throw InputError("ctitan plan: a second --profile (" + multi_rank_dirs.front() +

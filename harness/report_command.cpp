@@ -61,7 +61,8 @@ std::string report_usage() {
          "                    point within it at each world size; repeat for more budgets\n"
          "  --format F        md (a PR comment), html (one self-contained file with SVG charts), csv, json;\n"
          "                    default: from --out's extension, else md\n"
-         "  --out FILE        write there instead of stdout\n"
+         "  --out FILE        write there instead of stdout (- is stdout; a device or FIFO is written to,\n"
+         "                    never replaced); never one of the command's inputs\n"
          "  --published [DIR] add the published tables (default: recipes/published): per row the published\n"
          "                    tokens/s and memory per GPU, the planner's prediction for the row's hardware spec\n"
          "                    (labelled with the spec and its calibration) and what --db measured for the same\n"
@@ -107,6 +108,7 @@ int report_command(const std::vector<std::string>& args) {
   }
   if (format != "md" && format != "html" && format != "csv" && format != "json")
     throw InputError("report: --format '" + format + "' is not one of md, html, csv, json");
+  check_output_is_not_an_input(out_path, "report --out", {{"--db", db_path}});
   PublishedReport pub;
   if (published) pub = predict_published(load_published(published->empty() ? published_dir() : *published));
   std::string text;
@@ -139,11 +141,11 @@ int report_command(const std::vector<std::string>& args) {
       }
     }
   }
-  if (out_path.empty()) {
-    std::cout << text;
+  if (out_path.empty() || out_path == "-") {
+    write_output("-", text);
     return 0;
   }
-  write_file_atomic(out_path, text);  // a full disk leaves the old report, not half a new one
+  write_output(out_path, text);  // a full disk leaves the old report, not half a new one
   size_t points = 0;
   for (const SectionReport& s : report.sections) points += s.points.size();
   std::cout << "wrote " << out_path << " (" << format << ", " << points << " points in " << report.sections.size()

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
+#include "common/file_io.h"
 #include "profiling/trace.h"
 #include "profiling/trace_analysis.h"
 #include "profiling/trace_merge.h"
@@ -54,6 +55,9 @@ int merge(const fs::path& run_dir, int64_t only_iteration, const std::string& ou
     throw InputError("trace merge: --out names one file but " + std::to_string(found.size()) +
                      " iterations were traced; add --iteration N");
   for (const auto& [iteration, files] : found) {
+    std::vector<CommandInput> inputs;
+    for (const auto& f : files) inputs.push_back({"the rank trace", f.string()});
+    check_output_is_not_an_input(out, "trace merge --out", inputs);
     std::vector<nlohmann::json> traces;
     for (const auto& f : files) traces.push_back(read_trace(f));
     nlohmann::json merged;

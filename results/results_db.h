@@ -146,9 +146,9 @@ class ResultsDb {
   // read_write: opens (creating if absent) and migrates; a read-only file is
   // a ResultsDbError. read_only (`ctitan report`, `gate`, `db`): the file
   // must exist; opened with SQLITE_OPEN_READONLY, nothing is written (no WAL
-  // switch), so a file on a read-only filesystem can be read. A file that
-  // needs a migration is migrated when it is writable, else a one-line
-  // ResultsDbError says so. Either way: InputError for a file that is not a
+  // switch), so a file on a read-only filesystem can be read. An older file
+  // is read through a migrated copy in memory and left as it was; an empty
+  // one is an InputError. Either way: InputError for a file that is not a
   // ctitan results database or was written by a newer schema, and
   // ResultsDbError for one whose tables are missing (damaged).
   enum class Access { read_write, read_only };

@@ -303,6 +303,51 @@ sqlite3* open_reader(const std::string& path, int& found) {
   return db;
 }
 
+// Every migration step above the file's version, in one transaction.
+void migrate(sqlite3* db, const std::string& path) {
+  WriteTransaction tx(db, path);
+  // Again under the write lock: another process may have migrated meanwhile.
+  const int from = recognise(db, path);
+  for (const Migration& m : kMigrations)
+    if (m.to_version > from) exec(db, path, m.sql);
+  if (from < ResultsDb::kSchemaVersion) {
+    exec(db, path, "DELETE FROM schema_version");
+    Statement set(db, path, "INSERT INTO schema_version(version) VALUES (?1)");
+    set.bind_all(ResultsDb::kSchemaVersion).run();
+  }
+  tx.commit();
+}
+
+// An older file, read without writing it: a copy in memory (SQLite's
+// backup API), migrated there. Takes `file_db` (closed here).
+sqlite3* migrated_copy_in_memory(sqlite3* file_db, const std::string& path) {
+  sqlite3* mem = nullptr;
+  if (sqlite3_open_v2(":memory:", &mem, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+    sqlite3_close(mem);
+    sqlite3_close(file_db);
+    throw ResultsDbError("cannot read results database " + path + ": out of memory for its migrated copy");
+  }
+  sqlite3_backup* backup = sqlite3_backup_init(mem, "main", file_db, "main");
+  const int rc = backup ? sqlite3_backup_step(backup, -1) : sqlite3_errcode(mem);
+  sqlite3_backup_finish(backup);
+  if (rc != SQLITE_DONE) {
+    const std::string why = sqlite3_errstr(rc);
+    sqlite3_close(mem);
+    sqlite3_close(file_db);
+    throw ResultsDbError("cannot read results database " + path + " (sqlite: " + why + "); check the file");
+  }
+  sqlite3_close(file_db);
+  try {
+    exec(mem, path, "PRAGMA foreign_keys=ON");
+    migrate(mem, path);
+    exec(mem, path, "PRAGMA query_only=ON");
+  } catch (...) {
+    sqlite3_close(mem);
+    throw;
+  }
+  return mem;
+}
+
 }  // namespace
 
 sqlite3* open_and_migrate(const std::string& path) {
@@ -328,19 +373,7 @@ sqlite3* open_and_migrate(const std::string& path) {
     }
     refuse_read_only();
     use_wal(db, path);
-    if (found < ResultsDb::kSchemaVersion) {
-      WriteTransaction tx(db, path);
-      // Again under the write lock: another process may have migrated meanwhile.
-      const int from = recognise(db, path);
-      for (const Migration& m : kMigrations)
-        if (m.to_version > from) exec(db, path, m.sql);
-      if (from < ResultsDb::kSchemaVersion) {
-        exec(db, path, "DELETE FROM schema_version");
-        Statement set(db, path, "INSERT INTO schema_version(version) VALUES (?1)");
-        set.bind_all(ResultsDb::kSchemaVersion).run();
-      }
-      tx.commit();
-    }
+    if (found < ResultsDb::kSchemaVersion) migrate(db, path);
     check_tables(db, path);
   } catch (...) {
     sqlite3_close(db);
@@ -356,20 +389,14 @@ sqlite3* open_for_reading(const std::string& path) {
     throw InputError("results database " + path + " does not exist; pass the --db file a sweep wrote");
   int found = kEmpty;
   sqlite3* db = open_reader(path, found);
-  if (found < ResultsDb::kSchemaVersion) {
-    // An older (or empty) file: migrated forward where it can be written,
-    // as a read-write open would; read as it is nowhere.
+  if (found == kEmpty) {
     sqlite3_close(db);
-    if (const std::string why = why_not_writable(path); !why.empty()) {
-      const std::string what = found == kEmpty ? "has no ctitan tables yet (an empty database)"
-                                               : "is a results schema v" + std::to_string(found) + " file";
-      throw ResultsDbError("results database " + path + " " + what + " and this ctitan reads v" +
-                           std::to_string(ResultsDb::kSchemaVersion) + " after a migration, which cannot be written (" +
-                           why + "); copy the file somewhere writable and pass the copy, or read it with the ctitan that wrote it");
-    }
-    sqlite3_close(open_and_migrate(path));
-    db = open_reader(path, found);
+    throw InputError("results database " + path +
+                     " has no ctitan tables (an empty database no sweep wrote); pass the --db file a sweep wrote");
   }
+  // An older file is read as it is: migrated in a copy in memory, never on
+  // disk (a reader writes nothing; the next sweep into it migrates the file).
+  if (found < ResultsDb::kSchemaVersion) db = migrated_copy_in_memory(db, path);
   try {
     check_tables(db, path);
   } catch (...) {

@@ -14,8 +14,9 @@ namespace ctitan::results_detail {
 // that is not a ctitan results database or is newer than this build.
 sqlite3* open_and_migrate(const std::string& path);
 // Opens an existing `path` read-only (SQLITE_OPEN_READONLY; nothing written,
-// not even the switch to WAL). An older file is migrated first where it can
-// be written, else ResultsDbError. Missing tables: ResultsDbError.
+// not even the switch to WAL). An older file is copied into memory and the
+// copy migrated; the file stays as it was. A file without ctitan tables
+// (empty): InputError. Missing tables: ResultsDbError.
 sqlite3* open_for_reading(const std::string& path);
 
 int read_schema_version(sqlite3* db, const std::string& path);

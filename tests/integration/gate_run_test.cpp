@@ -57,8 +57,11 @@ TEST_F(GateRun, AaPassesAndASlowerRecipeIsARegressionOnSixPairs) {
                                           "--threshold", "mfu=30%"};
   std::vector<std::string> args = {"gate", "--run", spec_.string(), "--db", db_, "--json", json.string()};
   args.insert(args.end(), loose.begin(), loose.end());
+  // Issue 55, item 12: what holds whatever else shares the machine. An A/A
+  // comparison is never a regression (nor an improvement); under load its
+  // noise may leave it inconclusive, and then the reason says so.
   const auto aa = run_ctitan(args);
-  EXPECT_EQ(aa.exit_code, 0) << aa.out << aa.err;
+  EXPECT_TRUE(aa.exit_code == 0 || aa.exit_code == 3) << aa.out << aa.err;
   EXPECT_NE(aa.err.find("A/A comparison"), std::string::npos) << aa.err;
   const nlohmann::json v = ctitan::testing::read_json(json);
   const auto& tps = v["points"][0]["metrics"][0];
@@ -66,6 +69,13 @@ TEST_F(GateRun, AaPassesAndASlowerRecipeIsARegressionOnSixPairs) {
   EXPECT_EQ(tps["unit"], "pairs");
   EXPECT_EQ(tps["n_baseline"], 6);
   EXPECT_EQ(tps["test"], "Wilcoxon");
+  for (const auto& m : v["points"][0]["metrics"]) {
+    const std::string verdict = m["verdict"];
+    EXPECT_TRUE(verdict == "pass" || verdict == "inconclusive") << m.dump();
+    if (verdict == "inconclusive") {
+      EXPECT_NE(m["reason"].get<std::string>().find("noise too large"), std::string::npos) << m.dump();
+    }
+  }
   // The report knows the candidate sweep ran in pairs with the baseline.
   const auto report = run_ctitan({"report", "--db", db_, "--format", "json"});
   ASSERT_EQ(report.exit_code, 0) << report.err;
@@ -81,8 +91,12 @@ TEST_F(GateRun, AaPassesAndASlowerRecipeIsARegressionOnSixPairs) {
   args = {"gate", "--run", spec_.string(), "--db", db_, "--candidate-override", "training.local_batch_size=1",
           "--candidate-sweep", "pairs-batch1"};
   args.insert(args.end(), loose.begin(), loose.end());
+  // Half the batch is slower by far more than the threshold on a quiet
+  // machine (a regression); under load the noise may hide it (inconclusive),
+  // but it never passes.
   const auto slower = run_ctitan(args);
-  EXPECT_EQ(slower.exit_code, 1) << slower.out << slower.err;
+  EXPECT_TRUE(slower.exit_code == 1 || (slower.exit_code == 3 && slower.out.find("noise too large") != std::string::npos))
+      << slower.out << slower.err;
   EXPECT_NE(slower.out.find("| `(base) ws=1` | tps/device |"), std::string::npos) << slower.out;
   // The baseline sweep was resumed, not run again: 12 runs, then only the new side's 6.
   EXPECT_NE(slower.out.find("ran 6 of 12 runs"), std::string::npos) << slower.out;

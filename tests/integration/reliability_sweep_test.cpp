@@ -273,12 +273,13 @@ TEST(ReliabilitySweep, ReadOnlyDatabaseIsReadAndASweepIsRefusedInOneLine) {
   EXPECT_EQ(gate.exit_code, 0) << gate.out << gate.err;
   expect_one_line(run_ctitan({"sweep", spec.string(), "--db", db.string()}), 2,
                   db.string() + " is read-only (it is on a read-only filesystem)");
-  expect_one_line(run_ctitan({"db", "ls", "--db", (root / "old.db").string()}), 2,
-                  "is a results schema v7 file and this ctitan reads v10 after a migration, which cannot be written");
+  const auto old_ls = run_ctitan({"db", "ls", "--db", (root / "old.db").string()});  // migrated in memory
+  EXPECT_EQ(old_ls.exit_code, 0) << old_ls.err;
+  EXPECT_NE(old_ls.out.find("3 runs in"), std::string::npos) << old_ls.out;
   EXPECT_EQ(snapshot(root), before);
 
   ASSERT_EQ(mount("tmpfs", root.c_str(), "tmpfs", MS_REMOUNT, nullptr), 0) << std::strerror(errno);
-  EXPECT_EQ(run_ctitan({"db", "ls", "--db", (root / "old.db").string()}).exit_code, 0);  // migrated now
+  EXPECT_EQ(run_ctitan({"db", "ls", "--db", (root / "old.db").string()}).exit_code, 0);
   write_spec(spec.parent_path(), "ro", "", "[grid]\ntraining.local_batch_size = [1, 2, 4]\n", "repeats = 2\n");
   const auto more = run_ctitan({"sweep", spec.string(), "--db", db.string()});
   EXPECT_EQ(more.exit_code, 0) << more.out << more.err;

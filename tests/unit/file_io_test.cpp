@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "common/errors.h"
 #include "tests/integration/small_fs.h"
@@ -145,4 +147,81 @@ TEST(FileIo, TomlNestingIsBoundedOnTheText) {
     if (e.path().extension() != ".toml") continue;
     EXPECT_EQ(error_of([&] { ctitan::check_toml_nesting(slurp(e.path()), e.path().string()); }), "") << e.path();
   }
+}
+
+// Issue 55, item 2: a write never replaces a node that is not a regular
+// file. A FIFO and a character device are written to as streams, a symlink
+// is followed (the link stays), a directory or a dangling link is one line.
+TEST(FileIo, AtomicWriteNeverReplacesANodeThatIsNotARegularFile) {
+  const fs::path d = scratch("nodes");
+  // A FIFO with a reader: the reader gets the bytes, the FIFO stays a FIFO.
+  const fs::path fifo = d / "pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = slurp(fifo); });
+  ctitan::write_file_atomic(fifo.string(), "through the pipe\n");
+  reader.join();
+  EXPECT_EQ(got, "through the pipe\n");
+  EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo)));
+  // Nobody reading: one line, no hang, still a FIFO.
+  const std::string no_reader = error_of([&] { ctitan::write_file_atomic(fifo.string(), "x"); });
+  EXPECT_NE(no_reader.find("a FIFO that nobody reads"), std::string::npos) << no_reader;
+  EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo)));
+  // Devices: /dev/null swallows it, /dev/full is a full disk; both stay devices.
+  ctitan::write_file_atomic("/dev/null", "nothing\n");
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  if (fs::is_character_file("/dev/full")) {
+    const std::string full = error_of([&] { ctitan::write_file_atomic("/dev/full", "x"); });
+    EXPECT_NE(full.find("cannot write to a character device '/dev/full': No space left on device"), std::string::npos)
+        << full;
+    EXPECT_TRUE(fs::is_character_file("/dev/full"));
+  }
+  // A symlink to a file: the file is written, the link stays a link.
+  const fs::path file = d / "real.txt", link = d / "link.txt";
+  std::ofstream(file) << "old\n";
+  fs::create_symlink(file, link);
+  ctitan::write_file_atomic(link.string(), "new\n");
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link)));
+  EXPECT_EQ(slurp(file), "new\n");
+  // A symlink to a device: written through (ln -s /proc/self/fd/1 so; --out so).
+  const fs::path to_null = d / "to_null";
+  fs::create_symlink("/dev/null", to_null);
+  ctitan::write_file_atomic(to_null.string(), "gone\n");
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(to_null)));
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  // A dangling link and a directory: one line each, nothing created.
+  const fs::path dangling = d / "dangling";
+  fs::create_symlink(d / "absent", dangling);
+  const std::string dl = error_of([&] { ctitan::write_file_atomic(dangling.string(), "x"); });
+  EXPECT_NE(dl.find("is a symbolic link to"), std::string::npos) << dl;
+  EXPECT_FALSE(fs::exists(d / "absent"));
+  const std::string dir = error_of([&] { ctitan::write_file_atomic(d.string(), "x"); });
+  EXPECT_NE(dir.find("it is a directory, which ctitan never replaces"), std::string::npos) << dir;
+  EXPECT_TRUE(fs::is_directory(d));
+}
+
+// Issue 55, item 1: an output that is one of the command's inputs (the same
+// file by any name, or a SQLite file beside it) is refused before writing.
+TEST(FileIo, AnOutputThatIsAnInputIsRefused) {
+  const fs::path d = scratch("out_in");
+  const fs::path db = d / "x.db";
+  std::ofstream(db) << "data";
+  fs::create_hard_link(db, d / "hard.db");
+  fs::create_symlink(db, d / "soft.db");
+  const std::vector<ctitan::CommandInput> inputs = {{"--db", db.string()}, {"--baseline-file", ""}};
+  for (const fs::path& out : {db, d / "hard.db", d / "soft.db", d / "." / "x.db", fs::path(db.string() + "-wal")}) {
+    const std::string err = error_of([&] { ctitan::check_output_is_not_an_input(out.string(), "report --out", inputs); });
+    EXPECT_NE(err.find("report --out '" + out.string() + "' is "), std::string::npos) << out << ": " << err;
+    EXPECT_NE(err.find("--db '" + db.string() + "', which this command reads"), std::string::npos) << err;
+  }
+  // A new file beside it, stdout, and no output at all pass.
+  for (const std::string& out : {(d / "report.html").string(), std::string("-"), std::string()})
+    EXPECT_EQ(error_of([&] { ctitan::check_output_is_not_an_input(out, "report --out", inputs); }), "") << out;
+  // Neither exists yet: the same path by two spellings is still one file.
+  EXPECT_NE(error_of([&] {
+              ctitan::check_output_is_not_an_input((d / "sub/../new.json").string(), "gate --md",
+                                                   {{"--baseline-file", (d / "new.json").string()}});
+            }),
+            "");
+  EXPECT_EQ(slurp(db), "data");
 }

@@ -140,15 +140,37 @@ TEST(ReliabilityDb, ReadOnlyOpenWritesNothing) {
   EXPECT_FALSE(fs::exists(path.parent_path() / "absent.db"));
 }
 
-// An older file opened for reading is migrated where it can be written.
-TEST(ReliabilityDb, ReadOnlyOpenOfAnOlderWritableFileMigratesIt) {
+// Issue 55, item 9: an older file opened for reading is read through a
+// migrated copy in memory; the file keeps its bytes and its version (it was
+// migrated in place before). An empty file is one line, and stays empty.
+TEST(ReliabilityDb, ReadOnlyOpenOfAnOlderFileReadsItAsItIs) {
   const fs::path path = make_db(fresh_dir("older"), 1);
   sql(path, "ALTER TABLE steps DROP COLUMN moe_load_cv; ALTER TABLE steps DROP COLUMN moe_load_min; "
             "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE steps DROP COLUMN moe_ep_imbalance; "
             "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; ALTER TABLE sweeps DROP COLUMN spec_path; UPDATE schema_version SET version = 7;");
-  ResultsDb db(path.string(), ResultsDb::Access::read_only);
-  EXPECT_EQ(db.schema_version(), ResultsDb::kSchemaVersion);
-  EXPECT_EQ(db.sweeps().at(0).spec_path, "");
+  const std::string before = file_bytes(path);
+  {
+    ResultsDb db(path.string(), ResultsDb::Access::read_only);
+    EXPECT_EQ(db.schema_version(), ResultsDb::kSchemaVersion);
+    EXPECT_EQ(db.sweeps().at(0).spec_path, "");
+    EXPECT_EQ(db.runs().size(), 1u);
+    const std::string msg = fault_of([&] { db.upsert_sweep("new", ""); });
+    EXPECT_NE(msg.find("is read-only"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(file_bytes(path), before);
+  EXPECT_EQ(ResultsDb(path.string()).schema_version(), ResultsDb::kSchemaVersion);  // a writer still migrates it
+
+  const fs::path empty = path.parent_path() / "empty.db";
+  std::ofstream(empty).flush();
+  try {
+    ResultsDb db(empty.string(), ResultsDb::Access::read_only);
+    ADD_FAILURE() << "an empty file was opened for reading";
+  } catch (const ctitan::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("has no ctitan tables"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(fs::file_size(empty), 0u);
+  EXPECT_FALSE(fs::exists(empty.string() + "-wal"));
+  EXPECT_FALSE(fs::exists(empty.string() + "-shm"));
 }
 
 // open_sweep: a refusal (the check throws) writes nothing; accepted, the

@@ -91,7 +91,7 @@ std::vector<std::string> canonicalize(const std::vector<std::string>& args) {
   }
   const std::string name = arg.substr(0, arg.find('='));
   const std::string bare = name.substr(name.find_first_not_of('-'));
-  fail(kWhere, "unknown option '" + name + "'; did you mean '--" + nearest_key(bare) + "'?");
+  fail(kWhere, "unknown option '" + name + "'; " + unknown_key_advice(bare, "--"));
 }
 
 }  // namespace

@@ -168,7 +168,7 @@ void walk(const toml::table& t, const std::string& prefix, const std::string& pa
       walk(*sub, key, path, cfg, seen);
       continue;
     }
-    if (!f) fail(where, "unknown key '" + key + "'; did you mean '" + nearest_key(key) + "'?");
+    if (!f) fail(where, "unknown key '" + key + "'; " + unknown_key_advice(key));
     f->set(cfg, checked(*f, from_toml(node, *f, f->get(cfg), where), where));
     seen[key] = where;
   }
@@ -308,8 +308,7 @@ std::string to_toml(const JobConfig& cfg) {
 void apply_override(JobConfig& cfg, const std::string& dotted_key, const std::string& value) {
   const config::FieldSpec* f = config::find_field(dotted_key);
   if (!f) {
-    config::fail("", "unknown key '" + dotted_key + "'; did you mean '" +
-                         config::nearest_key(dotted_key) + "'?");
+    config::fail("", "unknown key '" + dotted_key + "'; " + config::unknown_key_advice(dotted_key));
   }
   config::set_from_string(cfg, *f, value, "");
 }

@@ -218,7 +218,8 @@ std::vector<FieldSpec> build_registry() {
             "DualPipeV's EP overlap; ctitan has no DualPipeV schedule", kInert),
       field("parallelism.context_parallel_load_balancer", &C::parallelism,
             &ParallelismSection::context_parallel_load_balancer,
-            "headtail (2·cp chunks, rank r holds r and 2·cp-1-r) | none"),
+            "headtail (2·cp chunks, rank r holds r and 2·cp-1-r) | ptrr (block_causal: blocks dealt by "
+            "document length; flex attention) | none"),
       field("parallelism.expert_tensor_parallel_degree", &C::parallelism,
             &ParallelismSection::expert_tensor_parallel_degree,
             "1 (ep spans tp) or tensor_parallel_degree (experts' hidden dim over tp)"),
@@ -250,14 +251,15 @@ std::vector<FieldSpec> build_registry() {
       field("checkpoint.enable_first_step_checkpoint", &C::checkpoint,
             &CheckpointSection::enable_first_step_checkpoint, "also save after step 1"),
       field("checkpoint.initial_load_in_hf", &C::checkpoint, &CheckpointSection::initial_load_in_hf,
-            "start from a Hugging Face Llama checkpoint (safetensors + config.json in initial_load_path, else "
+            "start from a Hugging Face checkpoint of the model's family (Llama 3, Qwen3, DeepSeek-V3: safetensors + "
+            "config.json in initial_load_path, else "
             "model.hf_assets_path) when the checkpoint folder has no step to resume; weights only, any layout"),
       field("checkpoint.initial_load_in_hf_quantized", &C::checkpoint,
             &CheckpointSection::initial_load_in_hf_quantized, "load quantized HF safetensors",
             kDefaultOnly),
       field("checkpoint.last_save_in_hf", &C::checkpoint, &CheckpointSection::last_save_in_hf,
-            "write the last step's checkpoint (step-<N>) as Hugging Face Llama safetensors + config.json in "
-            "export_dtype, loadable by transformers' LlamaForCausalLM"),
+            "write the last step's checkpoint (step-<N>) as Hugging Face safetensors + config.json in "
+            "export_dtype, loadable by transformers (LlamaForCausalLM, Qwen3ForCausalLM, ...)"),
       field("checkpoint.create_seed_checkpoint", &C::checkpoint,
             &CheckpointSection::create_seed_checkpoint,
             "write the step-0 checkpoint and exit (ctitan's init is per parameter: a parallel run needs none)"),
@@ -275,7 +277,7 @@ std::vector<FieldSpec> build_registry() {
       field("activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns",
             &C::activation_checkpoint,
             &ActivationCheckpointSection::per_op_sac_force_recompute_mm_shapes_by_fqns,
-            "MoE router matmuls; no MoE in ctitan", kInert),
+            "MoE router GEMMs op-level SAC recomputes by shape; ctitan's op policy chooses by op", kInert),
       field("activation_checkpoint.early_stop", &C::activation_checkpoint,
             &ActivationCheckpointSection::early_stop, "stop recompute early", kDefaultOnly),
       field("activation_checkpoint.memory_budget", &C::activation_checkpoint,

@@ -74,6 +74,11 @@ std::string render_value(const Value& v);
 // preferring a key with the same last component when the spelling is far.
 std::string nearest_key(const std::string& unknown);
 
+// What to tell a user of an unknown key, after "unknown key 'K'; ": a key of
+// a later TorchTitan is named as such (with v0.2.2's way to say the same,
+// where there is one), anything else gets "did you mean '<prefix>K2'?".
+std::string unknown_key_advice(const std::string& unknown, const std::string& prefix = "");
+
 // The section ("training", "quantize.linear.float8") closest to `unknown`.
 std::string nearest_section(const std::string& unknown);
 

@@ -30,6 +30,30 @@ const std::unordered_map<std::string, std::string>& renames() {
   return m;
 }
 
+// Keys TorchTitan added after v0.2.2 (torchtitan/config/configs.py on its
+// main branch, b5bcd76), which ctitan does not read, and what says the same
+// in v0.2.2 ("" where nothing does).
+const std::unordered_map<std::string, std::string>& later_keys() {
+  static const std::unordered_map<std::string, std::string> m = {
+      {"training.num_tokens_per_microbatch_per_dp_rank", "training.local_batch_size x training.seq_len"},
+      {"training.num_tokens_per_train_step", "training.global_batch_size x training.seq_len"},
+      {"training.max_context_length", "training.seq_len"},
+      {"training.disable_cuda_graphs", ""},
+      {"parallelism.enable_fsdp_symm_mem", ""},
+      {"parallelism.spmd_backend", ""},
+      {"parallelism.num_pp_microbatches", "parallelism.pipeline_parallel_microbatch_size"},
+      {"parallelism.context_parallel_ptrr_mask_key", ""},
+      {"compile.enable_async_tensor_parallel", "parallelism.enable_async_tensor_parallel"},
+      {"debug.spmd_typechecking", ""},
+      {"debug.detect_anomaly", ""},
+      {"debug.batch_invariant", ""},
+      {"debug.print_config", "job.print_config"},
+      {"debug.save_config_file", ""},
+      {"debug.enable_structured_logging", ""},
+  };
+  return m;
+}
+
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
@@ -68,6 +92,15 @@ std::string nearest_key(const std::string& unknown) {
   // section (training.warmup_steps); a close spelling is usually a typo.
   if (best_same_name && best_d > 2) return best_same_name->key;
   return best ? best->key : "";
+}
+
+std::string unknown_key_advice(const std::string& unknown, const std::string& prefix) {
+  const auto later = later_keys().find(unknown);
+  if (later == later_keys().end()) return "did you mean '" + prefix + nearest_key(unknown) + "'?";
+  std::string advice = "it is a key of a TorchTitan later than v0.2.2, which ctitan does not read (it reads "
+                       "v0.2.x's recipe keys); remove it";
+  if (!later->second.empty()) advice += " and say the same with v0.2.2's " + later->second;
+  return advice;
 }
 
 std::string nearest_section(const std::string& unknown) {
