@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -76,6 +77,38 @@ void check(const JobConfig& cfg, const config::Origins& origins) {
     if (c != "quantize.linear.float8" && c != "float8")
       throw InputError(at("model.converters") + "model.converters entry '" + c +
                        "' is unknown; ctitan has \"quantize.linear.float8\"");
+}
+
+// A point's checkpoints live in its own run folder. The trainer saves to
+// and resumes from job.dump_folder / checkpoint.folder, job.dump_folder is
+// the point's run folder, and checkpoint.folder is not part of the point
+// key (keys_outside_the_key): an absolute folder, or one whose ".." climbs
+// out of the run folder, is shared by every point, so a point would resume
+// the checkpoint another point (another lr, another batch) left there and
+// be recorded ok with the other's steps. Refused when the sweep is planned,
+// wherever the value came from (base recipe, [overrides], a grid, include
+// or stack value). checkpoint.initial_load_path stays allowed: it is part
+// of the point key and only seeds a run whose own folder holds no checkpoint.
+void check_checkpoint_folder(const SweepSpec& spec, const JobConfig& cfg, const config::Origins& origins) {
+  if (!cfg.checkpoint.enable) return;  // the folder is neither read nor written
+  const std::filesystem::path folder(cfg.checkpoint.folder);
+  const std::filesystem::path normal = folder.lexically_normal();
+  std::string why;
+  if (folder.has_root_directory() || folder.has_root_name())
+    why = "is an absolute path";
+  else if (!normal.empty() && *normal.begin() == "..")
+    why = "climbs out of the run folder with '..'";
+  else
+    return;
+  const auto it = origins.find("checkpoint.folder");
+  std::string where = spec.path;
+  if (it != origins.end() && !it->second.empty())
+    where = it->second.rfind(spec.path + ":", 0) == 0 ? it->second : spec.path + ": base recipe " + it->second;
+  throw InputError("sweep spec error: " + where + ": checkpoint.folder = \"" + cfg.checkpoint.folder + "\" " + why +
+                   ", so with checkpoint.enable every point would save to and resume from one shared folder (a "
+                   "point would continue another point's run and be recorded as its own); set a relative "
+                   "checkpoint.folder such as \"checkpoint\", which resolves under job.dump_folder, each run's own "
+                   "folder (to start every point from one checkpoint, set checkpoint.initial_load_path)");
 }
 
 bool matches(const std::vector<Condition>& rule, const JobConfig& cfg, int world_size) {
@@ -452,6 +485,7 @@ std::vector<SweepPoint> plan_sweep(const SweepSpec& spec, const DeviceBudget& bu
     if (!explicit_point)
       for (const auto& rule : spec.exclude)
         if (matches(rule, pt.config, ws)) return;
+    check_checkpoint_folder(spec, pt.config, origins);
     std::string rejected;
     try {
       check(pt.config, origins);

@@ -560,10 +560,17 @@ SweepSpec parse_spec_text(const std::string& text, const std::string& path) {
                          "[[exclude]], [[include]], [[stack]], [report], [slurm] and [published]");
     }
   }
-  // [report] stack: each entry a [grid] axis, and with two values or the one named.
-  for (const auto& [entry, where] : s.report_stack) {
+  // [report] stack: each entry a [grid] axis, and with two values or the one
+  // named; an axis stacks once (a second step on it could pair no points).
+  for (size_t i = 0; i < s.report_stack.size(); ++i) {
+    const auto& [entry, where] = s.report_stack[i];
     const auto eq = entry.find('=');
     const std::string key = entry.substr(0, eq);
+    for (size_t j = 0; j < i; ++j)
+      if (s.report_stack[j].first.substr(0, s.report_stack[j].first.find('=')) == key)
+        throw InputError("sweep spec error: " + where + ": [report] stack entry '" + entry + "' repeats '" +
+                         s.report_stack[j].first + "' (" + s.report_stack[j].second +
+                         "); each axis stacks once: remove one of them");
     const auto axis =
         std::find_if(s.grid.begin(), s.grid.end(), [&](const SweepAxis& g) { return g.key == key; });
     if (axis == s.grid.end())
