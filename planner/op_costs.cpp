@@ -52,6 +52,66 @@ bool contains_attention(std::string name) {
 
 double median(const std::vector<double>& v) { return v.empty() ? 0 : quantile(v, 0.5); }
 
+// What a real run's trace can hold: no traced event lasts a day, and no
+// tensor has more than 2^48 elements (256 TiB at one byte each, more than
+// any device or host holds).
+constexpr double kMaxEventUs = 86400e6;
+constexpr double kMaxTensorElements = 281474976710656.0;  // 2^48
+
+// "event 12 ('aten::mm')" for messages: the index in traceEvents and the
+// name, cut short and printable.
+std::string event_label(const nlohmann::json& e, size_t index) {
+  std::string name = e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "";
+  if (name.size() > 60) name = name.substr(0, 57) + "...";
+  for (char& c : name)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return "event " + std::to_string(index) + " ('" + name + "')";
+}
+
+std::string number_text(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+// An event's "ts" or "dur" (microseconds): a finite number, a time >= 0 and
+// a duration > 0 and under a day. InputError naming the event otherwise.
+double event_us(const nlohmann::json& e, const char* key, size_t index) {
+  const bool duration = std::string(key) == "dur";
+  if (!e.contains(key) || !e[key].is_number())
+    throw InputError(event_label(e, index) + " has no number \"" + key + "\"");
+  const double v = e[key].get<double>();
+  if (!std::isfinite(v) || v < 0 || (duration && (v <= 0 || v > kMaxEventUs)))
+    throw InputError(event_label(e, index) + " has \"" + key + "\" = " + number_text(v) + ": " +
+                     (duration ? "a duration is a positive number of microseconds, under a day"
+                               : "a time is a finite number of microseconds, not negative"));
+  return v;
+}
+
+// An op's "Input Dims": every size a whole number in [0, 2^48], every
+// tensor's element count at most 2^48. InputError naming the event otherwise.
+void check_input_dims(const nlohmann::json& e, size_t index) {
+  if (!e.contains("args") || !e["args"].is_object() || !e["args"].contains("Input Dims")) return;
+  const nlohmann::json& dims = e["args"]["Input Dims"];
+  if (!dims.is_array()) throw InputError(event_label(e, index) + " has \"Input Dims\" that are not a list of shapes");
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (!dims[i].is_array()) continue;  // a scalar argument
+    double elements = 1;
+    for (const nlohmann::json& d : dims[i]) {
+      if (d.is_array()) continue;  // a tensor list's shapes (not read)
+      const bool whole = d.is_number_integer() || (d.is_number() && std::nearbyint(d.get<double>()) == d.get<double>());
+      const double v = d.is_number() ? d.get<double>() : NAN;
+      if (!whole || !(v >= 0) || v > kMaxTensorElements)
+        throw InputError(event_label(e, index) + " has input " + std::to_string(i) + " of shape " + dims[i].dump() +
+                         "; a size is a whole number from 0 to 2^48");
+      elements *= v;
+    }
+    if (elements > kMaxTensorElements)
+      throw InputError(event_label(e, index) + " has input " + std::to_string(i) + " of shape " + dims[i].dump() +
+                       ", " + number_text(elements) + " elements; no tensor holds more than 2^48");
+  }
+}
+
 }  // namespace
 
 const char* op_class_name(OpClass c) {
@@ -178,14 +238,22 @@ TraceSamples trace_samples(const nlohmann::json& trace) {
     const nlohmann::json* e;
   };
   std::map<std::pair<int64_t, int64_t>, std::vector<Op>> tracks;  // (pid, tid) → cpu ops
-  for (const nlohmann::json& e : events) {
-    if (!e.is_object() || e.value("ph", "") != "X") continue;
-    const std::string cat = e.value("cat", "");
-    const double dur_us = e.value("dur", 0.0);
+  for (size_t index = 0; index < events.size(); ++index) {
+    const nlohmann::json& e = events[index];
+    if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string() || e["ph"] != "X") continue;
+    const std::string cat = e.contains("cat") && e["cat"].is_string() ? e["cat"].get<std::string>() : "";
+    if (cat != "step" && cat != "collective" && cat != "compute" && cat != "data" && cat != "optimizer" &&
+        cat != "cpu_op")
+      continue;
+    // Every time read is a real one: a negative, zero, infinite or
+    // day-long duration, or a shape no tensor has, is a damaged trace.
+    const double dur_us = event_us(e, "dur", index);
+    const double ts_us = event_us(e, "ts", index);
+    if (cat == "cpu_op") check_input_dims(e, index);
     if (cat == "step") {
       ++out.steps;
       out.step_seconds += dur_us * 1e-6;
-      out.step_spans.push_back({e.value("name", ""), e.value("ts", 0.0), dur_us});
+      out.step_spans.push_back({e.value("name", ""), ts_us, dur_us});
     } else if (cat == "collective") {
       const nlohmann::json args = e.value("args", nlohmann::json::object());
       const double bytes = args.is_object() ? args.value("bytes", 0.0) : 0.0;
@@ -193,12 +261,15 @@ TraceSamples trace_samples(const nlohmann::json& trace) {
       const std::string kind = args.is_object() && args.contains("op")
                                    ? args.value("op", std::string()) + " " + args.value("group", std::string())
                                    : e.value("name", "");
+      if (!std::isfinite(bytes) || bytes > kMaxTensorElements * 8)
+        throw InputError(event_label(e, index) + " moves " + number_text(bytes) + " bytes; no collective moves more "
+                         "than 2^51");
       if (bytes > 0)
-        out.ops.push_back({e.value("name", ""), OpClass::collective, kind, bytes, dur_us * 1e-6, 0, e.value("ts", 0.0)});
+        out.ops.push_back({e.value("name", ""), OpClass::collective, kind, bytes, dur_us * 1e-6, 0, ts_us});
     } else if (cat == "compute" || cat == "data" || cat == "optimizer") {
-      out.scopes.push_back({e.value("name", ""), e.value("ts", 0.0), dur_us});
+      out.scopes.push_back({e.value("name", ""), ts_us, dur_us});
     } else if (cat == "cpu_op") {
-      tracks[{e.value("pid", int64_t{0}), e.value("tid", int64_t{0})}].push_back({e.value("ts", 0.0), dur_us, &e});
+      tracks[{e.value("pid", int64_t{0}), e.value("tid", int64_t{0})}].push_back({ts_us, dur_us, &e});
     }
   }
   // Leaves only: an op with an op nested inside it is counted through its children
@@ -254,6 +325,69 @@ OpCostModel fit_op_costs(const TraceSamples& samples) {
   return m;
 }
 
+namespace {
+
+// A measured rate may pass the peak by this much (a CPU's peak is itself a
+// measurement, of one GEMM size, at one moment's clock), not more.
+constexpr double kPeakSlack = 1.1;
+
+// The peak FLOP/s of the hardware a run was traced on, and where it came
+// from: its MFU's denominator (summary.json peak_flops; on a CPU measured by
+// the run in its GEMM dtype at its threads, or metrics.peak_tflops). For a
+// CPU run only: a GPU run's cpu_op times are kernel launches, not kernels.
+// {0, ""} where the run recorded none (stopped before its summary).
+std::pair<double, std::string> traced_peak(const fs::path& dir) {
+  std::ifstream in(dir / "summary.json");
+  if (!in) return {0, ""};
+  try {
+    const nlohmann::json s = nlohmann::json::parse(in);
+    if (!s.is_object() || !s.contains("device") || s["device"] != "cpu" || !s.contains("peak_flops") ||
+        !s["peak_flops"].is_number())
+      return {0, ""};
+    const double peak = s["peak_flops"].get<double>();
+    const std::string source = s.contains("peak_flops_source") && s["peak_flops_source"].is_string()
+                                   ? s["peak_flops_source"].get<std::string>()
+                                   : "";
+    return {std::isfinite(peak) && peak > 0 ? peak : 0, source};
+  } catch (const nlohmann::json::exception&) {
+    return {0, ""};
+  }
+}
+
+// A class's law (GEMMs per dtype, attention per direction) fitted to the
+// traced ops; the FLOP/s it implies (the class's work over the time the law
+// gives its ops; attention at its causal half) must not pass the peak.
+void check_below_peak(const TraceSamples& samples, double peak, const std::string& source,
+                      const std::string& run_dir) {
+  if (!(peak > 0)) return;
+  std::map<std::pair<int, std::string>, std::vector<const OpSample*>> groups;
+  for (const OpSample& o : samples.ops)
+    if ((o.cls == OpClass::gemm || o.cls == OpClass::attention) && o.seconds > 0 && o.work > 0)
+      groups[{static_cast<int>(o.cls), o.dtype}].push_back(&o);
+  for (const auto& [key, ops] : groups) {
+    const bool attention = key.first == static_cast<int>(OpClass::attention);
+    std::vector<std::pair<double, double>> xy;
+    const OpSample* largest = ops.front();
+    for (const OpSample* o : ops) {
+      xy.emplace_back(attention ? o->work / 2 : o->work, o->seconds);
+      if (o->work > largest->work) largest = o;
+    }
+    const LinearLaw law = fit_linear_law(xy);
+    double work = 0, time = 0;
+    for (const auto& [w, t] : xy) work += w, time += law.predict(w);
+    const double rate = time > 0 ? work / time : INFINITY;
+    if (rate <= kPeakSlack * peak) continue;
+    throw InputError("ctitan plan --profile: " + run_dir + ": the traced " + op_class_name(static_cast<OpClass>(key.first)) +
+                     " ops (" + (key.second.empty() ? "-" : key.second) + ", " + std::to_string(ops.size()) +
+                     ", the largest " + largest->name + " of " + number_text(largest->work) + " FLOPs) do " +
+                     number_text(rate) + " FLOP/s by their fitted law, more than the peak of the hardware they ran on (" +
+                     number_text(peak) + " FLOP/s, summary.json peak_flops" + (source.empty() ? "" : ", " + source) +
+                     "); their durations or Input Dims are not a real run's: record the run again");
+  }
+}
+
+}  // namespace
+
 TraceSamples run_trace_samples(const std::string& run_dir, std::vector<std::string>* files_read) {
   const fs::path dir(run_dir);
   if (!fs::is_directory(dir))
@@ -279,7 +413,16 @@ TraceSamples run_trace_samples(const std::string& run_dir, std::vector<std::stri
       throw InputError("ctitan plan --profile: " + f.string() + " is not a readable trace (" + e.what() +
                        "); record the run again");
     }
-    TraceSamples s = trace_samples(j);
+    TraceSamples s;
+    try {
+      s = trace_samples(j);
+    } catch (const InputError& e) {
+      throw InputError("ctitan plan --profile: " + f.string() + ": " + e.what() +
+                       "; the trace is damaged: record the run again");
+    } catch (const nlohmann::json::exception& e) {  // a field of another type than a trace's
+      throw InputError("ctitan plan --profile: " + f.string() + " is not a readable trace (" + e.what() +
+                       "); record the run again");
+    }
     all.ops.insert(all.ops.end(), s.ops.begin(), s.ops.end());
     all.scopes.insert(all.scopes.end(), s.scopes.begin(), s.scopes.end());
     all.step_spans.insert(all.step_spans.end(), s.step_spans.begin(), s.step_spans.end());
@@ -291,6 +434,8 @@ TraceSamples run_trace_samples(const std::string& run_dir, std::vector<std::stri
   if (std::none_of(all.ops.begin(), all.ops.end(), [](const OpSample& s) { return s.cls != OpClass::collective; }))
     throw InputError("ctitan plan --profile: the traces in " + run_dir + " hold no LibTorch op with input shapes "
                      "(the op profiler did not run); record them again with profiling.enable_profiling");
+  const auto [peak, source] = traced_peak(dir);
+  check_below_peak(all, peak, source, run_dir);
   return all;
 }
 

@@ -14,6 +14,7 @@
 
 #include "common/errors.h"
 #include "planner/model_desc.h"
+#include "tests/unit/input_error.h"
 #include "planner/plan.h"
 #include "profiling/peak_flops.h"
 #include "trainer/config/config_loader.h"
@@ -472,6 +473,66 @@ TEST(OpCosts, ARunWithoutTracesIsRefusedInOneLine) {
   fs::create_directories(dir / "profile_traces" / "iteration_2");
   std::ofstream(dir / "profile_traces" / "iteration_2" / "rank0_trace.json") << "{\"traceEvents\": [";
   EXPECT_THROW(op_costs_from_run(dir.string()), InputError);  // a damaged trace: one line too
+  fs::remove_all(dir);
+}
+
+TEST(OpCosts, ImpossibleEventsAndLawsFasterThanThePeakAreRefused) {
+  // Issue 55: a negative, zero, infinite or day-long duration, a negative or
+  // 2^62 size is no real run's; each is one line naming the event.
+  const auto trace = [](nlohmann::json e) {
+    nlohmann::json events = nlohmann::json::array();
+    events.push_back(span("step", "step 1", 0, 1000));
+    events.push_back(std::move(e));
+    return nlohmann::json{{"traceEvents", events}};
+  };
+  const auto refusal = [&](nlohmann::json e) { return error_of([&] { trace_samples(trace(std::move(e))); }); };
+  EXPECT_EQ(refusal(op("aten::mm", 10, -5, {{64, 32}, {32, 32}})),
+            "event 1 ('aten::mm') has \"dur\" = -5: a duration is a positive number of microseconds, under a day");
+  EXPECT_NE(refusal(op("aten::mm", 10, 0, {{64, 32}, {32, 32}})).find("\"dur\" = 0: "), std::string::npos);
+  EXPECT_NE(refusal(op("aten::mm", 10, 1e11, {{64, 32}, {32, 32}})).find("\"dur\" = 1e+11: "), std::string::npos);
+  EXPECT_NE(refusal(op("aten::mm", 10, INFINITY, {{64, 32}, {32, 32}})).find("\"dur\" = inf: "), std::string::npos);
+  EXPECT_NE(refusal(op("aten::mm", -1, 5, {{64, 32}, {32, 32}})).find("\"ts\" = -1: a time is"), std::string::npos);
+  EXPECT_NE(refusal(span("compute", "forward layers.0", 10, -3)).find("('forward layers.0') has \"dur\" = -3"),
+            std::string::npos);
+  EXPECT_EQ(refusal(op("aten::mm", 10, 5, {{int64_t{1} << 62, 32}, {32, 32}})),
+            "event 1 ('aten::mm') has input 0 of shape [4611686018427387904,32]; a size is a whole number from 0 to "
+            "2^48");
+  EXPECT_NE(refusal(op("aten::add", 10, 5, {{4, -1}})).find("input 0 of shape [4,-1]"), std::string::npos);
+  EXPECT_NE(refusal(op("aten::add", 10, 5, {{1 << 20, 1 << 20, 1 << 20}})).find("no tensor holds more than 2^48"),
+            std::string::npos);
+  nlohmann::json named = op("aten::add", 10, 5, {{4}});
+  named["dur"] = "5";
+  EXPECT_NE(refusal(named).find("has no number \"dur\""), std::string::npos);
+  EXPECT_NO_THROW(trace_samples(trace(op("aten::add", 10, 5, {{0, 4}, {}}))));  // an empty tensor is real
+
+  // A run directory: GEMMs at 1 us + 1 GFLOP/s, its summary's peak 10 GFLOP/s.
+  const fs::path dir = fs::path(::testing::TempDir()) / "op_costs_peak";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "profile_traces" / "iteration_1");
+  const auto write = [&](double scale) {
+    nlohmann::json events = nlohmann::json::array();
+    double ts = 0;
+    for (int m : {16, 32, 64, 128, 256}) {
+      const double us = 1 + 2.0 * m * 64 * 64 / 1e9 * 1e6;
+      events.push_back(op("aten::mm", ts, us, {{static_cast<int64_t>(m * scale), 64}, {64, 64}}));
+      ts += us + 1;
+    }
+    events.push_back(span("step", "step 1", 0, ts));
+    std::ofstream(dir / "profile_traces" / "iteration_1" / "rank0_trace.json") << nlohmann::json{{"traceEvents", events}};
+  };
+  std::ofstream(dir / "summary.json") << R"({"device": "cpu", "peak_flops": 1e10, "peak_flops_source": "measured"})";
+  write(1);
+  EXPECT_EQ(run_trace_samples(dir.string()).ops.size(), 5u);
+  write(64);  // the same times for 64x the FLOPs: about 64 GFLOP/s by the law
+  const std::string why = error_of([&] { run_trace_samples(dir.string()); });
+  EXPECT_NE(why.find(dir.string() + ": the traced gemm ops (-, 5, the largest aten::mm of "), std::string::npos) << why;
+  EXPECT_NE(why.find("more than the peak of the hardware they ran on (1e+10 FLOP/s, summary.json peak_flops, measured)"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos);
+  // A GPU run's cpu_op times are launches, not kernels: no peak to hold them to.
+  std::ofstream(dir / "summary.json") << R"J({"device": "NVIDIA H100 (cuda:0)", "peak_flops": 1e10})J";
+  EXPECT_EQ(run_trace_samples(dir.string()).ops.size(), 5u);
   fs::remove_all(dir);
 }
 
