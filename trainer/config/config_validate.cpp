@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "common/limits.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
 #include "trainer/model/model_registry.h"
@@ -25,6 +26,13 @@ class Checker {
 
   void positive(const std::string& key, int64_t v) const {
     if (v <= 0) bad(key, key + " must be > 0, got " + std::to_string(v));
+  }
+  void seq_len(const std::string& key, int64_t v) const {
+    positive(key, v);
+    if (v > kMaxSeqLen)
+      bad(key, key + " " + std::to_string(v) + " is more than " + std::to_string(kMaxSeqLen) +
+                   " tokens (2^24), the longest sequence ctitan runs or plans (RoPE's float32 positions are exact "
+                   "only up to 2^24); give a shorter one");
   }
   void non_negative(const std::string& key, int64_t v) const {
     if (v < 0) bad(key, key + " must be >= 0, got " + std::to_string(v));
@@ -70,7 +78,7 @@ bool is_positive_integer(const std::string& s) {
 
 void check_training(const Checker& k, const TrainingSection& t) {
   k.positive("training.steps", t.steps);
-  k.positive("training.seq_len", t.seq_len);
+  k.seq_len("training.seq_len", t.seq_len);
   k.positive("training.local_batch_size", t.local_batch_size);
   if (t.global_batch_size != -1 &&
       (t.global_batch_size <= 0 || t.global_batch_size % t.local_batch_size != 0)) {
@@ -96,7 +104,7 @@ void check_validation(const Checker& k, const ValidationSection& v) {
   k.one_of("validation.dataset", v.dataset,
            {"c4_validation", "c4", "c4_test", "text", "bin", "markov", "synthetic"});
   k.positive("validation.local_batch_size", v.local_batch_size);
-  k.positive("validation.seq_len", v.seq_len);
+  k.seq_len("validation.seq_len", v.seq_len);
   k.positive("validation.freq", v.freq);
   if (v.steps == 0 || v.steps < -1)
     k.bad("validation.steps", "validation.steps must be > 0, or -1 for the whole set, got " + std::to_string(v.steps));

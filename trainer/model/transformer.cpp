@@ -222,8 +222,15 @@ Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, in
   // compute dtype.
   attention_dtype_ = compute_dtype;
   if (device.is_cpu() && compute_dtype == torch::kBFloat16 && args_.head_dim() < 32) attention_dtype_ = torch::kFloat;
+  // On the meta device (a dry run, the planner's layout) the RoPE table is a
+  // shape only: nothing proportional to the sequence is computed or held.
+  const bool meta = device.is_meta();
+  const auto meta_table = [&](int64_t dim) {
+    return at::empty({max_seq_len, dim / 2}, at::TensorOptions().dtype(at::kComplexFloat).device(device));
+  };
   if (args.is_mla()) {
-    freqs_cis_ = precompute_yarn_freqs_cis(args.rope_dim(), max_seq_len, args.rope_theta, args.yarn).to(device);
+    freqs_cis_ = meta ? meta_table(args.rope_dim())
+                      : precompute_yarn_freqs_cis(args.rope_dim(), max_seq_len, args.rope_theta, args.yarn).to(device);
     const MlaArgs& m = args.mla;
     mla_scale_ = std::pow(static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim), -0.5);
     if (args.yarn.enabled && max_seq_len > args.yarn.original_seq_len) {
@@ -231,7 +238,9 @@ Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, in
       mla_scale_ *= ms * ms;
     }
   } else {
-    freqs_cis_ = precompute_freqs_cis(args.head_dim(), max_seq_len, args.rope_theta, args.rope_scaling).to(device);
+    freqs_cis_ = meta ? meta_table(args.head_dim())
+                      : precompute_freqs_cis(args.head_dim(), max_seq_len, args.rope_theta, args.rope_scaling)
+                            .to(device);
   }
   // TorchTitan's DeepSeek-V3 final norm: torch.finfo(dtype).eps.
   head_norm_eps_ = !args.final_norm_eps_of_dtype ? args.norm_eps
@@ -401,6 +410,13 @@ void Transformer::set_ptrr_blocks(std::vector<std::vector<int64_t>> blocks) {
 const at::Tensor& Transformer::rope_table(int64_t S) const {
   if (!cp_.on()) return freqs_cis_;
   if (!cp_positions_.defined() || cp_positions_.size(0) != S) {
+    if (freqs_cis_.is_meta()) {  // shapes only (a dry run): no positions of the sequence are listed
+      TORCH_CHECK(S * cp_.size() <= freqs_cis_.size(0), "sequence length ", S * cp_.size(), " exceeds the model's max ",
+                  freqs_cis_.size(0));
+      cp_positions_ = at::empty({S}, freqs_cis_.options().dtype(at::kLong));
+      cp_freqs_ = at::empty({S, freqs_cis_.size(1)}, freqs_cis_.options());
+      return cp_freqs_;
+    }
     cp_positions_ = cp_.positions(cp_.rank(), S * cp_.size());
     TORCH_CHECK(S * cp_.size() <= freqs_cis_.size(0), "sequence length ", S * cp_.size(), " exceeds the model's max ",
                 freqs_cis_.size(0));
