@@ -8,6 +8,7 @@
 
 #include "common/errors.h"
 #include "reports/aliases.h"
+#include "reports/models.h"
 #include "reports/report.h"
 
 namespace ctitan {
@@ -29,13 +30,21 @@ std::string context(const PointStats& p, size_t k) {
   return c;
 }
 
-// The first value of setting k among the measured points (spec order), then the others in order.
-std::vector<std::string> values_of(const SectionReport& sec, size_t k) {
+// The first value of setting k among the measured points (spec order), then
+// the others in order; of one model's points when `model` is not "".
+std::vector<std::string> values_of(const SectionReport& sec, size_t k, const std::string& model = "") {
   std::vector<std::string> out;
   for (const PointStats& p : sec.points)
-    if (measured(p) && !p.settings[k].empty() && std::find(out.begin(), out.end(), p.settings[k]) == out.end())
+    if (measured(p) && (model.empty() || p.model == model) && !p.settings[k].empty() &&
+        std::find(out.begin(), out.end(), p.settings[k]) == out.end())
       out.push_back(p.settings[k]);
   return out;
+}
+
+// The models whose effects are computed on their own: each of a section of
+// several, or "" (every point) for a section of one.
+std::vector<std::string> model_groups(const SectionReport& sec) {
+  return sec.several_models() ? sec.models : std::vector<std::string>{""};
 }
 
 // Pairs (from, to) on setting k among the points `admit` lets in.
@@ -103,11 +112,15 @@ PairedRatio paired_ratio(const std::vector<double>& ratios) {
 
 std::vector<KnobEffect> knob_effects(const SectionReport& sec) {
   std::vector<KnobEffect> out;
-  for (size_t k = 0; k < sec.varying_keys.size(); ++k) {
-    const std::vector<std::string> values = values_of(sec, k);
-    for (size_t v = 1; v < values.size(); ++v) {
-      KnobEffect e = effect(sec, k, values[0], values[v], [](const PointStats&) { return true; });
-      if (!e.pairs.empty()) out.push_back(std::move(e));
+  for (const std::string& model : model_groups(sec)) {
+    const auto of_model = [&](const PointStats& p) { return model.empty() || p.model == model; };
+    for (size_t k = 0; k < sec.varying_keys.size(); ++k) {
+      const std::vector<std::string> values = values_of(sec, k, model);
+      for (size_t v = 1; v < values.size(); ++v) {
+        KnobEffect e = effect(sec, k, values[0], values[v], of_model);
+        e.model = model;
+        if (!e.pairs.empty()) out.push_back(std::move(e));
+      }
     }
   }
   return out;
@@ -121,6 +134,9 @@ std::vector<ChainStep> stack_chain(const SectionReport& sec,
   };
   std::vector<Step> chain;
   for (const auto& [key, to] : steps) {
+    if (is_model_key(key))
+      throw InputError("[report] stack entry '" + key + "' changes the model (reports/models.h): tokens/s of two "
+                       "models is not a comparison; stack the settings compared within one model");
     const size_t k = key_index(sec, key);
     if (k == std::string::npos)
       throw InputError("[report] stack names '" + key + "', which no two measured points of sweep " + sec.title +
@@ -140,19 +156,28 @@ std::vector<ChainStep> stack_chain(const SectionReport& sec,
     chain.push_back({k, values[0], target});
   }
   std::vector<ChainStep> out;
-  double tps = 1, mem = 1;
-  for (size_t i = 0; i < chain.size(); ++i) {
-    const auto admit = [&](const PointStats& p) {
-      for (size_t j = 0; j < chain.size(); ++j)
-        if (j != i && p.settings[chain[j].k] != (j < i ? chain[j].to : chain[j].from)) return false;
-      return true;
-    };
-    ChainStep s{effect(sec, chain[i].k, chain[i].from, chain[i].to, admit), 1, 1};
-    if (s.effect.tps.n) tps *= s.effect.tps.median;
-    if (s.effect.mem.n) mem *= s.effect.mem.median;
-    s.cumulative_tps = tps;
-    s.cumulative_mem = mem;
-    out.push_back(std::move(s));
+  for (const std::string& model : model_groups(sec)) {  // one chain per model: its ratios pair its own points
+    std::vector<ChainStep> steps_of_model;
+    double tps = 1, mem = 1;
+    bool paired = false;
+    for (size_t i = 0; i < chain.size(); ++i) {
+      const auto admit = [&](const PointStats& p) {
+        if (!model.empty() && p.model != model) return false;
+        for (size_t j = 0; j < chain.size(); ++j)
+          if (j != i && p.settings[chain[j].k] != (j < i ? chain[j].to : chain[j].from)) return false;
+        return true;
+      };
+      ChainStep s{effect(sec, chain[i].k, chain[i].from, chain[i].to, admit), 1, 1};
+      s.effect.model = model;
+      paired = paired || !s.effect.pairs.empty();
+      if (s.effect.tps.n) tps *= s.effect.tps.median;
+      if (s.effect.mem.n) mem *= s.effect.mem.median;
+      s.cumulative_tps = tps;
+      s.cumulative_mem = mem;
+      steps_of_model.push_back(std::move(s));
+    }
+    if (paired || model.empty())  // a model whose points never form the chain has none
+      out.insert(out.end(), steps_of_model.begin(), steps_of_model.end());
   }
   return out;
 }

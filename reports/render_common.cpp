@@ -71,14 +71,38 @@ std::string common_line(const SectionReport& sec) {
   return out;
 }
 
+namespace {
+
+// A table of a section of several models starts with the model column.
+void add_model_column(Table& t, const SectionReport& sec, size_t at = 0) {
+  if (!sec.several_models()) return;
+  t.header.insert(t.header.begin() + static_cast<std::ptrdiff_t>(at), "model");
+  t.right.insert(t.right.begin() + static_cast<std::ptrdiff_t>(at), false);
+}
+
+}  // namespace
+
 Table effects_table(const SectionReport& sec) {
   Table t;
   t.header = {"setting", "vs", "pairs", "tokens/s", "interval", "peak mem", "interval", "coverage"};
   t.right = {false, false, true, true, true, true, true, true};
-  for (const KnobEffect& e : sec.effects)
+  add_model_column(t, sec);
+  for (const KnobEffect& e : sec.effects) {
     t.rows.push_back({e.label, e.versus, pairs_cell(e), fmt::ratio(e.tps.median), ratio_interval(e.tps),
                       e.mem.n ? fmt::ratio(e.mem.median) : "-", ratio_interval(e.mem), coverage_cell(e.tps)});
+    if (sec.several_models()) t.rows.back().insert(t.rows.back().begin(), e.model);
+  }
   return t;
+}
+
+std::string models_note(const SectionReport& sec) {
+  if (!sec.several_models()) return "";
+  std::string names;
+  for (const std::string& m : sec.models) names += (names.empty() ? "" : "; ") + m;
+  return "These points train " + std::to_string(sec.models.size()) + " models (" + names +
+         "), and tokens/s of two models is not a comparison: each model has its own summary and its own effects, "
+         "and a point's speedup is against the baseline row of its own model at its world size; MFU (in the "
+         "points table) is the one figure that puts different models on one scale.";
 }
 
 std::string effects_note() {
@@ -94,19 +118,25 @@ Table chain_table(const SectionReport& sec) {
   Table t;
   t.header = {"row", "technique", "pairs", "tokens/s step", "interval", "cumulative", "peak mem step", "cumulative"};
   t.right = {true, false, true, true, true, true, true, true};
+  add_model_column(t, sec);
   int row = 0;
-  for (const ChainStep& s : sec.chain) {
+  for (size_t i = 0; i < sec.chain.size(); ++i) {
+    const ChainStep& s = sec.chain[i];
     const KnobEffect& e = s.effect;
+    if (i > 0 && sec.chain[i - 1].effect.model != e.model) row = 0;  // each model's chain starts again
     t.rows.push_back({std::to_string(++row), "+" + e.label + " (from " + e.versus + ")", pairs_cell(e),
                       e.tps.n ? fmt::ratio(e.tps.median) : "-", ratio_interval(e.tps), fmt::ratio(s.cumulative_tps),
                       e.mem.n ? fmt::ratio(e.mem.median) : "-", fmt::ratio(s.cumulative_mem)});
+    if (sec.several_models()) t.rows.back().insert(t.rows.back().begin(), e.model);
   }
   return t;
 }
 
 std::string chain_title(const SectionReport& sec) {
   std::string steps;
-  for (const ChainStep& s : sec.chain) steps += (steps.empty() ? "" : " \u2192 ") + s.effect.label;
+  for (const ChainStep& s : sec.chain)  // the steps once (each model's chain has them all)
+    if (s.effect.model == sec.chain.front().effect.model)
+      steps += (steps.empty() ? "" : " \u2192 ") + s.effect.label;
   return "Stacked: " + steps + " (the spec's [report] stack)";
 }
 
@@ -128,6 +158,7 @@ Table points_table(const SectionReport& sec) {
   Table t;
   t.header = {"#", "point"};
   t.right = {true, false};
+  add_model_column(t, sec, 2);
   // The planner's predictions beside the measured numbers, where the sweep stored some.
   const bool predicted = has_predictions(sec);
   std::vector<const char*> measured = {"ws", "tps/device (p10\u2013p90)", "n", "TFLOPs", "MFU", "peak mem/rank",
@@ -158,14 +189,15 @@ Table points_table(const SectionReport& sec) {
   t.right.insert(t.right.end(), {false, true});
   // What a laptop screen shows by default: the name, ws, throughput, MFU,
   // memory, loss, status and speedup; the rest behind "all columns".
-  static const std::set<std::string> kShown = {"#",   "point",         "ws",         "tps/device (p10\u2013p90)",
-                                               "MFU", "peak mem/rank", "final loss", "status",
-                                               "speedup"};
+  static const std::set<std::string> kShown = {"#",   "point",         "model",      "ws",
+                                               "tps/device (p10\u2013p90)", "MFU", "peak mem/rank", "final loss",
+                                               "status", "speedup"};
   for (const std::string& h : t.header) t.optional.push_back(!kShown.count(h));
   for (size_t i = 0; i < sec.points.size(); ++i) {
     const PointStats& p = sec.points[i];
     if (p.row == 0) continue;
     std::vector<std::string> row = {std::to_string(p.row), p.short_label};
+    if (sec.several_models()) row.push_back(p.model);
     row.insert(row.end(), {std::to_string(p.world_size), tps_cell(p), std::to_string(p.tps.n)});
     if (predicted)
       row.insert(row.end(), {fmt::or_dash(p.pred_tps, fmt::grouped), fmt::or_dash(p.pred_tps_error(), pct)});
@@ -277,7 +309,7 @@ Table summary_table(const SectionReport& sec, const WorldSummary& s) {
 }
 
 std::string summary_title(const WorldSummary& s) {
-  return "Summary — world size " + std::to_string(s.world_size) +
+  return "Summary — world size " + std::to_string(s.world_size) + (s.model.empty() ? "" : ", " + s.model) +
          ": the fastest point, and the fastest under each memory budget";
 }
 

@@ -19,7 +19,8 @@ struct Table {
 };
 
 // One row per point that was not pruned as infeasible: #, its name
-// (PointStats::short_label), ws, tps/device (p10–p90), n, TFLOPs,
+// (PointStats::short_label), [its model where the section has several,]
+// ws, tps/device (p10–p90), n, TFLOPs,
 // MFU, peak mem/rank, final loss (with the predicted columns when
 // has_predictions()), [compute, comm, exposed comm, idle — those
 // some point measured,] status, speedup.
@@ -30,15 +31,21 @@ Table scaling_table(const SectionReport& sec);
 // point's short label, tps/device, peak mem/rank, tps vs the fastest, and
 // the budget each row answers ("fastest", "fastest under 1.25 GiB").
 Table summary_table(const SectionReport& sec, const WorldSummary& s);
-std::string summary_title(const WorldSummary& s);  // "world size 2: fastest, and the fastest under each memory budget"
+// "world size 2: fastest, and the fastest under each memory budget";
+// "world size 2, deepseek_v3 debugmodel: ..." in a section of several models.
+std::string summary_title(const WorldSummary& s);
 std::string summary_note();                         // what the front is
-// Each setting's effect (SectionReport::effects): setting, versus, pairs
+// A section of several models: that each is compared with itself only, and
+// the models ("" for a section of one).
+std::string models_note(const SectionReport& sec);
+// Each setting's effect (SectionReport::effects): [model where the section
+// has several,] setting, versus, pairs
 // ("16", or "14 of 16" where some points had no match), tokens/s ratio and
 // interval, memory ratio and interval, coverage.
 Table effects_table(const SectionReport& sec);
 std::string effects_note();
-// The spec's stacked chain: row, technique, pairs, step and cumulative
-// ratios of tokens/s and memory.
+// The spec's stacked chain: [model,] row, technique, pairs, step and
+// cumulative ratios of tokens/s and memory.
 Table chain_table(const SectionReport& sec);
 std::string chain_title(const SectionReport& sec);  // "Stacked: compile → Float8 (the spec's [report] stack)"
 std::string ratio_interval(const PairedRatio& r);    // "1.41–1.55"

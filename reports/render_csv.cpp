@@ -5,7 +5,9 @@
 // measured − 1) and the spec they were predicted on.
 //
 // Then `name` and `layout` (reports/aliases.h), the names the Markdown and
-// HTML reports print. After a blank line, the effects (one row per setting
+// HTML reports print, and — where a section trains several models
+// (reports/models.h) — `model` last: speedup and baseline are then per
+// model, and the effect rows end with their model too. After a blank line, the effects (one row per setting
 // and value: knob_effects) and the spec's stacked chain (chain_step ≥ 1):
 // median paired ratios of tokens/s and peak memory with their intervals.
 //
@@ -15,6 +17,7 @@
 // injection"), so it gets a leading "'" and quotes. A text cell that is a
 // plain number ("-3", "-1.5e-3") is left as it is, and the number columns
 // are numbers: their negative values stay numbers.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -40,10 +43,13 @@ std::string pct(const std::optional<double>& v) { return v ? num(100 * *v) : "";
 
 std::string render_csv(const Report& r) {
   std::ostringstream out;
+  const bool models = std::any_of(r.sections.begin(), r.sections.end(),
+                                  [](const SectionReport& s) { return s.several_models(); });
   out << "sweep,label,recipe,world_size,repeats,ok_runs,status,tps_median,tps_p10,tps_p90,tps_q1,tps_q3,tps_n,"
          "tflops,mfu_pct,mem_peak_bytes,loss_final,compute_s,comm_s,exposed_comm_s,idle_s,speedup,baseline,"
          "stack_index,stack_name,point_key,error,pred_tps,pred_tps_err_pct,pred_mem_peak_bytes,pred_mem_err_pct,"
-         "predicted_on,name,layout\n";
+         "predicted_on,name,layout"
+      << (models ? ",model" : "") << "\n";
   for (const SectionReport& sec : r.sections) {
     for (const PointStats& p : sec.points) {
       const bool tps = p.tps.n > 0;
@@ -56,7 +62,9 @@ std::string render_csv(const Report& r) {
           << (p.baseline ? "true" : "false") << "," << p.stack_index << "," << quote(p.stack_name) << "," << quote(p.point_key)
           << "," << quote(p.error) << "," << num(p.pred_tps) << "," << pct(p.pred_tps_error()) << ","
           << num(p.pred_mem_peak_bytes) << "," << pct(p.pred_mem_error()) << "," << quote(p.predicted_on) << ","
-          << quote(p.short_label) << "," << quote(p.layout) << "\n";
+          << quote(p.short_label) << "," << quote(p.layout);
+      if (models) out << "," << quote(p.model);
+      out << "\n";
     }
   }
   bool header = false;
@@ -64,7 +72,8 @@ std::string render_csv(const Report& r) {
                               double cum_mem) {
     if (!header) {
       out << "\nsweep,chain_step,key,from,to,setting,versus,pairs,candidates,tps_ratio,tps_lo,tps_hi,mem_ratio,mem_lo,"
-             "mem_hi,level,cumulative_tps,cumulative_mem\n";
+             "mem_hi,level,cumulative_tps,cumulative_mem"
+          << (models ? ",model" : "") << "\n";
       header = true;
     }
     const auto r = [&](const PairedRatio& x, double v) { return x.n ? num(v) : std::string(); };
@@ -72,12 +81,15 @@ std::string render_csv(const Report& r) {
         << quote(e.label) << "," << quote(e.versus) << "," << e.pairs.size() << "," << e.candidates << ","
         << r(e.tps, e.tps.median) << "," << r(e.tps, e.tps.lo) << "," << r(e.tps, e.tps.hi) << ","
         << r(e.mem, e.mem.median) << "," << r(e.mem, e.mem.lo) << "," << r(e.mem, e.mem.hi) << ","
-        << r(e.tps, e.tps.level) << "," << (step ? num(cum_tps) : "") << "," << (step ? num(cum_mem) : "") << "\n";
+        << r(e.tps, e.tps.level) << "," << (step ? num(cum_tps) : "") << "," << (step ? num(cum_mem) : "")
+        << (models ? "," : "") << (models ? quote(e.model) : "") << "\n";
   };
   for (const SectionReport& sec : r.sections) {
     for (const KnobEffect& e : sec.effects) effect_row(sec, e, 0, 1, 1);
-    for (size_t i = 0; i < sec.chain.size(); ++i)
-      effect_row(sec, sec.chain[i].effect, i + 1, sec.chain[i].cumulative_tps, sec.chain[i].cumulative_mem);
+    for (size_t i = 0, step = 0; i < sec.chain.size(); ++i) {
+      if (i > 0 && sec.chain[i - 1].effect.model != sec.chain[i].effect.model) step = 0;  // each model's chain
+      effect_row(sec, sec.chain[i].effect, ++step, sec.chain[i].cumulative_tps, sec.chain[i].cumulative_mem);
+    }
   }
   return out.str();
 }

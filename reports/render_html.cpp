@@ -133,6 +133,7 @@ std::string pareto_scatter(const SectionReport& sec, const WorldSummary& s) {
   for (size_t i = 0; i < sec.points.size(); ++i) {
     const PointStats& p = sec.points[i];
     if (p.world_size != s.world_size || p.status != "ok" || !measured(p) || !p.mem_peak_bytes) continue;
+    if (!s.model.empty() && p.model != s.model) continue;  // another model's points: not on this front
     const bool on = std::find(s.front.begin(), s.front.end(), i) != s.front.end();
     at[i] = pts.size();
     pts.push_back({*p.mem_peak_bytes / unit.bytes, p.tps.median, point_name(p), on ? "" : "#" + std::to_string(p.row),
@@ -140,7 +141,8 @@ std::string pareto_scatter(const SectionReport& sec, const WorldSummary& s) {
   }
   std::vector<size_t> front;
   for (size_t i : s.front) front.push_back(at[i]);
-  return svg::scatter("World size " + std::to_string(s.world_size) + ": tokens/s per device against peak memory",
+  return svg::scatter("World size " + std::to_string(s.world_size) + (s.model.empty() ? "" : ", " + s.model) +
+                          ": tokens/s per device against peak memory",
                       pts, front, std::string("peak memory per rank (") + unit.name + ")", "tokens/s per device", 640);
 }
 
@@ -148,7 +150,8 @@ std::string forest(const SectionReport& sec) {
   std::vector<svg::ForestRow> rows;
   for (const KnobEffect& e : sec.effects) {
     if (e.tps.n < 2) continue;  // one pair has no interval: the table shows it
-    svg::ForestRow r{e.label + " vs " + e.versus + " (" + std::to_string(e.pairs.size()) +
+    svg::ForestRow r{(e.model.empty() ? "" : e.model + ": ") + e.label + " vs " + e.versus + " (" +
+                         std::to_string(e.pairs.size()) +
                          (e.pairs.size() == 1 ? " pair)" : " pairs)"),
                      {}};
     for (const PairedRatio* x : {&e.tps, &e.mem}) {
@@ -191,26 +194,31 @@ std::string prediction_scatter(const SectionReport& sec, bool memory) {
                       pts, {}, "measured " + what, "predicted " + what, 640, true);
 }
 
-std::string throughput_panel(const SectionReport& sec, int64_t ws) {
+// A world size's panels, of one model where the section has several ("": every point).
+std::string panel_title(int64_t ws, const std::string& model, const std::string& what) {
+  return "World size " + std::to_string(ws) + (model.empty() ? "" : ", " + model) + ": " + what;
+}
+
+std::string throughput_panel(const SectionReport& sec, int64_t ws, const std::string& model) {
   std::vector<svg::Bar> bars;
   for (const PointStats& p : sec.points) {
-    if (!measured(p) || p.world_size != ws) continue;
+    if (!measured(p) || p.world_size != ws || (!model.empty() && p.model != model)) continue;
     svg::Bar b{point_name(p), p.tps.median, std::nullopt, std::nullopt, fmt::grouped(p.tps.median), p.baseline};
     if (p.tps.n > 1) b.lo = p.tps.p10, b.hi = p.tps.p90;
     bars.push_back(b);
   }
-  return svg::bar_chart("World size " + std::to_string(ws) + ": tokens/s per device (median, p10\u2013p90)",
-                        "tokens/s per device", bars, 640);
+  return svg::bar_chart(panel_title(ws, model, "tokens/s per device (median, p10\u2013p90)"), "tokens/s per device",
+                        bars, 640);
 }
 
-std::string memory_panel(const SectionReport& sec, int64_t ws) {
+std::string memory_panel(const SectionReport& sec, int64_t ws, const std::string& model) {
   const MemUnit unit = mem_unit(sec);
   std::vector<svg::Bar> bars;
   for (const PointStats& p : sec.points)
-    if (p.mem_peak_bytes && p.world_size == ws && p.row > 0)
+    if (p.mem_peak_bytes && p.world_size == ws && p.row > 0 && (model.empty() || p.model == model))
       bars.push_back({point_name(p), *p.mem_peak_bytes / unit.bytes, std::nullopt, std::nullopt,
                       fmt::bytes(*p.mem_peak_bytes), p.baseline});
-  return svg::bar_chart("World size " + std::to_string(ws) + ": peak memory per rank", unit.name, bars, 640);
+  return svg::bar_chart(panel_title(ws, model, "peak memory per rank"), unit.name, bars, 640);
 }
 
 // Settings that change the numbers a step computes (not how fast): all but
@@ -370,7 +378,8 @@ void write_section(std::ostringstream& out, const SectionReport& sec, size_t ind
     out << "<ul class=\"answer\">";
     for (const WorldSummary& s : sec.summary) {
       const PointStats& f = sec.points[s.fastest];
-      out << "<li>World size " << s.world_size << ": fastest <b>" << fmt::html_escape(point_name(f)) << "</b>, "
+      out << "<li>World size " << s.world_size << (s.model.empty() ? "" : ", " + fmt::html_escape(s.model))
+          << ": fastest <b>" << fmt::html_escape(point_name(f)) << "</b>, "
           << fmt::html_escape(fmt::grouped(f.tps.median)) << " tokens/s per device at "
           << fmt::html_escape(fmt::bytes(*f.mem_peak_bytes)) << "; " << s.front.size()
           << (s.front.size() == 1 ? " point" : " points") << " on the front.</li>";
@@ -383,6 +392,7 @@ void write_section(std::ostringstream& out, const SectionReport& sec, size_t ind
       write_table(out, render::summary_table(sec, s), {});
     }
     out << "<p class=\"note\">" << fmt::html_escape(render::summary_note()) << "</p>\n";
+    if (sec.several_models()) out << "<p class=\"note\">" << fmt::html_escape(render::models_note(sec)) << "</p>\n";
   }
   if (!sec.effects.empty()) {
     h3("effects", "What each setting buys");
@@ -412,7 +422,7 @@ void write_section(std::ostringstream& out, const SectionReport& sec, size_t ind
   out << "<p class=\"note\">tps/device: tokens/s per device, median over the steady-state steps (after warmup) of "
          "every ok repeat; n = steps pooled; p10\u2013p90 in brackets. Peak memory, final loss and the "
          "communication split are medians over repeats. Speedup vs the baseline row"
-      << (sec.baseline_label.empty() ? "" : " (" + fmt::html_escape(sec.baseline_label) + ")")
+      << (sec.several_models() ? " of the same model" : "") << (sec.baseline_label.empty() ? "" : " (" + fmt::html_escape(sec.baseline_label) + ")")
       << " at the same world size (highlighted).";
   if (render::has_predictions(sec)) out << " " << fmt::html_escape(render::prediction_note(sec));
   out << "</p>\n";
@@ -429,7 +439,14 @@ void write_section(std::ostringstream& out, const SectionReport& sec, size_t ind
   h3("charts", "Throughput and memory by world size");
   out << "<div class=\"panels\">";
   for (int64_t ws : world_sizes(sec))
-    out << "<figure>" << throughput_panel(sec, ws) << "</figure><figure>" << memory_panel(sec, ws) << "</figure>";
+    for (const std::string& model : sec.several_models() ? sec.models : std::vector<std::string>{""}) {
+      if (std::none_of(sec.points.begin(), sec.points.end(), [&](const PointStats& p) {
+            return p.row > 0 && p.world_size == ws && (model.empty() || p.model == model);
+          }))
+        continue;  // no point of this model at this world size
+      out << "<figure>" << throughput_panel(sec, ws, model) << "</figure><figure>" << memory_panel(sec, ws, model)
+          << "</figure>";
+    }
   out << "</div>\n<h4>Loss curves, grouped by the settings that change the numbers</h4>\n" << loss_panels(sec);
   for (size_t k = 0; k < sec.stacks.size(); ++k) {
     if (k == 0) h3("stacks", "Stacked optimizations");

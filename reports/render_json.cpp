@@ -25,6 +25,7 @@ nlohmann::json point_json(const PointStats& p) {
           {"recipe", p.display_label},
           {"name", p.short_label},
           {"layout", p.layout},
+          {"model", p.model},
           {"point_key", p.point_key},
           {"world_size", p.world_size},
           {"repeats", p.repeats},
@@ -56,7 +57,7 @@ nlohmann::json ratio_json(const PairedRatio& r) {
 nlohmann::json effect_json(const KnobEffect& e) {
   nlohmann::json pairs = nlohmann::json::array();
   for (const auto& [a, b] : e.pairs) pairs.push_back({a, b});
-  return {{"key", e.key},   {"from", e.from},      {"to", e.to},   {"setting", e.label},
+  return {{"model", e.model}, {"key", e.key},   {"from", e.from},      {"to", e.to},   {"setting", e.label},
           {"versus", e.versus}, {"candidates", e.candidates}, {"pairs", pairs}, {"tps", ratio_json(e.tps)},
           {"mem", ratio_json(e.mem)}};
 }
@@ -77,6 +78,20 @@ nlohmann::json render_json(const Report& r) {
     for (const PairedSpeedup& s : sec.paired)
       paired.push_back({{"recipe", s.label}, {"world_size", s.world_size}, {"pairs", s.pairs}, {"speedup", s.speedup},
                         {"lo", s.lo}, {"hi", s.hi}, {"level", s.level}});
+    // The summary per world size (and model, where the section has several):
+    // the fastest point, the Pareto front (by memory ascending) and each
+    // --memory-budget's fastest; points by index.
+    nlohmann::json summary = nlohmann::json::array();
+    for (const WorldSummary& s : sec.summary) {
+      nlohmann::json budgets = nlohmann::json::array();
+      for (const auto& [bytes, best] : s.budgets)
+        budgets.push_back({{"bytes", bytes}, {"point", best ? nlohmann::json(*best) : nlohmann::json(nullptr)}});
+      summary.push_back({{"world_size", s.world_size},
+                         {"model", s.model},
+                         {"fastest", s.fastest},
+                         {"front", s.front},
+                         {"budgets", budgets}});
+    }
     nlohmann::json effects = nlohmann::json::array();
     for (const KnobEffect& e : sec.effects) effects.push_back(effect_json(e));
     nlohmann::json chain = nlohmann::json::array();
@@ -88,6 +103,8 @@ nlohmann::json render_json(const Report& r) {
     }
     sections.push_back({{"title", sec.title},
                         {"common", sec.common},
+                        {"models", sec.models},
+                        {"summary", summary},
                         {"effects", effects},
                         {"chain", chain},
                         {"chain_note", sec.chain_note},

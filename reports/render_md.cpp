@@ -32,6 +32,7 @@ std::string render_markdown(const Report& r) {
       write_table(out, render::summary_table(sec, s));
     }
     if (!sec.summary.empty()) out << "<sub>" << render::summary_note() << "</sub>\n\n";
+    if (sec.several_models()) out << "<sub>" << fmt::md_escape(render::models_note(sec)) << "</sub>\n\n";
     if (!sec.effects.empty()) {
       out << "#### What each setting buys\n\n";
       write_table(out, render::effects_table(sec));
@@ -47,6 +48,7 @@ std::string render_markdown(const Report& r) {
     out << "<sub>tps/device: tokens/s per device, median over the steady-state steps (after warmup) of every ok "
            "repeat; n = steps pooled. Peak memory, final loss and the communication split are medians over repeats. "
            "Speedup vs the baseline row"
+        << (sec.several_models() ? " of the same model" : "")
         << (sec.baseline_label.empty() ? "" : " (" + fmt::md_escape(sec.baseline_label) + ")")
         << " at the same world size.";
     if (render::has_predictions(sec)) out << " " << fmt::md_escape(render::prediction_note(sec));

@@ -12,6 +12,7 @@
 #include "common/errors.h"
 #include "ctitan/build_info.h"
 #include "reports/aliases.h"
+#include "reports/models.h"
 
 namespace ctitan {
 namespace {
@@ -191,19 +192,31 @@ bool matches_label(const PointStats& p, const std::string& wanted) {
                      [&](const std::string& t) { return std::find(have.begin(), have.end(), t) != have.end(); });
 }
 
+// The baseline of each world size and model: the first measured point there
+// (or the first `baseline` names); a model without one has no speedups.
 void set_speedups(SectionReport& sec, const std::string& baseline) {
-  std::map<int64_t, size_t> base_of_ws;
+  std::map<std::pair<int64_t, std::string>, size_t> base_of_ws;
   for (size_t i = 0; i < sec.points.size(); ++i) {
     const PointStats& p = sec.points[i];
-    if (p.tps.n == 0 || base_of_ws.count(p.world_size)) continue;
-    if (baseline.empty() || matches_label(p, baseline)) base_of_ws[p.world_size] = i;
+    if (p.tps.n == 0 || base_of_ws.count({p.world_size, p.model_key})) continue;
+    if (baseline.empty() || matches_label(p, baseline)) base_of_ws[{p.world_size, p.model_key}] = i;
   }
+  std::set<size_t> bases;
   for (auto& [ws, i] : base_of_ws) {
     sec.points[i].baseline = true;
+    bases.insert(i);
     if (sec.baseline_label.empty()) sec.baseline_label = sec.points[i].short_label;
   }
+  if (sec.several_models()) {  // every model's baseline, in point order: "e16 top2; deepseek_v3 debugmodel"
+    std::vector<std::string> names;
+    for (size_t i : bases)
+      if (std::find(names.begin(), names.end(), sec.points[i].short_label) == names.end())
+        names.push_back(sec.points[i].short_label);
+    sec.baseline_label.clear();
+    for (const std::string& n : names) sec.baseline_label += (sec.baseline_label.empty() ? "" : "; ") + n;
+  }
   for (PointStats& p : sec.points) {
-    auto it = base_of_ws.find(p.world_size);
+    auto it = base_of_ws.find({p.world_size, p.model_key});
     if (it == base_of_ws.end() || p.tps.n == 0) continue;
     const double base = sec.points[it->second].tps.median;
     if (base > 0) p.speedup = p.tps.median / base;
@@ -309,15 +322,19 @@ std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& p
 
 namespace {
 
+// One summary per world size, and per model where the section has several
+// (by world size, then the models in their order).
 void set_summary(SectionReport& sec, const std::vector<double>& budgets) {
-  std::map<int64_t, std::vector<size_t>> by_ws;
+  std::map<std::pair<int64_t, size_t>, std::vector<size_t>> by_ws;
   for (size_t i = 0; i < sec.points.size(); ++i) {
     const PointStats& p = sec.points[i];
-    if (p.status == "ok" && p.tps.n > 0 && p.mem_peak_bytes) by_ws[p.world_size].push_back(i);
+    const auto model = static_cast<size_t>(std::find(sec.models.begin(), sec.models.end(), p.model) - sec.models.begin());
+    if (p.status == "ok" && p.tps.n > 0 && p.mem_peak_bytes) by_ws[{p.world_size, model}].push_back(i);
   }
-  for (const auto& [ws, idx] : by_ws) {
+  for (const auto& [ws_model, idx] : by_ws) {
     WorldSummary s;
-    s.world_size = ws;
+    s.world_size = ws_model.first;
+    if (sec.several_models()) s.model = sec.points[idx.front()].model;
     std::vector<std::pair<double, double>> xy;
     for (size_t i : idx) xy.emplace_back(*sec.points[i].mem_peak_bytes, sec.points[i].tps.median);
     for (size_t k : pareto_front(xy)) s.front.push_back(idx[k]);
@@ -368,6 +385,7 @@ SectionReport build_section(const std::string& title, const std::vector<PointDat
     layouts.push_back(l);
   }
   set_display_labels(sec, layouts);
+  set_models(sec, points);
   set_speedups(sec, baseline_label);
   set_stacks_and_scaling(sec);
   for (const PointStats& p : sec.points) sec.has_comm = sec.has_comm || p.comm_s.has_value();

@@ -6,7 +6,8 @@
 // ok repeat, with p10–p90 and the quartiles; TFLOPs and MFU as the medians
 // of the same steps; peak memory, final loss and the communication split
 // (compute / comm / exposed comm / idle per step) as medians over repeats;
-// speedup = tps / tps of the baseline row at the same world size.
+// speedup = tps / tps of the baseline row at the same world size (and of
+// the same model: reports/models.h).
 // Stack tables follow TorchTitan's "stacked optimizations": each row adds
 // one technique, with incremental (vs the row above) and cumulative (vs the
 // first row) speedup and memory change. Scaling tables give tps per device
@@ -33,6 +34,9 @@ struct PointStats {
   // stack row: "fsdp2 compile f8 ac=full b2", "tp2 b2", "b2 +Float8".
   std::string short_label;
   std::string layout;  // "fsdp2 tp2", "single" ("" when unknown)
+  // The model it trains (reports/models.h): its identity, and its name as
+  // SectionReport::models spells it ("qwen3 debugmodel_moe e16 top2").
+  std::string model_key, model;
   std::vector<std::string> settings;  // value of each SectionReport::varying_keys ("" when unset)
   std::string stack_group;            // the label without its "stack=K:NAME" part
   std::string stack_name;             // NAME of "stack=K:NAME" ("" outside stacks)
@@ -45,7 +49,7 @@ struct PointStats {
   stats::Distribution tps;  // n == 0: no throughput measured
   std::optional<double> tflops, mfu, mem_peak_bytes, loss_final;
   std::optional<double> compute_s, comm_s, exposed_comm_s, idle_s;
-  std::optional<double> speedup;  // vs the baseline row at this world size
+  std::optional<double> speedup;  // vs the baseline row at this world size, of this model
   bool baseline = false;
   std::vector<std::pair<int64_t, double>> loss_curve;  // median over ok repeats, per step
   // The planner's prediction the sweep stored with the point's runs (its
@@ -85,9 +89,12 @@ struct PairedSpeedup {
 // The answer first, per world size: the fastest point (tokens/s per
 // device) and the Pareto front of tokens/s per device against peak memory
 // per rank — the points no other point beats on both; the fastest point
-// within any memory budget is the front's fastest at or under it.
+// within any memory budget is the front's fastest at or under it. A
+// section of several models has one per world size and model: points of
+// two models are never ranked against each other.
 struct WorldSummary {
   int64_t world_size = 1;
+  std::string model;           // the model of its points where the section has several ("" otherwise)
   size_t fastest = 0;          // index into SectionReport::points
   std::vector<size_t> front;   // indices, by peak memory ascending (tps ascending with it)
   // Each --memory-budget (bytes per rank) and the fastest point within it (none: nothing fits).
@@ -110,9 +117,11 @@ PairedRatio paired_ratio(const std::vector<double>& ratios);
 
 // What one setting buys: every ok point with `to` matched with the point
 // that differs from it in this setting alone (`from`; same world size, same
-// stack row, every other setting equal). Ratios of tokens/s per device and
-// of peak memory per rank over the matched pairs.
+// stack row, every other setting equal, same model). Ratios of tokens/s per
+// device and of peak memory per rank over the matched pairs. A section of
+// several models has each model's effects on their own.
 struct KnobEffect {
+  std::string model;          // the model of its pairs where the section has several ("" otherwise)
   std::string key;            // "compile.enable"
   std::string from, to;       // the values as labels spell them ("false", "true")
   std::string label;          // reports/aliases.h: "compile", "ac=full", "ddp2"… (value_name of `to`)
@@ -132,12 +141,15 @@ struct ChainStep {
 
 struct SectionReport;
 // Every varying setting's effects: for each value other than the first the
-// points show (spec order), against that first value. Settings whose values
-// never pair up are left out.
+// points show (spec order), against that first value; model by model where
+// the section has several. Settings whose values never pair up are left
+// out (a model key's never do: its two values are two models).
 std::vector<KnobEffect> knob_effects(const SectionReport& sec);
 // The chain of `steps` ((key, to) in order; `from` is each key's first
-// value in the points); InputError naming a key the section does not vary
-// or a value no point has.
+// value in the points), one chain per model where the section has several
+// (ChainStep::effect.model; the cumulative ratios start again with each);
+// InputError naming a key the section does not vary, a value no point has,
+// or a key that changes the model (reports/models.h).
 std::vector<ChainStep> stack_chain(const SectionReport& sec,
                                    const std::vector<std::pair<std::string, std::string>>& steps);
 // `[report] stack` of a stored spec: ("compile.enable", "") or
@@ -158,7 +170,11 @@ struct SectionReport {
   std::vector<std::string> environment;  // "cpu_model: ...", one line per hardware key
   std::string paired_with;               // the baseline sweep of a paired sweep ("" otherwise)
   std::vector<PairedSpeedup> paired;     // its points with at least one ok pair
-  std::vector<WorldSummary> summary;     // world sizes with an ok point that has throughput and memory
+  // The distinct models of its points (PointStats::model), in order of
+  // appearance. More than one: every comparison is made within one model.
+  std::vector<std::string> models;
+  bool several_models() const { return models.size() > 1; }
+  std::vector<WorldSummary> summary;     // world sizes (x models) with an ok point that has throughput and memory
   std::vector<KnobEffect> effects;       // knob_effects()
   std::vector<ChainStep> chain;          // the spec's [report] stack (empty without one)
   std::vector<std::string> chain_keys;   // its entries as written
