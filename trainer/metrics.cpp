@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "common/quantile.h"
@@ -274,6 +275,36 @@ nlohmann::json MetricsLogger::summary(const std::string& status) const {
   s["hardware_flops_per_token"] = hardware_flops();
   s["peak_flops"] = opts_.peak_flops;
   return s;
+}
+
+void drop_step_records_after(const std::string& metrics_jsonl, int64_t step) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path target = fs::weakly_canonical(metrics_jsonl, ec);
+  if (ec || !fs::is_regular_file(target, ec)) return;
+  // Whether a line stays: anything but a record of a later step or a last
+  // line that a kill cut short (no newline, not JSON).
+  const auto keeps = [step](const std::string& line, bool complete) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return complete;
+    if (!j.is_object()) return true;
+    const auto it = j.find("step");
+    return it == j.end() || !it->is_number_integer() || it->get<int64_t>() <= step;
+  };
+  // Each line, and whether a newline ended it.
+  const auto each_line = [&target](const auto& visit) {
+    std::ifstream in(target, std::ios::binary);
+    std::string line;
+    while (std::getline(in, line)) visit(line, !in.eof());
+  };
+  bool drops = false;
+  each_line([&](const std::string& line, bool complete) { drops = drops || !keeps(line, complete); });
+  if (!drops) return;
+  AtomicFile out(target.string());
+  each_line([&](const std::string& line, bool complete) {
+    if (keeps(line, complete)) out.write(line + "\n");
+  });
+  out.commit();
 }
 
 void MetricsLogger::write_summary(const std::string& status, const nlohmann::json& extra) const {

@@ -118,6 +118,17 @@ class MetricsLogger {
   nlohmann::json pending_ = nlohmann::json::object();
 };
 
+// A run that starts after `step` (the checkpoint it resumed, 0 for a fresh
+// start) in a folder whose metrics.jsonl already holds records of later
+// steps — a run killed after its last complete checkpoint, or an earlier
+// run in the same job.dump_folder — logs those steps again: their records
+// (training and validation: every line whose "step" is above `step`) are
+// dropped, and so is a last line cut short by a kill, so that each step is
+// in the file once. Other lines stay as they are. The file is rewritten
+// atomically (through a symbolic link: its target), and only when a line
+// goes; a file that is missing or not a regular file is left alone.
+void drop_step_records_after(const std::string& metrics_jsonl, int64_t step);
+
 // 1234567 -> "1,234,567".
 std::string with_commas(int64_t n);
 

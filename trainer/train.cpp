@@ -79,7 +79,7 @@ int write_seed_checkpoint(const JobConfig& cfg, const Runtime& rt, TrainModel& t
   if (!cfg.checkpoint.enable)
     throw InputError("checkpoint.create_seed_checkpoint needs checkpoint.enable = true (the seed checkpoint is written "
                      "to job.dump_folder/checkpoint.folder); add --checkpoint.enable");
-  Checkpointer ckpt(cfg.checkpoint, cfg.job.dump_folder);
+  Checkpointer ckpt(cfg.checkpoint, cfg.job.dump_folder, checkpoint_model(tm.model().args(), cfg.model.flavor));
   SaveGroup group{rt.env.rank, rt.env.world_size, [&rt] { rt.mesh->group("world").barrier(); }};
   ckpt.save_sharded(0, tm.checkpoint_pieces(opt, true), {{"step", 0}}, nlohmann::json::object(),
                     cfg.checkpoint.last_save_model_only, group);
@@ -647,8 +647,9 @@ int train(const JobConfig& cfg) {
                      "); use a dataset with a tokenizer that names its EOS, or attn_mask_type causal");
   tm->set_eos_id(loader->eos_id());
   Validator validator(cfg, args, rt);
-  Checkpointer checkpointer(cfg.checkpoint, cfg.job.dump_folder);
+  Checkpointer checkpointer(cfg.checkpoint, cfg.job.dump_folder, checkpoint_model(args, cfg.model.flavor));
   checkpointer.check_step_folders();
+  checkpointer.check_model();  // another model than the checkpoint's is one line, before anything is written
   checkpointer.check_resumable();
   const TensorPieces load_pieces = tm->checkpoint_pieces(optimizer, false);
   const int64_t step = initial_load_hf(cfg, checkpointer, args, load_pieces, rt.rank0())
@@ -691,6 +692,9 @@ int train(const JobConfig& cfg) {
       throw;
     }
     if (moved) fs::remove(aside, ec);
+    // A run killed after its last complete checkpoint logged steps past it:
+    // this run logs them again, so the earlier ones go (each step once).
+    drop_step_records_after((dump / "metrics.jsonl").string(), step);
     nlohmann::json env = environment_fingerprint();
     if (rt.device.is_cuda()) env["nccl_version"] = nccl_version();
     write_file_atomic((dump / "env.json").string(), env.dump(2) + "\n");

@@ -10,6 +10,7 @@
 #include "trainer/dry_run.h"
 #include "trainer/parallel/train_model.h"
 #include "trainer/runtime.h"
+#include "tests/unit/meta_runtime.h"
 
 namespace ctitan {
 namespace {
@@ -18,18 +19,6 @@ struct Layout {
   const char* name;
   MeshShape shape;
 };
-
-Runtime meta_runtime(const MeshShape& shape, int rank) {
-  Runtime rt;
-  rt.env.world_size = static_cast<int>(shape.world());
-  rt.env.rank = rank;
-  rt.shape = shape;
-  rt.fake = true;
-  rt.device = c10::Device(c10::kMeta);
-  rt.monitor = DeviceMonitor(rt.device);
-  rt.mesh = DeviceMesh::fake(shape, rank);
-  return rt;
-}
 
 JobConfig debug_config() {
   JobConfig cfg;

@@ -112,8 +112,8 @@ CheckpointMetadata read_metadata(const fs::path& dir) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(const CheckpointSection& cfg, const std::string& dump_folder)
-    : cfg_(cfg), folder_((fs::path(dump_folder) / cfg.folder).string()) {}
+Checkpointer::Checkpointer(const CheckpointSection& cfg, const std::string& dump_folder, CheckpointModel model)
+    : cfg_(cfg), folder_((fs::path(dump_folder) / cfg.folder).string()), model_(std::move(model)) {}
 
 bool Checkpointer::should_save(int64_t step, int64_t last_step) const {
   if (!cfg_.enable || cfg_.load_only) return false;
@@ -315,6 +315,7 @@ void Checkpointer::finish_save(PendingSave& save) {
     meta["step"] = save.step;
     meta["model_only"] = save.model_only;
     meta["world_size"] = group.world;
+    if (!model_.description.empty()) meta["model"] = to_json(model_.description);
     meta["train_state"] = save.train_state;
     meta["tensors"] = nlohmann::json::array();
     for (int r = 0; r < group.world; ++r) {
@@ -476,6 +477,48 @@ void Checkpointer::check_resumable() const {
                      "checkpoint.last_save_model_only = true), so the run cannot resume from it: to extend a run, "
                      "train it with --checkpoint.no_last_save_model_only; to start a new run from these weights, "
                      "set checkpoint.initial_load_path to this folder with another job.dump_folder");
+}
+
+void Checkpointer::check_model() const {
+  if (!cfg_.enable || model_.description.empty()) return;
+  const fs::path dir = step_dir_to_load();
+  if (dir.empty()) return;  // a fresh start, or a Hugging Face initial load (checked by its importer)
+  const CheckpointMetadata meta = read_metadata(dir);
+  const bool initial = saved_steps().empty() && cfg_.load_step < 0;
+  const std::string head = (initial ? "cannot start from checkpoint.initial_load_path " : "cannot resume from ") +
+                           dir.string() + ": it holds ";
+  const std::string tail = initial ? "; set [model] to that checkpoint's model, or start from a checkpoint of this one"
+                                   : "; resume with the same model, or start a new run in another job.dump_folder";
+  if (const std::string diff = first_model_difference(meta.model, model_.description); !diff.empty())
+    throw InputError(head + "a model with " + diff + tail);
+
+  // The tensors, whatever the description said (older checkpoints have none):
+  // the names loaded (weights only: "model.*"; none under exclude_from_loading).
+  const bool weights_only = meta.model_only || (initial && cfg_.initial_load_model_only);
+  const auto loaded = [&](const std::string& name) {
+    if (weights_only && name.rfind("model.", 0) != 0) return false;
+    for (const auto& ex : cfg_.exclude_from_loading)
+      if (name.rfind(ex, 0) == 0) return false;
+    return true;
+  };
+  std::map<std::string, const std::vector<int64_t>*> saved;
+  for (const SavedPieceEntry& e : meta.tensors) saved.emplace(e.name, &e.global_shape);
+  std::map<std::string, const std::vector<int64_t>*> expected;
+  for (const auto& [name, shape] : model_.tensors) {
+    expected.emplace(name, &shape);
+    if (!loaded(name)) continue;
+    const auto it = saved.find(name);
+    if (it == saved.end())
+      throw InputError(head + "no tensor '" + name + "', which this run's model has (another model.flavor or "
+                       "model.n_layers?)" + tail);
+    if (*it->second != shape)
+      throw InputError(head + "tensor '" + name + "' of shape " + nlohmann::json(*it->second).dump() +
+                       ", this run's model has " + nlohmann::json(shape).dump() + tail);
+  }
+  for (const SavedPieceEntry& e : meta.tensors)
+    if (loaded(e.name) && !expected.count(e.name))
+      throw InputError(head + "tensor '" + message_text(e.name) + "', which this run's model does not have (another "
+                       "model.flavor or model.n_layers?)" + tail);
 }
 
 std::optional<LoadedCheckpoint> Checkpointer::load_impl(const TensorPieces& pieces, int rank) const {

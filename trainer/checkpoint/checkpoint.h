@@ -16,6 +16,12 @@
 // Formats: v3 (boxes, "offsets"); v2 (dim-0 row ranges, "row_offset") and
 // v1 (whole tensors) still load.
 //
+// metadata.json also describes the model (checkpoint_model.h): a run with
+// another model (model.n_layers, moe_top_k, flavor, ...) is refused in one
+// line before it writes anything (check_model); a change of layout is not
+// a change of model. Checkpoints without the description are checked by
+// their tensor names and global shapes.
+//
 // A checkpoint is first written to a hidden temporary folder, fsync'ed, then
 // renamed to step-<N>: a crash leaves either the old set or the new one,
 // never a half-written step. Every tensor carries its dtype, shape, byte
@@ -48,6 +54,7 @@
 #include <utility>
 #include <vector>
 
+#include "trainer/checkpoint/checkpoint_model.h"
 #include "trainer/config/job_config.h"
 
 namespace ctitan {
@@ -83,7 +90,9 @@ struct LoadedCheckpoint {
 
 class Checkpointer {
  public:
-  Checkpointer(const CheckpointSection& cfg, const std::string& dump_folder);
+  // `model`: the run's model, written into every save's metadata and
+  // checked by check_model (empty: neither).
+  Checkpointer(const CheckpointSection& cfg, const std::string& dump_folder, CheckpointModel model = {});
   // Joins a background writer still running without putting its step in
   // place (no collectives here): the step stays a hidden temporary folder.
   ~Checkpointer();
@@ -123,6 +132,13 @@ class Checkpointer {
   // Throws InputError when the step a run would resume from holds the
   // weights only (a finished run's last save under last_save_model_only).
   void check_resumable() const;
+  // Throws InputError, one line naming the first difference, when the
+  // checkpoint a run would load (its own newest or load_step, or
+  // initial_load_path) holds another model than this run's: its
+  // description differs, or (any checkpoint) a tensor this model has is
+  // missing, has another global shape, or one it lacks is there. Reads
+  // metadata.json only; call it before the run writes anything.
+  void check_model() const;
 
  private:
   std::optional<LoadedCheckpoint> load_impl(const TensorPieces& pieces, int rank) const;
@@ -133,6 +149,7 @@ class Checkpointer {
   void finish_save(PendingSave& save);
   CheckpointSection cfg_;
   std::string folder_;
+  CheckpointModel model_;
   std::unique_ptr<PendingSave> pending_;
 };
 

@@ -162,6 +162,10 @@ CheckpointMetadata parse_checkpoint_metadata(std::string_view text, const std::s
   }
   if (const auto dl = m.train_state.find("data_loader"); dl != m.train_state.end() && !dl->is_object())
     r.fail("train_state.data_loader", "must be an object (the data loader's position)");
+  if (meta.contains("model")) {
+    m.model = meta.at("model");
+    if (!m.model.is_object()) r.fail("model", "must be an object (the model's description)");
+  }
   const json& tensors = r.member(meta, "tensors", "(the index)");
   if (!tensors.is_array()) r.fail("tensors", "must be an array");
   std::map<std::string, size_t> first_of;  // name -> its first piece

@@ -41,6 +41,9 @@ struct CheckpointMetadata {
   bool model_only = false;
   int world_size = 1;
   nlohmann::json train_state = nlohmann::json::object();
+  // The model's description (checkpoint_model.h); null in a checkpoint
+  // saved before ctitan wrote one.
+  nlohmann::json model;
   std::vector<SavedPieceEntry> tensors;
 };
 
@@ -53,7 +56,8 @@ inline constexpr int kMaxCheckpointJsonDepth = 64;
 // metadata.json's text. `where` names the checkpoint in messages
 // ("checkpoint runs/x/checkpoint/step-10"). Checks: the format is known;
 // step in 0..2^53; world_size in 1..kMaxCheckpointWorld; train_state and its
-// data_loader, when present, are objects; every tensor entry has a
+// data_loader, when present, are objects; model, when present, is an
+// object; every tensor entry has a
 // non-empty name, a dtype, shapes of equal rank with the box inside the
 // global shape, a file name, offset/nbytes >= 0 whose sum fits, a 32-bit
 // crc32; the pieces of one name agree on global shape and dtype.
