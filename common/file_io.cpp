@@ -147,8 +147,14 @@ const char* node_kind(mode_t mode) {
 // A device or FIFO the user named (/dev/null, /dev/stdout, a named pipe):
 // written to as it is, never renamed over. `what` names it in errors.
 void write_stream(const std::string& path, std::string_view data, const std::string& what) {
-  // O_NONBLOCK only for the open: a FIFO nobody reads is an error, not a hang.
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  // O_NONBLOCK only for the open: a FIFO nobody reads is an error, not a
+  // hang, once its reader has had two seconds to open it.
+  int fd = -1;
+  for (int tries = 0; tries < 200; ++tries) {
+    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd >= 0 || errno != ENXIO) break;
+    ::usleep(10000);
+  }
   if (fd < 0) {
     if (errno == ENXIO)
       throw InputError("cannot write '" + path + "': it is a FIFO that nobody reads; start its reader first, or give a file name");

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -201,6 +202,8 @@ class TrainLoop {
   // Agreed by every rank (one all-reduce): a stop signal, a non-finite gradient norm.
   struct StepVerdict {
     bool stop = false, nonfinite = false;
+    int signal = 0;        // the stop signal (the largest number, if ranks got several)
+    int signalled_rank = -1;  // a rank that received it
   };
   StepVerdict verdict(double grad_norm);
   int fail_nonfinite(int64_t step, double loss, double grad_norm);
@@ -270,9 +273,10 @@ TrainLoop::StepResult TrainLoop::step(int64_t step) {
 
 // Every rank stops at the same step, or the others would wait in a collective.
 TrainLoop::StepVerdict TrainLoop::verdict(double grad_norm) {
-  at::Tensor t = torch::tensor({g_stop_signal != 0 ? 1 : 0, std::isfinite(grad_norm) ? 0 : 1}, torch::kInt);
+  const int sig = g_stop_signal.load();
+  at::Tensor t = torch::tensor({sig, sig != 0 ? static_cast<int>(rt_.env.rank) + 1 : 0, std::isfinite(grad_norm) ? 0 : 1}, torch::kInt);
   rt_.mesh->group("world").all_reduce(t, ReduceOp::kMax)->wait();
-  return {t[0].item<int>() != 0, t[1].item<int>() != 0};
+  return {t[0].item<int>() != 0, t[2].item<int>() != 0, t[0].item<int>(), t[1].item<int>() - 1};
 }
 
 // A non-finite loss or gradient norm ends the run as failed (nothing is
@@ -415,6 +419,7 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
   reset_memory_category_peaks();
 
   g_stop_signal = 0;
+  StepVerdict stopped_by;  // the verdict of the step a signal stopped, if one did
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
   std::string status = "ok";
@@ -454,6 +459,7 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     }
     const StepVerdict v = verdict(r.grad_norm);
     const bool stop = v.stop;
+    if (stop) stopped_by = v;
     const bool last = step == cfg_.training.steps || stop || v.nonfinite;
     // The loss is read (and averaged over the ranks) on log steps only.
     const bool read_loss = metrics_->logs_step(step, last) || step == first_step;
@@ -501,8 +507,12 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
   const nlohmann::json extra = summary_extra(resident_bytes);
   if (rt_.rank0()) metrics_->write_summary(status, extra);
   if (status == "interrupted") {
-    std::cerr << "ctitan: interrupted by signal " << g_stop_signal.load() << " at step " << step
-              << "; summary.json written" << std::endl;
+    // Every rank stops at the step one rank's signal was seen (the verdict);
+    // a rank that got none says whose it was, not "signal 0".
+    const int sig = g_stop_signal != 0 ? g_stop_signal.load() : stopped_by.signal;
+    std::cerr << "ctitan: interrupted by signal " << sig << " (" << (strsignal(sig) ? strsignal(sig) : "?") << ")";
+    if (g_stop_signal == 0 && stopped_by.signalled_rank >= 0) std::cerr << " sent to rank " << stopped_by.signalled_rank;
+    std::cerr << " at step " << step << "; summary.json written" << std::endl;
     return 130;
   }
   return 0;

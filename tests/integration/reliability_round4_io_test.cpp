@@ -2,7 +2,10 @@
 // destroys what it names, and the commands that only read write nothing.
 // Each test failed on the binary of c802e74 (docs/reliability.md, round 4).
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
@@ -24,6 +27,28 @@ namespace {
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// What a FIFO's writer sends within 10 s, never blocking (a binary that
+// renames over the FIFO must fail the test, not hang it).
+std::string read_fifo(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK);
+  std::string got;
+  if (fd < 0) return got;
+  char buf[4096];
+  for (int waited_ms = 0; waited_ms < 10000;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      got.append(buf, static_cast<size_t>(n));
+    } else if (n == 0 && !got.empty()) {
+      break;  // the writer has closed
+    } else {
+      ::usleep(10000);
+      waited_ms += 10;
+    }
+  }
+  ::close(fd);
+  return got;
 }
 
 // A copy of the committed results database (schema v6, 39 runs of the sweep
@@ -66,7 +91,7 @@ TEST(ReliabilityRound4Io, OutputOntoANodeThatIsNotAFileIsWrittenToNotReplaced) {
   const fs::path fifo = dir / "report.pipe";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   std::string piped;
-  std::thread reader([&] { piped = slurp(fifo); });
+  std::thread reader([&] { piped = read_fifo(fifo); });
   const ProcessResult r = run_ctitan({"report", "--db", db, "--format", "csv", "--out", fifo.string()});
   reader.join();
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -80,15 +105,17 @@ TEST(ReliabilityRound4Io, OutputOntoANodeThatIsNotAFileIsWrittenToNotReplaced) {
   EXPECT_NE(via_link.out.find("calibrate_cpu"), std::string::npos);
   EXPECT_TRUE(fs::is_symlink(fs::symlink_status(so)));
   // --out - is stdout.
-  const ProcessResult dash = run_ctitan({"report", "--db", db, "--format", "json", "--out", "-"});
+  const ProcessResult dash = run_ctitan({"report", "--db", db, "--format", "json", "--out", "-"}, {}, dir.string());
   EXPECT_EQ(dash.exit_code, 0) << dash.err;
   EXPECT_EQ(dash.out.rfind("{", 0), 0u) << dash.out.substr(0, 80);
-  EXPECT_FALSE(fs::exists("-"));
-  // /dev/full: one line, and still a device.
-  if (fs::is_character_file("/dev/full")) {
-    expect_one_line_exit2(run_ctitan({"report", "--db", db, "--out", "/dev/full"}),
-                          "cannot write to a character device '/dev/full': No space left on device");
-    EXPECT_TRUE(fs::is_character_file("/dev/full"));
+  EXPECT_FALSE(fs::exists(dir / "-"));
+  // A full device (made here: a binary that renamed over it must not take
+  // the system's /dev/full with it): one line, and still a device.
+  const fs::path full = dir / "full";
+  if (::mknod(full.c_str(), S_IFCHR | 0666, makedev(1, 7)) == 0) {
+    expect_one_line_exit2(run_ctitan({"report", "--db", db, "--out", full.string()}),
+                          "cannot write to a character device '" + full.string() + "': No space left on device");
+    EXPECT_TRUE(fs::is_character_file(full));
   }
   expect_one_line_exit2(run_ctitan({"report", "--db", db, "--out", dir.string()}), "it is a directory");
   EXPECT_TRUE(fs::is_directory(dir));

@@ -5,7 +5,10 @@
 #include "common/file_io.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -31,6 +34,28 @@ fs::path scratch(const std::string& name) {
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
+}
+
+// What a FIFO's writer sends within 5 s (never blocks: a test that fails
+// must not hang). Opened at once, so a writer finds a reader.
+std::string read_fifo(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK);
+  std::string got;
+  if (fd < 0) return got;
+  char buf[4096];
+  for (int waited_ms = 0; waited_ms < 5000;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      got.append(buf, static_cast<size_t>(n));
+    } else if (n == 0 && !got.empty()) {
+      break;  // the writer has closed
+    } else {
+      ::usleep(10000);
+      waited_ms += 10;
+    }
+  }
+  ::close(fd);
+  return got;
 }
 
 // The one line an InputError carries, or "" when `f` does not throw one.
@@ -158,23 +183,28 @@ TEST(FileIo, AtomicWriteNeverReplacesANodeThatIsNotARegularFile) {
   const fs::path fifo = d / "pipe";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   std::string got;
-  std::thread reader([&] { got = slurp(fifo); });
-  ctitan::write_file_atomic(fifo.string(), "through the pipe\n");
+  std::thread reader([&] { got = read_fifo(fifo); });
+  const std::string piped = error_of([&] { ctitan::write_file_atomic(fifo.string(), "through the pipe\n"); });
   reader.join();
+  EXPECT_EQ(piped, "");
   EXPECT_EQ(got, "through the pipe\n");
   EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo)));
   // Nobody reading: one line, no hang, still a FIFO.
   const std::string no_reader = error_of([&] { ctitan::write_file_atomic(fifo.string(), "x"); });
   EXPECT_NE(no_reader.find("a FIFO that nobody reads"), std::string::npos) << no_reader;
   EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo)));
-  // Devices: /dev/null swallows it, /dev/full is a full disk; both stay devices.
-  ctitan::write_file_atomic("/dev/null", "nothing\n");
-  EXPECT_TRUE(fs::is_character_file("/dev/null"));
-  if (fs::is_character_file("/dev/full")) {
-    const std::string full = error_of([&] { ctitan::write_file_atomic("/dev/full", "x"); });
-    EXPECT_NE(full.find("cannot write to a character device '/dev/full': No space left on device"), std::string::npos)
+  // Devices, made here (a broken write would replace /dev/null itself): a
+  // null device swallows it, a full one is a full disk; both stay devices.
+  const fs::path null_dev = d / "null", full_dev = d / "full";
+  if (::mknod(null_dev.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0 &&
+      ::mknod(full_dev.c_str(), S_IFCHR | 0666, makedev(1, 7)) == 0) {
+    EXPECT_EQ(error_of([&] { ctitan::write_file_atomic(null_dev.string(), "nothing\n"); }), "");
+    EXPECT_TRUE(fs::is_character_file(null_dev));
+    const std::string full = error_of([&] { ctitan::write_file_atomic(full_dev.string(), "x"); });
+    EXPECT_NE(full.find("cannot write to a character device '" + full_dev.string() + "': No space left on device"),
+              std::string::npos)
         << full;
-    EXPECT_TRUE(fs::is_character_file("/dev/full"));
+    EXPECT_TRUE(fs::is_character_file(full_dev));
   }
   // A symlink to a file: the file is written, the link stays a link.
   const fs::path file = d / "real.txt", link = d / "link.txt";
@@ -183,12 +213,15 @@ TEST(FileIo, AtomicWriteNeverReplacesANodeThatIsNotARegularFile) {
   ctitan::write_file_atomic(link.string(), "new\n");
   EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link)));
   EXPECT_EQ(slurp(file), "new\n");
-  // A symlink to a device: written through (ln -s /proc/self/fd/1 so; --out so).
-  const fs::path to_null = d / "to_null";
-  fs::create_symlink("/dev/null", to_null);
-  ctitan::write_file_atomic(to_null.string(), "gone\n");
-  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(to_null)));
-  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  // A symlink to a FIFO: written through (ln -s /proc/self/fd/1 so; --out so).
+  const fs::path to_fifo = d / "to_fifo";
+  fs::create_symlink(fifo, to_fifo);
+  std::thread again([&] { got = read_fifo(fifo); });
+  EXPECT_EQ(error_of([&] { ctitan::write_file_atomic(to_fifo.string(), "via the link\n"); }), "");
+  again.join();
+  EXPECT_EQ(got, "via the link\n");
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(to_fifo)));
+  EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo)));
   // A dangling link and a directory: one line each, nothing created.
   const fs::path dangling = d / "dangling";
   fs::create_symlink(d / "absent", dangling);

@@ -257,8 +257,11 @@ void validate_with_origins(const JobConfig& cfg, const Origins& origins) {
     k.bad("model.moe_top_k",
           "model.moe_top_k must be in [0, 65536] (0 = the flavor's), got " + std::to_string(cfg.model.moe_top_k));
   const double coeff = cfg.model.moe_load_balance_coeff;
-  if (!std::isfinite(coeff) || (coeff < 0 && coeff != -1))
-    k.bad("model.moe_load_balance_coeff", "model.moe_load_balance_coeff must be -1 (the flavor's) or >= 0, got " +
+  // The expert bias moves by coeff per step against routing scores in [0, 1]:
+  // above 1 one update outweighs every score (TorchTitan's default is 1e-3).
+  if (!std::isfinite(coeff) || (coeff < 0 && coeff != -1) || coeff > 1)
+    k.bad("model.moe_load_balance_coeff", "model.moe_load_balance_coeff must be -1 (the flavor's) or in [0, 1] "
+                                          "(TorchTitan's default 1e-3; the bias step per update), got " +
                                               render_value(Value(coeff)));
   check_training(k, cfg.training);
   check_validation(k, cfg.validation);
