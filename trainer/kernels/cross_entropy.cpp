@@ -2,17 +2,17 @@
 //
 // Legend: N rows (B·S tokens), V vocab.
 //
-// ctitan::chunked_cross_entropy (trainer/model/cross_entropy.h) already
-// avoids fp32 logits for the whole batch, but per chunk it still casts to
+// ctitan::chunked_cross_entropy (trainer/kernels/chunked_cross_entropy.h)
+// already avoids fp32 logits for the whole batch, but per chunk it still casts to
 // fp32, runs logsumexp (max pass + exp pass), and in backward casts, exps,
 // scatters, scales and copies — several passes over each chunk. Here each
 // row is read once in forward (lane-wise online max and sum of exp, rescaled
 // only when a lane's max grows, so ~1 exp per logit) and once in backward,
 // which writes (softmax − onehot)·g/N directly in the logits' dtype. Only
 // the fp32 log-sum-exp per row is saved.
+#include "trainer/kernels/chunked_cross_entropy.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/kernels/vec.h"
-#include "trainer/model/cross_entropy.h"
 
 #include <cfloat>
 #include <cmath>

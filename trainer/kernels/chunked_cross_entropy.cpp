@@ -1,4 +1,4 @@
-#include "trainer/model/cross_entropy.h"
+#include "trainer/kernels/chunked_cross_entropy.h"
 
 #include <algorithm>
 
