@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <iomanip>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +15,7 @@
 #include "common/errors.h"
 #include "common/file_io.h"
 #include "common/limits.h"
+#include "common/printable.h"
 #include "planner/hardware.h"
 #include "planner/model_desc.h"
 #include "trainer/config/config_registry.h"
@@ -420,20 +420,7 @@ SlurmOptions read_slurm(const SpecReader& r, const toml::table& t) {
 }  // namespace
 
 void check_sweep_name(const std::string& name) {
-  // The name as a one-line message shows it: control characters as \xNN,
-  // at most 60 characters.
-  std::string shown;
-  for (const char c : name.substr(0, 60)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u != 0x7f) {
-      shown += c;
-      continue;
-    }
-    char buf[8];
-    std::snprintf(buf, sizeof(buf), "\\x%02x", u);
-    shown += buf;
-  }
-  if (name.size() > 60) shown += "...";
+  const std::string shown = message_text(name, 60);
   const auto bad = [&](const std::string& why) {
     throw InputError("sweep name '" + shown + "' " + why +
                      "; set [sweep] name to letters, digits, '.', '_' or '-' (at most " +

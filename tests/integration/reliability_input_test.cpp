@@ -8,7 +8,6 @@
 //    another sweep's files untouched, nothing written to ./outputs, the
 //    database intact, and a rerun after space is freed completes.
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 #include <sys/stat.h>
 
 #include <array>
@@ -19,12 +18,14 @@
 
 #include "results/results_db.h"
 #include "tests/integration/process.h"
+#include "tests/sqlite_check.h"
 #include "tests/integration/small_fs.h"
 
 namespace fs = std::filesystem;
 using ctitan::testing::ProcessResult;
 using ctitan::testing::SmallFs;
 using ctitan::testing::fresh_dir;
+using ctitan::testing::integrity_ok;
 using ctitan::testing::run_program;
 using ctitan::testing::source_dir;
 
@@ -175,18 +176,6 @@ TEST(Reliability, HostileInputsAreOneLineExit2) {
 }
 
 namespace {
-
-bool integrity_ok(const fs::path& db) {
-  sqlite3* h = nullptr;
-  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return false;
-  sqlite3_stmt* st = nullptr;
-  const bool ok = sqlite3_prepare_v2(h, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK &&
-                  sqlite3_step(st) == SQLITE_ROW &&
-                  std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) == "ok";
-  sqlite3_finalize(st);
-  sqlite3_close(h);
-  return ok;
-}
 
 std::map<std::string, std::string> files_under(const fs::path& root) {
   std::map<std::string, std::string> out;

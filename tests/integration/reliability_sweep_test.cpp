@@ -23,12 +23,14 @@
 
 #include "results/results_db.h"
 #include "tests/integration/process.h"
+#include "tests/sqlite_check.h"
 #include "tests/integration/small_fs.h"
 
 namespace fs = std::filesystem;
 using ctitan::ResultsDb;
 using ctitan::RunRow;
 using ctitan::testing::fresh_dir;
+using ctitan::testing::integrity_ok;
 using ctitan::testing::ProcessResult;
 using ctitan::testing::run_ctitan;
 using ctitan::testing::SmallFs;
@@ -71,18 +73,6 @@ std::map<std::string, int> status_counts(const std::vector<RunRow>& rows) {
   std::map<std::string, int> m;
   for (const auto& r : rows) ++m[r.status];
   return m;
-}
-
-bool integrity_ok(const fs::path& db) {
-  sqlite3* h = nullptr;
-  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return false;
-  sqlite3_stmt* st = nullptr;
-  const bool ok = sqlite3_prepare_v2(h, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK &&
-                  sqlite3_step(st) == SQLITE_ROW &&
-                  std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) == "ok";
-  sqlite3_finalize(st);
-  sqlite3_close(h);
-  return ok;
 }
 
 void sql(const fs::path& db_path, const std::string& text) {

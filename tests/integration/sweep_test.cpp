@@ -5,7 +5,6 @@
 // one line, exit 2, database untouched. Runs use the `tiny` flavor and a
 // few steps, so each takes about a second.
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 
 #include <algorithm>
 #include <csignal>
@@ -19,6 +18,7 @@
 
 #include "results/results_db.h"
 #include "tests/integration/process.h"
+#include "tests/sqlite_check.h"
 #include "trainer/kernels/fused_ops.h"  // fused_kernels_available
 
 namespace fs = std::filesystem;
@@ -26,6 +26,7 @@ using ctitan::ResultsDb;
 using ctitan::RunRow;
 using ctitan::testing::expect_one_line_exit2;
 using ctitan::testing::fresh_dir;
+using ctitan::testing::integrity_ok;
 using ctitan::testing::run_ctitan;
 using ctitan::testing::source_dir;
 
@@ -75,18 +76,6 @@ std::vector<std::string> planned_run_keys(const std::string& dry_out) {
   const std::regex re(R"(\n\s*\d+\s+([0-9a-f]{16})\s+\d+\s+\S+\s+\S+(?: GiB)?\s+run\s)");
   for (std::sregex_iterator it(dry_out.begin(), dry_out.end(), re), end; it != end; ++it) keys.push_back((*it)[1]);
   return keys;
-}
-
-bool integrity_ok(const fs::path& db) {
-  sqlite3* h = nullptr;
-  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return false;
-  sqlite3_stmt* st = nullptr;
-  bool ok = sqlite3_prepare_v2(h, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK &&
-            sqlite3_step(st) == SQLITE_ROW &&
-            std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) == "ok";
-  sqlite3_finalize(st);
-  sqlite3_close(h);
-  return ok;
 }
 
 // Two points whose runs differ in compute, on every CPU (compile.enable

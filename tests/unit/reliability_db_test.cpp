@@ -14,11 +14,13 @@
 #include "common/errors.h"
 #include "reports/report.h"
 #include "results/results_db.h"
+#include "tests/sqlite_check.h"
 
 namespace fs = std::filesystem;
 using ctitan::ResultsDb;
 using ctitan::ResultsDbError;
 using ctitan::RunRow;
+using ctitan::testing::integrity_ok;
 
 namespace {
 
@@ -43,18 +45,6 @@ void sql(const fs::path& db_path, const std::string& text) {
   EXPECT_EQ(sqlite3_exec(db, text.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
   sqlite3_free(err);
   sqlite3_close(db);
-}
-
-bool integrity_ok(const fs::path& db) {
-  sqlite3* h = nullptr;
-  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return false;
-  sqlite3_stmt* st = nullptr;
-  const bool ok = sqlite3_prepare_v2(h, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK &&
-                  sqlite3_step(st) == SQLITE_ROW &&
-                  std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) == "ok";
-  sqlite3_finalize(st);
-  sqlite3_close(h);
-  return ok;
 }
 
 // A database with one sweep and `n` runs, closed (checkpointed) on return.

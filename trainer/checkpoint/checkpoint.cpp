@@ -15,6 +15,7 @@
 
 #include "common/errors.h"
 #include "common/file_io.h"
+#include "common/printable.h"
 #include "trainer/checkpoint/checkpoint_metadata.h"
 
 namespace fs = std::filesystem;

@@ -1,30 +1,14 @@
 #include "trainer/checkpoint/checkpoint_metadata.h"
 
-#include <cstdio>
 #include <limits>
 
 #include "common/errors.h"
+#include "common/printable.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace ctitan {
-
-std::string message_text(std::string_view s, size_t max_chars) {
-  std::string out;
-  for (const char c : s.substr(0, max_chars)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  if (s.size() > max_chars) out += "...";
-  return out;
-}
 
 namespace {
 

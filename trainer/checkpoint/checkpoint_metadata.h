@@ -77,8 +77,4 @@ std::map<std::string, std::string> parse_safetensors_index(std::string_view text
 std::filesystem::path confined_file(const std::filesystem::path& dir, const std::string& name, const std::string& where,
                                     const std::string& entry);
 
-// `s` fit for a one-line message: control characters as \xNN, cut to
-// `max_chars` with "..." (a tensor name in a fuzzed file can be anything).
-std::string message_text(std::string_view s, size_t max_chars = 120);
-
 }  // namespace ctitan

@@ -1,5 +1,6 @@
 #include "trainer/checkpoint/checkpoint_model.h"
 
+#include "common/printable.h"
 #include "trainer/checkpoint/checkpoint_metadata.h"
 #include "trainer/model/transformer.h"
 

@@ -17,6 +17,7 @@
 
 #include "common/errors.h"
 #include "common/file_io.h"
+#include "common/printable.h"
 #include "trainer/checkpoint/checkpoint_metadata.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/data/tokenizer.h"

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/errors.h"
+#include "common/printable.h"
 #include "trainer/checkpoint/checkpoint_metadata.h"
 
 using nlohmann::json;

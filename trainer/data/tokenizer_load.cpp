@@ -9,6 +9,7 @@
 
 #include "common/errors.h"
 #include "common/file_io.h"
+#include "common/printable.h"
 #include "trainer/data/tokenizer.h"
 
 namespace ctitan {
@@ -16,24 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// A string from the file fit for a one-line message: control characters as
-// \xNN, cut to `max_chars` (a token can hold anything, newlines included).
-std::string shown(std::string_view s, size_t max_chars = 80) {
-  std::string out;
-  for (const char c : s.substr(0, max_chars)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  if (s.size() > max_chars) out += "...";
-  return out;
-}
 
 // Parses JSON; a syntax error becomes "path:line:col: not valid JSON (...)".
 // Nesting is bounded: nothing in a tokenizer is deeper than a few levels,
@@ -60,10 +43,10 @@ json parse_json(const std::string& text, const std::string& path) {
     }
     std::string why = e.what();
     if (const size_t p = why.find(": "); p != std::string::npos) why = why.substr(p + 2);
-    throw InputError(path + ":" + std::to_string(line) + ":" + std::to_string(col) +
-                     ": not valid JSON (" + shown(why, 200) + "): re-export it with tokenizers' save()");
+    throw InputError(path + ":" + std::to_string(line) + ":" + std::to_string(col) + ": not valid JSON (" +
+                     message_text(why, 200) + "): re-export it with tokenizers' save()");
   } catch (const json::exception& e) {  // a number out of range (1e400)
-    throw InputError(path + ": not valid JSON (" + shown(e.what(), 200) +
+    throw InputError(path + ": not valid JSON (" + message_text(e.what(), 200) +
                      "): re-export it with tokenizers' save()");
   }
 }
@@ -125,7 +108,7 @@ Tokenizer Tokenizer::from_json_text(const std::string& json_text, const std::str
   } catch (const json::exception& e) {
     // A field of the wrong JSON type: nlohmann names the type, not the key,
     // so point at the file and the library's description.
-    t.fail(std::string("unexpected JSON structure (") + shown(e.what(), 200) +
+    t.fail(std::string("unexpected JSON structure (") + message_text(e.what(), 200) +
            "): is this a Hugging Face tokenizer.json?");
   }
   t.finish(/*guess_bos_eos=*/config_json == nullptr);
@@ -147,7 +130,7 @@ void Tokenizer::load(const json& j) {
     fail("no \"model\" object: not a Hugging Face tokenizer.json");
   load_model(j.at("model"));
   if (j.contains("normalizer") && !j.at("normalizer").is_null()) {
-    fail("unsupported normalizer \"" + shown(j.at("normalizer").value("type", std::string("?"))) +
+    fail("unsupported normalizer \"" + message_text(j.at("normalizer").value("type", std::string("?")), 80) +
          "\": ctitan reads tokenizers without a normalizer (GPT-2 / Llama-3 style)");
   }
   load_pre_tokenizer(j.contains("pre_tokenizer") ? j.at("pre_tokenizer") : json());
@@ -155,7 +138,7 @@ void Tokenizer::load(const json& j) {
   if (decoder.is_null()) {
     decoder_byte_level_ = false;
   } else if (decoder.value("type", std::string()) != "ByteLevel") {
-    fail("unsupported decoder \"" + shown(decoder.value("type", std::string("?"))) +
+    fail("unsupported decoder \"" + message_text(decoder.value("type", std::string("?")), 80) +
          "\": expected ByteLevel");
   }
   if (j.contains("added_tokens") && !j.at("added_tokens").is_null()) {
@@ -168,7 +151,7 @@ void Tokenizer::load(const json& j) {
 void Tokenizer::load_model(const json& m) {
   const std::string type = m.value("type", std::string("BPE"));
   if (type != "BPE")
-    fail("unsupported model type \"" + shown(type) + "\": ctitan reads byte-level BPE tokenizers only");
+    fail("unsupported model type \"" + message_text(type, 80) + "\": ctitan reads byte-level BPE tokenizers only");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (m.contains(key) && !m.at(key).is_null() && !m.at(key).get<std::string>().empty()) {
       fail(std::string("unsupported BPE option ") + key +
@@ -183,8 +166,9 @@ void Tokenizer::load_model(const json& m) {
   for (const auto& [token, id] : m.at("vocab").items()) {
     const bool integer = id.is_number_integer() && (id.is_number_unsigned() || id.get<int64_t>() >= 0);
     if (!integer || id.get<uint64_t>() > static_cast<uint64_t>(kMaxTokenId))
-      fail("model.vocab[\"" + shown(token) + "\"] has id " + shown(id.dump(), 40) + ", not an integer in 0.." +
-           std::to_string(kMaxTokenId) + ": re-export the tokenizer with tokenizers' save()");
+      fail("model.vocab[\"" + message_text(token, 80) + "\"] has id " + message_text(id.dump(), 40) +
+           ", not an integer in 0.." + std::to_string(kMaxTokenId) +
+           ": re-export the tokenizer with tokenizers' save()");
     const auto v = static_cast<int64_t>(id.get<uint64_t>());
     vocab_[token] = v;
     set_id(v, token);
@@ -195,7 +179,7 @@ void Tokenizer::load_model(const json& m) {
   if (m.contains("unk_token") && m.at("unk_token").is_string()) {
     const auto it = vocab_.find(m.at("unk_token").get<std::string>());
     if (it == vocab_.end())
-      fail("model.unk_token \"" + shown(m.at("unk_token").get<std::string>()) + "\" is not in the vocab");
+      fail("model.unk_token \"" + message_text(m.at("unk_token").get<std::string>(), 80) + "\" is not in the vocab");
     unk_id_ = it->second;
   }
   const json merges = m.contains("merges") ? m.at("merges") : json::array();
@@ -207,7 +191,7 @@ void Tokenizer::load_model(const json& m) {
       if (s.rfind("#version", 0) == 0) continue;
       const size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        fail("model.merges[" + std::to_string(rank) + "] = \"" + shown(s) +
+        fail("model.merges[" + std::to_string(rank) + "] = \"" + message_text(s, 80) +
              "\" is not two tokens separated by one space");
       }
       a = s.substr(0, sp), b = s.substr(sp + 1);
@@ -218,7 +202,7 @@ void Tokenizer::load_model(const json& m) {
     }
     const auto ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(a + b);
     if (ia == vocab_.end() || ib == vocab_.end() || iab == vocab_.end()) {
-      fail("model.merges[" + std::to_string(rank) + "] (\"" + shown(a) + "\", \"" + shown(b) +
+      fail("model.merges[" + std::to_string(rank) + "] (\"" + message_text(a, 80) + "\", \"" + message_text(b, 80) +
            "\") uses a token missing from the vocab");
     }
     // Like HF, a repeated pair keeps its last rank.
@@ -250,7 +234,7 @@ void Tokenizer::load_pre_tokenizer(const json& pre) {
       const std::string regex =
           pat.contains("Regex") ? pat.at("Regex").get<std::string>() : std::string();
       if (regex.empty() || !split_pattern_from_regex(regex, s.pattern)) {
-        fail("unsupported Split pattern " + shown(pat.dump(), 200) +
+        fail("unsupported Split pattern " + message_text(pat.dump(), 200) +
              ": ctitan knows the GPT-2 and Llama-3 patterns");
       }
       if (p.value("behavior", std::string()) != "Isolated" || p.value("invert", false)) {
@@ -258,7 +242,7 @@ void Tokenizer::load_pre_tokenizer(const json& pre) {
       }
       s.split = true;
     } else {
-      fail("unsupported pre_tokenizer \"" + shown(type) +
+      fail("unsupported pre_tokenizer \"" + message_text(type, 80) +
            "\": ctitan reads byte-level BPE (ByteLevel, Split)");
     }
     if (s.split || s.add_prefix_space) stages_.push_back(s);
@@ -278,7 +262,7 @@ void Tokenizer::load_config(const std::string& config_json, const std::string& c
       char* end = nullptr;
       const long long id = std::strtoll(key.c_str(), &end, 10);
       if (key.empty() || *end != '\0') {
-        throw InputError(config_path + ": added_tokens_decoder key \"" + shown(key) +
+        throw InputError(config_path + ": added_tokens_decoder key \"" + message_text(key, 80) +
                          "\" is not a token id");
       }
       by_id.emplace_back(id, a);
@@ -294,7 +278,7 @@ void Tokenizer::load_config(const std::string& config_json, const std::string& c
     const std::string content = token_content(c.at(key));
     const int64_t id = token_to_id(content);
     if (id < 0)
-      throw InputError(config_path + ": " + key + " \"" + shown(content) +
+      throw InputError(config_path + ": " + key + " \"" + message_text(content, 80) +
                        "\" is neither an added token nor in the vocab");
     return id;
   };
