@@ -21,8 +21,9 @@ namespace {
 
 const char* kUsage =
     "usage: ctitan <command> [options]\n"
-    "  train     train a Llama 3 model (TorchTitan-style TOML + --section.key overrides;\n"
-    "            `ctitan train --help` lists every key; `--nproc N` runs N ranks through `launch`)\n"
+    "  train     train a Llama 3, Qwen3 or DeepSeek-V3 model (model.name; TorchTitan-style TOML +\n"
+    "            --section.key overrides; `ctitan train --help` lists every key; `--nproc N` runs\n"
+    "            N ranks through `launch`)\n"
     "  launch    start N ranks with torchrun's environment, each running `ctitan train`\n"
     "            (`ctitan launch --help`)\n"
     "  db        list and show the runs in a results database (`ctitan db --help`)\n"
