@@ -8,8 +8,6 @@
 
 #include "common/errors.h"
 #include "trainer/config/config_loader.h"
-#include "trainer/config/config_registry.h"
-#include "trainer/model/model_registry.h"
 
 namespace ctitan {
 namespace {
@@ -113,18 +111,6 @@ TEST(ConfigValidate, AcceptsBoundaryValues) {
     apply_override(c, k, v);
   }
   EXPECT_NO_THROW(validate(c));
-}
-
-// config/ sits below model/, so model.name is checked against config's own
-// list of the families' names: it must be the registry's, in its order (the
-// order the error lists them in).
-TEST(ConfigValidate, ModelNamesAreTheRegistrysFamilies) {
-  EXPECT_EQ(config::model_names(), model_family_names());
-  for (const std::string& name : model_family_names()) {
-    JobConfig c;
-    c.model.name = name;
-    EXPECT_NO_THROW(validate(c)) << name;
-  }
 }
 
 }  // namespace

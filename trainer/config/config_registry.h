@@ -94,11 +94,6 @@ void set_from_string(JobConfig& cfg, const FieldSpec& f, const std::string& text
                      const std::string& where);
 void validate_with_origins(const JobConfig& cfg, const Origins& origins);
 
-// The values model.name accepts: the model families' names, in the order of
-// trainer/model/model_registry.cpp's registry (config/ sits below model/, so
-// it keeps the names themselves; a unit test keeps the two lists equal).
-const std::vector<std::string>& model_names();
-
 // "config error: <where>: <what>" (where may be empty) as one line.
 [[noreturn]] void fail(const std::string& where, const std::string& what);
 

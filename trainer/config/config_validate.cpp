@@ -5,11 +5,11 @@
 #include <cmath>
 #include <initializer_list>
 #include <string>
-#include <vector>
 
 #include "common/limits.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
+#include "trainer/model/model_registry.h"
 
 namespace ctitan::config {
 namespace {
@@ -224,15 +224,13 @@ void check_unsupported(const Checker& k, const JobConfig& c) {
   }
 }
 
-// model.name picks the model family. TorchTitan's families ctitan does
-// not have are named as such, so that a recipe of theirs never trains (and
-// records) another family under their name.
+// model.name picks the model family (model_registry.h). TorchTitan's
+// families ctitan does not have are named as such, so that a recipe of
+// theirs never trains (and records) another family under their name.
 void check_model_name(const Checker& k, const std::string& name) {
-  const std::vector<std::string>& names = model_names();
-  for (const auto& n : names)
-    if (n == name) return;
+  if (is_model_family(name)) return;
   std::string known;
-  for (const auto& n : names) known += (known.empty() ? "\"" : ", \"") + n + "\"";
+  for (const auto& n : model_family_names()) known += (known.empty() ? "\"" : ", \"") + n + "\"";
   std::string what = "model.name " + render_value(Value(name));
   for (const char* tt : {"llama3_ft", "llama4", "gpt_oss", "flux", "simple_fsdp"})
     if (name == tt) {
@@ -244,13 +242,6 @@ void check_model_name(const Checker& k, const std::string& name) {
 }
 
 }  // namespace
-
-const std::vector<std::string>& model_names() {
-  // The registry's families (trainer/model/model_registry.cpp), in its
-  // order; ConfigValidate.ModelNamesAreTheRegistrysFamilies keeps the two lists equal.
-  static const std::vector<std::string> names = {"llama3", "qwen3", "deepseek_v3"};
-  return names;
-}
 
 void validate_with_origins(const JobConfig& cfg, const Origins& origins) {
   const Checker k(origins);
