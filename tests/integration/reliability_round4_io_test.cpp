@@ -13,9 +13,11 @@
 #include <string>
 #include <thread>
 
+#include "tests/fifo_read.h"
 #include "tests/integration/process.h"
 
 namespace fs = std::filesystem;
+using ctitan::testing::read_fifo;
 using ctitan::testing::expect_one_line_exit2;
 using ctitan::testing::fresh_dir;
 using ctitan::testing::ProcessResult;
@@ -27,28 +29,6 @@ namespace {
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// What a FIFO's writer sends within 10 s, never blocking (a binary that
-// renames over the FIFO must fail the test, not hang it).
-std::string read_fifo(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK);
-  std::string got;
-  if (fd < 0) return got;
-  char buf[4096];
-  for (int waited_ms = 0; waited_ms < 10000;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n > 0) {
-      got.append(buf, static_cast<size_t>(n));
-    } else if (n == 0 && !got.empty()) {
-      break;  // the writer has closed
-    } else {
-      ::usleep(10000);
-      waited_ms += 10;
-    }
-  }
-  ::close(fd);
-  return got;
 }
 
 // A copy of the committed results database (schema v6, 39 runs of the sweep

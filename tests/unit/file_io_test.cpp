@@ -16,9 +16,11 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "tests/fifo_read.h"
 #include "tests/integration/small_fs.h"
 
 namespace fs = std::filesystem;
+using ctitan::testing::read_fifo;
 using ctitan::InputError;
 using ctitan::testing::SmallFs;
 
@@ -34,28 +36,6 @@ fs::path scratch(const std::string& name) {
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
-}
-
-// What a FIFO's writer sends within 5 s (never blocks: a test that fails
-// must not hang). Opened at once, so a writer finds a reader.
-std::string read_fifo(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK);
-  std::string got;
-  if (fd < 0) return got;
-  char buf[4096];
-  for (int waited_ms = 0; waited_ms < 5000;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n > 0) {
-      got.append(buf, static_cast<size_t>(n));
-    } else if (n == 0 && !got.empty()) {
-      break;  // the writer has closed
-    } else {
-      ::usleep(10000);
-      waited_ms += 10;
-    }
-  }
-  ::close(fd);
-  return got;
 }
 
 // The one line an InputError carries, or "" when `f` does not throw one.
