@@ -13,7 +13,7 @@
 
 #include "common/errors.h"
 #include "harness/commands.h"
-#include "trainer/dist/comm.h"
+#include "trainer/distributed/comm.h"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -17,7 +17,7 @@
 #include "profiling/peak_flops.h"
 #include "planner/op_costs.h"
 #include "planner/plan.h"
-#include "trainer/dist/mesh.h"
+#include "trainer/distributed/mesh.h"
 #include "trainer/config/config_loader.h"
 
 namespace ctitan {

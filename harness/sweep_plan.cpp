@@ -26,7 +26,7 @@
 #include "planner/op_costs.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
-#include "trainer/dist/mesh.h"
+#include "trainer/distributed/mesh.h"
 #include "trainer/kernels/fused_ops.h"  // fused_kernels_available
 #include "trainer/model/model_registry.h"
 

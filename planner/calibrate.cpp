@@ -17,7 +17,7 @@
 #include "profiling/peak_flops.h"
 #include "results/sqlite_stmt.h"
 #include "trainer/config/config_loader.h"
-#include "trainer/dist/mesh.h"
+#include "trainer/distributed/mesh.h"
 
 namespace fs = std::filesystem;
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "planner/plan.h"
-#include "trainer/dist/mesh.h"
+#include "trainer/distributed/mesh.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/transformer.h"
 #include "trainer/parallel/pipeline.h"

@@ -1,5 +1,5 @@
 // How the communicator tells the profiler about each collective, without
-// trainer/dist depending on the tracer: comm.cpp includes only this header.
+// trainer/distributed depending on the tracer: comm.cpp includes only this header.
 //
 // The communicator calls issued() when a collective goes to the backend,
 // wait_returned() each time a caller's wait() returns (with how long it

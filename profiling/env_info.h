@@ -14,7 +14,7 @@ nlohmann::json environment_fingerprint();
 // Which launch contract started this process, from its environment:
 // "torchrun" when RANK is set (torchrun, `ctitan launch`), "srun" when it is
 // a task of an srun step (SLURM_PROCID and a job step's SLURM_STEP_ID; an
-// sbatch job's batch script has no step), "" otherwise. trainer/dist/mesh.h's
+// sbatch job's batch script has no step), "" otherwise. trainer/distributed/mesh.h's
 // DistEnv reads the variables of that contract; env.json records it as
 // `launcher` ("none" for "").
 std::string launch_contract();

@@ -23,8 +23,8 @@
 
 #include "profiling/device_monitor.h"
 #include "trainer/config/job_config.h"
-#include "trainer/dist/flight_recorder.h"
-#include "trainer/dist/mesh.h"
+#include "trainer/distributed/flight_recorder.h"
+#include "trainer/distributed/mesh.h"
 
 namespace ctitan {
 

@@ -24,7 +24,7 @@
 #include <map>
 #include <thread>
 
-#include "trainer/dist/comm.h"
+#include "trainer/distributed/comm.h"
 #include "trainer/parallel/tensor_parallel.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // `ctitan train` started by srun on a real one-node Slurm cluster
 // (slurm_cluster.h): the tasks of the step find their rank, world and
-// rendezvous from Slurm's variables alone (trainer/dist/mesh.h), with no
+// rendezvous from Slurm's variables alone (trainer/distributed/mesh.h), with no
 // `ctitan launch` and no torchrun variables.
 //
 // The 2-task step is checked against `ctitan launch --nproc 2` of the same
@@ -23,7 +23,7 @@
 #include "results/results_db.h"
 #include "tests/integration/process.h"
 #include "tests/slurm/slurm_cluster.h"
-#include "trainer/dist/mesh.h"
+#include "trainer/distributed/mesh.h"
 
 namespace fs = std::filesystem;
 using ctitan::testing::ctitan_bin;

@@ -21,9 +21,9 @@
 #include <thread>
 
 #include "common/errors.h"
-#include "trainer/dist/comm.h"
-#include "trainer/dist/flight_recorder.h"
-#include "trainer/dist/mesh.h"
+#include "trainer/distributed/comm.h"
+#include "trainer/distributed/flight_recorder.h"
+#include "trainer/distributed/mesh.h"
 #include "trainer/runtime.h"
 #include "tests/unit/thread_ranks.h"
 

@@ -29,7 +29,7 @@
 #include "planner/hardware.h"
 #include "reports/published.h"
 #include "results/results_db.h"
-#include "trainer/dist/mesh.h"
+#include "trainer/distributed/mesh.h"
 
 namespace ctitan {
 namespace {

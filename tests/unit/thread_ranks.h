@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "trainer/dist/comm.h"
+#include "trainer/distributed/comm.h"
 
 namespace ctitan::testing {
 

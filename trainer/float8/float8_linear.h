@@ -53,7 +53,7 @@
 
 #include <string>
 
-#include "trainer/dist/comm.h"
+#include "trainer/distributed/comm.h"
 #include "trainer/float8/fp8_codec.h"
 
 namespace ctitan {

@@ -16,7 +16,7 @@
 
 #include <optional>
 
-#include "trainer/dist/comm.h"
+#include "trainer/distributed/comm.h"
 #include "trainer/model/model_args.h"
 
 namespace ctitan {

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/dist/comm.h"
+#include "trainer/distributed/comm.h"
 
 namespace ctitan {
 

@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "trainer/checkpoint/checkpoint.h"
-#include "trainer/dist/flight_recorder.h"
-#include "trainer/dist/mesh.h"
+#include "trainer/distributed/flight_recorder.h"
+#include "trainer/distributed/mesh.h"
 #include "trainer/model/transformer.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/parallel/unit_hooks.h"

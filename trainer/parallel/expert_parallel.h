@@ -20,7 +20,7 @@
 
 #include <vector>
 
-#include "trainer/dist/comm.h"
+#include "trainer/distributed/comm.h"
 #include "trainer/model/model_args.h"
 #include "trainer/model/param_spec.h"
 

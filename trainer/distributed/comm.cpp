@@ -13,7 +13,7 @@
 //    division that truncates like NCCL's integer average;
 //  - non-contiguous outputs go through a contiguous staging tensor, and
 //    every tensor is flattened, so the rank-major layout holds for any shape.
-#include "trainer/dist/comm.h"
+#include "trainer/distributed/comm.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -30,8 +30,8 @@
 #include <sstream>
 
 #include "profiling/collective_observer.h"
-#include "trainer/dist/comm_internal.h"
-#include "trainer/dist/flight_recorder.h"
+#include "trainer/distributed/comm_internal.h"
+#include "trainer/distributed/flight_recorder.h"
 
 namespace ctitan {
 namespace {

@@ -1,6 +1,6 @@
 // The launch contract (torchrun's or srun's variables), the mesh shape from
 // [parallelism], the device mesh's groups, and the TCPStore rendezvous.
-#include "trainer/dist/mesh.h"
+#include "trainer/distributed/mesh.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -19,7 +19,7 @@
 #include "common/errors.h"
 #include "common/subprocess.h"
 #include "profiling/env_info.h"
-#include "trainer/dist/comm_internal.h"
+#include "trainer/distributed/comm_internal.h"
 
 namespace ctitan {
 namespace {

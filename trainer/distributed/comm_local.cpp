@@ -2,7 +2,7 @@
 // and argument checks (comm_internal.h).
 #include <cstdio>
 
-#include "trainer/dist/comm_internal.h"
+#include "trainer/distributed/comm_internal.h"
 
 namespace ctitan::dist_internal {
 

@@ -1,7 +1,7 @@
 // Flight recorder: a fixed ring of the last `capacity` collectives. Slot
 // seq % capacity holds entry seq, so end() finds its entry without a search
 // and an entry already overwritten by newer ones is simply gone.
-#include "trainer/dist/flight_recorder.h"
+#include "trainer/distributed/flight_recorder.h"
 #include "common/errors.h"
 #include "common/file_io.h"
 

@@ -55,7 +55,7 @@
 #include <string>
 
 #include "trainer/config/job_config.h"
-#include "trainer/dist/comm.h"
+#include "trainer/distributed/comm.h"
 
 namespace ctitan {
 

@@ -1,4 +1,4 @@
-// Internal to trainer/dist: what the c10d communicator (comm.cpp), the
+// Internal to trainer/distributed: what the c10d communicator (comm.cpp), the
 // size-1 communicator (comm_local.cpp) and the rendezvous (mesh.cpp) share —
 // how errors read, and the argument checks that keep a wrong size from
 // hanging or corrupting memory inside a backend.
@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "trainer/dist/comm.h"
+#include "trainer/distributed/comm.h"
 
 namespace ctitan::dist_internal {
 
