@@ -1,13 +1,21 @@
 #include "common/subprocess.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <fcntl.h>       // open, pipe2, O_CLOEXEC
+#include <poll.h>        // poll
+#include <sys/prctl.h>   // PR_SET_PDEATHSIG
+#include <sys/wait.h>    // waitid
+#include <unistd.h>      // fork, execve, close_range
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "common/errors.h"
+#include "common/file_io.h"  // write_error_line
 
 extern char** environ;
 
@@ -31,7 +39,183 @@ std::string first_nonempty_line(const std::string& text) {
   return "";
 }
 
+ExitStatus status_of(const siginfo_t& info) {
+  if (info.si_code == CLD_EXITED) return {info.si_status, 0};
+  return {128 + info.si_status, info.si_status};
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// This process's environment with `overrides` ("NAME=value") set over it.
+std::vector<std::string> environment_with(const std::vector<std::string>& overrides) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  for (const auto& kv : overrides) {
+    const std::string name = kv.substr(0, kv.find('=') + 1);
+    std::erase_if(env, [&](const std::string& s) { return s.rfind(name, 0) == 0; });
+    env.push_back(kv);
+  }
+  return env;
+}
+
+// The descriptors spawn() opens before fork(), closed on every way out.
+enum { kDevNull, kOutRead, kOutWrite, kErrRead, kErrWrite, kStatusRead, kStatusWrite, kFdCount };
+struct Fds {
+  int fd[kFdCount];
+  Fds() { std::fill(std::begin(fd), std::end(fd), -1); }
+  ~Fds() {
+    for (int f : fd)
+      if (f >= 0) close(f);
+  }
+  void close_now(int i) {
+    if (fd[i] >= 0) close(fd[i]);
+    fd[i] = -1;
+  }
+  // Hands descriptor `i` to the caller: no longer closed here.
+  int release(int i) { return std::exchange(fd[i], -1); }
+};
+
+// Opens what `o` needs; for a pipe, its two ends.
+void open_output(const Output& o, int& read_end, int& write_end) {
+  if (o.kind == Output::Kind::file) {
+    write_end = open(o.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (write_end < 0) throw InputError(write_error_line(o.path, errno));
+  } else if (o.kind == Output::Kind::pipe) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "cannot create a pipe");
+    read_end = p[0];
+    write_end = p[1];
+  }
+}
+
 }  // namespace
+
+Child spawn(const SpawnOptions& opts) {
+  if (opts.argv.empty()) throw std::invalid_argument("spawn: no command");
+  Fds fds;
+  open_output(opts.out, fds.fd[kOutRead], fds.fd[kOutWrite]);
+  open_output(opts.err, fds.fd[kErrRead], fds.fd[kErrWrite]);
+  fds.fd[kDevNull] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int status[2];
+  if (pipe2(status, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "cannot create a pipe");
+  fds.fd[kStatusRead] = status[0];
+  fds.fd[kStatusWrite] = status[1];
+  // Everything the child touches is prepared before fork(): between fork
+  // and exec only async-signal-safe calls are allowed.
+  std::vector<std::string> argv_strings = opts.argv, env_strings = environment_with(opts.env);
+  const std::vector<char*> argv = c_strings(argv_strings), envp = c_strings(env_strings);
+  const int dev_null = fds.fd[kDevNull], out = fds.fd[kOutWrite], err = fds.fd[kErrWrite], status_w = status[1];
+  const pid_t parent = getpid();
+
+  sigset_t blocked, caller_mask;
+  sigemptyset(&blocked);
+  for (int sig : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&blocked, sig);
+  sigprocmask(SIG_BLOCK, &blocked, &caller_mask);
+  const sigset_t child_mask = opts.child_signal_mask.value_or(caller_mask);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // A parent that died between fork() and prctl() would not trigger
+    // PDEATHSIG, hence the getppid() check.
+    if (opts.die_with_parent && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)) _exit(127);
+    if (opts.group) setpgid(0, *opts.group);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigaction(sig, &dfl, nullptr);
+    if (dev_null >= 0) dup2(dev_null, 0);
+    if (out >= 0) dup2(out, 1);
+    if (err >= 0) dup2(err, 2);
+    // Like Python's close_fds; the status pipe closes itself at exec.
+    if (status_w > 3) close_range(3, static_cast<unsigned>(status_w) - 1, 0);
+    close_range(static_cast<unsigned>(status_w) + 1, ~0U, 0);
+    sigprocmask(SIG_SETMASK, &child_mask, nullptr);
+    if (opts.cwd.empty() || chdir(opts.cwd.c_str()) == 0) {
+      if (opts.search_path) {
+        execvpe(argv[0], argv.data(), envp.data());
+      } else {
+        execve(argv[0], argv.data(), envp.data());
+      }
+    }
+    const int e = errno;
+    [[maybe_unused]] ssize_t n = write(status_w, &e, sizeof e);
+    n = write(2, opts.exec_failure_line.data(), opts.exec_failure_line.size());
+    _exit(127);
+  }
+  const int fork_errno = errno;
+  sigprocmask(SIG_SETMASK, &caller_mask, nullptr);
+  if (pid < 0) throw std::system_error(fork_errno, std::generic_category(), "fork failed");
+  Child child;
+  child.pid = pid;
+  if (opts.group) {
+    child.group = *opts.group == 0 ? pid : *opts.group;
+    setpgid(pid, child.group);  // the child does it too: whichever runs first
+  }
+  // The child's ends: the status pipe reads EOF once the exec has closed the child's copy.
+  for (int i : {kDevNull, kOutWrite, kErrWrite, kStatusWrite}) fds.close_now(i);
+  ssize_t got;
+  while ((got = read(status[0], &child.exec_errno, sizeof child.exec_errno)) < 0 && errno == EINTR) {
+  }
+  if (got != sizeof child.exec_errno) child.exec_errno = 0;  // closed by a successful exec
+  child.out = fds.release(kOutRead);
+  child.err = fds.release(kErrRead);
+  return child;
+}
+
+std::optional<ExitStatus> Child::exited() const {
+  siginfo_t info{};
+  if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != pid)
+    return std::nullopt;
+  return status_of(info);
+}
+
+ExitStatus Child::reap() const {
+  siginfo_t info{};
+  while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED) != 0 && errno == EINTR) {
+  }
+  return status_of(info);
+}
+
+void Child::signal(int sig) const { kill(pid, sig); }
+
+void Child::signal_group(int sig) const {
+  if (group > 0) kill(-group, sig);
+}
+
+GroupEnd supervise_group(const Child& child, std::chrono::steady_clock::time_point deadline,
+                         std::chrono::seconds grace, const std::function<int()>& stop_requests,
+                         const std::function<void()>& tick) {
+  using Clock = std::chrono::steady_clock;
+  GroupEnd end;
+  Clock::time_point kill_at{};
+  bool stopping = false, killed = false;
+  int stops_seen = 0;
+  while (true) {
+    if (const auto status = child.exited()) {
+      end.status = *status;
+      break;
+    }
+    const int stops = stop_requests();
+    if (!stopping && (stops > 0 || Clock::now() >= deadline)) {
+      (stops > 0 ? end.stopped : end.timed_out) = true;
+      stopping = true;
+      stops_seen = stops;
+      child.signal_group(SIGTERM);
+      kill_at = Clock::now() + grace;
+    } else if (stopping && !killed && (Clock::now() >= kill_at || stops > stops_seen)) {
+      child.signal_group(SIGKILL);  // grace over, or a second Ctrl-C
+      killed = true;
+    }
+    if (tick) tick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  child.signal_group(SIGKILL);  // whatever the run left in its group
+  child.reap();
+  return end;
+}
 
 std::string CommandResult::first_line() const {
   std::string line = first_nonempty_line(err);
@@ -70,58 +254,27 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::mil
     r.error = "no command";
     return r;
   }
-  int out_pipe[2], err_pipe[2], exec_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0 || pipe2(exec_pipe, O_CLOEXEC) != 0) {
-    r.error = argv[0] + ": cannot create a pipe: " + std::strerror(errno);
+  SpawnOptions opts;
+  opts.argv = argv;
+  opts.search_path = true;
+  opts.env = env;
+  opts.out = opts.err = Output::to_pipe();
+  Child child;
+  try {
+    child = spawn(opts);
+  } catch (const std::system_error& e) {
+    r.error = argv[0] + ": " + e.what();
     return r;
   }
-  std::vector<std::string> args = argv;
-  std::vector<char*> c_argv;
-  for (auto& a : args) c_argv.push_back(a.data());
-  c_argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-  for (const auto& kv : env) {
-    const std::string name = kv.substr(0, kv.find('=') + 1);
-    std::erase_if(env_strings, [&](const std::string& s) { return s.rfind(name, 0) == 0; });
-    env_strings.push_back(kv);
-  }
-  std::vector<char*> c_env;
-  for (auto& e : env_strings) c_env.push_back(e.data());
-  c_env.push_back(nullptr);
-
-  const pid_t pid = fork();
-  if (pid == 0) {  // async-signal-safe calls only
-    const int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) dup2(null_fd, 0);
-    dup2(out_pipe[1], 1);
-    dup2(err_pipe[1], 2);
-    signal(SIGPIPE, SIG_DFL);
-    execvpe(c_argv[0], c_argv.data(), c_env.data());
-    const int e = errno;
-    [[maybe_unused]] const ssize_t n = write(exec_pipe[1], &e, sizeof e);
-    _exit(127);
-  }
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  close(exec_pipe[1]);
-  if (pid < 0) {
-    r.error = argv[0] + ": fork failed: " + std::strerror(errno);
-    close(out_pipe[0]), close(err_pipe[0]), close(exec_pipe[0]);
-    return r;
-  }
-  int exec_errno = 0;
-  const bool exec_failed = read(exec_pipe[0], &exec_errno, sizeof exec_errno) == sizeof exec_errno;
-  close(exec_pipe[0]);
 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  pollfd fds[2] = {{child.out, POLLIN, 0}, {child.err, POLLIN, 0}};
   std::string* sinks[2] = {&r.out, &r.err};
   int open_fds = 2;
   while (open_fds > 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
-      kill(pid, SIGKILL);
+      child.signal(SIGKILL);
       r.timed_out = true;
       break;
     }
@@ -143,18 +296,15 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::mil
   }
   for (auto& f : fds)
     if (f.fd >= 0) close(f.fd);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (exec_failed) {
+  r.exit_code = child.reap().code;
+  if (child.exec_errno != 0) {
     r.error = argv[0];
-    if (exec_errno == ENOENT) {
+    if (child.exec_errno == ENOENT) {
       r.error += ": not found";
       if (argv[0].find('/') == std::string::npos) r.error += " on PATH";
     } else {
       r.error += ": ";
-      r.error += std::strerror(exec_errno);
+      r.error += std::strerror(child.exec_errno);
     }
     return r;
   }

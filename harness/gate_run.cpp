@@ -2,11 +2,12 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <stdexcept>
 
 #include "common/errors.h"
+#include "common/subprocess.h"
 #include "harness/launch.h"
 #include "harness/sweep.h"
 #include "harness/sweep_spec.h"
@@ -18,14 +19,10 @@ BuildIdentity binary_identity(const std::string& path, const std::string& flag) 
   std::error_code ec;
   if (!fs::is_regular_file(path, ec) || ::access(path.c_str(), X_OK) != 0)
     throw InputError("gate: " + flag + " '" + path + "' is not an executable file; give the ctitan binary of a build");
-  std::string out;
-  if (FILE* p = ::popen(("'" + path + "' version --json 2>/dev/null").c_str(), "r")) {
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    if (::pclose(p) != 0) out.clear();
-  }
+  const CommandResult answer = run_command({path, "version", "--json"});
   try {
-    return build_identity_from_json(nlohmann::json::parse(out));
+    if (!answer.started || answer.exit_code != 0) throw std::runtime_error("no answer");
+    return build_identity_from_json(nlohmann::json::parse(answer.out));
   } catch (const std::exception&) {
     throw InputError("gate: " + flag + " '" + path +
                      "' does not answer `version --json` with a build identity (not ctitan, or a ctitan from before "

@@ -1,13 +1,11 @@
 #include "harness/launch.h"
 
 #include <arpa/inet.h>   // htonl, ntohs
-#include <fcntl.h>       // pipe2, open, O_CLOEXEC
+#include <fcntl.h>       // pipe2, O_CLOEXEC
 #include <netinet/in.h>  // sockaddr_in
 #include <poll.h>        // poll
-#include <sys/prctl.h>   // PR_SET_PDEATHSIG
 #include <sys/socket.h>  // socket, bind, getsockname
-#include <sys/wait.h>    // waitid, waitpid
-#include <unistd.h>      // fork, execve, close_range
+#include <unistd.h>      // access, readlink
 
 #include <algorithm>
 #include <cerrno>
@@ -19,12 +17,12 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "common/errors.h"
+#include "common/subprocess.h"
 #include "trainer/config/config_loader.h"  // HelpRequested
-
-extern char** environ;
 
 namespace ctitan {
 namespace {
@@ -116,23 +114,13 @@ extern "C" void on_launcher_signal(int sig) {
   errno = saved;
 }
 
-// The environment every rank inherits, minus the names the launcher sets.
+// What a rank's environment sets over the launcher's.
 std::vector<std::string> rank_environment(const LaunchOptions& opts, int rank, int port) {
   const char* omp = std::getenv("OMP_NUM_THREADS");
   const bool user_threads = omp && *omp;
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string kv = *e;
-    const std::string name = kv.substr(0, kv.find('='));
-    if (name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" || name == "LOCAL_WORLD_SIZE" ||
-        name == "MASTER_ADDR" || name == "MASTER_PORT" || (name == "OMP_NUM_THREADS" && !user_threads))
-      continue;
-    env.push_back(kv);
-  }
   const std::string n = std::to_string(opts.nproc), r = std::to_string(rank);
-  for (std::string kv : {"RANK=" + r, "LOCAL_RANK=" + r, "WORLD_SIZE=" + n, "LOCAL_WORLD_SIZE=" + n,
-                         "MASTER_ADDR=" + opts.master_addr, "MASTER_PORT=" + std::to_string(port)})
-    env.push_back(kv);
+  std::vector<std::string> env = {"RANK=" + r,          "LOCAL_RANK=" + r, "WORLD_SIZE=" + n, "LOCAL_WORLD_SIZE=" + n,
+                                  "MASTER_ADDR=" + opts.master_addr, "MASTER_PORT=" + std::to_string(port)};
   // torchrun sets 1 and warns; ranks on one CPU machine are the whole point
   // here, so each gets its share of the cores instead.
   if (!user_threads) {
@@ -140,40 +128,6 @@ std::vector<std::string> rank_environment(const LaunchOptions& opts, int rank, i
     env.push_back("OMP_NUM_THREADS=" + std::to_string(std::max(1, cores / opts.nproc)));
   }
   return env;
-}
-
-std::vector<char*> c_strings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
-// Forks one rank into process group `pgid` (0 = start a new group led by
-// it). Everything the child touches is prepared before fork(): between fork
-// and exec only async-signal-safe calls are allowed.
-pid_t spawn_rank(char* const argv[], char* const envp[], pid_t pgid, int dev_null, int out_w, int err_w,
-                 const sigset_t& old_mask, const std::string& exec_failed) {
-  const pid_t launcher = getpid();
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  // A launcher that died between fork() and prctl() would not trigger
-  // PDEATHSIG, hence the getppid() check.
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) _exit(127);
-  setpgid(0, pgid);
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM}) sigaction(sig, &dfl, nullptr);
-  // Ranks never read the terminal: from a background process group that
-  // would stop them with SIGTTIN.
-  dup2(dev_null, 0);
-  dup2(out_w, 1);
-  dup2(err_w, 2);
-  close_range(3, ~0U, 0);  // like Python's close_fds: no fd of ours leaks into a rank
-  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  execve(argv[0], argv, envp);
-  [[maybe_unused]] const ssize_t n = write(2, exec_failed.data(), exec_failed.size());
-  _exit(127);
 }
 
 // One rank's output stream: a pipe read end and the line read so far.
@@ -184,7 +138,7 @@ struct Stream {
 };
 
 struct Rank {
-  pid_t pid = -1;
+  Child child;
   bool shown = true;  // --log-rank: lines of hidden ranks are read and dropped
   bool exited = false;
   int exit_code = 0;    // when it exited
@@ -198,8 +152,8 @@ struct Rank {
 // waitid(). Decides who stops whom and what the launcher reports.
 class Supervisor {
  public:
-  Supervisor(std::vector<Rank> ranks, pid_t pgid, int wake_fd)
-      : ranks_(std::move(ranks)), pgid_(pgid), wake_fd_(wake_fd), running_(static_cast<int>(ranks_.size())) {}
+  Supervisor(std::vector<Rank> ranks, int wake_fd)
+      : ranks_(std::move(ranks)), wake_fd_(wake_fd), running_(static_cast<int>(ranks_.size())) {}
 
   // Runs until every rank has exited and its pipes are drained; reaps them
   // and returns the launcher's exit code after the one-line report.
@@ -207,7 +161,7 @@ class Supervisor {
     while (true) {
       if (running_ == 0 && !swept_) {
         // Whatever a rank left behind in the group (a background child) goes too.
-        kill(-pgid_, SIGKILL);
+        signal_ranks(SIGKILL);
         swept_ = true;
         drain_until_ = Clock::now() + kDrainPeriod;
       }
@@ -229,7 +183,7 @@ class Supervisor {
       if (stopping_ && !killed_ && running_ > 0 && Clock::now() >= kill_at_) kill_all();
     }
     for (auto& rank : ranks_) {
-      waitpid(rank.pid, nullptr, 0);
+      rank.child.reap();
       for (auto& s : rank.streams)
         if (s.fd >= 0) close(s.fd);
     }
@@ -243,15 +197,18 @@ class Supervisor {
     return static_cast<int>(std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count()));
   }
 
+  // Every rank is in the first rank's process group.
+  void signal_ranks(int sig) const { ranks_.front().child.signal_group(sig); }
+
   void stop_all(int others_running) {
     stopping_ = true;
     stopped_others_ = others_running;
-    kill(-pgid_, SIGTERM);
+    signal_ranks(SIGTERM);
     kill_at_ = Clock::now() + kGracePeriod;
   }
 
   void kill_all() {
-    kill(-pgid_, SIGKILL);
+    signal_ranks(SIGKILL);
     killed_ = true;
   }
 
@@ -311,18 +268,21 @@ class Supervisor {
     write_all(s.out_fd, out);
   }
 
-  // Exits are seen without reaping (WNOWAIT): a zombie rank keeps the process
-  // group alive, so kill(-pgid) can never reach a reused group id.
+  // Exits are seen without reaping (Child::exited): a zombie rank keeps the
+  // process group alive, so signal_ranks() can never reach a reused group id.
   void note_exits() {
     for (size_t r = 0; r < ranks_.size(); ++r) {
       Rank& rank = ranks_[r];
-      siginfo_t info{};
-      if (rank.exited || waitid(P_PID, static_cast<id_t>(rank.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
-          info.si_pid == 0)
-        continue;
+      if (rank.exited) continue;
+      const std::optional<ExitStatus> status = rank.child.exited();
+      if (!status) continue;
       rank.exited = true;
       --running_;
-      (info.si_code == CLD_EXITED ? rank.exit_code : rank.exit_signal) = info.si_status;
+      if (status->signal != 0) {
+        rank.exit_signal = status->signal;
+      } else {
+        rank.exit_code = status->code;
+      }
       if (!stopping_ && (rank.exit_code != 0 || rank.exit_signal != 0)) {
         failed_ = static_cast<int>(r);
         stop_all(running_);
@@ -346,14 +306,13 @@ class Supervisor {
                                                         signal_name(rank.exit_signal) + ")"
                                                   : "exited with code " + std::to_string(rank.exit_code);
     const std::string others = stopped_others_ == 0 ? "" : "; stopped the other " + ranks_word(stopped_others_);
-    write_all(2, "ctitan launch: rank " + std::to_string(failed_) + " (pid " + std::to_string(rank.pid) + ") " + how +
+    write_all(2, "ctitan launch: rank " + std::to_string(failed_) + " (pid " + std::to_string(rank.child.pid) + ") " + how +
                      others + "\n");
     return rank.exit_signal != 0 ? 128 + rank.exit_signal : rank.exit_code;
   }
 
   std::vector<Rank> ranks_;
   std::set<std::string> err_seen_;  // ctitan: lines already on stderr
-  const pid_t pgid_;
   const int wake_fd_;
   int running_;
   int failed_ = -1;         // the first rank that failed, if any
@@ -489,40 +448,34 @@ int launch(const LaunchOptions& opts) {
 
   // Signals wait until every rank exists and sits in the group.
   sigprocmask(SIG_BLOCK, &ours, &old_mask);
-  std::vector<std::string> argv_strings = opts.command;
-  const std::vector<char*> argv = c_strings(argv_strings);
-  const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const std::string exec_failed = "ctitan launch: cannot execute '" + opts.command[0] + "'\n";
+  SpawnOptions spawn_opts;
+  spawn_opts.argv = opts.command;
+  spawn_opts.out = spawn_opts.err = Output::to_pipe();
+  spawn_opts.group = 0;  // the first rank leads the group the others join
+  spawn_opts.die_with_parent = true;
+  spawn_opts.exec_failure_line = "ctitan launch: cannot execute '" + opts.command[0] + "'\n";
+  spawn_opts.child_signal_mask = old_mask;
   std::vector<Rank> ranks(static_cast<size_t>(n));
-  pid_t pgid = 0;
   for (int r = 0; r < n; ++r) {
-    std::vector<std::string> env_strings = rank_environment(opts, r, port);
-    const std::vector<char*> envp = c_strings(env_strings);
-    int out[2], err[2];
-    const bool piped = pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0;
-    const pid_t pid =
-        piped ? spawn_rank(argv.data(), envp.data(), pgid, dev_null, out[1], err[1], old_mask, exec_failed) : -1;
-    if (pid < 0) {
-      const int e = errno;
-      if (pgid != 0) kill(-pgid, SIGKILL);
-      for (int k = 0; k < r; ++k) waitpid(ranks[k].pid, nullptr, 0);
-      throw std::runtime_error("cannot start rank " + std::to_string(r) + ": " + std::strerror(e));
-    }
-    close(out[1]);
-    close(err[1]);
-    setpgid(pid, pgid == 0 ? pid : pgid);  // the child does it too: whichever runs first
-    if (pgid == 0) pgid = pid;
+    spawn_opts.env = rank_environment(opts, r, port);
     Rank& rank = ranks[r];
-    rank.pid = pid;
+    try {
+      rank.child = spawn(spawn_opts);
+    } catch (const std::system_error& e) {
+      if (r > 0) ranks.front().child.signal_group(SIGKILL);
+      for (int k = 0; k < r; ++k) ranks[k].child.reap();
+      sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+      throw std::runtime_error("cannot start rank " + std::to_string(r) + ": " + e.code().message());
+    }
+    spawn_opts.group = rank.child.group;
     rank.shown =
         opts.log_ranks.empty() || std::find(opts.log_ranks.begin(), opts.log_ranks.end(), r) != opts.log_ranks.end();
-    rank.streams[0] = Stream{out[0], 1, {}};
-    rank.streams[1] = Stream{err[0], 2, {}};
+    rank.streams[0] = Stream{rank.child.out, 1, {}};
+    rank.streams[1] = Stream{rank.child.err, 2, {}};
   }
-  if (dev_null >= 0) close(dev_null);
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
 
-  const int code = Supervisor(std::move(ranks), pgid, wake[0]).run();
+  const int code = Supervisor(std::move(ranks), wake[0]).run();
   g_wake_fd = -1;
   close(wake[0]);
   close(wake[1]);

@@ -6,9 +6,7 @@
 #include <sys/file.h>    // flock
 #include <sys/statvfs.h> // statvfs: free space where a run failed
 #include <sys/ioctl.h>   // TIOCGWINSZ
-#include <sys/prctl.h>   // PR_SET_PDEATHSIG
-#include <sys/wait.h>    // waitid, waitpid
-#include <unistd.h>      // fork, execv, isatty
+#include <unistd.h>      // gethostname, isatty
 
 #include <atomic>
 #include <cerrno>
@@ -28,6 +26,7 @@
 
 #include "common/errors.h"
 #include "common/file_io.h"
+#include "common/subprocess.h"
 #include "harness/launch.h"  // train_command: this binary's `ctitan train` argv
 #include "harness/sweep_book.h"
 #include "planner/plan.h"
@@ -260,81 +259,23 @@ std::string run_dir_of(const std::string& db_path, const std::string& sweep, con
 ChildExit supervise(const std::vector<std::string>& argv, const std::string& stdout_path,
                     const std::string& stderr_path, double timeout_s, std::chrono::seconds grace,
                     const std::function<void()>& tick) {
-  const int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (out < 0 || err < 0 || dev_null < 0) {
-    const int open_errno = errno;
-    for (int fd : {out, err, dev_null})
-      if (fd >= 0) close(fd);
-    throw InputError(write_error_line(out < 0 ? stdout_path : stderr_path, open_errno));
-  }
-  std::vector<std::string> args = argv;
-  std::vector<char*> c_argv;
-  for (auto& a : args) c_argv.push_back(a.data());
-  c_argv.push_back(nullptr);
-  const std::string exec_failed = "ctitan sweep: cannot execute " + argv[0] + "\n";
-  const pid_t parent = getpid();
-  // Blocked across fork(): a SIGTERM sent to the new group before the child
-  // has reset our handlers stays pending instead of running them in the child.
-  sigset_t stop_set, old_mask;
-  sigemptyset(&stop_set);
-  sigaddset(&stop_set, SIGINT);
-  sigaddset(&stop_set, SIGTERM);
-  sigprocmask(SIG_BLOCK, &stop_set, &old_mask);
+  SpawnOptions opts;
+  opts.argv = argv;
+  opts.out = Output::to_file(stdout_path);
+  opts.err = Output::to_file(stderr_path);
+  opts.group = 0;  // a group of its own: a stop reaches the run's every process
+  opts.die_with_parent = true;
+  opts.exec_failure_line = "ctitan sweep: cannot execute " + argv[0] + "\n";
   const auto t0 = Clock::now();
-  const pid_t pid = fork();
-  if (pid == 0) {  // only async-signal-safe calls until exec
-    setpgid(0, 0);
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigaction(sig, &dfl, nullptr);
-    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-    dup2(dev_null, 0);
-    dup2(out, 1);
-    dup2(err, 2);
-    close_range(3, ~0U, 0);
-    execv(c_argv[0], c_argv.data());
-    [[maybe_unused]] const ssize_t n = write(2, exec_failed.data(), exec_failed.size());
-    _exit(127);
-  }
-  const int fork_errno = errno;
-  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  close(out), close(err), close(dev_null);
-  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(fork_errno));
-  setpgid(pid, pid);  // also here: no window in which a signal misses the group
-
+  const Child child = spawn(opts);
+  const GroupEnd end =
+      supervise_group(child, t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s)),
+                      grace, [] { return g_stop_count.load(); }, tick);
   ChildExit e;
-  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-  Clock::time_point kill_at{};
-  bool stopping = false, killed = false;
-  int stops_seen = g_stop_count.load();
-  while (true) {
-    siginfo_t info{};
-    // WNOWAIT: the exited leader stays a zombie, so its group id cannot be
-    // reused before the sweep below.
-    if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) {
-      e.exit_code = info.si_code == CLD_EXITED ? info.si_status : 128 + info.si_status;
-      e.term_signal = info.si_code == CLD_EXITED ? 0 : info.si_status;
-      break;
-    }
-    const int stops = g_stop_count.load();
-    if (!stopping && (stops > 0 || Clock::now() >= deadline)) {
-      (stops > 0 ? e.cancelled : e.timed_out) = true;
-      stopping = true;
-      stops_seen = stops;
-      killpg(pid, SIGTERM);
-      kill_at = Clock::now() + grace;
-    } else if (stopping && !killed && (Clock::now() >= kill_at || stops > stops_seen)) {
-      killpg(pid, SIGKILL);  // grace over, or a second Ctrl-C
-      killed = true;
-    }
-    if (tick) tick();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  killpg(pid, SIGKILL);  // whatever the run left in its group
-  waitpid(pid, nullptr, 0);
+  e.exit_code = end.status.code;
+  e.term_signal = end.status.signal;
+  e.timed_out = end.timed_out;
+  e.cancelled = end.stopped;
   e.seconds = since(t0);
   e.stderr_tail = tail_lines(stderr_path, 20);
   return e;

@@ -62,6 +62,8 @@ struct ChildExit {
 // deadline or on a stop signal: SIGTERM to the group, SIGKILL `grace` later.
 // The group is swept with SIGKILL once the child exits; the child has
 // PR_SET_PDEATHSIG so it dies with us. `tick` runs about 10 times a second.
+// (common/subprocess.h's spawn() and supervise_group(), with the sweep's
+// stop signals.)
 ChildExit supervise(const std::vector<std::string>& argv, const std::string& stdout_path,
                     const std::string& stderr_path, double timeout_s, std::chrono::seconds grace,
                     const std::function<void()>& tick = {});
