@@ -28,6 +28,7 @@ struct Env {
   const ModelDesc& m;
   const JobConfig& cfg;
   const HardwareSpec& hw;
+  const FrameworkRules& rules;  // whose training loop (PlanRequest::framework)
   MeshShape shape;
   double elem = 2;         // compute dtype bytes
   double peak = 0;         // GEMM FLOP/s of one rank in the compute dtype
@@ -36,9 +37,6 @@ struct Env {
   double overhead_mult = 1;  // cpu: ranks beyond the cores queue for them
   bool float8 = false, compiled = false;
   double attn_density = 1;  // block_causal: the attention work over causal's
-  // Megatron-LM as of Narayanan et al. 2021 (PlanRequest::framework): its
-  // attention unfused over all S keys, its element-wise ops fused.
-  bool megatron = false;
 };
 
 double gemm_s(const Env& e, double M, double N, double K, bool fp8) {
@@ -181,15 +179,15 @@ UnitCost block_cost(const Env& e, double T, bool moe_layer) {
   // GEMMs over all S keys (the causal mask applied to the full scores) and
   // the backward is their two gradients each, no recomputation of the
   // scores.
-  const double keys = e.megatron ? S : S / 2;
+  const double keys = e.rules.unfused_attention ? S : S / 2;
   const double attn_flops = 2 * T * keys * (H / t) * (shape.qk_dim + shape.v_dim) * e.attn_density;
   const double attn_eff = e.hw.eff.attention * Dh / (Dh + e.hw.eff.gemm_half_size / 4);
   c.attn_f = attn_flops / (e.peak * attn_eff);
-  c.attn_b = (e.megatron ? 2.0 : 2.5) * c.attn_f;
+  c.attn_b = (e.rules.unfused_attention ? 2.0 : 2.5) * c.attn_f;
   // Without flash attention the T x S scores of each head go through memory:
   // written by QKᵀ, read and written by the softmax (and its dropout), read
   // by PV — 12 bytes per score forward, twice that backward.
-  if (!e.hw.flash_attention || e.megatron) c.elem_f += 3 * T * S * (H / t) * 4 / e.bandwidth;
+  if (!e.hw.flash_attention || e.rules.unfused_attention) c.elem_f += 3 * T * S * (H / t) * 4 / e.bandwidth;
   // Element-wise traffic per token: two norms and two residual adds over D
   // (split by TP under sequence parallelism), RoPE and layout copies of
   // q/k/v, the SwiGLU (or GELU) product.
@@ -198,7 +196,7 @@ UnitCost block_cost(const Env& e, double T, bool moe_layer) {
   // Megatron-LM fuses bias + GELU, bias + dropout + residual add and the
   // layer norm (its defaults: --bias-gelu-fusion, --bias-dropout-fusion,
   // apex's FusedLayerNorm), as torch.compile fuses them.
-  const bool fused = e.compiled || e.megatron;
+  const bool fused = e.compiled || e.rules.fused_elementwise;
   const double traffic = fused ? e.hw.eff.fused_traffic : 1.0;
   c.elem_f += T * per_token * e.elem * traffic / (e.bandwidth * e.hw.eff.memory);
   c.elem_b += 2 * c.elem_f;
@@ -381,8 +379,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   p.layout = shape.describe();
   p.memory.layout_source = layout.source;
 
-  Env e{m, cfg, hw, shape};
-  e.megatron = req.framework == "megatron";
+  Env e{m, cfg, hw, framework_rules(req.framework), shape};
   const bool fp32 = cfg.training.mixed_precision_param == "float32";
   e.elem = fp32 ? 4 : 2;
   e.float8 = !cfg.model.converters.empty();
@@ -552,14 +549,15 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     // Megatron-LM's local DDP all-reduces its gradient buffer (the params'
     // dtype without --accumulate-allreduce-grads-in-fp32) once, after the
     // last micro-batch's backward: nothing hides it.
-    const double bytes = static_cast<double>(rl.param_elems) * (e.megatron ? e.elem : 4.0);
+    const double bytes = static_cast<double>(rl.param_elems) * (e.rules.allreduce_after_last_microbatch ? e.elem : 4.0);
     const double ar = ring_s(bytes, shape.dp_replicate, l, ce, 2.0);
-    const double exposed =
-        e.megatron ? ar : overlapped(std::max(ar / std::max(1.0, units), ar - ov * rank_b * micro), ar);
+    const double exposed = e.rules.allreduce_after_last_microbatch
+                               ? ar
+                               : overlapped(std::max(ar / std::max(1.0, units), ar - ov * rank_b * micro), ar);
     tb.comm.push_back({"dp_replicate", "all-reduce", l.name, 2 * bytes, ar, exposed});
     exposed_step += exposed;
   }
-  if (e.megatron && P > 1) {
+  if (e.rules.tied_embedding_across_stages && P > 1) {
     // Megatron-LM's GPT ties the word embedding to the output layer: the
     // first and the last stage each hold it and all-reduce its gradient
     // (their vocabulary shard) between them after the backward.
@@ -640,7 +638,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
     // Megatron-LM's scatter/gather: across nodes each TP rank sends 1/tp of
     // the (TP-replicated) activation and the receivers all-gather it over
     // NVLink.
-    const bool scatter = e.megatron && shape.tp > 1 && &l == &hw.inter_node;
+    const bool scatter = e.rules.pipeline_scatter_gather && shape.tp > 1 && &l == &hw.inter_node;
     const double p2p = scatter ? act / static_cast<double>(shape.tp) / (l.bandwidth * ce) + l.latency_s +
                                      ring_s(act, shape.tp, hw.intra_node, ce)
                                : act / (l.bandwidth * ce) + l.latency_s;
@@ -748,14 +746,14 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
       const double scale = named + rest > 0 ? all / (named + rest) : 0;
       const bool f8_gather = e.float8 && cfg.float8.enable_fsdp_float8_all_gather;
       const bool keep = fsdp_n > 1 && cfg.parallelism.fsdp_reshard_after_forward != "always";
-      const bool accumulate = fsdp_n > 1 && req.framework == "torchtitan" && micro > 1;
+      const bool accumulate = fsdp_n > 1 && e.rules.pipeline_syncs_on_last_backward && micro > 1;
       for (size_t i = 0; i < n; ++i) {
         pipe.gathered_bytes.push_back(keep ? stage_elems[i] * scale * (f8_gather ? 1.0 : e.elem) : 0);
         pipe.unsharded_grad_bytes.push_back(accumulate ? stage_elems[i] * scale * 4 : 0);
       }
-      pipe.release_after_last_backward = req.framework == "torchtitan";
+      pipe.release_after_last_backward = e.rules.pipeline_syncs_on_last_backward;
     }
-    mem = planner_detail::activation_memory(e.m, cfg, shape, hw, rr, T, ac, e.elem, widened, req.framework,
+    mem = planner_detail::activation_memory(e.m, cfg, shape, hw, rr, T, ac, e.elem, widened, e.rules,
                                             P > 1 ? &pipe : nullptr, std::move(mem));
     if (mem.total > p.memory.total) p.memory = std::move(mem);
   }

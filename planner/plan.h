@@ -104,11 +104,9 @@ struct PlanRequest {
   // fixed cost come from this measurement scaled by the analytic model's
   // ratios (ctitan plan --profile); communication stays analytic.
   std::shared_ptr<const MeasuredUnits> measured;
-  // Whose training loop is planned: "ctitan" (the trainer here) or
-  // "torchtitan" (a published row it measured). They differ in what
-  // op-level activation checkpointing saves: TorchTitan's unfused wq, wk,
-  // wv and w1, w3 projections, every second aten.mm recomputed, against
-  // ctitan's fused qkv and gate|up.
+  // Whose training loop is planned: "ctitan" (the trainer here),
+  // "torchtitan" or "megatron" (published rows they measured); what each
+  // does differently is its FrameworkRules (planner/framework_rules.h).
   std::string framework = "ctitan";
 };
 

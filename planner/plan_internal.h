@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/framework_rules.h"
 #include "planner/plan.h"
 #include "trainer/distributed/mesh.h"
 #include "trainer/model/activation_checkpoint.h"
@@ -84,6 +85,11 @@ struct RankPipeline {
 // actions (each micro-batch's saved tensors from its forward to its
 // backward, each stage's gathered parameters and unsharded gradients), and
 // parameters and gradients get what is held at that moment.
+// rules: whose training loop (framework_rules); the string form looks them up.
+MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
+                                  const HardwareSpec& hw, const RankLayout& rank, double T,
+                                  const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
+                                  const FrameworkRules& rules, const RankPipeline* pipe, MemoryBreakdown mem);
 MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
                                   const HardwareSpec& hw, const RankLayout& rank, double T,
                                   const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,

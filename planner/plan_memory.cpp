@@ -5,6 +5,7 @@
 // FSDP's gathered units and gradient buffers, TP's gathered activations,
 // allocator slack.
 #include <algorithm>
+#include <utility>
 
 #include "common/errors.h"
 #include "planner/plan_internal.h"
@@ -14,7 +15,7 @@ namespace ctitan::planner_detail {
 MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
                                   const HardwareSpec& hw, const RankLayout& rank, double T,
                                   const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
-                                  const std::string& framework, const RankPipeline* pipe, MemoryBreakdown mem) {
+                                  const FrameworkRules& rules, const RankPipeline* pipe, MemoryBreakdown mem) {
   const double t = static_cast<double>(shape.tp), D = static_cast<double>(m.dim);
   const double H = static_cast<double>(m.n_heads), K = static_cast<double>(m.n_kv_heads);
   const ModelArgs a = m.family == "gpt" ? ModelArgs{} : m.trainer_args();
@@ -62,7 +63,7 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
   // TorchTitan's are wq (kept), wk, wv (kept), wo, w1 (kept), w3, w2 (kept):
   // q and v, the gate and the block's output (partial sums, whole under TP).
   // MLA and MoE blocks: ctitan's rule.
-  const bool unfused = framework == "torchtitan" && !a.is_mla() && a.moe.num_experts == 0;
+  const bool unfused = rules.unfused_projections && !a.is_mla() && a.moe.num_experts == 0;
   const double op_block = unfused ? block_input + (out_width + K * Dh / t + F + D) * elem + attn
                                   : block_input + (qkv_width + 2 * F) * elem + attn;
 
@@ -102,7 +103,7 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
   double cp_buffers = 0;
   if (shape.cp > 1) {
     const double c = static_cast<double>(shape.cp);
-    const bool tt = framework == "torchtitan";
+    const bool tt = rules.cp_repeats_kv_heads;
     const double q = H / t * Dh, kv = (tt ? H : K) / t * Dh;
     const bool gather = cfg.parallelism.context_parallel_rotate_method == "allgather";
     const double blocks = gather ? c : 2;
@@ -208,6 +209,14 @@ MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, cons
   mem.overhead = live * hw.eff.memory_overhead + hw.eff.memory_fixed_bytes;
   mem.total = live + mem.overhead;
   return mem;
+}
+
+MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
+                                  const HardwareSpec& hw, const RankLayout& rank, double T,
+                                  const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
+                                  const std::string& framework, const RankPipeline* pipe, MemoryBreakdown mem) {
+  return activation_memory(m, cfg, shape, hw, rank, T, ac, elem, widened_gemm, framework_rules(framework), pipe,
+                           std::move(mem));
 }
 
 }  // namespace ctitan::planner_detail
