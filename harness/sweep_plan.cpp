@@ -28,7 +28,7 @@
 #include "trainer/config/config_registry.h"
 #include "trainer/distributed/mesh.h"
 #include "trainer/kernels/fused_ops.h"  // fused_kernels_available
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 
 namespace ctitan {
 namespace {
@@ -372,7 +372,7 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
       why.push_back(e.what());
     }
   };
-  // The model family's own refusals (model_registry.h): the reason as the trainer says it.
+  // The model family's own refusals (trainer/models/registry.h): the reason as the trainer says it.
   trainer_says([&] {
     check_model_layout(a, ModelLayout{shape.dp_replicate, shape.dp_shard, shape.cp, shape.tp, shape.pp, float8_on(cfg),
                                       p.context_parallel_load_balancer});

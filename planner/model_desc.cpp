@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "common/errors.h"
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 
 namespace ctitan {
 

@@ -1,5 +1,5 @@
 // A decoder-only transformer, as the planner sees it: every model family
-// of the registry (model_registry.h: llama3, qwen3 with its MoE flavors,
+// of the registry (trainer/models/registry.h: llama3, qwen3 with its MoE flavors,
 // deepseek_v3 with multi-head latent attention and shared experts) through
 // its flavors and the MoE keys, and --model.dim/n_layers/n_heads/
 // n_kv_heads/ffn_hidden/vocab_size for any other dense Llama-style shape;

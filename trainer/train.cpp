@@ -39,7 +39,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/dry_run.h"
 #include "trainer/metrics.h"
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 #include "trainer/model/gemm.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"

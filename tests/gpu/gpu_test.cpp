@@ -21,7 +21,7 @@
 #include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/documents.h"
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 #include "trainer/model/moe.h"
 #include "trainer/model/transformer.h"
 #include "trainer/model/weight_grad.h"

@@ -28,7 +28,7 @@
 
 #include "tests/integration/process.h"
 #include "trainer/checkpoint/safetensors.h"
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 #include "trainer/model/transformer.h"
 
 namespace fs = std::filesystem;

@@ -22,7 +22,7 @@
 #include "process.h"
 #include "trainer/models/llama3.h"
 #include "trainer/checkpoint/checkpoint.h"
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 #include "trainer/model/transformer.h"
 
 namespace fs = std::filesystem;

@@ -13,7 +13,7 @@
 
 #include "trainer/checkpoint/checkpoint_model.h"
 #include "trainer/metrics.h"
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 #include "trainer/parallel/train_model.h"
 #include "trainer/runtime.h"
 #include "tests/unit/meta_runtime.h"

@@ -8,6 +8,7 @@
 
 #include "common/errors.h"
 #include "trainer/config/config_loader.h"
+#include "trainer/models/registry.h"
 
 namespace ctitan {
 namespace {
@@ -111,6 +112,28 @@ TEST(ConfigValidate, AcceptsBoundaryValues) {
     apply_override(c, k, v);
   }
   EXPECT_NO_THROW(validate(c));
+}
+
+// config/ sits below the model families and asks their registry about
+// model.name (config_registry.h set_model_name_check, installed by
+// trainer/models/registry.cpp): every family passes, anything else is the
+// registry's line, prefixed with where the name was set.
+TEST(ModelRegistry, ConfigChecksModelNameAgainstTheRegistry) {
+  std::string known;
+  for (const std::string& name : model_family_names()) {
+    JobConfig c;
+    c.model.name = name;
+    EXPECT_EQ(validation_error(c), "(no InputError)") << name;
+    known += (known.empty() ? "\"" : ", \"") + name + "\"";
+  }
+  std::string error;
+  try {
+    parse_job_config({"--model.name", "no_such_family"});
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, "config error: command line (--model.name): model.name \"no_such_family\" is not a model family; "
+                   "ctitan's families: " + known);
 }
 
 }  // namespace

@@ -15,12 +15,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/errors.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/config/config_loader.h"
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 #include "trainer/model/transformer.h"
 
 namespace fs = std::filesystem;
@@ -69,16 +70,17 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 TEST(HfNames, MapTorchTitanFqnsBothWays) {
-  EXPECT_EQ(hf_name_of("tok_embeddings.weight"), "model.embed_tokens.weight");
-  EXPECT_EQ(hf_name_of("layers.12.attention.wk.weight"), "model.layers.12.self_attn.k_proj.weight");
-  EXPECT_EQ(hf_name_of("layers.0.feed_forward.w1.weight"), "model.layers.0.mlp.gate_proj.weight");
-  EXPECT_EQ(hf_name_of("layers.0.feed_forward.w3.weight"), "model.layers.0.mlp.up_proj.weight");
-  EXPECT_EQ(hf_name_of("layers.3.ffn_norm.weight"), "model.layers.3.post_attention_layernorm.weight");
-  EXPECT_EQ(hf_name_of("output.weight"), "lm_head.weight");
-  EXPECT_EQ(hf_name_of("layers.x.attention.wq.weight"), "");
-  for (const auto& s : model_param_specs(llama3_flavor("debugmodel"), ModelPart{}))
-    EXPECT_EQ(fqn_of_hf(hf_name_of(s.name)), s.name);
-  EXPECT_EQ(fqn_of_hf("model.layers.0.self_attn.rotary_emb.inv_freq"), "");
+  const ModelArgs llama = llama3_flavor("debugmodel");
+  EXPECT_EQ(hf_name_of("tok_embeddings.weight", llama), "model.embed_tokens.weight");
+  EXPECT_EQ(hf_name_of("layers.12.attention.wk.weight", llama), "model.layers.12.self_attn.k_proj.weight");
+  EXPECT_EQ(hf_name_of("layers.0.feed_forward.w1.weight", llama), "model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(hf_name_of("layers.0.feed_forward.w3.weight", llama), "model.layers.0.mlp.up_proj.weight");
+  EXPECT_EQ(hf_name_of("layers.3.ffn_norm.weight", llama), "model.layers.3.post_attention_layernorm.weight");
+  EXPECT_EQ(hf_name_of("output.weight", llama), "lm_head.weight");
+  EXPECT_EQ(hf_name_of("layers.x.attention.wq.weight", llama), "");
+  for (const auto& s : model_param_specs(llama, ModelPart{}))
+    EXPECT_EQ(fqn_of_hf(hf_name_of(s.name, llama), llama), s.name);
+  EXPECT_EQ(fqn_of_hf("model.layers.0.self_attn.rotary_emb.inv_freq", llama), "");
 }
 
 // ctitan rotates (x[2i], x[2i+1]) as complex pairs; Hugging Face computes
@@ -245,12 +247,12 @@ TEST(HfImport, BoxesOfAnyLayoutEqualTheWholeTensors) {
 // Qwen3's names (TorchTitan's Qwen3StateDictAdapter): QK-norms, the router,
 // one tensor per expert; no q/k permutation (its RoPE is rotate_half).
 TEST(HfNames, Qwen3AndItsExpertsMapBothWays) {
-  EXPECT_EQ(hf_name_of("layers.1.attention.q_norm.weight"), "model.layers.1.self_attn.q_norm.weight");
-  EXPECT_EQ(hf_name_of("layers.1.moe.router.gate.weight"), "model.layers.1.mlp.gate.weight");
-  EXPECT_EQ(fqn_of_hf("model.layers.1.mlp.experts.3.down_proj.weight"), "layers.1.moe.experts.w2");
-  EXPECT_EQ(fqn_of_hf("model.layers.1.mlp.experts.0.gate_proj.weight"), "layers.1.moe.experts.w1");
-  EXPECT_EQ(fqn_of_hf("model.layers.1.mlp.experts.x.up_proj.weight"), "");
   const ModelArgs args = model_flavor("qwen3", "tiny_moe");
+  EXPECT_EQ(hf_name_of("layers.1.attention.q_norm.weight", args), "model.layers.1.self_attn.q_norm.weight");
+  EXPECT_EQ(hf_name_of("layers.1.moe.router.gate.weight", args), "model.layers.1.mlp.gate.weight");
+  EXPECT_EQ(fqn_of_hf("model.layers.1.mlp.experts.3.down_proj.weight", args), "layers.1.moe.experts.w2");
+  EXPECT_EQ(fqn_of_hf("model.layers.1.mlp.experts.0.gate_proj.weight", args), "layers.1.moe.experts.w1");
+  EXPECT_EQ(fqn_of_hf("model.layers.1.mlp.experts.x.up_proj.weight", args), "");
   const auto m = random_model(args, 5);
   const fs::path dir = fresh("qwen3_names") / "hf";
   export_model(dir, args, m);
@@ -270,17 +272,17 @@ TEST(HfNames, Qwen3AndItsExpertsMapBothWays) {
 // a load of the export gives back every tensor and bias bit for bit.
 // config.json names YaRN only for a run longer than its original length.
 TEST(HfNames, DeepSeekV3MapsBothWaysWithItsExpertBias) {
-  EXPECT_EQ(hf_name_of("layers.1.attention.q_norm.weight", true), "model.layers.1.self_attn.q_a_layernorm.weight");
-  EXPECT_EQ(hf_name_of("layers.1.attention.wkv_a.weight", true), "model.layers.1.self_attn.kv_a_proj_with_mqa.weight");
-  EXPECT_EQ(hf_name_of("layers.2.moe.shared_experts.w2.weight", true),
-            "model.layers.2.mlp.shared_experts.down_proj.weight");
-  EXPECT_EQ(fqn_of_hf("model.layers.2.mlp.gate.e_score_correction_bias", true), "layers.2.moe.expert_bias");
-  EXPECT_EQ(fqn_of_hf("model.layers.1.self_attn.q_norm.weight", true), "") << "Qwen3's QK-norm is no MLA name";
   const ModelArgs args = model_flavor("deepseek_v3", "tiny");
+  EXPECT_EQ(hf_name_of("layers.1.attention.q_norm.weight", args), "model.layers.1.self_attn.q_a_layernorm.weight");
+  EXPECT_EQ(hf_name_of("layers.1.attention.wkv_a.weight", args), "model.layers.1.self_attn.kv_a_proj_with_mqa.weight");
+  EXPECT_EQ(hf_name_of("layers.2.moe.shared_experts.w2.weight", args),
+            "model.layers.2.mlp.shared_experts.down_proj.weight");
+  EXPECT_EQ(fqn_of_hf("model.layers.2.mlp.gate.e_score_correction_bias", args), "layers.2.moe.expert_bias");
+  EXPECT_EQ(fqn_of_hf("model.layers.1.self_attn.q_norm.weight", args), "") << "Qwen3's QK-norm is no MLA name";
   auto m = random_model(args, 9);
   for (const auto& [fqn, t] : m) {
     if (expert_of_hf_name_empty(fqn)) {
-      EXPECT_EQ(fqn_of_hf(hf_name_of(fqn, true), true), fqn) << fqn;
+      EXPECT_EQ(fqn_of_hf(hf_name_of(fqn, args), args), fqn) << fqn;
     }
   }
   for (int64_t l : {1, 2}) m["layers." + std::to_string(l) + ".moe.expert_bias"] = torch::randn({4}) * 1e-3;
@@ -330,6 +332,43 @@ TEST(HfNames, DeepSeekV3MapsBothWaysWithItsExpertBias) {
   EXPECT_EQ(error_of([&] { check_hf_checkpoint_family(args); }), "");
 }
 
+// Every family of the registry reads back what it writes through its own
+// adapter: for its smallest flavor that transformers reads alike, every
+// parameter has a Hugging Face name that maps back, and an export loads bit
+// for bit through the family's config.json check. A new family is covered
+// without an edit here.
+TEST(HfAdapter, EveryFamilyRoundTripsItsCheckpoint) {
+  for (const std::string& family : model_family_names()) {
+    std::optional<ModelArgs> smallest;
+    for (const std::string& flavor : model_family(family).flavor_names()) {
+      const ModelArgs a = model_flavor(family, flavor);
+      if (!error_of([&] { check_hf_checkpoint_family(a); }).empty()) continue;  // e.g. softmax-routed DeepSeek-V3
+      if (!smallest || count_params(a).total < count_params(*smallest).total) smallest = a;
+    }
+    ASSERT_TRUE(smallest) << family << ": no flavor has Hugging Face checkpoints";
+    const ModelArgs& args = *smallest;
+    auto m = random_model(args, 11);
+    for (const auto& [fqn, t] : m) {
+      if (!expert_of_hf_name_empty(fqn)) continue;  // one Hugging Face tensor per expert
+      EXPECT_FALSE(hf_name_of(fqn, args).empty()) << family << " " << fqn;
+      EXPECT_EQ(fqn_of_hf(hf_name_of(fqn, args), args), fqn) << family;
+    }
+    if (model_family(family).hf.expert_bias)
+      for (int64_t l = args.n_dense_layers; l < args.n_layers && args.moe.num_experts > 0; ++l)
+        m["layers." + std::to_string(l) + ".moe.expert_bias"] = torch::randn({args.moe.num_experts});
+    const fs::path dir = fresh("every_family_" + family) / "hf";
+    export_model(dir, args, m);
+    TensorPieces pieces;
+    std::map<std::string, at::Tensor> back;
+    for (const auto& [fqn, t] : m) {
+      back[fqn] = torch::zeros_like(t);
+      pieces.push_back({"model." + fqn, back[fqn], t.sizes().vec(), {}});
+    }
+    ASSERT_EQ(error_of([&] { load_hf_checkpoint(dir.string(), args, pieces); }), "") << family;
+    for (const auto& [fqn, t] : m) EXPECT_TRUE(torch::equal(back.at(fqn), t)) << family << " " << fqn;
+  }
+}
+
 // Two ranks (threads) each save half the rows of every tensor; rank 0 writes
 // whole tensors.
 TEST(HfExport, GathersTheRanksBoxes) {
@@ -364,7 +403,7 @@ TEST(HfExport, GathersTheRanksBoxes) {
   SafetensorsFile f((folder / "step-7" / "model.safetensors").string());
   EXPECT_EQ(f.entries().size(), m.size());
   for (const auto& [fqn, t] : m)
-    EXPECT_TRUE(torch::equal(f.tensor(hf_name_of(fqn)), to_hf_layout(fqn, t, args))) << fqn;
+    EXPECT_TRUE(torch::equal(f.tensor(hf_name_of(fqn, args)), to_hf_layout(fqn, t, args))) << fqn;
 }
 
 TEST(HfImport, AnotherModelSizeNamesTheFirstMismatchedTensor) {

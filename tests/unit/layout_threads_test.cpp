@@ -18,7 +18,7 @@
 
 #include <map>
 
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 #include "trainer/parallel/train_model.h"
 #include "trainer/runtime.h"
 

@@ -9,7 +9,7 @@
 #include <numeric>
 
 #include "common/errors.h"
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 #include "trainer/model/moe.h"
 #include "trainer/model/transformer.h"
 #include "trainer/optim/adamw.h"

@@ -13,7 +13,7 @@
 #include "planner/plan.h"
 #include "planner/plan_internal.h"
 #include "trainer/model/documents.h"
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 #include "trainer/models/llama3.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/kernels/fused_ops.h"

@@ -21,60 +21,35 @@
 #include "trainer/checkpoint/checkpoint_metadata.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/data/tokenizer.h"
-#include "trainer/model/model_registry.h"
 #include "trainer/model/transformer.h"
+#include "trainer/models/hf_config.h"
+#include "trainer/models/registry.h"
 
 namespace fs = std::filesystem;
 
 namespace ctitan {
 namespace {
 
-// A block's parameters: TorchTitan suffix → Hugging Face suffix. Every family's ...
-const std::vector<std::pair<std::string, std::string>>& common_layer_names() {
-  static const std::vector<std::pair<std::string, std::string>> t = {
+// A block's parameters every family names alike: TorchTitan suffix →
+// Hugging Face suffix (Llama's names). A family adds its own
+// (HfAdapter::layer_names: grouped-query or latent attention's, ...).
+const HfNames& common_layer_names() {
+  static const HfNames t = {
       {"attention.wq.weight", "self_attn.q_proj.weight"},    {"attention.wo.weight", "self_attn.o_proj.weight"},
       {"feed_forward.w1.weight", "mlp.gate_proj.weight"},    {"feed_forward.w3.weight", "mlp.up_proj.weight"},
       {"feed_forward.w2.weight", "mlp.down_proj.weight"},    {"attention_norm.weight", "input_layernorm.weight"},
       {"ffn_norm.weight", "post_attention_layernorm.weight"}, {"moe.router.gate.weight", "mlp.gate.weight"}};
   return t;
 }
-// ... then grouped-query attention's (Llama 3; Qwen3's QK-norms, as
-// TorchTitan's Qwen3StateDictAdapter) ...
-const std::vector<std::pair<std::string, std::string>>& gqa_layer_names() {
-  static const std::vector<std::pair<std::string, std::string>> t = {
-      {"attention.wk.weight", "self_attn.k_proj.weight"},
-      {"attention.wv.weight", "self_attn.v_proj.weight"},
-      {"attention.q_norm.weight", "self_attn.q_norm.weight"},
-      {"attention.k_norm.weight", "self_attn.k_norm.weight"}};
-  return t;
-}
-// ... or DeepSeek-V3's (TorchTitan's DeepSeekV3StateDictAdapter): multi-head
-// latent attention's projections and norms, the shared experts and the
-// router's score-correction bias (ctitan's aux-loss-free expert bias, a
-// buffer: Hugging Face keeps it in fp32).
-const std::vector<std::pair<std::string, std::string>>& mla_layer_names() {
-  static const std::vector<std::pair<std::string, std::string>> t = {
-      {"attention.wq_a.weight", "self_attn.q_a_proj.weight"},
-      {"attention.q_norm.weight", "self_attn.q_a_layernorm.weight"},
-      {"attention.wq_b.weight", "self_attn.q_b_proj.weight"},
-      {"attention.wkv_a.weight", "self_attn.kv_a_proj_with_mqa.weight"},
-      {"attention.kv_norm.weight", "self_attn.kv_a_layernorm.weight"},
-      {"attention.wkv_b.weight", "self_attn.kv_b_proj.weight"},
-      {"moe.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},
-      {"moe.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
-      {"moe.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"},
-      {"moe.expert_bias", "mlp.gate.e_score_correction_bias"}};
-  return t;
-}
 
 // Routed experts: ctitan's [E, ...] tensor ↔ one Hugging Face tensor per expert.
-const std::vector<std::pair<std::string, std::string>>& expert_names() {
-  static const std::vector<std::pair<std::string, std::string>> t = {
+const HfNames& expert_names() {
+  static const HfNames t = {
       {"moe.experts.w1", "gate_proj.weight"}, {"moe.experts.w3", "up_proj.weight"}, {"moe.experts.w2", "down_proj.weight"}};
   return t;
 }
-const std::vector<std::pair<std::string, std::string>>& top_names() {
-  static const std::vector<std::pair<std::string, std::string>> t = {
+const HfNames& top_names() {
+  static const HfNames t = {
       {"tok_embeddings.weight", "model.embed_tokens.weight"},
       {"norm.weight", "model.norm.weight"},
       {"output.weight", "lm_head.weight"}};
@@ -91,13 +66,16 @@ std::optional<std::pair<std::string, std::string>> split_layer(const std::string
   return std::make_pair(n, name.substr(dot + 1));
 }
 
-// Heads whose rows RoPE rotates in pairs (x[2i], x[2i+1]): wq (query heads)
-// and wk (KV heads); 0 otherwise, and for a family whose RoPE already is
-// Hugging Face's rotate_half (Qwen3).
+// The family's Hugging Face adapter (family.h).
+const HfAdapter& hf_adapter(const ModelArgs& args) { return model_family(args.family).hf; }
+
+// Heads whose rows RoPE rotates in pairs (x[2i], x[2i+1]) while Hugging
+// Face's rotate_half rotates halves: wq (query heads) and wk (KV heads); 0
+// otherwise, for a flavor whose RoPE already splits halves, and for a family
+// whose Hugging Face weights keep the interleaved pairs (its config.json
+// says so, e.g. rope_interleave = true).
 int64_t rotary_heads(const std::string& fqn, const ModelArgs& args) {
-  // DeepSeek-V3's interleaved pairs stay as they are: its config.json says
-  // rope_interleave = true, and transformers rotates (x[2i], x[2i+1]) then.
-  if (args.rope_half_split || args.is_mla()) return 0;
+  if (args.rope_half_split || hf_adapter(args).rope_interleaved) return 0;
   const auto layer = split_layer(fqn, "layers.");
   if (!layer) return 0;
   if (layer->second == "attention.wq.weight") return args.n_heads;
@@ -189,29 +167,19 @@ class HfFolder {
 };
 
 // What config.json says beyond the shapes: tie_word_embeddings (false when
-// absent, Llama 3's value) and DeepSeek-V3's multi-token-prediction layers.
+// absent, Llama 3's value) and the layers past the model's last that readers
+// skip (DeepSeek-V3's multi-token prediction).
 struct HfConfigFacts {
   bool tied = false;
-  int64_t mtp_layers = 0;
+  int64_t skipped_layers = 0;
 };
-
-// DeepSeek-V3's YaRN as config.json states it (rope_parameters in
-// transformers 5, rope_scaling in DeepSeek's own files); nullptr without YaRN.
-const nlohmann::json* yarn_of(const nlohmann::json& c) {
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    if (!c.contains(key) || !c[key].is_object()) continue;
-    const nlohmann::json& r = c[key];
-    const auto type = r.contains("rope_type") ? r["rope_type"] : r.contains("type") ? r["type"] : nlohmann::json();
-    if (type == "yarn") return &r;
-  }
-  return nullptr;
-}
 
 // Reads config.json (when present: a bare safetensors folder has none) and
 // checks it against the recipe before any tensor: the family, every size,
 // RoPE's theta and whether the embeddings are tied (the tensors' shapes
 // cannot show the head counts the q/k permutation depends on, nor theta);
-// for DeepSeek-V3 also the routing and YaRN, which no shape shows.
+// the family's adapter checks its own keys (DeepSeek-V3's routing and YaRN,
+// which no shape shows).
 HfConfigFacts check_config(const fs::path& dir, const ModelArgs& args) {
   const fs::path path = dir / "config.json";
   std::error_code ec;
@@ -224,100 +192,52 @@ HfConfigFacts check_config(const fs::path& dir, const ModelArgs& args) {
     throw InputError(path.string() + " is not JSON; restore it or delete it (the tensors' shapes are checked anyway)");
   }
   if (!c.is_object()) throw InputError(path.string() + " is not a JSON object; restore it or delete it");
-  const std::string other = "; the checkpoint is for another model: check model.flavor (and model.n_layers)";
-  const std::string want_type = model_family(args.family).hf_model_type(args);
+  const HfAdapter& hf = hf_adapter(args);
+  const HfConfigCheck config(path.string(), c);
+  const std::string want_type = hf.model_type(args);
   if (c.contains("model_type") && c["model_type"] != want_type)
     throw InputError(path.string() + ": model_type = " + message_text(c["model_type"].dump()) + " but model.name \"" +
                      args.family + "\" (this flavor) reads Hugging Face \"" + want_type +
                      "\" checkpoints; use a checkpoint of that model or set model.name and model.flavor to its own");
-  const auto check = [&](const char* key, int64_t want) {
-    if (!c.contains(key)) return;
-    if (!c[key].is_number_integer() || c[key].get<int64_t>() != want)
-      throw InputError(path.string() + ": " + key + " = " + message_text(c[key].dump()) + " but the model has " +
-                       std::to_string(want) + other);
-  };
-  const auto check_real = [&](const nlohmann::json& v, const std::string& key, double want) {
-    if (!v.is_number() || std::abs(v.get<double>() - want) > 1e-6 * std::abs(want))
-      throw InputError(path.string() + ": " + key + " = " + message_text(v.dump()) + " but the model has " +
-                       std::to_string(want) + other);
-  };
-  const auto check_bool = [&](const char* key, bool want, const char* what) {
-    if (c.contains(key) && c[key] != want)
-      throw InputError(path.string() + ": " + key + " = " + message_text(c[key].dump()) + " but the model's " + what +
-                       " is " + (want ? "true" : "false") + other);
-  };
-  check("num_hidden_layers", args.n_layers);
-  check("hidden_size", args.dim);
+  config.integer("num_hidden_layers", args.n_layers);
+  config.integer("hidden_size", args.dim);
   const bool all_moe = args.moe.num_experts > 0 && args.n_dense_layers == 0;
-  if (!all_moe) check("intermediate_size", args.ffn_hidden_dim());  // an all-MoE model has no dense FFN
+  if (!all_moe) config.integer("intermediate_size", args.ffn_hidden_dim());  // an all-MoE model has no dense FFN
   if (args.moe.num_experts > 0) {
-    check(c.contains("num_experts") ? "num_experts" : c.contains("n_routed_experts") ? "n_routed_experts"
-                                                                                      : "num_local_experts",
-          args.moe.num_experts);
-    check("num_experts_per_tok", args.moe.top_k);
-    check("moe_intermediate_size", args.moe.hidden_dim);
-    if (c.contains("decoder_sparse_step")) check("decoder_sparse_step", 1);
+    config.integer(c.contains("num_experts")        ? "num_experts"
+                   : c.contains("n_routed_experts") ? "n_routed_experts"
+                                                    : "num_local_experts",
+                   args.moe.num_experts);
+    config.integer("num_experts_per_tok", args.moe.top_k);
+    config.integer("moe_intermediate_size", args.moe.hidden_dim);
+    if (c.contains("decoder_sparse_step")) config.integer("decoder_sparse_step", 1);
     if (c.contains("mlp_only_layers") && !(c["mlp_only_layers"].is_array() && c["mlp_only_layers"].empty()))
-      throw InputError(path.string() + ": mlp_only_layers = " + message_text(c["mlp_only_layers"].dump()) +
-                       " but every layer of the model is an MoE layer" + other);
-    check_bool("norm_topk_prob", args.moe.route_norm, "route_norm");
+      config.fail("mlp_only_layers = " + message_text(c["mlp_only_layers"].dump()) +
+                  " but every layer of the model is an MoE layer" + HfConfigCheck::kOtherModel);
+    config.boolean("norm_topk_prob", args.moe.route_norm, "route_norm");
   }
-  check("num_attention_heads", args.n_heads);
-  if (args.is_mla()) {  // DeepseekV3Config: head_dim is the RoPE part there
-    const MlaArgs& m = args.mla;
-    check("kv_lora_rank", m.kv_lora_rank);
-    if (c.contains("q_lora_rank") && !(c["q_lora_rank"].is_null() && m.q_lora_rank == 0)) check("q_lora_rank", m.q_lora_rank);
-    check("qk_nope_head_dim", m.qk_nope_head_dim);
-    check("qk_rope_head_dim", m.qk_rope_head_dim);
-    check("v_head_dim", m.v_head_dim);
-    check("first_k_dense_replace", args.n_dense_layers);
-    check("n_shared_experts", args.moe.num_shared_experts);
-    check("n_group", std::max<int64_t>(args.moe.n_expert_groups, 1));
-    check("topk_group", args.moe.n_expert_groups > 1 ? args.moe.n_limited_groups : 1);
-    if (c.contains("routed_scaling_factor")) check_real(c["routed_scaling_factor"], "routed_scaling_factor", args.moe.route_scale);
-    if (c.contains("rope_interleave") && c["rope_interleave"] != true)
-      throw InputError(path.string() + ": rope_interleave = " + message_text(c["rope_interleave"].dump()) +
-                       ", but ctitan (as TorchTitan) reads DeepSeek-V3 weights whose RoPE rotates interleaved pairs; "
-                       "convert the checkpoint or set rope_interleave to true if its weights are interleaved");
-    if (const nlohmann::json* y = yarn_of(c)) {
-      const YarnArgs& want = args.yarn;
-      if (!want.enabled)
-        throw InputError(path.string() + ": the checkpoint uses YaRN RoPE scaling and this flavor does not" + other);
-      const auto real = [&](const char* key, double w) {
-        if (y->contains(key)) check_real((*y)[key], std::string("rope_parameters.") + key, w);
-      };
-      real("factor", want.factor);
-      real("original_max_position_embeddings", static_cast<double>(want.original_seq_len));
-      real("beta_fast", want.beta_fast);
-      real("beta_slow", want.beta_slow);
-      real("mscale_all_dim", m.mscale);
-    }
-    if (c.contains("num_nextn_predict_layers") && c["num_nextn_predict_layers"].is_number_integer())
-      facts.mtp_layers = std::max<int64_t>(c["num_nextn_predict_layers"].get<int64_t>(), 0);
-  } else {
-    check("num_key_value_heads", args.n_kv_heads);
-    check("head_dim", args.head_dim());
-  }
-  check("vocab_size", args.vocab_size);
-  if (c.contains("rope_theta")) check_real(c["rope_theta"], "rope_theta", args.rope_theta);
+  config.integer("num_attention_heads", args.n_heads);
+  facts.skipped_layers = hf.check_config(config, args);
+  config.integer("vocab_size", args.vocab_size);
+  if (c.contains("rope_theta")) config.real(c["rope_theta"], "rope_theta", args.rope_theta);
   if (c.contains("rope_parameters") && c["rope_parameters"].is_object() && c["rope_parameters"].contains("rope_theta"))
-    check_real(c["rope_parameters"]["rope_theta"], "rope_parameters.rope_theta", args.rope_theta);
+    config.real(c["rope_parameters"]["rope_theta"], "rope_parameters.rope_theta", args.rope_theta);
   if (!c.contains("tie_word_embeddings")) return facts;
   if (!c["tie_word_embeddings"].is_boolean())
-    throw InputError(path.string() + ": tie_word_embeddings = " + message_text(c["tie_word_embeddings"].dump()) +
-                     " is not true or false; restore the file");
+    config.fail("tie_word_embeddings = " + message_text(c["tie_word_embeddings"].dump()) +
+                " is not true or false; restore the file");
   facts.tied = c["tie_word_embeddings"].get<bool>();
   return facts;
 }
 
 // `name` through the tables: TorchTitan → Hugging Face (to_hf) or back.
 // (Routed experts map per expert: expert_hf_name / expert_of_hf.)
-std::string map_name(const std::string& name, bool to_hf, bool mla) {
+std::string map_name(const std::string& name, bool to_hf, const HfNames& family_names) {
   for (const auto& [tt, hf] : top_names())
     if (name == (to_hf ? tt : hf)) return to_hf ? hf : tt;
   const std::string from = to_hf ? "layers." : "model.layers.", to = to_hf ? "model.layers." : "layers.";
   if (const auto layer = split_layer(name, from)) {
-    for (const auto* table : {&common_layer_names(), mla ? &mla_layer_names() : &gqa_layer_names()})
+    for (const HfNames* table : {&common_layer_names(), &family_names})
       for (const auto& [tt, hf] : *table)
         if (layer->second == (to_hf ? tt : hf)) return to + layer->first + "." + (to_hf ? hf : tt);
   }
@@ -352,8 +272,8 @@ struct HfTensor {
   int64_t expert = -1;
 };
 
-std::vector<HfTensor> hf_tensors_of(const ParamSpec& p, bool mla) {
-  if (expert_hf_name(p.name, 0).empty()) return {{hf_name_of(p.name, mla), -1}};
+std::vector<HfTensor> hf_tensors_of(const ParamSpec& p, const ModelArgs& args) {
+  if (expert_hf_name(p.name, 0).empty()) return {{hf_name_of(p.name, args), -1}};
   std::vector<HfTensor> out;
   for (int64_t e = 0; e < p.global_shape.at(0); ++e) out.push_back({expert_hf_name(p.name, e), e});
   return out;
@@ -364,24 +284,25 @@ std::vector<int64_t> hf_shape(const ParamSpec& p, const HfTensor& t) {
   return std::vector<int64_t>(p.global_shape.begin() + 1, p.global_shape.end());
 }
 
-// A model whose weights would compute other logits in transformers:
-// InputError naming what to do. transformers' DeepseekV3 routes by sigmoid
-// scores only; TorchTitan's debugmodel, 16B and 236B route by softmax.
+// A model whose weights would compute other logits in transformers (the
+// family's adapter says why), or a family without an adapter: InputError
+// naming what to do.
 void check_hf_family(const ModelArgs& args) {
-  if (args.is_mla() && args.moe.num_experts > 0 && args.moe.score_func != "sigmoid")
-    throw InputError("Hugging Face checkpoints of model.name \"deepseek_v3\": this flavor routes by " +
-                     args.moe.score_func +
-                     " scores, but transformers' DeepseekV3 always routes by sigmoid, so the same weights would give "
-                     "other logits there; use a sigmoid-routed flavor (671B) or set checkpoint.initial_load_in_hf and "
-                     "last_save_in_hf to false (ctitan's own checkpoint format)");
+  const HfAdapter& hf = hf_adapter(args);
+  if (!hf.model_type)
+    throw InputError("Hugging Face checkpoints of model.name \"" + args.family +
+                     "\": ctitan has no Hugging Face adapter for this family; set checkpoint.initial_load_in_hf "
+                     "and last_save_in_hf to false (ctitan's own checkpoint format)");
+  const std::string why = hf.refuses ? hf.refuses(args) : "";
+  if (!why.empty()) throw InputError(why);
 }
 
 // The tensors a Hugging Face checkpoint holds, as TorchTitan FQNs: the
-// model's parameters and, for DeepSeek-V3, each MoE layer's expert bias
-// (e_score_correction_bias; Qwen3-MoE has no such tensor).
+// model's parameters and, where the family's checkpoints hold them
+// (HfAdapter::expert_bias), each MoE layer's expert bias.
 std::vector<ParamSpec> hf_param_specs(const ModelArgs& args) {
   std::vector<ParamSpec> specs = model_param_specs(args, ModelPart{});
-  if (args.is_mla() && args.moe.num_experts > 0)
+  if (hf_adapter(args).expert_bias && args.moe.num_experts > 0)
     for (int64_t l = args.n_dense_layers; l < args.n_layers; ++l)
       specs.push_back(whole_param("layers." + std::to_string(l) + ".moe.expert_bias", {args.moe.num_experts}));
   return specs;
@@ -396,10 +317,12 @@ bool is_expert_bias(const std::string& fqn) {
 
 void check_hf_checkpoint_family(const ModelArgs& args) { check_hf_family(args); }
 
-std::string hf_name_of(const std::string& fqn, bool mla) { return map_name(fqn, true, mla); }
-std::string fqn_of_hf(const std::string& hf_name, bool mla) {
+std::string hf_name_of(const std::string& fqn, const ModelArgs& args) {
+  return map_name(fqn, true, hf_adapter(args).layer_names);
+}
+std::string fqn_of_hf(const std::string& hf_name, const ModelArgs& args) {
   if (const auto e = expert_of_hf(hf_name)) return e->first;
-  return map_name(hf_name, false, mla);
+  return map_name(hf_name, false, hf_adapter(args).layer_names);
 }
 
 at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const ModelArgs& args) {
@@ -453,16 +376,14 @@ HfExportOptions hf_export_options(const JobConfig& cfg) {
 
 nlohmann::json hf_config_json(const ModelArgs& args, const HfExportOptions& opts) {
   check_hf_family(args);
-  const bool moe = args.moe.num_experts > 0;
+  const HfAdapter& hf = hf_adapter(args);
   const std::string dtype = export_dtype_name(opts.dtype);
   // The keys of every family's decoder (transformers 5 spells the dtype
   // "dtype" and the RoPE "rope_parameters"; 4.x reads torch_dtype, rope_theta
-  // and rope_scaling).
+  // and rope_scaling); the family adds its own.
   nlohmann::json c = {
-      {"architectures", {args.is_mla()              ? "DeepseekV3ForCausalLM"
-                         : args.family == "qwen3" ? (moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM")
-                                                  : "LlamaForCausalLM"}},
-      {"model_type", model_family(args.family).hf_model_type(args)},
+      {"architectures", {hf.architecture(args)}},
+      {"model_type", hf.model_type(args)},
       {"hidden_size", args.dim},
       {"intermediate_size", args.ffn_hidden_dim()},
       {"num_hidden_layers", args.n_layers},
@@ -482,75 +403,7 @@ nlohmann::json hf_config_json(const ModelArgs& args, const HfExportOptions& opts
       {"dtype", dtype}};
   if (opts.bos_id >= 0) c["bos_token_id"] = opts.bos_id;
   if (opts.eos_id >= 0) c["eos_token_id"] = opts.eos_id;
-  if (args.family == "qwen3") {  // Qwen3Config / Qwen3MoeConfig: RoPE without scaling
-    c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", args.rope_theta}};
-    c["max_position_embeddings"] = 40960;  // Qwen3's released configs
-    c["use_sliding_window"] = false;
-    c["sliding_window"] = nullptr;
-    c["max_window_layers"] = args.n_layers;
-    if (moe) {
-      c["num_experts"] = args.moe.num_experts;
-      c["num_experts_per_tok"] = args.moe.top_k;
-      c["moe_intermediate_size"] = args.moe.hidden_dim;
-      c["norm_topk_prob"] = args.moe.route_norm;
-      c["decoder_sparse_step"] = 1;
-      c["mlp_only_layers"] = nlohmann::json::array();
-      c["output_router_logits"] = false;
-      c["router_aux_loss_coef"] = 0.001;
-    }
-    return c;
-  }
-  if (args.is_mla()) {  // DeepseekV3Config
-    const MlaArgs& m = args.mla;
-    c.erase("head_dim");  // transformers derives it (the RoPE part)
-    c["q_lora_rank"] = m.q_lora_rank > 0 ? nlohmann::json(m.q_lora_rank) : nlohmann::json(nullptr);
-    c["kv_lora_rank"] = m.kv_lora_rank;
-    c["qk_nope_head_dim"] = m.qk_nope_head_dim;
-    c["qk_rope_head_dim"] = m.qk_rope_head_dim;
-    c["v_head_dim"] = m.v_head_dim;
-    c["rope_interleave"] = true;  // ctitan's (TorchTitan's) complex RoPE pairs
-    c["first_k_dense_replace"] = args.n_dense_layers;
-    c["moe_intermediate_size"] = args.moe.hidden_dim;
-    c["n_routed_experts"] = args.moe.num_experts;
-    c["n_shared_experts"] = args.moe.num_shared_experts;
-    c["num_experts_per_tok"] = args.moe.top_k;
-    c["n_group"] = std::max<int64_t>(args.moe.n_expert_groups, 1);
-    c["topk_group"] = args.moe.n_expert_groups > 1 ? args.moe.n_limited_groups : 1;
-    c["routed_scaling_factor"] = args.moe.route_scale;
-    c["norm_topk_prob"] = args.moe.route_norm;
-    c["num_nextn_predict_layers"] = 0;
-    // YaRN as the run computed it: TorchTitan (and ctitan) scale only when
-    // the run's sequence is longer than original_seq_len, transformers
-    // whenever config.json names YaRN; so it is named only then.
-    const YarnArgs& y = args.yarn;
-    if (y.enabled && (opts.seq_len == 0 || opts.seq_len > y.original_seq_len)) {
-      c["rope_parameters"] = {{"rope_type", "yarn"},
-                              {"rope_theta", args.rope_theta},
-                              {"factor", y.factor},
-                              {"original_max_position_embeddings", y.original_seq_len},
-                              {"beta_fast", y.beta_fast},
-                              {"beta_slow", y.beta_slow},
-                              {"mscale", m.mscale},
-                              {"mscale_all_dim", m.mscale}};
-      c["max_position_embeddings"] = static_cast<int64_t>(static_cast<double>(y.original_seq_len) * y.factor);
-    } else {
-      c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", args.rope_theta}};
-      c["max_position_embeddings"] = y.enabled ? y.original_seq_len : std::max<int64_t>(opts.seq_len, 1);
-    }
-    c["rope_scaling"] = c["rope_parameters"];
-    return c;
-  }
-  // Llama 3: ctitan (like TorchTitan) always applies Llama 3.1's frequency scaling.
-  const RopeScaling& r = args.rope_scaling;
-  c["rope_scaling"] = {{"rope_type", "llama3"},
-                       {"factor", r.factor},
-                       {"low_freq_factor", r.low_freq_factor},
-                       {"high_freq_factor", r.high_freq_factor},
-                       {"original_max_position_embeddings", r.original_max_position_embeddings}};
-  c["rope_parameters"] = c["rope_scaling"];
-  c["rope_parameters"]["rope_theta"] = args.rope_theta;
-  c["max_position_embeddings"] = 131072;  // TorchTitan's TransformerModelArgs.max_seq_len
-  c["mlp_bias"] = false;
+  hf.write_config(args, opts.seq_len, c);
   return c;
 }
 
@@ -565,7 +418,7 @@ void write_hf_checkpoint(const std::string& dir_in, const ModelArgs& args,
   std::vector<std::pair<size_t, int64_t>> source;  // (params index, expert or -1)
   int64_t total = 0;
   for (size_t i = 0; i < params.size(); ++i)
-    for (const HfTensor& h : hf_tensors_of(params[i], args.is_mla())) {
+    for (const HfTensor& h : hf_tensors_of(params[i], args)) {
       // The expert bias stays fp32, as transformers keeps it (a bf16 bias
       // would round away the ±coeff steps it accumulates).
       specs.push_back({h.name, is_expert_bias(params[i].name) ? at::kFloat : opts.dtype, hf_shape(params[i], h)});
@@ -665,7 +518,7 @@ void load_hf_checkpoint(const std::string& dir_in, const ModelArgs& args, const 
   const std::vector<ParamSpec> params = hf_param_specs(args);
   std::map<std::string, std::vector<HfTensor>> source;  // fqn → its Hugging Face tensors
   for (const auto& p : params) {
-    std::vector<HfTensor> hfs = hf_tensors_of(p, args.is_mla());
+    std::vector<HfTensor> hfs = hf_tensors_of(p, args);
     for (HfTensor& h : hfs) {
       // Tied embeddings (Llama 3.2 1B/3B): no lm_head.weight, and config.json says so.
       if (!folder.file_of(h.name) && p.name == "output.weight" && tied) h.name = "model.embed_tokens.weight";
@@ -690,12 +543,13 @@ void load_hf_checkpoint(const std::string& dir_in, const ModelArgs& args, const 
   }
   for (const auto& [hf, file] : folder.names()) {
     if (hf.find("rotary_emb.inv_freq") != std::string::npos) continue;
-    // DeepSeek-V3's multi-token-prediction layers follow the model's last
-    // layer (model.layers.61 of 671B): transformers skips them, as does ctitan.
+    // Layers the family's readers skip follow the model's last layer
+    // (DeepSeek-V3's multi-token prediction, model.layers.61 of 671B):
+    // transformers skips them, as does ctitan.
     if (const auto layer = split_layer(hf, "model.layers."))
-      if (std::stoll(layer->first) >= args.n_layers && std::stoll(layer->first) < args.n_layers + config.mtp_layers)
+      if (std::stoll(layer->first) >= args.n_layers && std::stoll(layer->first) < args.n_layers + config.skipped_layers)
         continue;
-    const std::string fqn = fqn_of_hf(hf, args.is_mla());
+    const std::string fqn = fqn_of_hf(hf, args);
     const auto expert = expert_of_hf(hf);
     const auto it = source.find(fqn);
     if (fqn.empty() || it == source.end() || (expert && expert->second >= static_cast<int64_t>(it->second.size())))
@@ -775,7 +629,7 @@ bool initial_load_hf(const JobConfig& cfg, const Checkpointer& ckpt, const Model
     throw InputError(std::string(key) + " '" + dir +
                      "' is not a folder; point checkpoint.initial_load_path at a Hugging Face model folder");
   load_hf_checkpoint(dir, args, pieces);
-  if (rank0 && args.is_mla()) {
+  if (rank0 && args.yarn.enabled) {
     // transformers applies the YaRN config.json names at every length;
     // ctitan (as TorchTitan) only past original_seq_len. Loading is right
     // either way; the logits differ from transformers' where the two differ.
@@ -785,7 +639,7 @@ bool initial_load_hf(const JobConfig& cfg, const Checkpointer& ckpt, const Model
           read_file_bounded((fs::path(dir) / "config.json").string(), "Hugging Face config", kMaxJsonBytes, false));
     } catch (const std::exception&) {
     }
-    const bool named = c.is_object() && yarn_of(c) != nullptr;
+    const bool named = c.is_object() && hf_yarn_of(c) != nullptr;
     const bool applied = args.yarn.enabled && cfg.training.seq_len > args.yarn.original_seq_len;
     if (named != applied)
       std::cerr << "ctitan: warning: " << dir << "/config.json " << (named ? "names" : "does not name")

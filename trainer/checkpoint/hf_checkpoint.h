@@ -1,31 +1,26 @@
 // Hugging Face checkpoints in and out (TorchTitan's
-// checkpoint.last_save_in_hf / checkpoint.initial_load_in_hf): Llama 3
-// (LlamaForCausalLM), Qwen3 (Qwen3ForCausalLM) and Qwen3-MoE
-// (Qwen3MoeForCausalLM) and DeepSeek-V3 (DeepseekV3ForCausalLM) with
-// sigmoid routing (transformers' only kind; a softmax-routed flavor is one line).
+// checkpoint.last_save_in_hf / checkpoint.initial_load_in_hf), for every
+// family through its adapter (trainer/models/family.h HfAdapter: its names,
+// its config.json, its refusals; today LlamaForCausalLM, Qwen3ForCausalLM,
+// Qwen3MoeForCausalLM and DeepseekV3ForCausalLM). This file holds what is
+// the same for all: the safetensors files, sharding, the names every family
+// shares and the checks of config.json's common keys.
 //
 //   <folder>/config.json                     the family's config (hf_config_json)
 //           /model.safetensors               one file, or above the shard size:
 //           /model-0000K-of-0000N.safetensors + model.safetensors.index.json
 //
-// Names follow TorchTitan's Llama3StateDictAdapter (tok_embeddings.weight ↔
+// Names follow TorchTitan's state-dict adapters (tok_embeddings.weight ↔
 // model.embed_tokens.weight, layers.N.attention.wq.weight ↔
-// model.layers.N.self_attn.q_proj.weight, ...). ctitan's RoPE rotates the
-// pairs (x[2i], x[2i+1]) of a head; Hugging Face's rotate_half pairs x[i]
-// with x[i + Dh/2]. So the rows of wq and wk are permuted inside every head
-// on the way out (row 2i+j → row j·Dh/2 + i) and back on the way in, exactly
-// the adapter's _permute / _reverse_permute. Qwen3's RoPE is rotate_half
-// already (no permutation); its QK-norms are self_attn.q_norm / k_norm, its
-// router mlp.gate, and a routed-expert tensor layers.N.moe.experts.w1
-// [E, F, D] is E tensors model.layers.N.mlp.experts.<e>.gate_proj.weight
-// (w3: up_proj, w2: down_proj), as Qwen3StateDictAdapter.
-// DeepSeek-V3 as DeepSeekV3StateDictAdapter: wq_a/q_norm/wq_b →
-// q_a_proj/q_a_layernorm/q_b_proj, wkv_a/kv_norm/wkv_b →
-// kv_a_proj_with_mqa/kv_a_layernorm/kv_b_proj, shared experts →
-// mlp.shared_experts.*, and the expert bias → mlp.gate.e_score_correction_bias
-// (fp32); RoPE stays interleaved (config.json: rope_interleave = true).
-// transformers applies YaRN whenever config.json names it, TorchTitan only
-// past original_seq_len: an export names it only when the run used it.
+// model.layers.N.self_attn.q_proj.weight, ..., and the family's own); a
+// routed-expert tensor layers.N.moe.experts.w1 [E, F, D] is E tensors
+// model.layers.N.mlp.experts.<e>.gate_proj.weight (w3: up_proj, w2:
+// down_proj). ctitan's RoPE rotates the pairs (x[2i], x[2i+1]) of a head;
+// Hugging Face's rotate_half pairs x[i] with x[i + Dh/2]. So unless the
+// flavor's RoPE already splits halves or the family's Hugging Face weights
+// keep the pairs (HfAdapter::rope_interleaved), the rows of wq and wk are
+// permuted inside every head on the way out (row 2i+j → row j·Dh/2 + i) and
+// back on the way in, exactly the adapter's _permute / _reverse_permute.
 //
 // Export gathers whole tensors from any parallel layout through the
 // checkpoint's box re-sharding: every rank writes its boxes to a hidden
@@ -58,29 +53,30 @@ struct HfExportOptions {
   at::ScalarType dtype = at::kFloat;  // checkpoint.export_dtype
   int64_t max_shard_bytes = kHfShardBytes;
   int64_t bos_id = -1, eos_id = -1;  // written to config.json when >= 0
-  // The run's training.seq_len: DeepSeek-V3's config.json names YaRN only
-  // when the run applied it (longer than its original length; 0: always).
+  // The run's training.seq_len, for the family's config.json (DeepSeek-V3's
+  // names YaRN only when the run applied it: longer than its original
+  // length; 0: always).
   int64_t seq_len = 0;
 };
 
-// TorchTitan FQN (no "model." prefix) ↔ Hugging Face name; empty when the
-// name has no counterpart (e.g. rotary_emb.inv_freq). A per-expert Hugging
-// Face name maps to its experts' tensor (hf_name_of of that tensor is "").
-// `mla`: DeepSeek-V3's names (multi-head latent attention, shared experts,
-// the router's e_score_correction_bias).
-std::string hf_name_of(const std::string& fqn, bool mla = false);
-std::string fqn_of_hf(const std::string& hf_name, bool mla = false);
+// TorchTitan FQN (no "model." prefix) ↔ Hugging Face name in the checkpoints
+// of `args`'s family; empty when the name has no counterpart (e.g.
+// rotary_emb.inv_freq). A per-expert Hugging Face name maps to its experts'
+// tensor (hf_name_of of that tensor is "").
+std::string hf_name_of(const std::string& fqn, const ModelArgs& args);
+std::string fqn_of_hf(const std::string& hf_name, const ModelArgs& args);
 
 // The whole tensor `fqn` in Hugging Face's layout (wq/wk rows permuted), and back.
 at::Tensor to_hf_layout(const std::string& fqn, const at::Tensor& whole, const ModelArgs& args);
 at::Tensor from_hf_layout(const std::string& fqn, const at::Tensor& hf, const ModelArgs& args);
 
 // InputError (one line) for a model whose weights transformers would read
-// into other logits (a softmax-routed DeepSeek-V3).
+// into other logits (the family's HfAdapter::refuses: a softmax-routed
+// DeepSeek-V3), or of a family without a Hugging Face adapter.
 void check_hf_checkpoint_family(const ModelArgs& args);
 
-// config.json for transformers' LlamaForCausalLM, Qwen3ForCausalLM,
-// Qwen3MoeForCausalLM or DeepseekV3ForCausalLM.
+// config.json: the keys every decoder has, then the family's
+// (HfAdapter::write_config).
 nlohmann::json hf_config_json(const ModelArgs& args, const HfExportOptions& opts);
 // "float32" | "bfloat16" | "float16" ↔ dtype (std::invalid_argument otherwise).
 at::ScalarType export_dtype(const std::string& name);

@@ -94,6 +94,14 @@ void set_from_string(JobConfig& cfg, const FieldSpec& f, const std::string& text
                      const std::string& where);
 void validate_with_origins(const JobConfig& cfg, const Origins& origins);
 
+// model.name names a model family. The families' registry sits above config/
+// (trainer/models/registry.h) and installs its check here: "" accepts the
+// name, anything else is the error (validation prefixes where it was set).
+// Without one installed (a program that links no families, e.g. the config
+// fuzzer), the name is left to whoever builds the model.
+using ModelNameCheck = std::string (*)(const std::string& name);
+void set_model_name_check(ModelNameCheck check);
+
 // "config error: <where>: <what>" (where may be empty) as one line.
 [[noreturn]] void fail(const std::string& where, const std::string& what);
 

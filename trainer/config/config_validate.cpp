@@ -9,7 +9,6 @@
 #include "common/limits.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
-#include "trainer/model/model_registry.h"
 
 namespace ctitan::config {
 namespace {
@@ -224,24 +223,19 @@ void check_unsupported(const Checker& k, const JobConfig& c) {
   }
 }
 
-// model.name picks the model family (model_registry.h). TorchTitan's
-// families ctitan does not have are named as such, so that a recipe of
-// theirs never trains (and records) another family under their name.
+ModelNameCheck model_name_check = nullptr;
+
+// model.name picks the model family: the families' registry says whether
+// it is one (set_model_name_check).
 void check_model_name(const Checker& k, const std::string& name) {
-  if (is_model_family(name)) return;
-  std::string known;
-  for (const auto& n : model_family_names()) known += (known.empty() ? "\"" : ", \"") + n + "\"";
-  std::string what = "model.name " + render_value(Value(name));
-  for (const char* tt : {"llama3_ft", "llama4", "gpt_oss", "flux", "simple_fsdp"})
-    if (name == tt) {
-      what += " is a TorchTitan model family ctitan does not have yet; ctitan's families: " + known;
-      k.bad("model.name", what);
-    }
-  what += " is not a model family; ctitan's families: " + known;
-  k.bad("model.name", what);
+  if (!model_name_check) return;
+  const std::string error = model_name_check(name);
+  if (!error.empty()) k.bad("model.name", error);
 }
 
 }  // namespace
+
+void set_model_name_check(ModelNameCheck check) { model_name_check = check; }
 
 void validate_with_origins(const JobConfig& cfg, const Origins& origins) {
   const Checker k(origins);

@@ -53,7 +53,7 @@ struct ModelSection {
   std::string name = "llama3";
   std::string flavor = "debugmodel";
   int64_t n_layers = 0;  // ctitan's: > 0 replaces the flavor's layer count
-  // ctitan's MoE overrides (model_registry.h FlavorOverrides): > 0 / >= 0 replace the flavor's.
+  // ctitan's MoE overrides (trainer/models/registry.h FlavorOverrides): > 0 / >= 0 replace the flavor's.
   int64_t moe_num_experts = 0;
   int64_t moe_top_k = 0;
   double moe_load_balance_coeff = -1;

@@ -1,6 +1,6 @@
 // The decoder's arguments (every model family: Llama 3, Qwen3, ...) and the
 // numbers derived from them (parameter counts, FLOPs per token) without
-// allocating anything. A family (model_registry.h) fills them from its
+// allocating anything. A family (trainer/models/family.h) fills them from its
 // flavors; Transformer (transformer.h) builds any of them.
 #pragma once
 
@@ -58,7 +58,7 @@ struct YarnArgs {
 };
 
 struct ModelArgs {
-  std::string family = "llama3";  // the model_registry.h family these args belong to
+  std::string family = "llama3";  // the trainer/models/registry.h family these args belong to
   int64_t dim = 4096;
   int64_t n_layers = 32;
   int64_t n_heads = 32;

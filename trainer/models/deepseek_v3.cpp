@@ -12,7 +12,22 @@
 //   and route_scale in 236B/671B, the aux-loss-free bias (coeff 1e-3).
 // debugmodel_flex_attn, 16B, 236B and 671B use TorchTitan's flex attention
 // with block_causal document masks.
+//
+// Hugging Face (DeepseekV3ForCausalLM, as TorchTitan's
+// DeepSeekV3StateDictAdapter): wq_a/q_norm/wq_b → q_a_proj/q_a_layernorm/
+// q_b_proj, wkv_a/kv_norm/wkv_b → kv_a_proj_with_mqa/kv_a_layernorm/
+// kv_b_proj, shared experts → mlp.shared_experts.*, and the expert bias →
+// mlp.gate.e_score_correction_bias (fp32); RoPE stays interleaved
+// (config.json: rope_interleave = true). transformers applies YaRN whenever
+// config.json names it, TorchTitan only past original_seq_len: an export
+// names it only when the run used it.
 #include "trainer/models/deepseek_v3.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "common/printable.h"
+#include "trainer/models/hf_config.h"
 
 namespace ctitan {
 
@@ -95,7 +110,123 @@ std::string deepseek_v3_refuses(const ModelArgs& a, const ModelLayout& l) {
   return attention_refuses_context_parallel(a, l, /*flex_with_cp=*/false);
 }
 
+// transformers' DeepseekV3 routes by sigmoid scores only; TorchTitan's
+// debugmodel, 16B and 236B route by softmax: their weights would give other
+// logits there.
+std::string deepseek_v3_hf_refuses(const ModelArgs& args) {
+  if (args.moe.num_experts == 0 || args.moe.score_func == "sigmoid") return "";
+  return "Hugging Face checkpoints of model.name \"deepseek_v3\": this flavor routes by " + args.moe.score_func +
+         " scores, but transformers' DeepseekV3 always routes by sigmoid, so the same weights would give "
+         "other logits there; use a sigmoid-routed flavor (671B) or set checkpoint.initial_load_in_hf and "
+         "last_save_in_hf to false (ctitan's own checkpoint format)";
+}
+
 std::string deepseek_v3_hf_type(const ModelArgs&) { return "deepseek_v3"; }
+std::string deepseek_v3_hf_architecture(const ModelArgs&) { return "DeepseekV3ForCausalLM"; }
+
+// DeepseekV3Config.
+void deepseek_v3_hf_write_config(const ModelArgs& args, int64_t seq_len, nlohmann::json& c) {
+  const MlaArgs& m = args.mla;
+  c.erase("head_dim");  // transformers derives it (the RoPE part)
+  c["q_lora_rank"] = m.q_lora_rank > 0 ? nlohmann::json(m.q_lora_rank) : nlohmann::json(nullptr);
+  c["kv_lora_rank"] = m.kv_lora_rank;
+  c["qk_nope_head_dim"] = m.qk_nope_head_dim;
+  c["qk_rope_head_dim"] = m.qk_rope_head_dim;
+  c["v_head_dim"] = m.v_head_dim;
+  c["rope_interleave"] = true;  // ctitan's (TorchTitan's) complex RoPE pairs
+  c["first_k_dense_replace"] = args.n_dense_layers;
+  c["moe_intermediate_size"] = args.moe.hidden_dim;
+  c["n_routed_experts"] = args.moe.num_experts;
+  c["n_shared_experts"] = args.moe.num_shared_experts;
+  c["num_experts_per_tok"] = args.moe.top_k;
+  c["n_group"] = std::max<int64_t>(args.moe.n_expert_groups, 1);
+  c["topk_group"] = args.moe.n_expert_groups > 1 ? args.moe.n_limited_groups : 1;
+  c["routed_scaling_factor"] = args.moe.route_scale;
+  c["norm_topk_prob"] = args.moe.route_norm;
+  c["num_nextn_predict_layers"] = 0;
+  // YaRN as the run computed it: TorchTitan (and ctitan) scale only when
+  // the run's sequence is longer than original_seq_len, transformers
+  // whenever config.json names YaRN; so it is named only then.
+  const YarnArgs& y = args.yarn;
+  if (y.enabled && (seq_len == 0 || seq_len > y.original_seq_len)) {
+    c["rope_parameters"] = {{"rope_type", "yarn"},
+                            {"rope_theta", args.rope_theta},
+                            {"factor", y.factor},
+                            {"original_max_position_embeddings", y.original_seq_len},
+                            {"beta_fast", y.beta_fast},
+                            {"beta_slow", y.beta_slow},
+                            {"mscale", m.mscale},
+                            {"mscale_all_dim", m.mscale}};
+    c["max_position_embeddings"] = static_cast<int64_t>(static_cast<double>(y.original_seq_len) * y.factor);
+  } else {
+    c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", args.rope_theta}};
+    c["max_position_embeddings"] = y.enabled ? y.original_seq_len : std::max<int64_t>(seq_len, 1);
+  }
+  c["rope_scaling"] = c["rope_parameters"];
+}
+
+// head_dim is the RoPE part in DeepseekV3Config; the routing and YaRN show
+// in no tensor's shape. The multi-token-prediction layers
+// (num_nextn_predict_layers) follow the last layer: readers skip them.
+int64_t deepseek_v3_hf_check_config(const HfConfigCheck& config, const ModelArgs& args) {
+  const nlohmann::json& c = config.json();
+  const MlaArgs& m = args.mla;
+  config.integer("kv_lora_rank", m.kv_lora_rank);
+  if (c.contains("q_lora_rank") && !(c["q_lora_rank"].is_null() && m.q_lora_rank == 0))
+    config.integer("q_lora_rank", m.q_lora_rank);
+  config.integer("qk_nope_head_dim", m.qk_nope_head_dim);
+  config.integer("qk_rope_head_dim", m.qk_rope_head_dim);
+  config.integer("v_head_dim", m.v_head_dim);
+  config.integer("first_k_dense_replace", args.n_dense_layers);
+  config.integer("n_shared_experts", args.moe.num_shared_experts);
+  config.integer("n_group", std::max<int64_t>(args.moe.n_expert_groups, 1));
+  config.integer("topk_group", args.moe.n_expert_groups > 1 ? args.moe.n_limited_groups : 1);
+  if (c.contains("routed_scaling_factor"))
+    config.real(c["routed_scaling_factor"], "routed_scaling_factor", args.moe.route_scale);
+  if (c.contains("rope_interleave") && c["rope_interleave"] != true)
+    config.fail("rope_interleave = " + message_text(c["rope_interleave"].dump()) +
+                ", but ctitan (as TorchTitan) reads DeepSeek-V3 weights whose RoPE rotates interleaved pairs; "
+                "convert the checkpoint or set rope_interleave to true if its weights are interleaved");
+  if (const nlohmann::json* y = hf_yarn_of(c)) {
+    const YarnArgs& want = args.yarn;
+    if (!want.enabled)
+      config.fail(std::string("the checkpoint uses YaRN RoPE scaling and this flavor does not") +
+                  HfConfigCheck::kOtherModel);
+    const auto real = [&](const char* key, double w) {
+      if (y->contains(key)) config.real((*y)[key], std::string("rope_parameters.") + key, w);
+    };
+    real("factor", want.factor);
+    real("original_max_position_embeddings", static_cast<double>(want.original_seq_len));
+    real("beta_fast", want.beta_fast);
+    real("beta_slow", want.beta_slow);
+    real("mscale_all_dim", m.mscale);
+  }
+  if (c.contains("num_nextn_predict_layers") && c["num_nextn_predict_layers"].is_number_integer())
+    return std::max<int64_t>(c["num_nextn_predict_layers"].get<int64_t>(), 0);
+  return 0;
+}
+
+HfAdapter deepseek_v3_hf() {
+  HfAdapter hf;
+  hf.layer_names = {{"attention.wq_a.weight", "self_attn.q_a_proj.weight"},
+                    {"attention.q_norm.weight", "self_attn.q_a_layernorm.weight"},
+                    {"attention.wq_b.weight", "self_attn.q_b_proj.weight"},
+                    {"attention.wkv_a.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+                    {"attention.kv_norm.weight", "self_attn.kv_a_layernorm.weight"},
+                    {"attention.wkv_b.weight", "self_attn.kv_b_proj.weight"},
+                    {"moe.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},
+                    {"moe.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
+                    {"moe.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"},
+                    {"moe.expert_bias", "mlp.gate.e_score_correction_bias"}};
+  hf.rope_interleaved = true;
+  hf.expert_bias = true;
+  hf.refuses = &deepseek_v3_hf_refuses;
+  hf.model_type = &deepseek_v3_hf_type;
+  hf.architecture = &deepseek_v3_hf_architecture;
+  hf.write_config = &deepseek_v3_hf_write_config;
+  hf.check_config = &deepseek_v3_hf_check_config;
+  return hf;
+}
 
 }  // namespace
 
@@ -103,7 +234,7 @@ const ModelFamily& deepseek_v3_family() {
   static const ModelFamily f{"deepseek_v3",
                              "DeepSeek-V3 (multi-head latent attention, YaRN, dense then MoE layers with shared experts)",
                              &deepseek_v3_flavor_names, &deepseek_v3_flavor, &deepseek_v3_refuses,
-                             &deepseek_v3_hf_type};
+                             deepseek_v3_hf()};
   return f;
 }
 

@@ -3,7 +3,7 @@
 // layers with routed and shared experts.
 #pragma once
 
-#include "trainer/model/model_registry.h"
+#include "trainer/models/family.h"
 
 namespace ctitan {
 

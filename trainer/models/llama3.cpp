@@ -1,9 +1,13 @@
-// Llama 3 (TorchTitan's torchtitan/models/llama3): flavors and the family
-// entry. "125M" and "tiny" are ctitan's own (benchmarking, golden tests).
+// Llama 3 (TorchTitan's torchtitan/models/llama3): flavors, refusals and
+// the Hugging Face adapter (LlamaForCausalLM, as TorchTitan's
+// Llama3StateDictAdapter). "125M" and "tiny" are ctitan's own (benchmarking,
+// golden tests).
 #include "trainer/models/llama3.h"
 
 #include <map>
+#include <nlohmann/json.hpp>
 
+#include "trainer/models/hf_config.h"
 
 namespace ctitan {
 
@@ -63,14 +67,44 @@ namespace {
 std::string llama3_refuses(const ModelArgs& a, const ModelLayout& l) {
   return attention_refuses_context_parallel(a, l, /*flex_with_cp=*/true);
 }
-std::string llama3_hf_type(const ModelArgs&) { return "llama"; }
 ModelArgs llama3_any(const std::string& flavor) { return llama3_flavor(flavor); }
+
+// Hugging Face: ctitan's RoPE rotates the pairs (x[2i], x[2i+1]) of a head,
+// transformers' rotate_half pairs x[i] with x[i + Dh/2], so the rows of wq
+// and wk are permuted inside every head (the adapter's _permute).
+std::string llama3_hf_type(const ModelArgs&) { return "llama"; }
+std::string llama3_hf_architecture(const ModelArgs&) { return "LlamaForCausalLM"; }
+
+// LlamaConfig: ctitan (like TorchTitan) always applies Llama 3.1's frequency scaling.
+void llama3_hf_write_config(const ModelArgs& args, int64_t, nlohmann::json& c) {
+  const RopeScaling& r = args.rope_scaling;
+  c["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", r.factor},
+                       {"low_freq_factor", r.low_freq_factor},
+                       {"high_freq_factor", r.high_freq_factor},
+                       {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  c["rope_parameters"] = c["rope_scaling"];
+  c["rope_parameters"]["rope_theta"] = args.rope_theta;
+  c["max_position_embeddings"] = 131072;  // TorchTitan's TransformerModelArgs.max_seq_len
+  c["mlp_bias"] = false;
+}
+
+HfAdapter llama3_hf() {
+  HfAdapter hf;
+  hf.layer_names = {{"attention.wk.weight", "self_attn.k_proj.weight"},
+                    {"attention.wv.weight", "self_attn.v_proj.weight"}};
+  hf.model_type = &llama3_hf_type;
+  hf.architecture = &llama3_hf_architecture;
+  hf.write_config = &llama3_hf_write_config;
+  hf.check_config = &check_gqa_config;
+  return hf;
+}
 
 }  // namespace
 
 const ModelFamily& llama3_family() {
   static const ModelFamily f{"llama3", "Llama 3 / 3.1 (GQA, SwiGLU, RoPE with Llama 3.1 scaling)",
-                             &llama3_flavor_names, &llama3_any, &llama3_refuses, &llama3_hf_type};
+                             &llama3_flavor_names, &llama3_any, &llama3_refuses, llama3_hf()};
   return f;
 }
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/model/model_registry.h"
+#include "trainer/models/family.h"
 
 namespace ctitan {
 

@@ -3,11 +3,15 @@
 // (QK-norm), RoPE θ 1e6 in HF's rotate_half layout without Llama 3.1
 // scaling, norm eps 1e-6, the small flavors' output tied to the embedding,
 // and in the MoE flavors every layer an MoE (softmax router, route_norm,
-// top-8, no shared experts, scores applied after the experts).
+// top-8, no shared experts, scores applied after the experts). Hugging
+// Face: Qwen3ForCausalLM / Qwen3MoeForCausalLM, as TorchTitan's
+// Qwen3StateDictAdapter.
 #include "trainer/models/qwen3.h"
 
 #include <map>
+#include <nlohmann/json.hpp>
 
+#include "trainer/models/hf_config.h"
 
 namespace ctitan {
 
@@ -86,13 +90,49 @@ std::string qwen3_refuses(const ModelArgs& a, const ModelLayout& l) {
   return attention_refuses_context_parallel(a, l, /*flex_with_cp=*/false);
 }
 
+// Hugging Face: RoPE is rotate_half already (no permutation); the QK-norms
+// are self_attn.q_norm / k_norm.
 std::string qwen3_hf_type(const ModelArgs& a) { return a.moe.num_experts > 0 ? "qwen3_moe" : "qwen3"; }
+std::string qwen3_hf_architecture(const ModelArgs& a) {
+  return a.moe.num_experts > 0 ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM";
+}
+
+// Qwen3Config / Qwen3MoeConfig: RoPE without scaling.
+void qwen3_hf_write_config(const ModelArgs& args, int64_t, nlohmann::json& c) {
+  c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", args.rope_theta}};
+  c["max_position_embeddings"] = 40960;  // Qwen3's released configs
+  c["use_sliding_window"] = false;
+  c["sliding_window"] = nullptr;
+  c["max_window_layers"] = args.n_layers;
+  if (args.moe.num_experts == 0) return;
+  c["num_experts"] = args.moe.num_experts;
+  c["num_experts_per_tok"] = args.moe.top_k;
+  c["moe_intermediate_size"] = args.moe.hidden_dim;
+  c["norm_topk_prob"] = args.moe.route_norm;
+  c["decoder_sparse_step"] = 1;
+  c["mlp_only_layers"] = nlohmann::json::array();
+  c["output_router_logits"] = false;
+  c["router_aux_loss_coef"] = 0.001;
+}
+
+HfAdapter qwen3_hf() {
+  HfAdapter hf;
+  hf.layer_names = {{"attention.wk.weight", "self_attn.k_proj.weight"},
+                    {"attention.wv.weight", "self_attn.v_proj.weight"},
+                    {"attention.q_norm.weight", "self_attn.q_norm.weight"},
+                    {"attention.k_norm.weight", "self_attn.k_norm.weight"}};
+  hf.model_type = &qwen3_hf_type;
+  hf.architecture = &qwen3_hf_architecture;
+  hf.write_config = &qwen3_hf_write_config;
+  hf.check_config = &check_gqa_config;
+  return hf;
+}
 
 }  // namespace
 
 const ModelFamily& qwen3_family() {
   static const ModelFamily f{"qwen3", "Qwen3 dense and MoE (QK-norm, head_dim 128, RoPE θ 1e6, top-k experts)",
-                             &qwen3_flavor_names, &qwen3_flavor, &qwen3_refuses, &qwen3_hf_type};
+                             &qwen3_flavor_names, &qwen3_flavor, &qwen3_refuses, qwen3_hf()};
   return f;
 }
 

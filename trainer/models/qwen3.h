@@ -2,7 +2,7 @@
 // and the MoE flavors debugmodel_moe, 30B-A3B, 235B-A22B.
 #pragma once
 
-#include "trainer/model/model_registry.h"
+#include "trainer/models/family.h"
 
 namespace ctitan {
 

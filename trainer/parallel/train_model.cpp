@@ -11,7 +11,7 @@
 #include "common/errors.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
 #include "trainer/model/documents.h"
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 #include "trainer/parallel/pipeline.h"
 #include "trainer/model/weight_grad.h"
 

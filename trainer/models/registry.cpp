@@ -1,8 +1,9 @@
-#include "trainer/model/model_registry.h"
+#include "trainer/models/registry.h"
 
 #include <algorithm>
 
 #include "common/errors.h"
+#include "trainer/config/config_registry.h"
 #include "trainer/config/job_config.h"
 #include "trainer/models/deepseek_v3.h"
 #include "trainer/models/llama3.h"
@@ -12,10 +13,34 @@ namespace ctitan {
 
 namespace {
 
+// The families, in the order messages and --help name them.
 const std::vector<const ModelFamily*>& families() {
   static const std::vector<const ModelFamily*> all = {&llama3_family(), &qwen3_family(), &deepseek_v3_family()};
   return all;
 }
+
+std::string quoted_family_names() {
+  std::string known;
+  for (const auto& n : model_family_names()) known += (known.empty() ? "\"" : ", \"") + n + "\"";
+  return known;
+}
+
+// config/'s check of model.name (the config names where the value was set).
+// TorchTitan's families ctitan does not have are named as such, so that a
+// recipe of theirs never trains (and records) another family under their name.
+std::string model_name_error(const std::string& name) {
+  if (is_model_family(name)) return "";
+  const std::string what = "model.name " + config::render_value(config::Value(name));
+  for (const char* tt : {"llama3_ft", "llama4", "gpt_oss", "flux", "simple_fsdp"})
+    if (name == tt)
+      return what + " is a TorchTitan model family ctitan does not have yet; ctitan's families: " +
+             quoted_family_names();
+  return what + " is not a model family; ctitan's families: " + quoted_family_names();
+}
+
+// Installed before main: every program that links the families checks
+// model.name when it reads a config.
+[[maybe_unused]] const bool model_name_check_installed = (config::set_model_name_check(&model_name_error), true);
 
 }  // namespace
 
@@ -33,9 +58,7 @@ bool is_model_family(const std::string& name) {
 const ModelFamily& model_family(const std::string& name) {
   for (const ModelFamily* f : families())
     if (f->name == name) return *f;
-  std::string known;
-  for (const auto& n : model_family_names()) known += (known.empty() ? "\"" : ", \"") + n + "\"";
-  throw InputError("model.name \"" + name + "\" is not a model family; ctitan's families: " + known);
+  throw InputError("model.name \"" + name + "\" is not a model family; ctitan's families: " + quoted_family_names());
 }
 
 ModelArgs model_flavor(const std::string& name, const std::string& flavor, const FlavorOverrides& o) {
@@ -89,32 +112,6 @@ ModelArgs model_flavor(const ModelSection& m) {
   return model_flavor(m.name, m.flavor,
                       FlavorOverrides{m.n_layers, m.moe_num_experts, m.moe_top_k, m.moe_load_balance_coeff,
                                       m.attn_type, m.attn_mask_type});
-}
-
-std::vector<std::string> flavor_names(const FlavorTable& table) {
-  std::vector<std::string> names;
-  for (const auto& [name, _] : table) names.push_back(name);
-  return names;
-}
-
-ModelArgs find_flavor(const FlavorTable& table, const std::string& family, const std::string& flavor) {
-  auto it = table.find(flavor);
-  if (it != table.end()) return it->second;
-  std::string known;
-  for (const auto& n : flavor_names(table)) known += (known.empty() ? "" : ", ") + n;
-  throw InputError("unknown model.flavor '" + flavor + "' for " + family + "; known flavors: " + known);
-}
-
-std::string attention_refuses_context_parallel(const ModelArgs& a, const ModelLayout& l, bool flex_with_cp) {
-  if (l.cp > 1 && l.cp_load_balancer == "ptrr" && a.attn_type != "flex")
-    return "parallelism.context_parallel_load_balancer ptrr balances flex attention's masks (TorchTitan's "
-           "PTRRLoadBalancer); model " + a.family + " runs " + a.attn_type +
-           " attention: set model.attn_type = \"flex\" or use headtail";
-  if (l.cp <= 1 || a.attn_type == "sdpa" || (a.attn_type == "flex" && flex_with_cp)) return "";
-  return "model " + a.family + ": context parallelism does not run " + a.attn_type +
-         " attention (TorchTitan refuses it too" + (flex_with_cp ? "" : "; its " + a.family + " CP takes sdpa only") +
-         "); set parallelism.context_parallel_degree = 1" +
-         (flex_with_cp ? ", or model.attn_type = \"flex\"" : "");
 }
 
 void check_model_layout(const ModelArgs& args, const ModelLayout& layout) {
