@@ -41,22 +41,22 @@ struct Layout {
 // Throws InputError for a layout the trainer refuses.
 Layout plan_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape);
 
-// Seconds per step of each rank when its stages cost f[s] forward and b[s]
-// backward per micro-batch (s the global stage), under the trainer's named
-// schedule (its action lists), with `p2p_s` per activation hand-over.
-// share < 1: the ranks outnumber the processors (cores / ranks, a CPU's),
-// the costs are planned at that share, and the ranks running at a moment
-// share every processor (processor sharing). Returns {step time, busy time
-// of the busiest rank}.
+// Seconds per step of each rank when its stages cost stage_forward_s[s]
+// forward and stage_backward_s[s] backward per micro-batch (s the global
+// stage), under the trainer's named schedule (its action lists), with
+// `p2p_s` per activation hand-over. share < 1: the ranks outnumber the
+// processors (cores / ranks, a CPU's), the costs are planned at that share,
+// and the ranks running at a moment share every processor (processor
+// sharing). Returns {step time, busy time of the busiest rank}.
 struct PipelineSim {
   double step_s = 0, busy_s = 0;
 };
 PipelineSim simulate_pipeline(const JobConfig& cfg, const MeshShape& shape, int64_t stages_per_rank,
-                              int64_t microbatches, const std::vector<double>& f, const std::vector<double>& b,
-                              double p2p_s, double share = 1);
+                              int64_t microbatches, const std::vector<double>& stage_forward_s,
+                              const std::vector<double>& stage_backward_s, double p2p_s, double share = 1);
 // The same over a schedule already built (planned_schedule).
-PipelineSim simulate_pipeline(const PipelineSchedule& sched, const std::vector<double>& f,
-                              const std::vector<double>& b, double p2p_s, double share = 1);
+PipelineSim simulate_pipeline(const PipelineSchedule& sched, const std::vector<double>& stage_forward_s,
+                              const std::vector<double>& stage_backward_s, double p2p_s, double share = 1);
 
 // The schedule the trainer runs for this config: the named one, or the
 // CSV's (pipeline_parallel_schedule_csv).
