@@ -1,6 +1,7 @@
 // Internal to the planner: the pieces predict() assembles (plan.cpp), the
 // dry-run layout (plan_layout.cpp), memory (plan_memory.cpp) and the
-// pipeline simulation (plan_pipeline.cpp).
+// pipeline simulation (plan_pipeline.cpp); one rank's compute and
+// communication are plan_compute.h and plan_comm.h.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,23 @@
 #include "trainer/parallel/pipeline.h"
 
 namespace ctitan::planner_detail {
+
+// What every part of a plan depends on: the recipe, the model, the mesh,
+// whose training loop, and one rank's rates on the spec (plan.cpp, rank_env).
+struct Env {
+  const ModelDesc& model;
+  const JobConfig& cfg;
+  const HardwareSpec& hw;
+  const FrameworkRules& rules;  // whose training loop (PlanRequest::framework)
+  MeshShape shape;
+  double elem_bytes = 2;      // compute dtype
+  double peak_flops = 0;      // GEMM FLOP/s of one rank in the compute dtype
+  double fp8_peak_flops = 0;  // 0: float8 GEMMs run at `peak_flops` (emulated)
+  double bandwidth = 0;       // memory bytes/s of one rank
+  double overhead_mult = 1;   // cpu: ranks beyond the cores queue for them
+  bool float8 = false, compiled = false;
+  double attn_density = 1;  // block_causal: the attention work over causal's
+};
 
 // One pipeline rank's share of the model as the trainer lays it out.
 struct RankLayout {
@@ -86,11 +104,11 @@ struct RankPipeline {
 // backward, each stage's gathered parameters and unsharded gradients), and
 // parameters and gradients get what is held at that moment.
 // rules: whose training loop (framework_rules); the string form looks them up.
-MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
+MemoryBreakdown activation_memory(const ModelDesc& model, const JobConfig& cfg, const MeshShape& shape,
                                   const HardwareSpec& hw, const RankLayout& rank, double T,
                                   const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
                                   const FrameworkRules& rules, const RankPipeline* pipe, MemoryBreakdown mem);
-MemoryBreakdown activation_memory(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape,
+MemoryBreakdown activation_memory(const ModelDesc& model, const JobConfig& cfg, const MeshShape& shape,
                                   const HardwareSpec& hw, const RankLayout& rank, double T,
                                   const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
                                   const std::string& framework, const RankPipeline* pipe, MemoryBreakdown mem);
