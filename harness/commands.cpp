@@ -6,6 +6,7 @@
 #include "common/errors.h"
 #include "common/build_identity.h"
 #include "ctitan/build_info.h"
+#include "harness/cli.h"
 #include "harness/db_command.h"
 #include "harness/gate_command.h"
 #include "harness/launch.h"
@@ -40,6 +41,59 @@ const char* kUsage =
     "  version   print the version and the build's identity (git sha, uncommitted changes, LibTorch,\n"
     "            build type); --json for machines\n";
 
+int version_command(const std::vector<std::string>& args) {
+  CLI::App app{"The version and the build's identity (git sha, uncommitted changes, LibTorch, build type).",
+               "ctitan version"};
+  bool json = false;
+  app.add_flag("--json", json, "one JSON object, for machines");
+  parse_command_line(app, args, "version");
+  if (json) {
+    nlohmann::json j = to_json(this_build());
+    j["ctitan_version"] = CTITAN_VERSION;
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::cout << "ctitan " << CTITAN_VERSION << ", " << this_build().describe() << "\n";
+  return 0;
+}
+
+int train_command_line(const std::vector<std::string>& args) {
+  std::vector<std::string> train_args = args;
+  // `ctitan train --nproc N ...` = `ctitan launch --nproc N -- ...`; help is printed once, not per rank.
+  std::vector<std::string> launcher = take_launcher_flags(train_args);
+  const bool help = std::find(train_args.begin(), train_args.end(), "--help") != train_args.end() ||
+                    std::find(train_args.begin(), train_args.end(), "-h") != train_args.end();
+  if (!launcher.empty() && !help) {
+    if (std::none_of(launcher.begin(), launcher.end(), [](const std::string& a) { return a.rfind("--nproc", 0) == 0; }))
+      throw InputError(launcher.front() + " is a launcher flag: add --nproc N (or use `ctitan launch`)");
+    launcher.push_back("--");
+    launcher.insert(launcher.end(), train_args.begin(), train_args.end());
+    LaunchOptions opts = parse_launch_args(launcher);
+    opts.command = train_command(train_args);
+    return launch(opts);
+  }
+  configure_threads();
+  const JobConfig cfg = parse_job_config(train_args);
+  if (cfg.job.print_config) {
+    std::cout << to_toml(cfg);
+    return 0;
+  }
+  return train(cfg);
+}
+
+int dispatch(const std::string& cmd, const std::vector<std::string>& rest) {
+  if (cmd == "version" || cmd == "--version") return version_command(rest);
+  if (cmd == "db") return run_db_command(rest);
+  if (cmd == "launch") return launch(parse_launch_args(rest));
+  if (cmd == "sweep") return sweep_command(rest);
+  if (cmd == "report") return report_command(rest);
+  if (cmd == "plan") return plan_command(rest);
+  if (cmd == "gate") return gate_command(rest);
+  if (cmd == "trace") return run_trace_command(rest);
+  if (cmd == "train") return train_command_line(rest);
+  throw InputError("unknown command '" + cmd + "'; run `ctitan --help` for the list");
+}
+
 }  // namespace
 
 int run_command(const std::vector<std::string>& args) {
@@ -47,66 +101,12 @@ int run_command(const std::vector<std::string>& args) {
     std::cout << kUsage;
     return args.empty() ? kExitBadInput : 0;
   }
-  const std::string& cmd = args[0];
-  const std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (cmd == "version" || cmd == "--version") {
-    if (rest.size() == 1 && rest[0] == "--json") {
-      nlohmann::json j = to_json(this_build());
-      j["ctitan_version"] = CTITAN_VERSION;
-      std::cout << j.dump() << "\n";
-      return 0;
-    }
-    if (!rest.empty()) {
-      std::cerr << "ctitan: version takes only --json, not '" << rest[0] << "'\n";
-      return kExitBadInput;
-    }
-    std::cout << "ctitan " << CTITAN_VERSION << ", " << this_build().describe() << "\n";
+  try {
+    return dispatch(args[0], {args.begin() + 1, args.end()});
+  } catch (const HelpRequested& help) {
+    std::cout << help.what();
     return 0;
   }
-  if (cmd == "db") return run_db_command(rest);
-  if (cmd == "launch") {
-    try {
-      return launch(parse_launch_args(rest));
-    } catch (const HelpRequested& help) {
-      std::cout << help.what();
-      return 0;
-    }
-  }
-  if (cmd == "sweep") return sweep_command(rest);
-  if (cmd == "report") return report_command(rest);
-  if (cmd == "plan") return plan_command(rest);
-  if (cmd == "gate") return gate_command(rest);
-  if (cmd == "trace") return run_trace_command(rest);
-  if (cmd == "train") {
-    std::vector<std::string> train_args = rest;
-    // `ctitan train --nproc N ...` = `ctitan launch --nproc N -- ...`; help is printed once, not per rank.
-    std::vector<std::string> launcher = take_launcher_flags(train_args);
-    const bool help = std::find(train_args.begin(), train_args.end(), "--help") != train_args.end() ||
-                      std::find(train_args.begin(), train_args.end(), "-h") != train_args.end();
-    if (!launcher.empty() && !help) {
-      if (std::none_of(launcher.begin(), launcher.end(), [](const std::string& a) { return a.rfind("--nproc", 0) == 0; }))
-        throw InputError(launcher.front() + " is a launcher flag: add --nproc N (or use `ctitan launch`)");
-      launcher.push_back("--");
-      launcher.insert(launcher.end(), train_args.begin(), train_args.end());
-      LaunchOptions opts = parse_launch_args(launcher);
-      opts.command = train_command(train_args);
-      return launch(opts);
-    }
-    configure_threads();
-    JobConfig cfg;
-    try {
-      cfg = parse_job_config(train_args);
-    } catch (const HelpRequested& help) {
-      std::cout << help.what();
-      return 0;
-    }
-    if (cfg.job.print_config) {
-      std::cout << to_toml(cfg);
-      return 0;
-    }
-    return train(cfg);
-  }
-  throw InputError("unknown command '" + cmd + "'; run `ctitan --help` for the list");
 }
 
 }  // namespace ctitan

@@ -1,7 +1,5 @@
 #include "harness/db_command.h"
 
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +7,7 @@
 #include <map>
 
 #include "common/errors.h"
+#include "harness/cli.h"
 #include "results/results_db.h"
 
 namespace ctitan {
@@ -237,17 +236,7 @@ int run_db_command(const std::vector<std::string>& args) {
   // CLI11 would call an unknown subcommand "A subcommand is required".
   if (!args.empty() && args[0] != "ls" && args[0] != "show" && args[0].rfind('-', 0) != 0)
     throw InputError("unknown db command '" + args[0] + "'; `ctitan db --help` lists ls and show");
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's convention
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    std::replace(msg.begin(), msg.end(), '\n', ' ');
-    throw InputError("db: " + msg + "; run `ctitan db --help`");
-  }
+  parse_command_line(app, args, "db");
   if (ls->parsed()) {
     list_runs(db_path, sweep_name);
   } else {

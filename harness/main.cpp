@@ -1,7 +1,8 @@
 // ctitan — recipe sweeps and a Llama 3 pretraining trainer on LibTorch.
 //
+//   ctitan <command> [options]    `ctitan --help` lists the commands (kUsage in
+//                                 harness/commands.cpp), `ctitan <command> --help` each one's flags
 //   ctitan train [--job.config_file F] [--section.key value ...]
-//   ctitan version
 //
 // Exit codes: 0 ok, 2 bad input (one line on stderr), 1 internal error,
 // 130 interrupted.

@@ -1,7 +1,5 @@
 #include "harness/trace_command.h"
 
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +8,7 @@
 
 #include "common/errors.h"
 #include "common/file_io.h"
+#include "harness/cli.h"
 #include "profiling/trace.h"
 #include "profiling/trace_analysis.h"
 #include "profiling/trace_merge.h"
@@ -106,17 +105,7 @@ int run_trace_command(const std::vector<std::string>& args) {
   a->add_option("files", files, "rank or merged trace files")->required();
   if (!args.empty() && args[0] != "merge" && args[0] != "analyze" && args[0].rfind('-', 0) != 0)
     throw InputError("unknown trace command '" + args[0] + "'; `ctitan trace --help` lists merge and analyze");
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's convention
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    std::replace(msg.begin(), msg.end(), '\n', ' ');
-    throw InputError("trace: " + msg + "; run `ctitan trace --help`");
-  }
+  parse_command_line(app, args, "trace");
   return m->parsed() ? merge(run_dir, iteration, out) : analyze(files);
 }
 
