@@ -22,7 +22,7 @@
 
 #include "common/errors.h"
 #include "common/subprocess.h"
-#include "trainer/config/config_loader.h"  // HelpRequested
+#include "harness/cli.h"
 
 namespace ctitan {
 namespace {
@@ -40,20 +40,6 @@ constexpr auto kDrainPeriod = std::chrono::seconds(1);
 // never prints '\n' cannot grow the launcher's memory.
 constexpr size_t kMaxLineBytes = 64 * 1024;
 
-int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
-  size_t used = 0;
-  long v = 0;
-  try {
-    v = std::stol(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || v < lo || v > hi)
-    throw InputError(flag + " must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got '" +
-                     text + "'");
-  return static_cast<int>(v);
-}
-
 std::vector<int> parse_rank_list(const std::string& text, int nproc) {
   std::vector<int> ranks;
   size_t start = 0;
@@ -62,8 +48,8 @@ std::vector<int> parse_rank_list(const std::string& text, int nproc) {
     const std::string item = text.substr(start, comma - start);
     if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || item.size() > 3 ||
         std::stoi(item) >= nproc)
-      throw InputError("--log-rank takes ranks in 0.." + std::to_string(nproc - 1) +
-                       " separated by commas (e.g. 0 or 0,3), got '" + text + "'");
+      throw command_line_error("launch", "--log-rank: must be ranks in 0.." + std::to_string(nproc - 1) +
+                                             " separated by commas (e.g. 0 or 0,3), got '" + text + "'");
     ranks.push_back(std::stoi(item));
     start = comma + 1;
   }
@@ -332,64 +318,69 @@ std::string self_executable() {
 }
 
 
-std::string launch_usage() {
-  return "usage: ctitan launch --nproc N [--log-rank R[,R..]] [--master-addr A] [--master-port P]\n"
-         "                     [--] <train args... | /path/to/program args...>\n"
-         "Starts N ranks on this machine with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,\n"
-         "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Each rank runs `ctitan train <train args>`, or\n"
-         "the program when the first argument is a path (contains '/').\n"
-         "  --nproc N          ranks to start, 1..64\n"
-         "  --log-rank R,..    show only these ranks' output (default: every rank)\n"
-         "  --master-addr A    rendezvous address (default 127.0.0.1)\n"
-         "  --master-port P    rendezvous port (default: a free port)\n"
-         "Output lines are prefixed \"[rankR]: \". OMP_NUM_THREADS, unless set, is cores / N.\n"
-         "The first rank to fail stops the others (SIGTERM, SIGKILL after 5 s); the launcher\n"
-         "exits with its code (128 + signal if it was killed).\n"
-         "`ctitan train --nproc N <args>` is short for `ctitan launch --nproc N -- <args>`.\n";
+namespace {
+
+constexpr const char* kLauncherFlags[] = {"--nproc", "--log-rank", "--master-addr", "--master-port"};
+
+// Where the rank command starts: after `--`, at the first `--section.key`
+// argument or at a path (an argument containing '/'); the launcher's flags
+// before it all take a value. Returns (end of the launcher's flags, start of
+// the rank command).
+std::pair<size_t, size_t> rank_command_start(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") return {i, i + 1};
+    const std::string flag = a.substr(0, a.find('='));
+    if (a.find('/') != std::string::npos && a[0] != '-') return {i, i};                  // a program path
+    if (flag.rfind("--", 0) == 0 && flag.find('.') != std::string::npos) return {i, i};  // --section.key
+    const bool takes_next = flag == a && i + 1 < args.size() && args[i + 1] != "--" &&
+                            std::find(std::begin(kLauncherFlags), std::end(kLauncherFlags), a) != std::end(kLauncherFlags);
+    if (takes_next) ++i;  // its value
+  }
+  return {args.size(), args.size()};
 }
+
+// `ctitan launch`'s flags and help.
+struct LaunchCli {
+  CLI::App app{"Starts N ranks on this machine with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,\n"
+               "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Each rank runs `ctitan train <train args>`, or\n"
+               "the program when the first argument is a path (contains '/').",
+               "ctitan launch"};
+  std::string log_ranks;
+
+  explicit LaunchCli(LaunchOptions& opts) {
+    app.add_option("--nproc", opts.nproc, "ranks to start, 1..64")->type_name("N")->required()->check(integer_in(1, kMaxRanks));
+    app.add_option("--log-rank", log_ranks, "show only these ranks' output (default: every rank)")->type_name("R[,R..]");
+    app.add_option("--master-addr", opts.master_addr, "rendezvous address (default 127.0.0.1)")
+        ->type_name("A")
+        ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("needs a host name or address") : ""; }, ""));
+    app.add_option("--master-port", opts.master_port, "rendezvous port (default: a free port)")
+        ->type_name("P")
+        ->check(integer_in(1, 65535));
+    app.footer(
+        "Form:\n"
+        "  ctitan launch --nproc N [--log-rank R[,R..]] [--master-addr A] [--master-port P]\n"
+        "                [--] <train args... | /path/to/program args...>\n"
+        "The rank command starts after `--`, at the first --section.key argument or at a path.\n"
+        "Output lines are prefixed \"[rankR]: \". OMP_NUM_THREADS, unless set, is cores / N.\n"
+        "The first rank to fail stops the others (SIGTERM, SIGKILL after 5 s); the launcher\n"
+        "exits with its code (128 + signal if it was killed).\n"
+        "`ctitan train --nproc N <args>` is short for `ctitan launch --nproc N -- <args>`.");
+  }
+};
+
+}  // namespace
 
 LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   LaunchOptions opts;
-  std::optional<std::string> log_ranks;
-  size_t i = 0;
-  for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--") {
-      ++i;
-      break;
-    }
-    if (a == "-h" || a == "--help") throw HelpRequested(launch_usage());
-    const size_t eq = a.find('=');
-    const std::string flag = a.substr(0, eq);
-    if (a.find('/') != std::string::npos && a[0] != '-') break;                  // a program path
-    if (flag.rfind("--", 0) == 0 && flag.find('.') != std::string::npos) break;  // --section.key
-    if (flag != "--nproc" && flag != "--log-rank" && flag != "--master-addr" && flag != "--master-port")
-      throw InputError("unknown launcher argument '" + a +
-                       "'; launcher flags are --nproc, --log-rank, --master-addr, --master-port; "
-                       "put the trainer's arguments after `--`");
-    std::string value;
-    if (eq != std::string::npos) {
-      value = a.substr(eq + 1);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      throw InputError(flag + " needs a value; run `ctitan launch --help`");
-    }
-    if (flag == "--nproc") opts.nproc = parse_int(flag, value, 1, kMaxRanks);
-    if (flag == "--log-rank") log_ranks = value;
-    if (flag == "--master-port") opts.master_port = parse_int(flag, value, 1, 65535);
-    if (flag == "--master-addr") {
-      if (value.empty()) throw InputError("--master-addr needs a host name or address");
-      opts.master_addr = value;
-    }
-  }
-  if (opts.nproc == 0)
-    throw InputError("--nproc is required: the number of ranks, e.g. `ctitan launch --nproc 4 -- --training.steps 10`");
-  if (log_ranks) opts.log_ranks = parse_rank_list(*log_ranks, opts.nproc);
-  const std::vector<std::string> rest(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  const auto [flags_end, command_start] = rank_command_start(args);
+  LaunchCli cli(opts);
+  parse_command_line(cli.app, {args.begin(), args.begin() + static_cast<std::ptrdiff_t>(flags_end)}, "launch");
+  if (!cli.log_ranks.empty()) opts.log_ranks = parse_rank_list(cli.log_ranks, opts.nproc);
+  const std::vector<std::string> rest(args.begin() + static_cast<std::ptrdiff_t>(command_start), args.end());
   if (!rest.empty() && rest[0].find('/') != std::string::npos) {
     if (access(rest[0].c_str(), X_OK) != 0)
-      throw InputError("rank program '" + rest[0] + "' is not an executable file");
+      throw InputError("launch: rank program '" + rest[0] + "' is not an executable file");
     opts.command = rest;
   } else {
     opts.command = train_command(rest);
@@ -413,7 +404,7 @@ std::vector<std::string> take_launcher_flags(std::vector<std::string>& train_arg
       ++i;
       continue;
     }
-    if (n == 2 && i + 1 == train_args.size()) throw InputError(a + " needs a value, e.g. " + a + " 2");
+    if (n == 2 && i + 1 == train_args.size()) n = 1;  // parse_launch_args says it needs a value
     const auto first = train_args.begin() + static_cast<std::ptrdiff_t>(i);
     taken.insert(taken.end(), first, first + static_cast<std::ptrdiff_t>(n));
     train_args.erase(first, first + static_cast<std::ptrdiff_t>(n));

@@ -36,7 +36,7 @@ struct LaunchOptions {
 // Parses the arguments after `ctitan launch`. Launcher flags come first; the
 // rank command starts at `--`, at the first `--section.key` argument or at
 // a path (an argument containing '/'). Bad input throws InputError; -h/--help
-// throws HelpRequested holding launch_usage().
+// throws HelpRequested holding the help (harness/cli.h).
 LaunchOptions parse_launch_args(const std::vector<std::string>& args);
 
 // Removes the launcher's flags (--nproc, --log-rank, --master-addr,
@@ -52,7 +52,5 @@ std::vector<std::string> train_command(const std::vector<std::string>& train_arg
 
 // Runs the ranks to completion (see the contract above); returns the exit code.
 int launch(const LaunchOptions& opts);
-
-std::string launch_usage();
 
 }  // namespace ctitan

@@ -188,7 +188,7 @@ INSTANTIATE_TEST_SUITE_P(
     Launch, LaunchBadInput,
     ::testing::Values(
         BadInput{"MissingNproc", {"launch", "--", "/bin/true"}, "--nproc is required"},
-        BadInput{"ZeroRanks", {"launch", "--nproc", "0"}, "--nproc must be an integer in 1..64, got '0'"},
+        BadInput{"ZeroRanks", {"launch", "--nproc", "0"}, "--nproc: must be an integer in 1..64, got '0'"},
         BadInput{"TooManyRanks", {"launch", "--nproc=65"}, "got '65'"},
         BadInput{"NprocNotANumber", {"launch", "--nproc", "two"}, "got 'two'"},
         BadInput{"NprocWithoutValue", {"launch", "--nproc"}, "--nproc needs a value"},
@@ -206,7 +206,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(LaunchHelp, PrintsUsage) {
   auto r = run_ctitan({"launch", "--help"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out.rfind("usage: ctitan launch --nproc N", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("Usage: ctitan launch [OPTIONS]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--nproc N"), std::string::npos) << r.out;
 }
 
 // ---- the environment contract and the output ---------------------------------
