@@ -291,78 +291,6 @@ void fill_step_time(TimeBreakdown& time, const StepParts& parts) {
               parts.exposed.per_step + parts.world_s + optimizer_s + time.step_overhead;
 }
 
-// Memory: every pipeline rank is planned (its own stages, parameters and
-// place in the schedule); the largest is the prediction.
-MemoryBreakdown peak_rank_memory(const PlanRequest& req, const Env& env, const Layout& layout,
-                                 const PipelineSchedule& schedule, const ActivationCheckpointPolicy& ac,
-                                 const Batch& batch) {
-  const JobConfig& cfg = req.cfg;
-  const HardwareSpec& hw = env.hw;
-  const MeshShape& shape = env.shape;
-  const int64_t pp = shape.pp, fsdp = shape.dp_shard * shape.cp;
-  const bool fp32 = uses_float32(cfg);
-  const bool widened =
-      hw.kind == "cpu" && (req.bf16_gemm_widened >= 0 ? req.bf16_gemm_widened > 0 : !aten_cpu_is_avx512());
-  MemoryBreakdown peak;
-  peak.layout_source = layout.source;
-  peak.total = -1;
-  for (int64_t r = 0; r < pp; ++r) {
-    const RankLayout& rank = layout.ranks[static_cast<size_t>(r)];
-    MemoryBreakdown mem;
-    mem.layout_source = peak.layout_source;
-    const double local = static_cast<double>(rank.param_elems);
-    mem.parameters = local * 4 + (fp32 ? 0 : local * env.elem_bytes);
-    mem.gradients = local * 4;
-    mem.optimizer =
-        static_cast<double>(rank.state_bytes) - mem.parameters + (fp32 ? 0 : local * env.elem_bytes) - mem.gradients;
-    planner_detail::RankPipeline pipe;
-    if (pp > 1) {
-      pipe.actions = schedule.actions[static_cast<size_t>(r)];
-      pipe.microbatches = batch.microbatches;
-      for (int64_t stage : schedule.stages_of(r))
-        pipe.stages.emplace_back(stage, layout.stages[static_cast<size_t>(stage)]);
-      // Pipelines under FSDP: a stage keeps its parameters gathered from
-      // its first forward (reshard_after_forward "default" is "never" under
-      // PP, in TorchTitan and in ctitan's trainer). Where the framework
-      // syncs gradients on a stage's last backward only (TorchTitan's
-      // torch.distributed.pipelining), the earlier ones accumulate its
-      // unsharded gradients in FSDP2's fp32 reduce dtype, and that last
-      // backward reduce-scatters them and reshards the stage; ctitan
-      // reduce-scatters each micro-batch's into the shard and keeps the
-      // stage gathered. Each stage's share of the rank's gathered units: its
-      // blocks and head, the embedding (the rest) on the stage that has it.
-      const size_t n = pipe.stages.size();
-      std::vector<double> stage_elems(n, 0);
-      double named = 0;
-      for (size_t i = 0; i < n; ++i) {
-        const ModelPart& part = pipe.stages[i].second;
-        stage_elems[i] = static_cast<double>(rank.block_unit_elems * part.n_layers + (part.head ? rank.head_elems : 0));
-        named += stage_elems[i];
-      }
-      const double all =
-          rank.gathered_elems > 0 ? static_cast<double>(rank.gathered_elems) : local * static_cast<double>(fsdp);
-      const double rest = std::max(0.0, all - named);
-      size_t rest_at = 0;
-      for (size_t i = 0; i < n; ++i)
-        if (pipe.stages[i].second.embedding) rest_at = i;
-      stage_elems[rest_at] += rest;
-      const double scale = named + rest > 0 ? all / (named + rest) : 0;
-      const bool f8_gather = env.float8 && cfg.float8.enable_fsdp_float8_all_gather;
-      const bool keep = fsdp > 1 && cfg.parallelism.fsdp_reshard_after_forward != "always";
-      const bool accumulate = fsdp > 1 && env.rules.pipeline_syncs_on_last_backward && batch.microbatches > 1;
-      for (size_t i = 0; i < n; ++i) {
-        pipe.gathered_bytes.push_back(keep ? stage_elems[i] * scale * (f8_gather ? 1.0 : env.elem_bytes) : 0);
-        pipe.unsharded_grad_bytes.push_back(accumulate ? stage_elems[i] * scale * 4 : 0);
-      }
-      pipe.release_after_last_backward = env.rules.pipeline_syncs_on_last_backward;
-    }
-    mem = planner_detail::activation_memory(env.model, cfg, shape, hw, rank, batch.tokens, ac, env.elem_bytes, widened,
-                                            env.rules, pp > 1 ? &pipe : nullptr, std::move(mem));
-    if (mem.total > peak.total) peak = std::move(mem);
-  }
-  return peak;
-}
-
 }  // namespace
 
 RankRates rank_rates(const HardwareSpec& hw, const JobConfig& cfg, int64_t world_size) {
@@ -459,7 +387,11 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   prediction.tflops_per_device = req.model.flops_per_token(cfg.training.seq_len) * prediction.tps_per_device / 1e12;
   prediction.mfu = 100.0 * prediction.tflops_per_device * 1e12 / mfu_peak;
 
-  prediction.memory = peak_rank_memory(req, env, layout, schedule, ac, batch);
+  // Memory: every pipeline rank is planned (its own stages, parameters
+  // and place in the schedule); the largest is the prediction.
+  const bool widened = cpu && (req.bf16_gemm_widened >= 0 ? req.bf16_gemm_widened > 0 : !aten_cpu_is_avx512());
+  prediction.memory =
+      planner_detail::peak_rank_memory(env, layout, schedule, ac, batch.tokens, batch.microbatches, widened);
   prediction.fits = prediction.memory.total <= hw.memory_bytes || hw.memory_bytes <= 0;
   return prediction;
 }

@@ -113,4 +113,11 @@ MemoryBreakdown activation_memory(const ModelDesc& model, const JobConfig& cfg, 
                                   const ActivationCheckpointPolicy& ac, double elem, bool widened_gemm,
                                   const std::string& framework, const RankPipeline* pipe, MemoryBreakdown mem);
 
+// The largest pipeline rank's memory (every rank is planned: its state from
+// the dry-run layout, then activation_memory, replaying its actions of
+// `schedule` under PP). T: tokens of one micro-batch on a rank.
+MemoryBreakdown peak_rank_memory(const Env& env, const Layout& layout, const PipelineSchedule& schedule,
+                                 const ActivationCheckpointPolicy& ac, double T, int64_t microbatches,
+                                 bool widened_gemm);
+
 }  // namespace ctitan::planner_detail
