@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "common/errors.h"
+#include "harness/cli.h"
 #include "harness/sweep.h"
 #include "harness/sweep_spec.h"
 #include "planner/hardware.h"
@@ -23,82 +24,71 @@ struct SweepArgs {
   std::vector<std::string> sbatch_lines;
 };
 
-int int_flag(const std::string& flag, const std::string& text, int lo, int hi) {
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || v < lo || v > hi)
-    throw InputError(flag + " takes an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got '" +
-                     text + "'");
-  return static_cast<int>(v);
-}
-
-SweepArgs parse_sweep_args(const std::vector<std::string>& args) {
+// `ctitan sweep`'s flags and help.
+struct SweepCli {
+  CLI::App app{"Expands a sweep spec (recipes/sweeps/*.toml; docs/sweeps.md) into points (config x world size),\n"
+               "prunes the infeasible ones with their reason (the planner's predicted memory among them), and runs\n"
+               "the rest, the highest predicted tokens/s first: world size 1 as `ctitan train`,\n"
+               "N as `ctitan launch --nproc N`, each in <FILE>.runs/<sweep>/<point key>-r<repeat>/.\n"
+               "A rerun resumes: finished points are skipped; failed ones are retried with --retry-failed.",
+               "ctitan sweep"};
   SweepArgs a;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& s = args[i];
-    // "--flag VALUE" or "--flag=VALUE" for the flags that take one.
-    const auto value_of = [&](const std::string& flag, const std::string& what) -> std::optional<std::string> {
-      std::string v;
-      if (s == flag) {
-        if (i + 1 >= args.size()) throw InputError(flag + " needs " + what);
-        v = args[++i];
-      } else if (s.rfind(flag + "=", 0) == 0) {
-        v = s.substr(flag.size() + 1);
-      } else {
-        return std::nullopt;
-      }
-      if (v.empty()) throw InputError(flag + " needs " + what);
-      return v;
-    };
-    if (auto v = value_of("--db", "a file: the results database, e.g. --db results.db")) {
-      a.db = *v;
-    } else if (auto h = value_of("--hardware", "a spec: a name from recipes/hardware/ (h100_sxm, cpu, ...) or a "
-                                               ".toml path")) {
-      a.hardware = *h;
-    } else if (auto l = value_of("--launcher", "local or slurm")) {
-      if (*l != "local" && *l != "slurm")
-        throw InputError("--launcher takes local (run here) or slurm (one sbatch job per run), got '" + *l + "'");
-      a.launcher = *l;
-    } else if (auto p = value_of("--partition", "a Slurm partition")) {
-      a.partition = *p;
-    } else if (auto ac = value_of("--account", "a Slurm account")) {
-      a.account = *ac;
-    } else if (auto q = value_of("--qos", "a Slurm QOS")) {
-      a.qos = *q;
-    } else if (auto t = value_of("--time", "a Slurm time limit, e.g. 01:00:00")) {
-      a.time = *t;
-    } else if (auto g = value_of("--gpus-per-node", "a GPU count")) {
-      a.gpus_per_node = int_flag("--gpus-per-node", *g, 0, 1024);
-    } else if (auto tn = value_of("--tasks-per-node", "a rank count")) {
-      a.tasks_per_node = int_flag("--tasks-per-node", *tn, 1, 4096);
-    } else if (auto c = value_of("--cpus-per-task", "a CPU count")) {
-      a.cpus_per_task = int_flag("--cpus-per-task", *c, 1, 4096);
-    } else if (auto m = value_of("--max-queued", "a job count")) {
-      a.max_queued = int_flag("--max-queued", *m, 1, 100000);
-    } else if (auto sb = value_of("--sbatch", "an sbatch option, e.g. --sbatch=--exclusive")) {
-      a.sbatch_lines.push_back(*sb);
-    } else if (s == "--dry-run") {
-      a.dry_run = true;
-    } else if (s == "--retry-failed") {
-      a.retry_failed = true;
-    } else if (s == "--cancel") {
-      a.cancel = true;
-    } else if (s.rfind("-", 0) == 0 || !a.spec.empty()) {
-      throw InputError("unknown sweep argument '" + s + "'; run `ctitan sweep --help`");
-    } else {
-      a.spec = s;
-    }
+
+  SweepCli() {
+    app.add_option("SPEC", a.spec, "the sweep spec, e.g. recipes/sweeps/debug.toml");
+    app.add_option("--db", a.db, "the SQLite results database (created if absent)")->type_name("FILE");
+    app.add_flag("--dry-run", a.dry_run, "print the points and the reasons for the infeasible ones; run nothing");
+    app.add_flag("--retry-failed", a.retry_failed,
+                 "run again the points whose last run failed (a trainer exit 2 included: bad input met at run "
+                 "time), timed out or ran out of memory");
+    app.add_option("--hardware", a.hardware,
+                   "the planner's hardware spec to predict on (recipes/hardware/NAME.toml or a path; default: "
+                   "[sweep] hardware, else this machine's: cpu, or the GPU's spec)")
+        ->type_name("NAME");
+    app.add_option("--launcher", a.launcher,
+                   "local (run here) or slurm: one sbatch job per run (srun ctitan train), followed until it ends; "
+                   "a rerun re-attaches to the jobs it recorded ([sweep] launcher; docs/slurm.md)")
+        ->type_name("local|slurm")
+        ->check(one_of({"local", "slurm"}));
+    app.add_option("--partition", a.partition, "Slurm partition")->type_name("P");
+    app.add_option("--account", a.account, "Slurm account")->type_name("A");
+    app.add_option("--qos", a.qos, "Slurm QOS")->type_name("Q");
+    app.add_option("--time", a.time, "Slurm time limit per job")->type_name("HH:MM:SS");
+    app.add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node, 0..1024")
+        ->type_name("N")
+        ->check(integer_in(0, 1024));
+    app.add_option("--tasks-per-node", a.tasks_per_node, "ranks per node, 1..4096")
+        ->type_name("N")
+        ->check(integer_in(1, 4096));
+    app.add_option("--cpus-per-task", a.cpus_per_task, "CPUs per rank, 1..4096")
+        ->type_name("N")
+        ->check(integer_in(1, 4096));
+    app.add_option("--max-queued", a.max_queued, "jobs in Slurm at once (default 16)")
+        ->type_name("N")
+        ->check(integer_in(1, 100000));
+    app.add_option("--sbatch", a.sbatch_lines, "an sbatch option, e.g. --sbatch=--exclusive (repeatable)")
+        ->type_name("OPTION")
+        ->allow_extra_args(false);
+    app.add_flag("--cancel", a.cancel, "scancel the sweep's queued and running Slurm jobs, recorded as cancelled");
+    app.footer(
+        "Forms:\n"
+        "  ctitan sweep SPEC --db FILE [--dry-run] [--retry-failed] [--hardware NAME] [--launcher local|slurm]\n"
+        "  ctitan sweep SPEC --db FILE --cancel\n"
+        "The Slurm flags (--partition ... --sbatch) each override their [slurm] key.\n"
+        "Every invocation plans again: a point infeasible before and feasible now runs.\n"
+        "Exit codes: 0 every point ok or infeasible (rejected by the planner); 3 some runs failed; 130 interrupted;\n"
+        "2 bad input, or a fault of the disk or the database (one line; the same command continues afterwards).");
   }
-  if (a.spec.empty()) throw InputError("ctitan sweep needs a spec file, e.g. `ctitan sweep recipes/sweeps/debug.toml --db results.db`");
-  if (a.db.empty() && (a.cancel || !a.dry_run))
-    throw InputError("ctitan sweep needs --db FILE (the results database), or --dry-run");
-  return a;
-}
+
+  SweepArgs parse(const std::vector<std::string>& args) {
+    parse_command_line(app, args, "sweep");
+    if (a.spec.empty())
+      throw InputError("ctitan sweep needs a spec file, e.g. `ctitan sweep recipes/sweeps/debug.toml --db results.db`");
+    if (a.db.empty() && (a.cancel || !a.dry_run))
+      throw InputError("ctitan sweep needs --db FILE (the results database), or --dry-run");
+    return a;
+  }
+};
 
 // The spec's [slurm] with the flags applied over it.
 SlurmOptions slurm_options(const SweepSpec& spec, const SweepArgs& a) {
@@ -160,38 +150,8 @@ void print_plan(const SweepSpec& spec, const std::vector<SweepPoint>& points, co
 
 }  // namespace
 
-std::string sweep_usage() {
-  return "usage: ctitan sweep SPEC --db FILE [--dry-run] [--retry-failed] [--hardware NAME] [--launcher local|slurm]\n"
-         "       ctitan sweep SPEC --db FILE --cancel\n"
-         "Expands a sweep spec (recipes/sweeps/*.toml; docs/sweeps.md) into points (config x world size),\n"
-         "prunes the infeasible ones with their reason (the planner's predicted memory among them), and runs\n"
-         "the rest, the highest predicted tokens/s first: world size 1 as `ctitan train`,\n"
-         "N as `ctitan launch --nproc N`, each in <FILE>.runs/<sweep>/<point key>-r<repeat>/.\n"
-         "A rerun resumes: finished points are skipped; failed ones are retried with --retry-failed.\n"
-         "  --db FILE        the SQLite results database (created if absent)\n"
-         "  --dry-run        print the points and the reasons for the infeasible ones; run nothing\n"
-         "  --retry-failed   run again the points whose last run failed (a trainer exit 2 included: bad\n"
-         "                   input met at run time), timed out or ran out of memory\n"
-         "  --hardware NAME  the planner's hardware spec to predict on (recipes/hardware/NAME.toml or a path;\n"
-         "                   default: [sweep] hardware, else this machine's: cpu, or the GPU's spec)\n"
-         "  --launcher slurm one sbatch job per run (srun ctitan train), followed until it ends; a rerun\n"
-         "                   re-attaches to the jobs it recorded ([sweep] launcher; docs/slurm.md)\n"
-         "  --partition P, --account A, --qos Q, --time HH:MM:SS, --gpus-per-node N, --tasks-per-node N,\n"
-         "  --cpus-per-task N, --max-queued N (default 16), --sbatch OPTION (repeatable)\n"
-         "                   the Slurm settings; each overrides its [slurm] key\n"
-         "  --cancel         scancel the sweep's queued and running Slurm jobs, recorded as cancelled\n"
-         "Every invocation plans again: a point infeasible before and feasible now runs.\n"
-         "Exit codes: 0 every point ok or infeasible (rejected by the planner); 3 some runs failed; 130 interrupted;\n"
-         "2 bad input, or a fault of the disk or the database (one line; the same command continues afterwards).\n";
-}
-
 int sweep_command(const std::vector<std::string>& args) {
-  for (const auto& a : args)
-    if (a == "-h" || a == "--help") {
-      std::cout << sweep_usage();
-      return 0;
-    }
-  const SweepArgs a = parse_sweep_args(args);
+  const SweepArgs a = SweepCli().parse(args);
   SweepSpec spec = load_sweep_spec(a.spec);
   if (spec.published && std::any_of(spec.published->rows.begin(), spec.published->rows.end(),
                                     [&](const PublishedRowSpec& r) { return spec.published->names_own_model(r); }))

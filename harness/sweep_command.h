@@ -8,9 +8,7 @@
 namespace ctitan {
 
 // args: everything after `ctitan sweep`. Returns the exit code (see
-// sweep_usage()); bad input throws InputError before any file is touched.
+// `ctitan sweep --help`); bad input throws InputError before any file is touched.
 int sweep_command(const std::vector<std::string>& args);
-
-std::string sweep_usage();
 
 }  // namespace ctitan

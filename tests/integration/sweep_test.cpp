@@ -418,7 +418,8 @@ TEST(Sweep, BadInputIsOneLineAndLeavesTheDatabaseAlone) {
   EXPECT_EQ(read_bytes(not_db), notes);
   EXPECT_FALSE(fs::exists(dir / "notes.txt.runs"));
   expect_one_line_exit2(run_ctitan({"sweep", good.string()}), "needs --db");
-  expect_one_line_exit2(run_ctitan({"sweep", good.string(), "--db", db.string(), "--frobnicate"}), "unknown sweep argument");
+  expect_one_line_exit2(run_ctitan({"sweep", good.string(), "--db", db.string(), "--frobnicate"}),
+                        "sweep: unknown argument '--frobnicate'; run `ctitan sweep --help`");
 }
 
 }  // namespace
