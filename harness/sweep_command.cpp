@@ -54,18 +54,13 @@ struct SweepCli {
     app.add_option("--account", a.account, "Slurm account")->type_name("A");
     app.add_option("--qos", a.qos, "Slurm QOS")->type_name("Q");
     app.add_option("--time", a.time, "Slurm time limit per job")->type_name("HH:MM:SS");
-    app.add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node, 0..1024")
-        ->type_name("N")
-        ->check(integer_in(0, 1024));
-    app.add_option("--tasks-per-node", a.tasks_per_node, "ranks per node, 1..4096")
-        ->type_name("N")
-        ->check(integer_in(1, 4096));
-    app.add_option("--cpus-per-task", a.cpus_per_task, "CPUs per rank, 1..4096")
-        ->type_name("N")
-        ->check(integer_in(1, 4096));
-    app.add_option("--max-queued", a.max_queued, "jobs in Slurm at once (default 16)")
-        ->type_name("N")
-        ->check(integer_in(1, 100000));
+    const auto count = [&](const char* flag, std::optional<int>& into, const char* what, int lo, int hi) {
+      app.add_option(flag, into, what)->type_name("N")->check(integer_in(lo, hi));
+    };
+    count("--gpus-per-node", a.gpus_per_node, "GPUs per node, 0..1024", 0, 1024);
+    count("--tasks-per-node", a.tasks_per_node, "ranks per node, 1..4096", 1, 4096);
+    count("--cpus-per-task", a.cpus_per_task, "CPUs per rank, 1..4096", 1, 4096);
+    count("--max-queued", a.max_queued, "jobs in Slurm at once (default 16)", 1, 100000);
     app.add_option("--sbatch", a.sbatch_lines, "an sbatch option, e.g. --sbatch=--exclusive (repeatable)")
         ->type_name("OPTION")
         ->allow_extra_args(false);
