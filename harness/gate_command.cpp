@@ -9,6 +9,7 @@
 
 #include "common/errors.h"
 #include "common/file_io.h"
+#include "harness/cli.h"
 #include "harness/gate_run.h"
 #include "harness/report_command.h"
 #include "harness/sweep.h"
@@ -34,67 +35,119 @@ struct GateArgs {
   GateOptions opts;
 };
 
-double parse_number(const std::string& flag, const std::string& text, double lo, double hi) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() + text.size() || !(v >= lo && v <= hi))
-    throw InputError("gate: " + flag + " '" + text + "' must be a number in [" + std::to_string(lo) + ", " +
-                     std::to_string(hi) + "]");
-  return v;
-}
+// `ctitan gate`'s flags and help.
+struct GateCli {
+  CLI::App app{"Compares a candidate with a baseline per point (recipe x world size) and metric (tps, step_time,\n"
+               "mfu, mem, loss). A regression needs size (beyond the threshold) and significance (Mann-Whitney U at\n"
+               "alpha, or a bootstrap CI where the U test cannot reach alpha); too few samples is inconclusive, not a\n"
+               "pass.",
+               "ctitan gate"};
+  GateArgs g;
+  double pairs = 0, gate_pairs = 0, seed = 0, min_samples = 0;
+  std::vector<std::string> thresholds, metrics;
+  CLI::Option* pairs_option = nullptr;
+
+  GateCli() {
+    const auto file = [&](const char* flag, std::string& into, const char* what) {
+      app.add_option(flag, into, what)->type_name("FILE");
+    };
+    file("--db", g.db, "results database of both sides (or --baseline-db / --candidate-db)");
+    file("--baseline-db", g.baseline_db, "the baseline's results database");
+    file("--candidate-db", g.candidate_db, "the candidate's results database");
+    app.add_option("--baseline", g.baseline, "the baseline's runs")->type_name("SEL");
+    app.add_option("--candidate", g.candidate, "the candidate's runs")->type_name("SEL");
+    file("--baseline-file", g.baseline_file, "reference numbers kept in a repo, written by --write-baseline-file");
+    file("--write-baseline-file", g.write_baseline_file, "write the baseline's numbers there");
+    app.add_option("--run", g.run.spec,
+                   "paired A/B: each point's runs alternate baseline/candidate (order drawn per pair from --seed), as "
+                   "sweeps <name>-baseline / <name>-candidate (--baseline-sweep, --candidate-sweep); judged on the "
+                   "pairs (Wilcoxon)")
+        ->type_name("SPEC");
+    app.add_option("--baseline-bin", g.run.baseline_bin, "the ctitan binary of the baseline build (default: this one)")
+        ->type_name("PATH");
+    app.add_option("--candidate-bin", g.run.candidate_bin, "the candidate build's (default: the baseline's)")
+        ->type_name("PATH");
+    app.add_option("--candidate-override", g.run.candidate_overrides,
+                   "the candidate's recipe change (repeatable): two recipes, one binary")
+        ->type_name("K=V")
+        ->allow_extra_args(false);
+    app.add_option("--baseline-sweep", g.run.baseline_sweep, "the baseline's sweep name for --run")->type_name("NAME");
+    app.add_option("--candidate-sweep", g.run.candidate_sweep, "the candidate's sweep name for --run")->type_name("NAME");
+    pairs_option = app.add_option("--pairs", pairs,
+                                  "pairs per point (default 6: the fewest that can reach alpha 0.05; --calibrate: 12)")
+                       ->type_name("N")
+                       ->check(number_in(1, 1000));
+    app.add_option("--seed", seed, "draws the order within each pair (default 0)")->type_name("N")->check(number_in(0, 1e15));
+    app.add_flag("--paired", g.opts.paired, "judge two sweeps written by an earlier --run as pairs (by repeat)");
+    app.add_option("--calibrate", g.calibrate,
+                   "A/A pairs of one build (default 12), then per point and metric the threshold an A/A gate of "
+                   "--gate-pairs pairs (default 6) stays within")
+        ->type_name("SPEC");
+    app.add_option("--bin", g.calibrate_bin, "the ctitan binary --calibrate runs (default: this one)")->type_name("PATH");
+    app.add_option("--gate-pairs", gate_pairs, "the pairs the gate will run (--calibrate; default 6)")
+        ->type_name("N")
+        ->check(number_in(1, 1000));
+    app.add_option("--threshold", thresholds,
+                   "per metric, optionally per point (fnmatch on 'LABEL ws=N'); repeatable, later wins; defaults "
+                   "tps/step_time/mfu/mem 5%, loss 2%")
+        ->type_name("[GLOB:]M=X%")
+        ->allow_extra_args(false);
+    app.add_option("--alpha", g.opts.alpha, "significance level (default 0.05)")->type_name("A")->check(number_in(1e-9, 0.5));
+    app.add_option("--min-samples", min_samples,
+                   "values per side needed to call a change beyond the threshold (default 3)")
+        ->type_name("N")
+        ->check(number_in(1, 1e6));
+    app.add_option("--metrics", metrics, "only these metrics: tps, step_time, mfu, mem, loss")
+        ->type_name("a,b")
+        ->delimiter(',')
+        ->allow_extra_args(false);
+    app.add_flag("--allow-env-mismatch", g.opts.allow_env_mismatch,
+                 "report different hardware / LibTorch without failing with 3");
+    app.add_flag("--losses", g.losses,
+                 "loss parity instead: are the losses bit-identical step by step (a refactor's check, as "
+                 "TorchTitan's loss_compare.py --assert-equal)? Exit 0 identical, 1 differ (naming the first step), "
+                 "3 missing");
+    app.add_option("--format", g.format, "stdout (default md: the PR comment)")
+        ->type_name("md|json")
+        ->check(one_of({"md", "json"}));
+    file("--md", g.md_out, "also write the Markdown summary");
+    file("--json", g.json_out, "also write the JSON verdict");
+    app.footer(
+        "Forms:\n"
+        "  ctitan gate --db FILE --baseline SEL --candidate SEL [options]\n"
+        "  ctitan gate --db FILE --run SPEC [--baseline-bin PATH] [--candidate-bin PATH]\n"
+        "              [--candidate-override KEY=VALUE ...] [--pairs N] [options]\n"
+        "  ctitan gate --db FILE --calibrate SPEC [--bin PATH] [--pairs N] [--gate-pairs N]\n"
+        "  ctitan gate --db FILE --baseline-file FILE --candidate SEL [options]\n"
+        "  ctitan gate --db FILE --baseline SEL --write-baseline-file FILE\n"
+        "SEL: sweep:NAME (or NAME), sha:GITSHA (runs built at that commit), build:ID (runs of that build:\n"
+        "     `ctitan version --json`), label:LABEL (that recipe label; two labels pair points by world size)\n"
+        "Exit codes: 0 pass, 1 regression, 3 needs action (inconclusive, missing data, different environment),\n"
+        "4 improved (better than a threshold, significant: refresh the baseline), 2 bad input.");
+  }
+
+  GateArgs parse(const std::vector<std::string>& args) {
+    parse_command_line(app, args, "gate");
+    if (pairs_option->count() > 0) {
+      g.run.pairs = static_cast<int>(pairs);
+      g.pairs_given = true;
+    }
+    if (gate_pairs > 0) g.gate_pairs = static_cast<size_t>(gate_pairs);
+    g.run.seed = static_cast<uint64_t>(seed);
+    if (min_samples > 0) g.opts.min_samples = static_cast<size_t>(min_samples);
+    for (const std::string& t : thresholds) g.opts.thresholds.push_back(parse_threshold_rule(t));
+    for (const std::string& m : metrics) {
+      const GateMetric* metric = find_gate_metric(m);
+      if (!metric)
+        throw command_line_error("gate", "--metrics: unknown metric '" + m + "'; metrics: tps, step_time, mfu, mem, loss");
+      g.opts.metrics.push_back(metric->name);
+    }
+    return g;
+  }
+};
 
 GateArgs parse_gate_args(const std::vector<std::string>& args) {
-  GateArgs g;
-  ArgReader a(args, "gate");
-  std::string text;
-  while (!a.done()) {
-    if (a.value("--db", g.db, "results.db") || a.value("--baseline-db", g.baseline_db, "main.db") ||
-        a.value("--candidate-db", g.candidate_db, "pr.db") || a.value("--baseline", g.baseline, "sweep:main") ||
-        a.value("--candidate", g.candidate, "sweep:pr") ||
-        a.value("--baseline-file", g.baseline_file, "perf/baseline.json") ||
-        a.value("--write-baseline-file", g.write_baseline_file, "perf/baseline.json") ||
-        a.value("--md", g.md_out, "gate.md") || a.value("--json", g.json_out, "gate.json") ||
-        a.value("--format", g.format, "json") || a.value("--run", g.run.spec, "recipes/sweeps/gate.toml") ||
-        a.value("--baseline-bin", g.run.baseline_bin, "main/build/ctitan") ||
-        a.value("--candidate-bin", g.run.candidate_bin, "pr/build/ctitan") ||
-        a.value("--baseline-sweep", g.run.baseline_sweep, "gate-main") ||
-        a.value("--candidate-sweep", g.run.candidate_sweep, "gate-pr") ||
-        a.value("--calibrate", g.calibrate, "recipes/sweeps/gate_debugmodel.toml") ||
-        a.value("--bin", g.calibrate_bin, "build/ctitan"))
-      continue;
-    if (a.value("--candidate-override", text, "activation_checkpoint.mode=full")) {
-      g.run.candidate_overrides.push_back(text);
-    } else if (a.value("--pairs", text, "6")) {
-      g.run.pairs = static_cast<int>(parse_number("--pairs", text, 1, 1000));
-      g.pairs_given = true;
-    } else if (a.value("--gate-pairs", text, "6")) {
-      g.gate_pairs = static_cast<size_t>(parse_number("--gate-pairs", text, 1, 1000));
-    } else if (a.value("--seed", text, "0")) {
-      g.run.seed = static_cast<uint64_t>(parse_number("--seed", text, 0, 1e15));
-    } else if (a.value("--threshold", text, "tps=5%")) {
-      g.opts.thresholds.push_back(parse_threshold_rule(text));
-    } else if (a.value("--alpha", text, "0.05")) {
-      g.opts.alpha = parse_number("--alpha", text, 1e-9, 0.5);
-    } else if (a.value("--min-samples", text, "3")) {
-      g.opts.min_samples = static_cast<size_t>(parse_number("--min-samples", text, 1, 1e6));
-    } else if (a.value("--metrics", text, "tps,mem")) {
-      std::istringstream in(text);
-      for (std::string m; std::getline(in, m, ',');) {
-        const GateMetric* metric = find_gate_metric(m);
-        if (!metric)
-          throw InputError("gate: --metrics: unknown metric '" + m + "'; metrics: tps, step_time, mfu, mem, loss");
-        g.opts.metrics.push_back(metric->name);
-      }
-    } else if (a.flag("--allow-env-mismatch")) {
-      g.opts.allow_env_mismatch = true;
-    } else if (a.flag("--losses")) {
-      g.losses = true;
-    } else if (a.flag("--paired")) {
-      g.opts.paired = true;
-    } else {
-      a.unknown();
-    }
-  }
+  GateArgs g = GateCli().parse(args);
   if (!g.calibrate.empty()) {  // A/A pairs of one build
     if (g.db.empty()) throw InputError("gate --calibrate needs --db FILE (the results database the A/A runs go into)");
     if (!g.run.spec.empty()) throw InputError("gate: --calibrate and --run are two different jobs; give one");
@@ -117,7 +170,6 @@ GateArgs parse_gate_args(const std::vector<std::string>& args) {
   }
   if (g.baseline_db.empty()) g.baseline_db = g.db;
   if (g.candidate_db.empty()) g.candidate_db = g.db;
-  if (g.format != "md" && g.format != "json") throw InputError("gate: --format '" + g.format + "' is not md or json");
   if (!g.write_baseline_file.empty()) {
     if (g.baseline.empty()) throw InputError("gate: --write-baseline-file needs --baseline SEL (e.g. sweep:main)");
     if (g.baseline_db.empty()) throw InputError("gate: --write-baseline-file needs --db FILE");
@@ -212,51 +264,7 @@ int calibrate(GateArgs& g) {
 
 }  // namespace
 
-std::string gate_usage() {
-  return "usage: ctitan gate --db FILE --baseline SEL --candidate SEL [options]\n"
-         "       ctitan gate --db FILE --run SPEC [--baseline-bin PATH] [--candidate-bin PATH]\n"
-         "                   [--candidate-override KEY=VALUE ...] [--pairs N] [options]\n"
-         "       ctitan gate --db FILE --baseline-file FILE --candidate SEL [options]\n"
-         "       ctitan gate --db FILE --baseline SEL --write-baseline-file FILE\n"
-         "Compares a candidate with a baseline per point (recipe x world size) and metric (tps, step_time, mfu,\n"
-         "mem, loss). A regression needs size (beyond the threshold) and significance (Mann-Whitney U at alpha,\n"
-         "or a bootstrap CI where the U test cannot reach alpha); too few samples is inconclusive, not a pass.\n"
-         "SEL: sweep:NAME (or NAME), sha:GITSHA (runs built at that commit), build:ID (runs of that build:\n"
-         "     `ctitan version --json`), label:LABEL (that recipe label; two labels pair points by world size)\n"
-         "  --db FILE                 results database of both sides (or --baseline-db / --candidate-db)\n"
-         "  --run SPEC                paired A/B: each point's runs alternate baseline/candidate (order drawn\n"
-         "                            per pair from --seed), as sweeps <name>-baseline / <name>-candidate\n"
-         "                            (--baseline-sweep, --candidate-sweep); judged on the pairs (Wilcoxon)\n"
-         "  --baseline-bin PATH       the ctitan binary of the baseline build (default: this one)\n"
-         "  --candidate-bin PATH      the candidate build's (default: the baseline's)\n"
-         "  --candidate-override K=V  the candidate's recipe change (repeatable): two recipes, one binary\n"
-         "  --pairs N                 pairs per point (default 6: the fewest that can reach alpha 0.05)\n"
-         "  --paired                  judge two sweeps written by an earlier --run as pairs (by repeat)\n"
-         "       ctitan gate --db FILE --calibrate SPEC [--bin PATH] [--pairs N] [--gate-pairs N]\n"
-         "                            A/A pairs of one build (default 12), then per point and metric the\n"
-         "                            threshold an A/A gate of --gate-pairs pairs (default 6) stays within\n"
-         "  --baseline-file FILE      reference numbers kept in a repo, written by --write-baseline-file\n"
-         "  --threshold [GLOB:]M=X%   per metric, optionally per point (fnmatch on 'LABEL ws=N'); repeatable,\n"
-         "                            later wins; defaults tps/step_time/mfu/mem 5%, loss 2%\n"
-         "  --alpha A                 significance level (default 0.05)\n"
-         "  --min-samples N           values per side needed to call a change beyond the threshold (default 3)\n"
-         "  --metrics a,b             only these metrics\n"
-         "  --allow-env-mismatch      report different hardware / LibTorch without failing with 3\n"
-         "  --losses                  loss parity instead: are the losses bit-identical step by step (a\n"
-         "                            refactor's check, as TorchTitan's loss_compare.py --assert-equal)?\n"
-         "                            Exit 0 identical, 1 differ (naming the first step), 3 missing\n"
-         "  --format md|json          stdout (default md: the PR comment)\n"
-         "  --md FILE, --json FILE    also write the Markdown summary / the JSON verdict\n"
-         "Exit codes: 0 pass, 1 regression, 3 needs action (inconclusive, missing data, different environment),\n"
-         "4 improved (better than a threshold, significant: refresh the baseline), 2 bad input.\n";
-}
-
 int gate_command(const std::vector<std::string>& args) {
-  for (const std::string& a : args)
-    if (a == "-h" || a == "--help") {
-      std::cout << gate_usage();
-      return 0;
-    }
   GateArgs g = parse_gate_args(args);
   check_outputs(g);
   if (!g.calibrate.empty()) return calibrate(g);

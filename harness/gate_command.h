@@ -14,6 +14,5 @@
 namespace ctitan {
 
 int gate_command(const std::vector<std::string>& args);
-std::string gate_usage();
 
 }  // namespace ctitan

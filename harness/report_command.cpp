@@ -7,6 +7,7 @@
 
 #include "common/errors.h"
 #include "common/file_io.h"
+#include "harness/cli.h"
 #include "harness/published.h"
 #include "reports/published.h"
 #include "reports/report.h"
@@ -14,100 +15,59 @@
 
 namespace ctitan {
 
-bool ArgReader::value(const std::string& flag, std::string& out, const std::string& example) {
-  const std::string& a = args_[i_];
-  if (a == flag) {
-    if (i_ + 1 >= args_.size() || args_[i_ + 1].empty())
-      throw InputError(command_ + ": " + flag + " needs a value, e.g. " + flag + " " + example);
-    out = args_[i_ + 1];
-    i_ += 2;
-    return true;
-  }
-  if (a.rfind(flag + "=", 0) == 0) {
-    out = a.substr(flag.size() + 1);
-    if (out.empty()) throw InputError(command_ + ": " + flag + " needs a value, e.g. " + flag + " " + example);
-    ++i_;
-    return true;
-  }
-  return false;
-}
-
-bool ArgReader::flag(const std::string& flag) {
-  if (args_[i_] != flag) return false;
-  ++i_;
-  return true;
-}
-
-void ArgReader::unknown() const {
-  throw InputError("unknown " + command_ + " argument '" + args_[i_] + "'; run `ctitan " + command_ + " --help`");
-}
-
 void require_database(const std::string& path) {
   if (!std::filesystem::exists(path))
     throw InputError("results database " + path + " does not exist; pass the --db file a sweep wrote");
 }
 
-std::string report_usage() {
-  return "usage: ctitan report --db FILE [--sweep NAME] [--baseline LABEL] [--published [DIR]]\n"
-         "                     [--memory-budget SIZE]... [--format md|html|csv|json] [--out FILE]\n"
-         "One row per point (recipe x world size): tps per device (median, p10-p90 over the steady-state steps of\n"
-         "every repeat), TFLOPs, MFU, peak memory per rank, final loss, status, speedup vs the baseline row;\n"
-         "stacked-optimization tables ([[stack]] rows), scaling tables, communication columns when measured.\n"
-         "  --db FILE         the results database a sweep wrote\n"
-         "  --sweep NAME      one sweep (default: every sweep, one section each)\n"
-         "  --baseline LABEL  the row speedups are relative to (a label, or some of its key=value settings);\n"
-         "                    default: the first point at each world size\n"
-         "  --memory-budget SIZE  per rank (80GiB, 512MiB; a bare number is GiB): the summary names the fastest\n"
-         "                    point within it at each world size; repeat for more budgets\n"
-         "  --format F        md (a PR comment), html (one self-contained file with SVG charts), csv, json;\n"
-         "                    default: from --out's extension, else md\n"
-         "  --out FILE        write there instead of stdout (- is stdout; a device or FIFO is written to,\n"
-         "                    never replaced); never one of the command's inputs\n"
-         "  --published [DIR] add the published tables (default: recipes/published): per row the published\n"
-         "                    tokens/s and memory per GPU, the planner's prediction for the row's hardware spec\n"
-         "                    (labelled with the spec and its calibration) and what --db measured for the same\n"
-         "                    point on such a GPU (else \"not measured\"); without --db, published and\n"
-         "                    predicted only\n";
-}
-
 int report_command(const std::vector<std::string>& args) {
   std::string db_path, format, out_path;
   std::optional<std::string> published;  // --published [DIR]; "" = published_dir()
+  std::vector<std::string> budgets;
   ReportOptions opts;
-  ArgReader a(args, "report");
-  while (!a.done()) {
-    if (a.current() == "-h" || a.current() == "--help") {
-      std::cout << report_usage();
-      return 0;
-    }
-    if (a.value("--db", db_path, "results.db") || a.value("--sweep", opts.sweep, "debug") ||
-        a.value("--baseline", opts.baseline, "compile.enable=false") || a.value("--format", format, "html") ||
-        a.value("--out", out_path, "report.html"))
-      continue;
-    if (std::string budget; a.value("--memory-budget", budget, "80GiB")) {
-      opts.memory_budgets.push_back(parse_memory_budget(budget));
-      continue;
-    }
-    if (a.current().rfind("--published=", 0) == 0) {
-      published.emplace();
-      a.value("--published", *published, "recipes/published");
-      continue;
-    }
-    if (a.flag("--published")) {  // the folder is optional
-      published = a.done() || a.current().rfind("--", 0) == 0 ? "" : a.current();
-      if (!published->empty()) a.flag(*published);
-      continue;
-    }
-    a.unknown();
-  }
+  CLI::App app{"One row per point (recipe x world size): tps per device (median, p10-p90 over the steady-state\n"
+               "steps of every repeat), TFLOPs, MFU, peak memory per rank, final loss, status, speedup vs the\n"
+               "baseline row; stacked-optimization tables ([[stack]] rows), scaling tables, communication columns\n"
+               "when measured.",
+               "ctitan report"};
+  app.add_option("--db", db_path, "the results database a sweep wrote")->type_name("FILE");
+  app.add_option("--sweep", opts.sweep, "one sweep (default: every sweep, one section each)")->type_name("NAME");
+  app.add_option("--baseline", opts.baseline,
+                 "the row speedups are relative to (a label, or some of its key=value settings); default: the "
+                 "first point at each world size")
+      ->type_name("LABEL");
+  app.add_option("--memory-budget", budgets,
+                 "per rank (80GiB, 512MiB; a bare number is GiB): the summary names the fastest point within it at "
+                 "each world size; repeat for more budgets")
+      ->type_name("SIZE")
+      ->allow_extra_args(false);
+  app.add_option("--format", format,
+                 "md (a PR comment), html (one self-contained file with SVG charts), csv, json; default: from "
+                 "--out's extension, else md")
+      ->type_name("md|html|csv|json")
+      ->check(one_of({"md", "html", "csv", "json"}));
+  app.add_option("--out", out_path,
+                 "write there instead of stdout (- is stdout; a device or FIFO is written to, never replaced); "
+                 "never one of the command's inputs")
+      ->type_name("FILE");
+  app.add_option("--published", published,
+                 "add the published tables (default DIR: recipes/published): per row the published tokens/s and "
+                 "memory per GPU, the planner's prediction for the row's hardware spec (labelled with the spec and "
+                 "its calibration) and what --db measured for the same point on such a GPU (else \"not "
+                 "measured\"); without --db, published and predicted only")
+      ->type_name("[DIR]")
+      ->expected(0, 1);
+  app.footer("Form:\n"
+             "  ctitan report --db FILE [--sweep NAME] [--baseline LABEL] [--published [DIR]]\n"
+             "                [--memory-budget SIZE]... [--format md|html|csv|json] [--out FILE]");
+  parse_command_line(app, args, "report");
+  for (const std::string& budget : budgets) opts.memory_budgets.push_back(parse_memory_budget(budget));
   if (db_path.empty() && !published)
     throw InputError("ctitan report needs --db FILE (the results database a sweep wrote), or --published");
   if (format.empty()) {
     const std::string ext = std::filesystem::path(out_path).extension().string();
     format = ext == ".html" || ext == ".htm" ? "html" : ext == ".csv" ? "csv" : ext == ".json" ? "json" : "md";
   }
-  if (format != "md" && format != "html" && format != "csv" && format != "json")
-    throw InputError("report: --format '" + format + "' is not one of md, html, csv, json");
   check_output_is_not_an_input(out_path, "report --out", {{"--db", db_path}});
   PublishedReport pub;
   if (published) pub = predict_published(load_published(published->empty() ? published_dir() : *published));

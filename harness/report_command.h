@@ -6,32 +6,11 @@
 #pragma once
 
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace ctitan {
 
 int report_command(const std::vector<std::string>& args);
-std::string report_usage();
-
-// The flag reader `report` and `gate` share: `--flag VALUE` or
-// `--flag=VALUE`, and one-line InputErrors that name the command.
-class ArgReader {
- public:
-  ArgReader(const std::vector<std::string>& args, std::string command) : args_(args), command_(std::move(command)) {}
-  bool done() const { return i_ >= args_.size(); }
-  const std::string& current() const { return args_[i_]; }
-  // Consumes `flag VALUE` / `flag=VALUE` into `out`; false when the current
-  // argument is another flag. `example` completes "needs a value, e.g. ...".
-  bool value(const std::string& flag, std::string& out, const std::string& example);
-  bool flag(const std::string& flag);  // a boolean switch
-  [[noreturn]] void unknown() const;   // InputError for the current argument
-
- private:
-  const std::vector<std::string>& args_;
-  std::string command_;
-  size_t i_ = 0;
-};
 
 // InputError unless `path` exists: reading commands never create a database.
 void require_database(const std::string& path);

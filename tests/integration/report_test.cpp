@@ -385,7 +385,7 @@ TEST(Report, BadInputIsOneLineAndExitTwo) {
   EXPECT_FALSE(fs::exists(dir / "missing.db"));
   expect_one_line_exit2(run_ctitan({"report"}), "needs --db");
   expect_one_line_exit2(run_ctitan({"report", "--db", (dir / "x.db").string(), "--format", "pdf"}), "pdf");
-  expect_one_line_exit2(run_ctitan({"report", "--bogus"}), "unknown report argument '--bogus'");
+  expect_one_line_exit2(run_ctitan({"report", "--bogus"}), "report: unknown argument '--bogus'; run `ctitan report --help`");
   expect_one_line_exit2(run_ctitan({"report", "--db", (dir / "x.db").string(), "--memory-budget", "lots"}),
                         "--memory-budget 'lots' is not a memory size");
   std::ofstream(dir / "notes.txt") << "not a database";
