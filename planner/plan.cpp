@@ -15,7 +15,7 @@
 #include "planner/plan_compute.h"
 #include "planner/plan_internal.h"
 #include "profiling/peak_flops.h"
-#include "trainer/model/documents.h"
+#include "trainer/kernels/documents.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/parallel/context_parallel.h"

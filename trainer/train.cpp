@@ -638,6 +638,9 @@ int train(const JobConfig& cfg) {
   if (rt.rank0())
     for (const std::string& line : config_warnings(cfg)) std::cerr << line << std::endl;
   const ModelArgs args = model_flavor(cfg.model);
+  // transformers must read the same model from the weights (before any
+  // allocation, as the layout checks in parallelize_model).
+  if (cfg.checkpoint.initial_load_in_hf || cfg.checkpoint.last_save_in_hf) check_hf_checkpoint_family(args);
   const int64_t accum = accumulation_steps(cfg, rt);
   std::unique_ptr<TrainModel> tm = parallelize_model(args, rt, cfg);
 

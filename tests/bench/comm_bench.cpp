@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "trainer/distributed/comm.h"
+#include "trainer/parallel/exposed_comm.h"
 #include "trainer/parallel/tensor_parallel.h"
 
 namespace {
@@ -149,14 +150,14 @@ void BM_TpPattern(benchmark::State& state) {
       }
     });
   }
-  ctitan::take_tp_exposed_seconds(*comms[0]);  // from zero: earlier runs and warm-up left theirs
+  ctitan::take_exposed_seconds(*comms[0]);  // from zero: earlier runs and warm-up left theirs
   for (auto _ : state) ranks[0].run(*comms[0], async, chunks);
   for (auto& t : helpers) t.join();
   for (const auto& e : errors) {
     if (!e.empty()) state.SkipWithError(e.c_str());
   }
   state.counters["tp_exposed_ms"] =
-      benchmark::Counter(1e3 * ctitan::take_tp_exposed_seconds(*comms[0]) / static_cast<double>(state.iterations()));
+      benchmark::Counter(1e3 * ctitan::take_exposed_seconds(*comms[0]) / static_cast<double>(state.iterations()));
 }
 
 BENCHMARK(BM_TpPattern)

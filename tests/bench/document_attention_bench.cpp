@@ -15,7 +15,7 @@
 #include <chrono>
 
 #include "trainer/kernels/fused_ops.h"
-#include "trainer/model/documents.h"
+#include "trainer/kernels/documents.h"
 
 namespace ctitan {
 namespace {

@@ -20,7 +20,7 @@
 #include "trainer/float8/float8_linear.h"
 #include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
-#include "trainer/model/documents.h"
+#include "trainer/kernels/documents.h"
 #include "trainer/models/registry.h"
 #include "trainer/model/moe.h"
 #include "trainer/model/transformer.h"

@@ -14,7 +14,7 @@
 
 #include "tests/unit/thread_ranks.h"
 #include "trainer/kernels/fused_ops.h"
-#include "trainer/model/documents.h"
+#include "trainer/kernels/documents.h"
 #include "trainer/model/transformer.h"
 #include "trainer/models/llama3.h"
 #include "trainer/parallel/context_parallel.h"
@@ -157,7 +157,7 @@ TEST_P(DocumentCp, ContextParallelAttentionMatchesTheReference) {
     cp.rotate_method = c.method;
     cp.load_balancer = c.balancer;
     if (std::string(c.balancer) == "ptrr") cp.ptrr_blocks = ptrr_assignment(starts, c.cp, ptrr_block_size(S, c.cp));
-    const at::Tensor pos = cp.positions(r, S);
+    const at::Tensor pos = cp_positions(cp.load_balancer, cp.size(), r, S, cp.ptrr_blocks);
     at::Tensor ql = q0.index_select(2, pos).requires_grad_(true), kl = k0.index_select(2, pos).requires_grad_(true),
                vl = v0.index_select(2, pos).requires_grad_(true);
     const at::Tensor out = context_parallel_attention(model_layout(ql), model_layout(kl), model_layout(vl), pos, cp,

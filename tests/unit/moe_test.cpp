@@ -13,6 +13,7 @@
 #include "trainer/model/moe.h"
 #include "trainer/model/transformer.h"
 #include "trainer/optim/adamw.h"
+#include "trainer/parallel/layout_seams.h"
 #include "trainer/parallel/train_model.h"
 #include "trainer/runtime.h"
 #include "tests/unit/thread_ranks.h"
@@ -189,7 +190,8 @@ TEST_P(MoeLayer, ExpertParallelMatchesTheReference) {
     testing::run_group(world, [&](int r, Communicator& ep) {
       const MoeWeights mine = leaves(w64, at::kFloat, r, world);
       const at::Tensor x = x64.narrow(0, r * T, T).to(at::kFloat).requires_grad_(true);
-      const at::Tensor y = moe_forward(x, mine, bias, a, nullptr, &ep);
+      const ExpertDispatch dispatch{ep, *parallel_seams()};
+      const at::Tensor y = moe_forward(x, mine, bias, a, nullptr, &dispatch);
       y.backward(dy.narrow(0, r * T, T).to(at::kFloat));
       const auto close = [&](const at::Tensor& got, const at::Tensor& ref, const std::string& what) {
         const double scale = std::max(1.0, ref.abs().max().item<double>());

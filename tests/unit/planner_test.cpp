@@ -12,7 +12,7 @@
 #include "planner/calibrate.h"
 #include "planner/plan.h"
 #include "planner/plan_internal.h"
-#include "trainer/model/documents.h"
+#include "trainer/kernels/documents.h"
 #include "trainer/models/registry.h"
 #include "trainer/models/llama3.h"
 #include "trainer/config/config_loader.h"

@@ -14,6 +14,7 @@
 #include "tests/unit/thread_ranks.h"
 #include "trainer/models/llama3.h"
 #include "trainer/model/transformer.h"
+#include "trainer/parallel/layout_seams.h"
 #include "trainer/parallel/tensor_parallel.h"
 
 namespace ctitan {
@@ -252,7 +253,8 @@ TEST_P(TensorParallelLlama, LossAndGradientsAreTheWholeModels) {
   std::vector<std::string> failures;
   testing::run_group(tp, [&](int r, Communicator& comm) {
     TensorParallelOptions o{&comm, c.sequence_parallel, c.loss_parallel, c.async};
-    Transformer part(args, torch::kDouble, S, c10::Device(c10::kCPU), ModelPart{}, ParamStore::Storage::kFlat, o);
+    Transformer part(args, torch::kDouble, S, c10::Device(c10::kCPU), ModelPart{}, ParamStore::Storage::kFlat,
+                     parallel_layout(o));
     part.init_weights(5);
     part.set_activation_checkpointing(ac);
     const at::Tensor loss = part.forward_loss(tokens, labels);
@@ -287,7 +289,7 @@ TEST(TensorParallelLlama, AsyncWithoutSequenceParallelIsAnInputError) {
   testing::run_group(2, [&](int, Communicator& comm) {
     TensorParallelOptions o{&comm, false, true, true};
     EXPECT_THROW(Transformer(llama3_flavor("tiny"), torch::kFloat, 16, c10::Device(c10::kCPU), ModelPart{},
-                        ParamStore::Storage::kFlat, o),
+                        ParamStore::Storage::kFlat, parallel_layout(o)),
                  InputError);
   });
 }

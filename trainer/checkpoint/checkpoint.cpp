@@ -33,12 +33,6 @@ uint32_t crc32(const void* data, size_t n, uint32_t crc) {
   return crc;
 }
 
-std::vector<int64_t> row_box(const std::vector<int64_t>& global_shape, int64_t row) {
-  std::vector<int64_t> o(global_shape.size(), 0);
-  if (!o.empty()) o[0] = row;
-  return o;
-}
-
 namespace {
 
 // Pieces are boxes ("offsets"). v2 (dim-0 row ranges, "row_offset") and v1
@@ -150,12 +144,6 @@ void Checkpointer::check_step_folders() const {
     throw InputError(dir + " has no metadata.json (an unfinished or foreign save): ctitan cannot resume from it, and a "
                      "save of that step would replace it; move it out of " + folder_ + " or delete it");
   }
-}
-
-TensorPieces whole_tensors(const NamedTensors& tensors) {
-  TensorPieces pieces;
-  for (const auto& [name, t] : tensors) pieces.push_back({name, t, t.sizes().vec(), {}});
-  return pieces;
 }
 
 namespace {

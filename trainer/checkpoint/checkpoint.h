@@ -56,21 +56,11 @@
 
 #include "trainer/checkpoint/checkpoint_model.h"
 #include "trainer/config/job_config.h"
+#include "trainer/model/tensor_piece.h"
 
 namespace ctitan {
 
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
-
-struct TensorPiece {
-  std::string name;                   // TorchTitan FQN, "model." / "optimizer." prefixed
-  at::Tensor tensor;                  // the box [offsets, offsets + tensor.sizes()) of the whole, any device
-  std::vector<int64_t> global_shape;  // shape of the whole tensor
-  std::vector<int64_t> offsets;       // the box's corner, one per dimension; empty: all zero
-};
-// The offsets of a box that starts at `row` of dim 0 (FSDP's shards).
-std::vector<int64_t> row_box(const std::vector<int64_t>& global_shape, int64_t row);
-using TensorPieces = std::vector<TensorPiece>;
-TensorPieces whole_tensors(const NamedTensors& tensors);
+// NamedTensors, TensorPiece, row_box, whole_tensors: model/tensor_piece.h.
 
 // The ranks that save one checkpoint together: every rank calls save() with
 // its pieces; `barrier` synchronises them (world 1: not called).

@@ -26,7 +26,7 @@
 // for dq/dk/dv.
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/kernels/vec.h"
-#include "trainer/model/documents.h"
+#include "trainer/kernels/documents.h"
 
 #include <cmath>
 #include <limits>

@@ -1,7 +1,6 @@
 #include "trainer/model/moe.h"
 
 #include "trainer/model/gemm.h"
-#include "trainer/parallel/expert_parallel.h"
 
 #include <cmath>
 #include <limits>
@@ -92,7 +91,7 @@ at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
 }
 
 at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
-                       at::Tensor* counts_out, Communicator* ep, int64_t* received_out) {
+                       at::Tensor* counts_out, const ExpertDispatch* ep, int64_t* received_out) {
   const MoeRouting r = moe_route(gemm_linear(x, w.router), bias, a);
   if (counts_out) *counts_out = r.counts;
   at::Tensor routed = x.index({r.token});  // [T·k, D]
@@ -103,15 +102,12 @@ at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tenso
     return grouped_linear(h, w.w2, counts);
   };
   at::Tensor y;  // [T·k, D]
-  const bool dispatch = ep != nullptr && ep->size() > 1;
+  const bool dispatch = ep != nullptr && ep->group.size() > 1;
   if (dispatch)
-    TORCH_CHECK(w.w1.size(0) * ep->size() == r.counts.numel(), "expert parallelism: ", w.w1.size(0),
-                " local experts on each of ", ep->size(), " ranks, but the router scores ", r.counts.numel());
+    TORCH_CHECK(w.w1.size(0) * ep->group.size() == r.counts.numel(), "expert parallelism: ", w.w1.size(0),
+                " local experts on each of ", ep->group.size(), " ranks, but the router scores ", r.counts.numel());
   if (dispatch && !x.is_meta()) {
-    const EpRoute route = ep_route(r.counts, *ep);
-    if (received_out)
-      for (int64_t n : route.recv_rows) *received_out += n;
-    y = ep_combine(experts(ep_dispatch(routed, route, *ep), route.local_counts), route, *ep);
+    y = ep->seams.exchange_tokens(routed, r.counts, experts, ep->group, received_out);
   } else {
     // (On meta — the dry run — a balanced dispatch: every rank receives as
     // many rows as it sends, so the shapes are those of the local rows.)

@@ -16,7 +16,7 @@
 
 #include <optional>
 
-#include "trainer/distributed/comm.h"
+#include "trainer/model/layout.h"
 #include "trainer/model/model_args.h"
 
 namespace ctitan {
@@ -52,13 +52,15 @@ struct MoeWeights {
 
 // The layer on x [T, D] (compute dtype). `bias`: the expert bias or
 // undefined. `counts_out`, when given, receives this rank's rows per expert
-// [E] (before any dispatch). `ep` (expert parallelism, size > 1): w.w1/w2/w3
-// hold this rank's E/ep experts (rank p: experts [p·E/ep, (p+1)·E/ep)); the
-// routed rows travel to their experts' ranks and back
-// (trainer/parallel/expert_parallel.h); router and shared experts are local.
-// `received_out` (with ep): the routed rows this rank's experts received.
+// [E] (before any dispatch). `ep` (expert parallelism, a group of size > 1):
+// w.w1/w2/w3 hold this rank's E/ep experts (rank p: experts
+// [p·E/ep, (p+1)·E/ep)); the routed rows travel to their experts' ranks and
+// back through the layout's seam (LayoutSeams::exchange_tokens); router and
+// shared experts are local. `received_out` (with ep): the routed rows this
+// rank's experts received.
 at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
-                       at::Tensor* counts_out = nullptr, Communicator* ep = nullptr, int64_t* received_out = nullptr);
+                       at::Tensor* counts_out = nullptr, const ExpertDispatch* ep = nullptr,
+                       int64_t* received_out = nullptr);
 
 // The shared experts' SwiGLU on x [T, D] (w.shared_* defined).
 at::Tensor moe_shared_experts(const at::Tensor& x, const MoeWeights& w);

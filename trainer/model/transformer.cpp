@@ -11,7 +11,7 @@
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/cross_entropy.h"
-#include "trainer/model/documents.h"
+#include "trainer/kernels/documents.h"
 #include "trainer/model/param_init.h"
 #include "trainer/model/weight_grad.h"
 
@@ -149,19 +149,16 @@ std::vector<ParamSpec> model_param_specs(const ModelArgs& args, const ModelPart&
 
 namespace {
 
-// TorchTitan's fully_shard units over the part's specs: tok_embeddings, one
-// per block (9 parameters), norm + output.
-// The part's specs under the TP plan (unchanged without TP).
+// The part's specs as this rank holds them: the layout's placement plan
+// (whole tensors in one process).
 std::vector<ParamSpec> planned_specs(const ModelArgs& args, const std::vector<ModelPart>& parts,
-                                     const TensorParallelOptions& tp, const ExpertParallelOptions& ep) {
-  check_expert_parallel(args, ep.size(), ep.etp, tp.size(), tp.sequence_parallel);
-  if (!tp.on()) return expert_parallel_plan(model_param_specs(args, parts), ep, 1, 0);
-  check_tensor_parallel_degree(args, tp.size());
-  if (tp.async && !tp.sequence_parallel)
-    throw InputError("parallelism.enable_async_tensor_parallel pipelines the sequence-parallel all-gather and "
-                     "reduce-scatter; it needs parallelism.enable_sequence_parallel = true");
-  return expert_parallel_plan(tensor_parallel_plan(model_param_specs(args, parts), tp.size(), tp.rank()), ep,
-                              tp.size(), tp.rank());
+                                     const ParallelLayout& layout) {
+  std::vector<ParamSpec> specs = model_param_specs(args, parts);
+  if (!layout.seams) {
+    TORCH_CHECK(!layout.tp.on() && !layout.ep.on(), "a parallel layout needs its seams (parallel_layout())");
+    return specs;
+  }
+  return layout.seams->plan(args, std::move(specs), layout.tp, layout.ep);
 }
 
 // Pieces of each rank's sequence shard that async TP pipelines over: one per
@@ -191,17 +188,17 @@ std::vector<ModelPart> resolved_parts(const ModelArgs& args, const std::vector<M
 }  // namespace
 
 Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
-               ModelPart part, ParamStore::Storage storage, TensorParallelOptions tp, ExpertParallelOptions ep)
-    : Transformer(args, compute_dtype, max_seq_len, device, std::vector<ModelPart>{part}, storage, tp, ep) {}
+               ModelPart part, ParamStore::Storage storage, ParallelLayout layout)
+    : Transformer(args, compute_dtype, max_seq_len, device, std::vector<ModelPart>{part}, storage, std::move(layout)) {}
 
 Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
-               const std::vector<ModelPart>& parts, ParamStore::Storage storage, TensorParallelOptions tp,
-               ExpertParallelOptions ep)
+               const std::vector<ModelPart>& parts, ParamStore::Storage storage, ParallelLayout layout)
     : args_(args),
       parts_(resolved_parts(args, parts)),
-      tp_(tp),
-      ep_(ep),
-      store_(planned_specs(args, parts_, tp_, ep_), model_units(args, parts_), compute_dtype, device, storage) {
+      tp_(layout.tp),
+      ep_(layout.ep),
+      seams_(layout.seams),
+      store_(planned_specs(args, parts_, layout), model_units(args, parts_), compute_dtype, device, storage) {
   local_of_.assign(args_.n_layers, -1);
   stage_units_.push_back(0);
   for (const ModelPart& p : parts_) {
@@ -368,8 +365,13 @@ void Transformer::init_weights(uint64_t seed) {
   store_.begin_step();
 }
 
+const LayoutSeams& Transformer::seams() const {
+  TORCH_CHECK(seams_, "a parallel layout needs its seams (parallel_layout())");
+  return *seams_;
+}
+
 void Transformer::set_context_parallel(ContextParallelOptions cp) {
-  check_context_parallel(cp.rotate_method, cp.load_balancer, 1, 0);  // seq_len is the caller's
+  seams().check_context_parallel(cp);  // seq_len is the caller's
   cp_ = std::move(cp);
 }
 
@@ -417,7 +419,7 @@ const at::Tensor& Transformer::rope_table(int64_t S) const {
       cp_freqs_ = at::empty({S, freqs_cis_.size(1)}, freqs_cis_.options());
       return cp_freqs_;
     }
-    cp_positions_ = cp_.positions(cp_.rank(), S * cp_.size());
+    cp_positions_ = seams().cp_positions(cp_, cp_.rank(), S * cp_.size());
     TORCH_CHECK(S * cp_.size() <= freqs_cis_.size(0), "sequence length ", S * cp_.size(), " exceeds the model's max ",
                 freqs_cis_.size(0));
     cp_freqs_ = freqs_cis_.index_select(0, cp_positions_.to(freqs_cis_.device())).contiguous();
@@ -515,8 +517,8 @@ at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, cons
   // wq / wq_b and wkv_b are column-wise: float8 scales over the whole weight.
   const Float8TpSharding column = tp_.on() ? Float8TpSharding::column(tp_.group) : Float8TpSharding{};
   const at::Tensor in = !tp_.on()               ? x
-                        : tp_.sequence_parallel ? gather_from_sp(x, *tp_.group, 1)
-                                                : copy_to_tp(x, *tp_.group);
+                        : tp_.sequence_parallel ? seams().gather_from_sp(x, *tp_.group, 1)
+                                                : seams().copy_to_tp(x, *tp_.group);
   const int64_t B = in.size(0), S = in.size(1);
   const at::Tensor q_lin =
       m.q_lora_rank > 0
@@ -537,8 +539,9 @@ at::Tensor Transformer::mla_attention(int64_t layer, const LayerWeights& w, cons
   at::Tensor k = at::cat({kv[0].to(attention_dtype_), k_pe.expand({B, S, H, rope})}, 3);
   at::Tensor v = kv[1].to(attention_dtype_);
   at::Tensor o = q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-                 : cp_.on()  ? context_parallel_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                          cp_positions_, cp_, mla_scale_, docs)
+                 : cp_.on()  ? seams().context_parallel_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                                  v.transpose(1, 2), cp_positions_, cp_, mla_scale_,
+                                                                  docs)
                  : docs.defined() ? document_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), docs,
                                                        mla_scale_)
                              : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
@@ -583,8 +586,8 @@ at::Tensor Transformer::attention(int64_t layer, const LayerWeights& w, const at
   }
   at::Tensor v = qkv[2].view({B, S, -1, Dh}).to(attention_dtype_);
   at::Tensor o = cp_.on() && !q.is_meta()
-                     ? context_parallel_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                  cp_positions_, cp_, std::nullopt, docs)
+                     ? seams().context_parallel_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                          cp_positions_, cp_, std::nullopt, docs)
                  : q.is_meta() ? meta_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
                  // Documents: not kept under "op" checkpointing (recomputed).
                  : docs.defined() ? document_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), docs)
@@ -619,13 +622,14 @@ at::Tensor Transformer::feed_forward(int64_t layer, const LayerWeights& w, const
       // partial too (its gate weights meet partial outputs); the shared
       // experts run on the rank's own tokens as in the dense layout.
       Communicator& g = *tp_.group;
-      const at::Tensor all = sp ? gather_from_sp(x, g, 1) : copy_to_tp(x, g);
+      const at::Tensor all = sp ? seams().gather_from_sp(x, g, 1) : seams().copy_to_tp(x, g);
       MoeWeights routed = mw;
       routed.router = tp_summed(mw.router, true);
       routed.shared_w1 = routed.shared_w2 = routed.shared_w3 = at::Tensor();
+      const ExpertDispatch dispatch{*ep_.group, seams()};
       const at::Tensor partial =
-          moe_forward(all.reshape({-1, D}), routed, bias, args_.moe, &counts, ep_.group, &received).view(all.sizes());
-      y = sp ? scatter_to_sp(partial, g, 1) : reduce_from_tp(partial, g);
+          moe_forward(all.reshape({-1, D}), routed, bias, args_.moe, &counts, &dispatch, &received).view(all.sizes());
+      y = sp ? seams().scatter_to_sp(partial, g, 1) : seams().reduce_from_tp(partial, g);
       if (mw.shared_w1.defined()) {
         for (at::Tensor* t : {&mw.shared_w1, &mw.shared_w2, &mw.shared_w3}) *t = tp_summed(*t, sp);
         y = y + moe_shared_experts(x.reshape({-1, D}), mw).view(x.sizes());
@@ -638,7 +642,9 @@ at::Tensor Transformer::feed_forward(int64_t layer, const LayerWeights& w, const
         if (t->defined()) *t = tp_summed(*t, sp);
       if (!ep_.on())
         for (at::Tensor* t : {&mw.w1, &mw.w2, &mw.w3}) *t = tp_summed(*t, sp);
-      y = moe_forward(x.reshape({-1, D}), mw, bias, args_.moe, &counts, ep_.on() ? ep_.group : nullptr, &received)
+      std::optional<ExpertDispatch> dispatch;
+      if (ep_.on()) dispatch.emplace(ExpertDispatch{*ep_.group, seams()});
+      y = moe_forward(x.reshape({-1, D}), mw, bias, args_.moe, &counts, dispatch ? &*dispatch : nullptr, &received)
               .view(x.sizes());
     }
     if (count_experts_ && !recompute && !counts.is_meta()) {
@@ -661,7 +667,7 @@ at::Tensor Transformer::feed_forward(int64_t layer, const LayerWeights& w, const
 }
 
 at::Tensor Transformer::tp_summed(const at::Tensor& w, bool partial) const {
-  return tp_.on() && partial ? copy_to_tp(w, *tp_.group) : w;
+  return tp_.on() && partial ? seams().copy_to_tp(w, *tp_.group) : w;
 }
 
 at::Tensor Transformer::norm_weight(const at::Tensor& w) const { return tp_summed(w, tp_.sequence_parallel); }
@@ -669,21 +675,22 @@ at::Tensor Transformer::norm_weight(const at::Tensor& w) const { return tp_summe
 at::Tensor Transformer::column_gemm(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
                                const char* unit, OpCache* cache) const {
   // Async TP runs its own pipelined GEMMs (float8 GEMMs keep the plain regions).
-  if (tp_.on() && tp_.async && !float8) return async_gather_linear(x, w, *tp_.group, async_chunks(tp_));
+  if (tp_.on() && tp_.async && !float8) return seams().async_gather_linear(x, w, *tp_.group, async_chunks(tp_));
   const at::Tensor in = !tp_.on()               ? x
-                        : tp_.sequence_parallel ? gather_from_sp(x, *tp_.group, 1)
-                                                : copy_to_tp(x, *tp_.group);
+                        : tp_.sequence_parallel ? seams().gather_from_sp(x, *tp_.group, 1)
+                                                : seams().copy_to_tp(x, *tp_.group);
   if (float8) return linear(in, w, true, layer, unit, tp_.on() ? Float8TpSharding::column(tp_.group) : Float8TpSharding{});
   return cache ? cached_linear(cache, true, in, w) : linear(in, w, false, layer, unit);
 }
 
 at::Tensor Transformer::row_gemm(const at::Tensor& x, const at::Tensor& w, bool float8, int64_t layer,
                             const char* unit) const {
-  if (tp_.on() && tp_.async && !float8) return async_linear_scatter(x, w, *tp_.group, async_chunks(tp_));
+  if (tp_.on() && tp_.async && !float8) return seams().async_linear_scatter(x, w, *tp_.group, async_chunks(tp_));
   const at::Tensor partial =
       linear(x, w, float8, layer, unit, tp_.on() ? Float8TpSharding::row(tp_.group) : Float8TpSharding{});
   if (!tp_.on()) return partial;
-  return tp_.sequence_parallel ? scatter_to_sp(partial, *tp_.group, 1) : reduce_from_tp(partial, *tp_.group);
+  return tp_.sequence_parallel ? seams().scatter_to_sp(partial, *tp_.group, 1)
+                               : seams().reduce_from_tp(partial, *tp_.group);
 }
 
 at::Tensor Transformer::embed(const at::Tensor& tokens) {
@@ -692,7 +699,7 @@ at::Tensor Transformer::embed(const at::Tensor& tokens) {
   // On meta (the dry run) through aten::index: LibTorch has C++ meta
   // kernels for index and its backward's index_put, while embedding's
   // index_select has its meta kernel in Python only. Same shapes.
-  if (tp_.on()) return vocab_parallel_embedding(tok_embeddings_, tokens, *tp_.group, tp_.sequence_parallel);
+  if (tp_.on()) return seams().vocab_parallel_embedding(tok_embeddings_, tokens, *tp_.group, tp_.sequence_parallel);
   if (tokens.is_meta()) return tok_embeddings_.index({tokens});  // [B,S,D]
   return at::embedding(tok_embeddings_, tokens);                  // [B,S,D]
 }
@@ -726,7 +733,7 @@ at::Tensor Transformer::local_logits(const at::Tensor& h) const {
 
 at::Tensor Transformer::forward_logits(const at::Tensor& tokens) {
   const at::Tensor logits = local_logits(hidden_states(tokens));
-  return tp_.on() ? gather_from_tp(logits, *tp_.group, -1) : logits;
+  return tp_.on() ? seams().gather_from_tp(logits, *tp_.group, -1) : logits;
 }
 
 at::Tensor Transformer::head_loss(const at::Tensor& h, const at::Tensor& labels) {
@@ -742,8 +749,8 @@ at::Tensor Transformer::head_loss(const at::Tensor& h, const at::Tensor& labels)
     // Loss parallelism: the vocab-sharded logits are never gathered (on meta
     // the local loss has the same shapes).
     if (tp_.loss_parallel && !logits.is_meta())
-      return vocab_parallel_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1), *tp_.group);
-    if (!tp_.loss_parallel) logits = gather_from_tp(logits, *tp_.group, -1);
+      return seams().vocab_parallel_cross_entropy(logits.flatten(0, 1), labels.flatten(0, 1), *tp_.group);
+    if (!tp_.loss_parallel) logits = seams().gather_from_tp(logits, *tp_.group, -1);
   }
   // The fused loss writes d(loss)/d(logits) into the logits' storage during
   // forward (the logits are dead after the loss), so no second [B*S,V] buffer.

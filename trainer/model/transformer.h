@@ -30,14 +30,12 @@
 #include <vector>
 
 #include "trainer/float8/float8_linear.h"
+#include "trainer/kernels/documents.h"
 #include "trainer/model/activation_checkpoint.h"
-#include "trainer/model/documents.h"
+#include "trainer/model/layout.h"
 #include "trainer/model/model_args.h"
 #include "trainer/model/moe.h"
-#include "trainer/parallel/expert_parallel.h"
 #include "trainer/model/param_store.h"
-#include "trainer/parallel/context_parallel.h"
-#include "trainer/parallel/tensor_parallel.h"
 
 namespace ctitan {
 
@@ -62,24 +60,23 @@ class Transformer {
  public:
   // Every buffer lives on `device` (meta: shapes only, nothing allocated).
   // `storage`: flat buffers, or unit buffers for FSDP (no master: the
-  // shards hold it; see ParamStore). `tp`: tensor parallelism — the store
-  // holds this rank's shards of TorchTitan's plan (tensor_parallel_plan)
-  // and forward runs the plan's communication regions; InputError when tp
-  // does not divide the heads, KV heads, FFN width or vocabulary, or when
-  // async TP is asked for without sequence parallelism. `ep`: expert
-  // parallelism — the store holds this rank's routed experts
-  // (expert_parallel_plan) and the MoE layers dispatch their tokens over
-  // the ep group.
+  // shards hold it; see ParamStore). `layout` (model/layout.h; built by
+  // trainer/parallel/layout_seams.h's parallel_layout): under tensor
+  // parallelism the store holds this rank's shards of TorchTitan's plan
+  // and forward runs the plan's communication regions; under expert
+  // parallelism the store holds this rank's routed experts and the MoE
+  // layers dispatch their tokens over the ep group. The seams' plan throws
+  // InputError when tp does not divide the heads, KV heads, FFN width or
+  // vocabulary, or when async TP is asked for without sequence parallelism.
   Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len,
          c10::Device device = c10::Device(c10::kCPU), ModelPart part = {},
-         ParamStore::Storage storage = ParamStore::Storage::kFlat, TensorParallelOptions tp = {},
-         ExpertParallelOptions ep = {});
+         ParamStore::Storage storage = ParamStore::Storage::kFlat, ParallelLayout layout = {});
   // Several model parts in one store (the pipeline stages one rank holds
   // under the interleaved and V schedules), in the given order; a layer in
   // two parts is an InputError.
   Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
          const std::vector<ModelPart>& parts, ParamStore::Storage storage = ParamStore::Storage::kFlat,
-         TensorParallelOptions tp = {}, ExpertParallelOptions ep = {});
+         ParallelLayout layout = {});
 
   // TorchTitan's init_weights, flat storage. Every value is a function of
   // (seed, FQN, global element index) only (param_init.h), so a shard or a
@@ -129,8 +126,9 @@ class Transformer {
 
   // Context parallelism: this model sees its cp rank's tokens of every
   // sequence (cp_shard), RoPE rotates them by their positions, and attention
-  // runs over the cp group (context_parallel.h). InputError for a bad
-  // method or balancer.
+  // runs over the cp group (the layout's seams; trainer/parallel/
+  // context_parallel.h). InputError for a bad method or balancer; the
+  // model's layout must carry the seams.
   void set_context_parallel(ContextParallelOptions cp);
 
   // block_causal attention (documents.h): the documents of the sequences the
@@ -278,6 +276,10 @@ class Transformer {
   TensorParallelOptions tp_;
   ExpertParallelOptions ep_;
   ContextParallelOptions cp_;
+  std::shared_ptr<const LayoutSeams> seams_;  // null: one process
+  // The seams, which a layout needs (a logic error when a parallelism is
+  // on without them).
+  const LayoutSeams& seams() const;
   mutable at::Tensor cp_positions_, cp_freqs_;  // for the local length cp_positions_.size(0)
   at::Tensor docs_;  // set_documents: the next forwards' starts (undefined: causal)
   mutable at::Tensor varlen_of_;     // the starts varlen_ describes

@@ -5,7 +5,8 @@
 #include <vector>
 
 #include "common/errors.h"
-#include "trainer/model/documents.h"
+#include "trainer/kernels/documents.h"
+#include "trainer/parallel/exposed_comm.h"
 #include "trainer/parallel/tensor_parallel.h"
 
 namespace ctitan {
@@ -18,10 +19,6 @@ at::Tensor expand_heads(const at::Tensor& kv, int64_t heads) {
 }
 
 }  // namespace
-
-std::string ContextParallelOptions::describe() const {
-  return "CP " + std::to_string(size()) + " (" + rotate_method + ", " + load_balancer + ")";
-}
 
 void check_context_parallel(const std::string& rotate_method, const std::string& load_balancer, int64_t cp,
                             int64_t seq_len, const std::string& seq_key) {
@@ -68,10 +65,6 @@ at::Tensor cp_positions(const std::string& load_balancer, int64_t cp, int64_t ra
                      torch::arange((2 * cp - 1 - rank) * c, (2 * cp - rank) * c, torch::kLong)});
 }
 
-at::Tensor ContextParallelOptions::positions(int64_t r, int64_t seq_len) const {
-  return cp_positions(load_balancer, size(), r, seq_len, ptrr_blocks);
-}
-
 int64_t ptrr_block_size(int64_t seq_len, int64_t cp) {
   for (int64_t block = 128; block >= 1; block /= 2)
     if (seq_len % (block * cp) == 0 && seq_len / block >= 2 * cp) return block;
@@ -107,7 +100,7 @@ std::vector<double> cp_rank_work(const std::string& load_balancer, int64_t cp,
 
 at::Tensor cp_shard(const at::Tensor& x, const ContextParallelOptions& cp) {
   if (!cp.on()) return x;
-  const at::Tensor pos = cp.positions(cp.rank(), x.size(1)).to(x.device());
+  const at::Tensor pos = cp_positions(cp.load_balancer, cp.size(), cp.rank(), x.size(1), cp.ptrr_blocks).to(x.device());
   return x.index_select(1, pos).contiguous();
 }
 
@@ -121,7 +114,7 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const int64_t n = cp.size(), H = q.size(1), Sl = q.size(2), S = Sl * n;
   const at::Tensor k_all = gather_from_sp(k, g, 2), v_all = gather_from_sp(v, g, 2);
   std::vector<at::Tensor> pos;
-  for (int64_t s = 0; s < n; ++s) pos.push_back(cp.positions(s, S));
+  for (int64_t s = 0; s < n; ++s) pos.push_back(cp_positions(cp.load_balancer, cp.size(), s, S, cp.ptrr_blocks));
   const at::Tensor kpos = torch::cat(pos).to(q.device());
   if (starts.defined())
     return at::scaled_dot_product_attention(q, expand_heads(k_all, H), expand_heads(v_all, H),

@@ -9,7 +9,7 @@
 // (TorchTitan's PTRRLoadBalancer for flex attention) cuts the sequence into
 // blocks (ptrr_block_size) and deals them by their attention work under the
 // batch's documents (ptrr_assignment), a new deal every batch. Inputs,
-// labels, document starts and RoPE positions are cut alike (positions()).
+// labels, document starts and RoPE positions are cut alike (cp_positions()).
 //
 // Attention (context_parallel_rotate_method, TorchTitan's names):
 //   allgather  all-gather K and V over cp (KV heads only under GQA; backward
@@ -38,24 +38,9 @@
 #include <vector>
 
 #include "trainer/distributed/comm.h"
+#include "trainer/model/layout.h"
 
 namespace ctitan {
-
-struct ContextParallelOptions {
-  Communicator* group = nullptr;           // the mesh's cp group; null or size 1: off
-  std::string rotate_method = "allgather";  // allgather | alltoall
-  std::string load_balancer = "headtail";   // headtail | none | ptrr
-  // ptrr: this batch's blocks of each rank (ascending block indices), set
-  // by the caller per batch (ptrr_assignment) before the forward.
-  std::vector<std::vector<int64_t>> ptrr_blocks;
-  bool on() const { return group != nullptr && group->size() > 1; }
-  // Positions (int64 [seq_len / cp]) of rank `rank`'s tokens, in the order
-  // the rank holds them: cp_positions, or the rank's ptrr blocks.
-  at::Tensor positions(int64_t rank, int64_t seq_len) const;
-  int64_t size() const { return on() ? group->size() : 1; }
-  int64_t rank() const { return on() ? group->rank() : 0; }
-  std::string describe() const;  // "CP 2 (allgather, headtail)"
-};
 
 // InputError, one line, for an unknown rotate method or balancer, or a
 // seq_len the chunks of `cp` ranks do not divide (2·cp with headtail, cp

@@ -37,9 +37,9 @@
 #include <string>
 #include <vector>
 
-#include "trainer/checkpoint/checkpoint.h"
 #include "trainer/distributed/flight_recorder.h"
 #include "trainer/distributed/mesh.h"
+#include "trainer/model/tensor_piece.h"
 #include "trainer/model/transformer.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/parallel/unit_hooks.h"

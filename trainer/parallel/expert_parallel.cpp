@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "common/errors.h"
-#include "trainer/parallel/tensor_parallel.h"
+#include "trainer/parallel/exposed_comm.h"
 
 namespace ctitan {
 namespace {

@@ -13,7 +13,7 @@
 // Combine undoes 3 and 2. Both are differentiable: the backward of an
 // all_to_all_v is the transposed exchange (the splits swapped). The time
 // blocked in them counts in wait_exposed's per-group ledger
-// (tensor_parallel.h).
+// (exposed_comm.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,28 +21,11 @@
 #include <vector>
 
 #include "trainer/distributed/comm.h"
+#include "trainer/model/layout.h"
 #include "trainer/model/model_args.h"
 #include "trainer/model/param_spec.h"
 
 namespace ctitan {
-
-// How a model part's routed experts are laid out (TorchTitan v0.2.2's
-// ExpertParallel / ExpertTensorParallel): rank p of the ep group holds
-// experts [p·E/ep, (p+1)·E/ep) of every MoE layer (Shard(0) over "ep").
-// With expert_tensor_parallel_degree 1 the ep group spans tp (each tp rank
-// routes its sequence part and owns other experts); with etp = tp the ep
-// group leaves tp out and every tp rank holds a slice of each local
-// expert's hidden dimension (w1, w3 Shard(1), w2 Shard(2) over tp): the
-// tokens are gathered over tp, dispatched over ep, and the experts' partial
-// sums reduced over tp. The router and the shared experts keep the
-// block's layout.
-struct ExpertParallelOptions {
-  Communicator* group = nullptr;  // the mesh's "ep" group; null or size 1: experts whole on every rank
-  bool etp = false;               // expert_tensor_parallel_degree = tp > 1
-  int64_t size() const { return group ? group->size() : 1; }
-  int64_t rank() const { return group ? group->rank() : 0; }
-  bool on() const { return size() > 1; }
-};
 
 // InputError (one line: the numbers and what to do) unless `args` runs
 // under expert parallelism ep with expert TP (etp: experts over tp) in a

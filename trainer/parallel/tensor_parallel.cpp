@@ -5,12 +5,10 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
-#include <chrono>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "common/errors.h"
+#include "trainer/parallel/exposed_comm.h"
 
 namespace ctitan {
 namespace {
@@ -27,21 +25,9 @@ Communicator& comm(AutogradContext* ctx) {
   return *reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["tp"].toInt()));
 }
 
-// Time blocked in each tp group's collectives: the exposed TP communication.
-std::mutex g_exposed_mutex;
-std::unordered_map<const Communicator*, double> g_exposed_s;
-
-void timed_wait(const WorkPtr& w, Communicator& tp) {
-  const auto t0 = std::chrono::steady_clock::now();
-  w->wait();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::lock_guard<std::mutex> lock(g_exposed_mutex);
-  g_exposed_s[&tp] += s;
-}
-
 at::Tensor all_reduced(const at::Tensor& x, Communicator& tp) {
   at::Tensor t = x.contiguous().clone();
-  timed_wait(tp.all_reduce(t), tp);
+  wait_exposed(tp.all_reduce(t), tp);
   return t;
 }
 
@@ -49,7 +35,7 @@ at::Tensor all_reduced(const at::Tensor& x, Communicator& tp) {
 at::Tensor gathered(const at::Tensor& x, Communicator& tp, int64_t dim) {
   const at::Tensor in = x.contiguous();
   at::Tensor out = at::empty({tp.size() * in.numel()}, in.options());
-  timed_wait(tp.all_gather(out, in), tp);
+  wait_exposed(tp.all_gather(out, in), tp);
   std::vector<int64_t> shape{tp.size()};
   shape.insert(shape.end(), in.sizes().begin(), in.sizes().end());
   std::vector<at::Tensor> parts = out.view(shape).unbind(0);
@@ -63,7 +49,7 @@ at::Tensor scattered(const at::Tensor& x, Communicator& tp, int64_t dim) {
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape[static_cast<size_t>(dim)] /= tp.size();
   at::Tensor out = at::empty(shape, x.options());
-  timed_wait(tp.reduce_scatter(out, in), tp);
+  wait_exposed(tp.reduce_scatter(out, in), tp);
   return out;
 }
 
@@ -128,7 +114,7 @@ class VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallel
     const auto acc = logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
     const at::Tensor x = logits.to(acc);
     at::Tensor m = std::get<0>(x.max(1)).contiguous();
-    timed_wait(tp->all_reduce(m, ReduceOp::kMax), *tp);
+    wait_exposed(tp->all_reduce(m, ReduceOp::kMax), *tp);
     const at::Tensor z = x - m.unsqueeze(1);
     const at::Tensor local = labels - start;
     const at::Tensor inside = local.ge(0).logical_and(local.lt(V));
@@ -137,7 +123,7 @@ class VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallel
     at::Tensor sums = at::empty({2, N}, x.options());
     sums[0].copy_(z.exp().sum(1));
     sums[1].copy_(z.gather(1, local.clamp(0, V - 1).unsqueeze(1)).squeeze(1) * inside.to(acc));
-    timed_wait(tp->all_reduce(sums), *tp);
+    wait_exposed(tp->all_reduce(sums), *tp);
     const at::Tensor log_sum = sums[0].log();
     ctx->save_for_backward({logits, labels, m + log_sum});
     return (log_sum - sums[1]).mean();
@@ -199,7 +185,7 @@ class AsyncGatherLinear : public torch::autograd::Function<AsyncGatherLinear> {
     issue(0);
     for (size_t k = 0; k < ps.size(); ++k) {
       if (k + 1 < ps.size()) issue(k + 1);  // in flight during this piece's GEMM
-      timed_wait(work[k], *tp);
+      wait_exposed(work[k], *tp);
       piece_of_whole(x_whole, T, ps[k]).copy_(got[k]);
       piece_of_whole(y, T, ps[k]).copy_(gemm_linear(got[k], w));
       got[k] = at::Tensor();
@@ -222,7 +208,7 @@ class AsyncGatherLinear : public torch::autograd::Function<AsyncGatherLinear> {
       work[k] = tp.reduce_scatter(out[k], dx);
     }
     const at::Tensor dw = gemm_mm(gy.flatten(0, 1).t(), x_whole.flatten(0, 1));
-    for (auto& wk : work) timed_wait(wk, tp);
+    for (auto& wk : work) wait_exposed(wk, tp);
     return {at::cat(out, 1), dw, at::Tensor(), at::Tensor()};
   }
 };
@@ -246,7 +232,7 @@ class AsyncLinearScatter : public torch::autograd::Function<AsyncLinearScatter> 
       out[k] = at::empty({B, ps[k].second, w.size(0)}, partial.options());
       work[k] = tp->reduce_scatter(out[k], partial);
     }
-    for (auto& wk : work) timed_wait(wk, *tp);
+    for (auto& wk : work) wait_exposed(wk, *tp);
     ctx->save_for_backward({xc, w});
     return at::cat(out, 1);
   }
@@ -269,7 +255,7 @@ class AsyncLinearScatter : public torch::autograd::Function<AsyncLinearScatter> 
     issue(0);
     for (size_t k = 0; k < ps.size(); ++k) {
       if (k + 1 < ps.size()) issue(k + 1);
-      timed_wait(work[k], tp);
+      wait_exposed(work[k], tp);
       piece_of_whole(g_whole, T, ps[k]).copy_(got[k]);
       piece_of_whole(dx, T, ps[k]).copy_(gemm_matmul(got[k], w));
       got[k] = at::Tensor();
@@ -331,8 +317,6 @@ at::Tensor scatter_to_sp(const at::Tensor& x, Communicator& tp, int64_t dim) {
   return tp.size() == 1 ? x : ScatterToSp::apply(x, &tp, wrap(dim, x));
 }
 
-void wait_exposed(const WorkPtr& w, Communicator& g) { timed_wait(w, g); }
-
 at::Tensor gather_from_tp(const at::Tensor& x, Communicator& tp, int64_t dim) {
   return tp.size() == 1 ? x : Gather::apply(x, &tp, wrap(dim, x), false);
 }
@@ -366,24 +350,6 @@ at::Tensor async_gather_linear(const at::Tensor& x_shard, const at::Tensor& w_sh
 at::Tensor async_linear_scatter(const at::Tensor& x, const at::Tensor& w_shard, Communicator& tp, int64_t chunks) {
   if (tp.size() == 1) return gemm_linear(x, w_shard);
   return AsyncLinearScatter::apply(x, w_shard, &tp, chunks);
-}
-
-double take_tp_exposed_seconds(const Communicator& tp) {
-  std::lock_guard<std::mutex> lock(g_exposed_mutex);
-  const auto it = g_exposed_s.find(&tp);
-  if (it == g_exposed_s.end()) return 0;
-  const double s = it->second;
-  it->second = 0;
-  return s;
-}
-
-std::string TensorParallelOptions::describe() const {
-  if (!on()) return "no tensor parallelism";
-  std::string s = "TP " + std::to_string(size()) + " (";
-  s += sequence_parallel ? "sequence parallel" : "no sequence parallel";
-  s += loss_parallel ? ", loss parallel" : ", logits gathered for the loss";
-  if (async) s += ", async";
-  return s + ")";
 }
 
 at::Tensor column_parallel_linear(const at::Tensor& x, const at::Tensor& w_shard, Communicator& tp,

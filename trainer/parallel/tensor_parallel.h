@@ -24,36 +24,14 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "trainer/distributed/comm.h"
+#include "trainer/model/layout.h"
 #include "trainer/model/model_args.h"
 #include "trainer/model/param_spec.h"
 
 namespace ctitan {
-
-// How a model part runs under tensor parallelism (parallelism.* keys).
-struct TensorParallelOptions {
-  Communicator* group = nullptr;  // the mesh's tp group; null or size 1: no TP
-  // Activations between the blocks (and the norms' inputs) sharded along
-  // the sequence: all-gather before the column-wise GEMMs, reduce-scatter
-  // after the row-wise ones. TorchTitan's plan always does this
-  // (parallelism.enable_sequence_parallel, a ctitan key, turns it off to
-  // measure what it saves).
-  bool sequence_parallel = true;
-  // The loss over vocab-sharded logits, never gathered
-  // (parallelism.disable_loss_parallel turns it off).
-  bool loss_parallel = true;
-  // parallelism.enable_async_tensor_parallel: the all-gather + GEMM and
-  // GEMM + reduce-scatter pairs run micro-pipelined (async_* below). Needs
-  // sequence parallelism (the pattern it decomposes).
-  bool async = false;
-  int64_t size() const { return group ? group->size() : 1; }
-  int64_t rank() const { return group ? group->rank() : 0; }
-  bool on() const { return size() > 1; }
-  std::string describe() const;  // "TP 2 (sequence parallel, loss parallel, async)"
-};
 
 // TorchTitan's tensor-parallel plan for Llama 3 on the placement plan, as
 // rank r of tp: tok_embeddings row-wise (vocab rows, Shard(0)); per block
@@ -103,15 +81,6 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits_shard, const at
 at::Tensor async_gather_linear(const at::Tensor& x_shard, const at::Tensor& w_shard, Communicator& tp,
                                int64_t chunks);
 at::Tensor async_linear_scatter(const at::Tensor& x, const at::Tensor& w_shard, Communicator& tp, int64_t chunks);
-
-// Waits for `w`, counting the time as exposed communication of `g` (read
-// by take_tp_exposed_seconds): for other regions over other groups, such
-// as context parallelism's ring.
-void wait_exposed(const WorkPtr& w, Communicator& g);
-
-// Seconds the calling ranks spent blocked in `tp`'s collectives issued by
-// the functions above (exposed TP communication) since the last call.
-double take_tp_exposed_seconds(const Communicator& tp);
 
 // y_shard = x · W_shardᵀ with x whole (or sequence-sharded along seq_dim when
 // sequence_parallel): the output is this rank's slice of the features.

@@ -9,11 +9,15 @@
 #include "profiling/memory.h"
 #include "profiling/trace.h"
 #include "common/errors.h"
-#include "trainer/checkpoint/hf_checkpoint.h"
-#include "trainer/model/documents.h"
+#include "trainer/kernels/documents.h"
 #include "trainer/models/registry.h"
-#include "trainer/parallel/pipeline.h"
 #include "trainer/model/weight_grad.h"
+#include "trainer/parallel/context_parallel.h"
+#include "trainer/parallel/expert_parallel.h"
+#include "trainer/parallel/exposed_comm.h"
+#include "trainer/parallel/layout_seams.h"
+#include "trainer/parallel/pipeline.h"
+#include "trainer/parallel/tensor_parallel.h"
 
 namespace ctitan {
 
@@ -485,7 +489,7 @@ CommTimes TrainModel::take_comm_times() {
   for (Communicator* g :
        {model_->tensor_parallel().group, model_->context_parallel().group, model_->expert_parallel().group}) {
     if (g == nullptr || g->size() == 1) continue;
-    const double s = take_tp_exposed_seconds(*g);
+    const double s = take_exposed_seconds(*g);
     t.exposed_by_dim[g->name()] += s;
     t.exposed_comm_s += s;
   }
@@ -547,7 +551,6 @@ std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args_in, const Ru
   args.moe.force_load_balance = cfg.debug.moe_force_load_balance;
   check_model_layout(args, ModelLayout{rt.shape.dp_replicate, rt.shape.dp_shard, rt.shape.cp, rt.shape.tp, rt.shape.pp,
                                        float8, cfg.parallelism.context_parallel_load_balancer});
-  if (cfg.checkpoint.initial_load_in_hf || cfg.checkpoint.last_save_in_hf) check_hf_checkpoint_family(args);
   // Memory by category: the model's buffers (master, gradient, compute copy)
   // are parameters until train() tags the gradient buffer.
   MemoryCategoryScope param_memory(MemoryCategory::kParameters);
@@ -593,7 +596,8 @@ std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args_in, const Ru
     ep.etp = rt.shape.etp > 1;
   }
   auto model =
-      std::make_unique<Transformer>(args, compute_dtype(cfg), max_seq_len, rt.device, parts, storage, tp, ep);
+      std::make_unique<Transformer>(args, compute_dtype(cfg), max_seq_len, rt.device, parts, storage,
+                                    parallel_layout(tp, ep));
   apply_techniques(*model, cfg, float8);
   model->set_split_backward(pp.on() && pp.schedule.splits_backward());
   ContextParallelOptions cp;

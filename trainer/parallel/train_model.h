@@ -30,7 +30,6 @@
 #include <string>
 #include <vector>
 
-#include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/job_config.h"
 #include "trainer/model/transformer.h"
 #include "trainer/optim/adamw.h"

@@ -1,4 +1,4 @@
-#include "trainer/model/documents.h"
+#include "trainer/kernels/documents.h"
 
 #include <cmath>
 #include <random>
