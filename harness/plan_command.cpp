@@ -12,6 +12,7 @@
 #include "common/limits.h"
 #include <filesystem>
 
+#include "harness/cli.h"
 #include "harness/published.h"
 #include "planner/calibrate.h"
 #include "profiling/peak_flops.h"
@@ -23,16 +24,8 @@
 namespace ctitan {
 namespace {
 
-const char* kHelp =
-    "usage: ctitan plan RECIPE.toml [--hardware NAME|FILE] [--ngpu N | --nodes N --gpus-per-node G]\n"
-    "                   [--model.dim D --model.n_layers L --model.n_heads H --model.n_kv_heads K\n"
-    "                    --model.ffn_hidden F --model.vocab_size V --model.family llama3|gpt]\n"
-    "                   [--section.key value ...] [--json]\n"
-    "       ctitan plan --calibrate RESULTS.db [--hardware NAME|FILE] [--out FILE] [--json]\n"
-    "       ctitan plan --validate recipes/published [--json]\n"
-    "       ctitan plan --profile RUN_DIR [--json]\n"
-    "       ctitan plan RECIPE.toml --hardware cpu --profile RUN_DIR [--profile FURTHER_RUN_DIR ...] ...\n"
-    "\n"
+// `ctitan plan --help`: what the figures are, then the forms and the modes.
+const char* kDescription =
     "Predicts one rank's memory (parameters, gradients and optimizer state from the trainer's own\n"
     "dry-run layout; activations per activation-checkpointing mode; logits; communication buffers;\n"
     "overhead) and step time (GEMMs and attention at shape-dependent efficiencies, element-wise\n"
@@ -47,7 +40,18 @@ const char* kHelp =
     "element-wise ops, the data-parallel all-reduce after the last micro-batch, the tied embedding's\n"
     "all-reduce between first and last stage, pipeline scatter/gather).\n"
     "The world size is --ngpu (or NGPU), else nodes x gpus-per-node, else the product of the\n"
-    "recipe's parallelism degrees, else one node of the spec. Config overrides as for `ctitan train`.\n"
+    "recipe's parallelism degrees, else one node of the spec. Config overrides as for `ctitan train`.";
+
+const char* kFooter =
+    "Forms:\n"
+    "  ctitan plan RECIPE.toml [--hardware NAME|FILE] [--ngpu N | --nodes N --gpus-per-node G]\n"
+    "              [--model.dim D --model.n_layers L --model.n_heads H --model.n_kv_heads K\n"
+    "               --model.ffn_hidden F --model.vocab_size V --model.family llama3|gpt]\n"
+    "              [--section.key value ...] [--json]\n"
+    "  ctitan plan --calibrate RESULTS.db [--hardware NAME|FILE] [--out FILE] [--json]\n"
+    "  ctitan plan --validate recipes/published [--json]\n"
+    "  ctitan plan --profile RUN_DIR [--json]\n"
+    "  ctitan plan RECIPE.toml --hardware cpu --profile RUN_DIR [--profile FURTHER_RUN_DIR ...] ...\n"
     "\n"
     "--calibrate fits the spec's efficiencies to the ok runs of a results database (default spec:\n"
     "cpu) on two thirds of them and reports the error on the held-out third; the fitted spec is\n"
@@ -68,26 +72,46 @@ const char* kHelp =
     "much ranks side by side slow each other on this machine (against the single process of their\n"
     "batch size), and fit the link (latency, bandwidth) to their step times.\n"
     "scripts/plan_validation.sh makes such a set of runs and scores the plans out of sample.\n"
-    "Communication, the pipeline schedule and memory stay the analytic model's, on that link.\n";
+    "Communication, the pipeline schedule and memory stay the analytic model's, on that link.";
 
-std::string take_value(const std::vector<std::string>& args, size_t& i) {
-  const std::string& flag = args[i];
-  if (i + 1 >= args.size()) throw InputError("ctitan plan: " + flag + " needs a value; see ctitan plan --help");
-  return args[++i];
+// The `--section.key [value]` arguments (TorchTitan's config syntax, as for
+// `ctitan train`): shape options --model.dim ... go to `model`, the other
+// keys to `config`; what remains is for CLI11.
+struct ConfigArgs {
+  std::vector<std::pair<std::string, std::string>> model;
+  std::vector<std::string> config, rest;
+};
+
+bool is_model_shape_key(const std::string& flag) {
+  return flag.rfind("--model.", 0) == 0 && flag != "--model.flavor" && flag != "--model.name" &&
+         flag != "--model.converters" && flag != "--model.n_layers" && flag.rfind("--model.moe_", 0) != 0 &&
+         flag.rfind("--model.hf_assets", 0) != 0 && flag.rfind("--model.tokenizer", 0) != 0 &&
+         flag.rfind("--model.print", 0) != 0;
 }
 
-int parse_count(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  long n = 0;
-  try {
-    n = std::stol(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
+ConfigArgs split_config_args(const std::vector<std::string>& args) {
+  ConfigArgs out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const size_t eq = a.find('=');
+    const std::string flag = a.substr(0, eq);
+    if (a.rfind("--", 0) != 0 || flag.find('.') == std::string::npos) {
+      out.rest.push_back(a);
+    } else if (is_model_shape_key(flag)) {
+      if (eq != std::string::npos) {
+        out.model.emplace_back(flag.substr(8), a.substr(eq + 1));
+      } else if (i + 1 < args.size()) {
+        out.model.emplace_back(flag.substr(8), args[++i]);
+      } else {
+        throw command_line_error("plan", a + " needs a value");
+      }
+    } else {
+      out.config.push_back(a);
+      if (eq == std::string::npos && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
+        out.config.push_back(args[++i]);
+    }
   }
-  if (used != v.size() || n < 1 || n > kMaxWorldSize)
-    throw InputError("ctitan plan: " + flag + " '" + v + "' is not a count between 1 and " +
-                     std::to_string(kMaxWorldSize));
-  return static_cast<int>(n);
+  return out;
 }
 
 // The published rows of one hardware spec as measured runs: the step time
@@ -207,66 +231,52 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
 }  // namespace
 
 int plan_command(const std::vector<std::string>& args) {
-  std::string recipe, hardware, calibrate_db, validate_path, profile_dir, out, framework = "ctitan";
-  std::vector<std::string> multi_rank_dirs;
+  std::string recipe, hardware, calibrate_db, validate_path, out, framework = "ctitan";
+  std::vector<std::string> profile_dirs;
   bool json = false;
   int ngpu = 0, nodes = 0, per_node = 0;
-  std::vector<std::pair<std::string, std::string>> model_overrides;
-  std::vector<std::string> config_args;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << kHelp;
-      return 0;
-    }
-    if (a == "--json") {
-      json = true;
-    } else if (a == "--hardware") {
-      hardware = take_value(args, i);
-    } else if (a == "--framework") {
-      framework = take_value(args, i);
-      if (framework != "ctitan" && framework != "torchtitan" && framework != "megatron")
-        throw InputError("ctitan plan --framework '" + framework + "': the planner models ctitan (the default), "
-                         "torchtitan or megatron (Megatron-LM as of Narayanan et al. 2021)");
-    } else if (a == "--calibrate") {
-      calibrate_db = take_value(args, i);
-    } else if (a == "--validate") {
-      validate_path = take_value(args, i);
-    } else if (a == "--profile") {
-      const std::string dir = take_value(args, i);
-      if (dir == profile_dir || std::find(multi_rank_dirs.begin(), multi_rank_dirs.end(), dir) != multi_rank_dirs.end())
-        throw InputError("ctitan plan: --profile " + dir + " given twice; after the single-process run, each further "
-                         "--profile is a single process at another batch size or a multi-rank run");
-      (profile_dir.empty() ? profile_dir : multi_rank_dirs.emplace_back()) = dir;
-    } else if (a == "--out") {
-      out = take_value(args, i);
-    } else if (a == "--ngpu") {
-      ngpu = parse_count(a, take_value(args, i));
-    } else if (a == "--nodes") {
-      nodes = parse_count(a, take_value(args, i));
-    } else if (a == "--gpus-per-node") {
-      per_node = parse_count(a, take_value(args, i));
-    } else if (a.rfind("--model.", 0) == 0 && a != "--model.flavor" && a != "--model.name" &&
-               a != "--model.converters" && a != "--model.n_layers" && a.rfind("--model.moe_", 0) != 0 &&
-               a.rfind("--model.hf_assets", 0) != 0 &&
-               a.rfind("--model.tokenizer", 0) != 0 && a.rfind("--model.print", 0) != 0) {
-      model_overrides.emplace_back(a.substr(8), take_value(args, i));
-    } else if (a.rfind("--", 0) == 0) {
-      config_args.push_back(a);
-      if (a.find('=') == std::string::npos && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
-        config_args.push_back(args[++i]);
-    } else if (recipe.empty()) {
-      recipe = a;
-    } else {
-      throw InputError("ctitan plan: unexpected argument '" + a + "'; one recipe at a time (see ctitan plan --help)");
-    }
-  }
+  const ConfigArgs config = split_config_args(args);
+  CLI::App app{kDescription, "ctitan plan"};
+  app.add_option("RECIPE", recipe, "a trainer TOML (its --section.key overrides as for `ctitan train`)");
+  app.add_option("--hardware", hardware, "a spec: recipes/hardware/NAME.toml or a file (default h100_sxm)")
+      ->type_name("NAME|FILE");
+  app.add_option("--ngpu", ngpu, "the world size (or NGPU)")->type_name("N")->check(integer_in(1, kMaxWorldSize));
+  app.add_option("--nodes", nodes, "nodes, with --gpus-per-node (default: the spec's)")
+      ->type_name("N")
+      ->check(integer_in(1, kMaxWorldSize));
+  app.add_option("--gpus-per-node", per_node, "GPUs per node")->type_name("G")->check(integer_in(1, kMaxWorldSize));
+  app.add_option("--framework", framework,
+                 "the training loop whose rules are planned: ctitan (the default), torchtitan or megatron "
+                 "(Megatron-LM as of Narayanan et al. 2021)")
+      ->type_name("ctitan|torchtitan|megatron")
+      ->check(one_of({"ctitan", "torchtitan", "megatron"}));
+  app.add_option("--calibrate", calibrate_db, "fit the spec to a results database, or to published tables")
+      ->type_name("RESULTS.db");
+  app.add_option("--validate", validate_path, "check the published tables against the predictions")->type_name("DIR");
+  app.add_option("--profile", profile_dirs, "a run's traces (repeatable; see below)")
+      ->type_name("RUN_DIR")
+      ->allow_extra_args(false);
+  app.add_option("--out", out, "where --calibrate writes the fitted spec")->type_name("FILE");
+  app.add_flag("--json", json, "one JSON document instead of the tables");
+  app.footer(kFooter);
+  parse_command_line(app, config.rest, "plan");
+  const std::vector<std::pair<std::string, std::string>>& model_overrides = config.model;
+  const std::vector<std::string>& config_args = config.config;
+  for (size_t i = 0; i < profile_dirs.size(); ++i)
+    if (std::find(profile_dirs.begin(), profile_dirs.begin() + static_cast<std::ptrdiff_t>(i), profile_dirs[i]) !=
+        profile_dirs.begin() + static_cast<std::ptrdiff_t>(i))
+      throw command_line_error("plan", "--profile " + profile_dirs[i] +
+                                           " given twice; after the single-process run, each further --profile is a "
+                                           "single process at another batch size or a multi-rank run");
+  const std::string profile_dir = profile_dirs.empty() ? "" : profile_dirs.front();
+  const std::vector<std::string> multi_rank_dirs(profile_dirs.begin() + (profile_dirs.empty() ? 0 : 1),
+                                                 profile_dirs.end());
   // --out replaces its file: never one this command reads (the results database above all).
   check_output_is_not_an_input(out, "plan --out", {{"--calibrate", calibrate_db}, {"--hardware", hardware}, {"recipe", recipe}});
   if (!validate_path.empty()) return validate_published(validate_path, json, std::cout);
   if (!multi_rank_dirs.empty() && recipe.empty())
-    throw InputError("ctitan plan: a second --profile (" + multi_rank_dirs.front() +
-                     ") only goes with a recipe; the op table reads one run");
+    throw command_line_error("plan", "a second --profile (" + multi_rank_dirs.front() +
+                                         ") only goes with a recipe; the op table reads one run");
   if (!profile_dir.empty() && recipe.empty()) {
     const OpCostModel m = op_costs_from_run(profile_dir);
     std::cout << (json ? op_costs_json(m).dump(2) + "\n" : render_op_costs(m));
@@ -285,7 +295,7 @@ int plan_command(const std::vector<std::string>& args) {
     o.json = json;
     return calibrate_command(o, std::cout);
   }
-  if (recipe.empty()) throw InputError("ctitan plan: give a recipe (a trainer TOML); see ctitan plan --help");
+  if (recipe.empty()) throw command_line_error("plan", "give a recipe (a trainer TOML)");
   std::vector<std::string> cargs = {"--job.config_file", recipe};
   cargs.insert(cargs.end(), config_args.begin(), config_args.end());
   PlanRequest req;
@@ -306,7 +316,11 @@ int plan_command(const std::vector<std::string>& args) {
     req.measured = std::move(m.units);
   }
   if (ngpu == 0)
-    if (const char* env = std::getenv("NGPU")) ngpu = parse_count("NGPU", env);
+    if (const char* env = std::getenv("NGPU")) {
+      if (const std::string problem = integer_problem(env, 1, kMaxWorldSize); !problem.empty())
+        throw InputError("plan: the environment's NGPU " + problem + "; unset it or give --ngpu N");
+      ngpu = std::stoi(env);
+    }
   // However it is given, the world size has one cap (common/limits.h).
   int64_t world = ngpu;
   std::string from = "--ngpu";

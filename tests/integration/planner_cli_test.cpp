@@ -73,7 +73,7 @@ TEST(PlanCli, BadInputIsOneLineExit2) {
   expect_one_line_exit2(run_ctitan({"plan", "--calibrate", "/nonexistent/x.db"}), "/nonexistent/x.db");
   // Issue 33, item 6: one world-size cap however the size is given.
   expect_one_line_exit2(run_ctitan({"plan", src("recipes/llama3_8b.toml"), "--ngpu", "1000000"}),
-                        "'1000000' is not a count between 1 and 65536");
+                        "plan: --ngpu: must be an integer in 1..65536, got '1000000'");
   expect_one_line_exit2(run_ctitan({"plan", src("recipes/llama3_8b.toml"), "--nodes", "65536", "--gpus-per-node", "8"}),
                         "the world size (--nodes x --gpus-per-node) is more than 65536 ranks");
   expect_one_line_exit2(run_ctitan({"plan", src("recipes/llama3_8b.toml"), "--parallelism.data_parallel_shard_degree",
