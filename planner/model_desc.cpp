@@ -4,27 +4,43 @@
 #include <stdexcept>
 
 #include "common/errors.h"
+#include "planner/megatron_gpt.h"
+#include "trainer/model/transformer.h"
 #include "trainer/models/registry.h"
+#include "trainer/parallel/tensor_parallel.h"
 
 namespace ctitan {
 
 int64_t ModelDesc::embedding_params() const { return vocab_size * dim; }
 
 int64_t ModelDesc::params() const {
-  const int64_t D = dim, q = n_heads * head_dim();
-  if (family == "gpt") {
-    // GPT-2/3 block: fused qkv and output projection with biases, a 4·D
-    // (or ffn_hidden) MLP with biases, two LayerNorms (weight and bias).
-    const int64_t attention = D * (q + 2 * kv_dim()) + (q + 2 * kv_dim()) + q * D + D;
-    const int64_t mlp = 2 * D * ffn_hidden + ffn_hidden + D;
-    const int64_t block = attention + mlp + 4 * D;
-    return embedding_params() + max_positions * D + n_layers * block + 2 * D + vocab_size * D;
-  }
-  return count_params(trainer_args()).total;
+  if (trainer_builds()) return count_params(trainer_args()).total;
+  int64_t total = 0;
+  for (const ParamSpec& s : megatron_gpt_param_specs(*this, true, 0, n_layers, true)) total += s.numel;
+  return total;
+}
+
+std::vector<ParamSpec> ModelDesc::block_param_specs(bool moe_layer) const {
+  if (!trainer_builds()) return megatron_gpt_param_specs(*this, false, 0, 1, false);
+  // Layer 0 of args whose first layer is of the asked kind (a model of MoE
+  // layers only still has a dense block's costs: the unit the planner
+  // prices whatever the layers are).
+  ModelArgs args = trainer_args();
+  if (moe_layer) args.n_dense_layers = 0;
+  else args.moe.num_experts = 0;
+  ModelPart block;
+  block.embedding = block.head = false;
+  block.n_layers = 1;
+  return model_param_specs(args, block);
+}
+
+std::vector<ParamSpec> ModelDesc::tensor_parallel_plan(std::vector<ParamSpec> specs, int64_t tp, int64_t r) const {
+  return trainer_builds() ? ctitan::tensor_parallel_plan(std::move(specs), tp, r)
+                          : megatron_gpt_tensor_parallel_plan(std::move(specs), tp, r);
 }
 
 double ModelDesc::flops_per_token(int64_t seq_len) const {
-  if (family != "gpt") return ctitan::flops_per_token(trainer_args(), seq_len);
+  if (trainer_builds()) return ctitan::flops_per_token(trainer_args(), seq_len);
   // Position embeddings are lookups, like the token embedding: neither is a matmul.
   const double matmul_params = static_cast<double>(params() - embedding_params() - max_positions * dim);
   return 6.0 * matmul_params + 12.0 * static_cast<double>(n_layers * n_heads * head_dim()) * static_cast<double>(seq_len);
@@ -77,7 +93,7 @@ double megatron_flops_per_token(const ModelDesc& m, int64_t seq_len) {
 }
 
 void override_model(ModelDesc& m, const std::string& key, const std::string& value) {
-  if (m.family != "llama3" && m.family != "gpt")
+  if (m.family != "llama3" && m.trainer_builds())
     throw InputError("--model." + key + ": the planner's shape options describe dense Llama-style (or gpt) models; " +
                      m.family + " is described by its flavors and model keys (model.flavor, model.n_layers, "
                      "model.moe_num_experts, model.moe_top_k)");
@@ -85,11 +101,14 @@ void override_model(ModelDesc& m, const std::string& key, const std::string& val
   if (key == "family") {
     if (value != "llama3" && value != "gpt")
       throw InputError("--model.family '" + value + "' is unknown; use llama3 (SwiGLU, RoPE) or gpt (4·D MLP, learned positions)");
-    if (value == "gpt" && m.family != "gpt") {
+    const bool gpt = value == "gpt";
+    if (gpt && m.trainer_builds()) {
       m.ffn_hidden = 4 * m.dim;
       m.n_kv_heads = m.n_heads;
       if (m.max_positions == 0) m.max_positions = 2048;
     }
+    m.gated_mlp = !gpt;
+    m.layer_norm = gpt;
     m.family = value;
     m.name = "custom " + value;
     return;
@@ -120,8 +139,8 @@ void override_model(ModelDesc& m, const std::string& key, const std::string& val
   *field = v;
   // A new width keeps the flavor's MLP ratio unless ffn_hidden is given too
   // (later on the command line, which wins).
-  if (dim_changed) m.ffn_hidden = m.family == "gpt" ? 4 * v : ((8 * v / 3 + 255) / 256) * 256;
-  if (key == "n_heads" && m.family == "gpt") m.n_kv_heads = v;
+  if (dim_changed) m.ffn_hidden = m.gated_mlp ? ((8 * v / 3 + 255) / 256) * 256 : 4 * v;
+  if (key == "n_heads" && !m.trainer_builds()) m.n_kv_heads = v;  // Megatron's GPT: multi-head attention
   if (m.name.rfind("custom", 0) != 0) m.name = "custom " + m.family;
 }
 
@@ -138,7 +157,7 @@ std::string describe(const ModelDesc& m) {
   std::snprintf(buf, sizeof buf, "%.2f B", static_cast<double>(m.params()) / 1e9);
   std::string out = m.name + ": dim " + std::to_string(m.dim) + ", " + std::to_string(m.n_layers) + " layers, " +
                     std::to_string(m.n_heads) + " heads (" + std::to_string(m.n_kv_heads) + " kv), ffn " +
-                    std::to_string(m.ffn_hidden) + (m.gated_mlp() ? " (SwiGLU)" : " (GELU, learned positions)") +
+                    std::to_string(m.ffn_hidden) + (m.gated_mlp ? " (SwiGLU)" : " (GELU, learned positions)") +
                     ", vocab " + std::to_string(m.vocab_size) + ", ";
   out += buf;
   out += " parameters";

@@ -2,31 +2,42 @@
 // of the registry (trainer/models/registry.h: llama3, qwen3 with its MoE flavors,
 // deepseek_v3 with multi-head latent attention and shared experts) through
 // its flavors and the MoE keys, and --model.dim/n_layers/n_heads/
-// n_kv_heads/ffn_hidden/vocab_size for any other dense Llama-style shape;
-// `gpt` is the GPT-2/3 block (4·D MLP without gate, learned positions,
-// untied head) for checking other trainers' published results.
+// n_kv_heads/ffn_hidden/vocab_size for any other dense Llama-style shape.
+// A block the trainer does not build is described by its structure
+// (gated_mlp, layer_norm, max_positions below): Megatron-LM's GPT-2/3
+// block (4·D GELU MLP, LayerNorms and biases, learned positions, untied
+// head; `--model.family gpt`) for checking other trainers' published
+// results. Either way the planner reads a block's parameters as ParamSpecs
+// and TP's placement plan over them (block_param_specs,
+// tensor_parallel_plan), never a family's name.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "trainer/config/job_config.h"
-
 #include "trainer/model/model_args.h"
+#include "trainer/model/param_spec.h"
 
 namespace ctitan {
 
 struct ModelDesc {
   std::string name;          // "llama3 8B", "custom"
-  std::string family = "llama3";  // a registry family, or "gpt"
+  std::string family = "llama3";  // a registry family, or "gpt" (its name in tables and on the command line)
   int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, ffn_hidden = 0, vocab_size = 0;
-  int64_t max_positions = 0;  // gpt: learned position embeddings (0: rope)
+  // The block's structure; the trainer builds RMSNorm, SwiGLU, RoPE blocks.
+  bool gated_mlp = true;      // SwiGLU (w1, w3, w2); false: a GELU MLP (fc1, fc2)
+  bool layer_norm = false;    // LayerNorms with biases and biased Linears (GPT-2/3); false: RMSNorm, no biases
+  int64_t max_positions = 0;  // learned position embeddings of a GPT block (0: none)
   // The registry's args for a flavor (MoE, MLA, QK-norm, tying); a custom
   // llama3 shape builds them from the fields above (trainer_args()).
   std::optional<ModelArgs> flavor_args;
 
-  bool gated_mlp() const { return family != "gpt"; }
+  // Whether ctitan's trainer builds this block (then trainer_args() is its
+  // model); otherwise it is Megatron-Core's GPT block (planner/megatron_gpt.h).
+  bool trainer_builds() const { return gated_mlp && !layer_norm; }
   int64_t head_dim() const { return dim / n_heads; }
   int64_t kv_dim() const { return n_kv_heads * head_dim(); }
   // Parameters: total and the token embedding (TorchTitan's exclusion).
@@ -36,8 +47,14 @@ struct ModelDesc {
   // active parameters of an MoE model and MLA's own head dims (the
   // trainer's flops_per_token).
   double flops_per_token(int64_t seq_len) const;
-  // The ModelArgs the trainer builds (not for gpt).
+  // The ModelArgs the trainer builds (trainer_builds() only).
   ModelArgs trainer_args() const;
+  // One block's whole parameters, in forward order (the trainer's
+  // model_param_specs of a dense or an MoE layer, or Megatron's GPT block),
+  // and TP's placement plan over them as rank r of tp (the trainer's
+  // tensor_parallel_plan, or Megatron's).
+  std::vector<ParamSpec> block_param_specs(bool moe_layer) const;
+  std::vector<ParamSpec> tensor_parallel_plan(std::vector<ParamSpec> specs, int64_t tp, int64_t r) const;
 };
 
 // The FLOPs per token Megatron-LM counts (Narayanan et al. 2021, Eq. 3:

@@ -136,7 +136,7 @@ Batch batch_of(const JobConfig& cfg, const MeshShape& shape) {
 }
 
 ModelArgs model_args_of(const ModelDesc& model) {
-  if (model.family == "gpt") return ModelArgs{};  // no trainer model (default arguments: dense, causal)
+  if (!model.trainer_builds()) return ModelArgs{};  // no trainer model (default arguments: dense, causal)
   return model.trainer_args();
 }
 

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "planner/block_gemms.h"
+
 namespace ctitan::planner_detail {
 namespace {
 
@@ -19,22 +21,11 @@ double gemm_s(const Env& env, double M, double N, double K, bool fp8) {
   return flops / (env.peak_flops * env.hw.eff.gemm * saturation);
 }
 
-// One block's GEMM: an out_features x in_features weight over M = T tokens
-// (x m_mult), `groups` equal grouped-GEMM problems (routed experts), `fp8`
-// where Float8 applies.
-struct BlockGemm {
-  double out_features, in_features;
-  bool row = false;
-  bool fp8 = true;
-  double m_mult = 1;
-  double groups = 1;
-};
-
-// The block's shapes: attention (grouped-query, or DeepSeek-V3's
-// multi-head latent attention with its low-rank projections) and the FFN
-// (dense SwiGLU, or an MoE layer: router, top_k of E routed experts as one
-// grouped GEMM per projection, shared experts), split by TP as ctitan
-// splits them (MoE layers and MLA's low-rank projections replicated).
+// The block's shapes: its GEMMs (planner/block_gemms.h: from the
+// parameters and TP's placements), attention (grouped-query, or
+// DeepSeek-V3's multi-head latent attention) and the element-wise traffic
+// around them (a dense FFN, SwiGLU or GELU, or an MoE layer's routed and
+// shared experts).
 struct BlockShape {
   std::vector<BlockGemm> gemms;
   double heads = 0, qk_dim = 0,
@@ -44,90 +35,50 @@ struct BlockShape {
   double ffn_io = 0;   // of the FFN part
 };
 
-// GPT (qkv, proj, fc, fc2): no trainer model.
-BlockShape gpt_block_shape(const ModelDesc& model, double tp) {
-  const double D = static_cast<double>(model.dim), H = static_cast<double>(model.n_heads);
-  const double K = static_cast<double>(model.n_kv_heads), Dh = static_cast<double>(model.head_dim());
-  const double F = static_cast<double>(model.ffn_hidden);
-  BlockShape block;
-  block.heads = H / tp;
-  block.gemms = {{(H + 2 * K) * Dh / tp, D}, {D, H * Dh / tp, true}, {F / tp, D}, {D, F / tp, true}};
-  block.qk_dim = block.v_dim = Dh;
-  block.kv_cp = 2 * K * Dh / tp;
-  block.attn_io = (4 * H + 6 * K) * Dh / tp;
-  block.ffn_io = 2 * F / tp;
-  return block;
-}
-
-// The attention half of a trainer block: MLA's projections (q through its
-// low-rank latent where it has one, the KV latent, their up-projections,
-// wo), or GQA's wq, wk, wv, wo.
-void add_attention_shape(BlockShape& block, const ModelArgs& args, double D, double H, double K, double tp) {
+// Attention's head dims and traffic: MLA's (q through its low-rank latent
+// where it has one, the KV latent, their up-projections) or GQA's.
+void add_attention_traffic(BlockShape& block, const ModelDesc& model, const ModelArgs& args, double tp) {
+  const double H = static_cast<double>(model.n_heads), K = static_cast<double>(model.n_kv_heads);
   if (args.is_mla()) {
     const MlaArgs& mla = args.mla;
     const double qk_dim = static_cast<double>(mla.qk_nope_head_dim + mla.qk_rope_head_dim);
     const double v_dim = static_cast<double>(mla.v_head_dim);
     const double kv_a_dim = static_cast<double>(mla.kv_lora_rank + mla.qk_rope_head_dim);
-    const double kv_rank = static_cast<double>(mla.kv_lora_rank);
-    if (mla.q_lora_rank > 0) {
-      const double q_rank = static_cast<double>(mla.q_lora_rank);
-      block.gemms.push_back({q_rank, D, false, false});
-      block.gemms.push_back({H * qk_dim / tp, q_rank});
-    } else {
-      block.gemms.push_back({H * qk_dim / tp, D});
-    }
-    block.gemms.push_back({kv_a_dim, D, false, false});
-    block.gemms.push_back({H * (qk_dim - mla.qk_rope_head_dim + v_dim) / tp, kv_rank});
-    block.gemms.push_back({D, H * v_dim / tp, true});
     block.qk_dim = qk_dim;
     block.v_dim = v_dim;
     block.kv_cp = H * (qk_dim + v_dim) / tp;
     block.attn_io = H * (4 * qk_dim + 3 * v_dim) / tp + 2 * (kv_a_dim + static_cast<double>(mla.q_lora_rank));
   } else {
-    const double Dh = static_cast<double>(args.head_dim());
-    block.gemms = {{H * Dh / tp, D}, {K * Dh / tp, D}, {K * Dh / tp, D}, {D, H * Dh / tp, true}};
+    const double Dh = static_cast<double>(model.trainer_builds() ? args.head_dim() : model.head_dim());
     block.qk_dim = block.v_dim = Dh;
     block.kv_cp = 2 * K * Dh / tp;
     block.attn_io = (4 * H + 6 * K) * Dh / tp;
   }
 }
 
-// The FFN half: an MoE layer's router, routed experts (grouped) and shared
-// experts, or the dense SwiGLU's w1, w3, w2.
-void add_ffn_shape(BlockShape& block, const ModelArgs& args, double D, double F, double tp, bool moe_layer) {
+// The FFN's traffic: an MoE layer's SwiGLU over the routed and shared
+// hidden states and its tokens permuted to their experts and combined back
+// (k copies of D each way), or the dense FFN's SwiGLU (GELU) product.
+void add_ffn_traffic(BlockShape& block, const ModelDesc& model, const ModelArgs& args, double tp, bool moe_layer) {
   if (moe_layer) {
     const MoeArgs& moe = args.moe;
-    const double experts = static_cast<double>(moe.num_experts), top_k = static_cast<double>(moe.top_k);
-    const double expert_hidden = static_cast<double>(moe.hidden_dim);
+    const double top_k = static_cast<double>(moe.top_k), expert_hidden = static_cast<double>(moe.hidden_dim);
     const double shared_hidden = static_cast<double>(moe.num_shared_experts) * expert_hidden;
-    // Each expert sees T·k/E tokens on average (a balanced load).
-    block.gemms.push_back({experts, D, false, false});
-    for (int i = 0; i < 3; ++i)
-      block.gemms.push_back(
-          {i < 2 ? expert_hidden : D, i < 2 ? D : expert_hidden, i == 2, false, top_k / experts, experts});
-    if (shared_hidden > 0)
-      for (int i = 0; i < 3; ++i)
-        block.gemms.push_back({i < 2 ? shared_hidden : D, i < 2 ? D : shared_hidden, i == 2, false});
-    // SwiGLU over the routed and shared hidden states; the tokens permuted
-    // to their experts and combined back (k copies of D each way).
-    block.ffn_io = 3 * (top_k * expert_hidden + shared_hidden) + 4 * top_k * D;
+    block.ffn_io = 3 * (top_k * expert_hidden + shared_hidden) + 4 * top_k * static_cast<double>(model.dim);
   } else {
-    for (int i = 0; i < 3; ++i) block.gemms.push_back({i < 2 ? F / tp : D, i < 2 ? D : F / tp, i == 2});
-    block.ffn_io = 3 * F / tp;
+    block.ffn_io = (model.gated_mlp ? 3 : 2) * static_cast<double>(model.ffn_hidden) / tp;
   }
 }
 
 BlockShape block_shape(const Env& env, bool moe_layer) {
   const ModelDesc& model = env.model;
   const double tp = static_cast<double>(env.shape.tp);
-  if (model.family == "gpt") return gpt_block_shape(model, tp);
-  const ModelArgs args = model.trainer_args();
-  const double D = static_cast<double>(model.dim), H = static_cast<double>(model.n_heads);
-  const double K = static_cast<double>(model.n_kv_heads), F = static_cast<double>(model.ffn_hidden);
+  const ModelArgs args = model.trainer_builds() ? model.trainer_args() : ModelArgs{};
   BlockShape block;
-  block.heads = H / tp;
-  add_attention_shape(block, args, D, H, K, tp);
-  add_ffn_shape(block, args, D, F, tp, moe_layer);
+  block.gemms = block_gemms(model, moe_layer, env.shape.tp);
+  block.heads = static_cast<double>(model.n_heads) / tp;
+  add_attention_traffic(block, model, args, tp);
+  add_ffn_traffic(block, model, args, tp, moe_layer);
   return block;
 }
 
@@ -138,14 +89,14 @@ BlockShape block_shape(const Env& env, bool moe_layer) {
 void add_gemm_costs(UnitCost& cost, const Env& env, const std::vector<BlockGemm>& gemms, double T) {
   const bool rowwise = env.float8 && env.cfg.float8.recipe_name.rfind("rowwise", 0) == 0;
   for (const BlockGemm& gemm : gemms) {
-    const bool fp8 = env.float8 && gemm.fp8;
+    const bool fp8 = env.float8 && gemm.fp8();
     const double M = T * gemm.m_mult;
     const double forward = gemm.groups * gemm_s(env, M, gemm.out_features, gemm.in_features, fp8);
     cost.gemm_f += forward;
     // Input and weight gradients: the same FLOPs and shapes as the forward.
     cost.gemm_b += fp8 && rowwise ? forward + gemm.groups * gemm_s(env, M, gemm.out_features, gemm.in_features, false)
                                   : 2 * forward;
-    if (gemm.row) cost.row_gemm_f += forward;
+    if (gemm.output_projection) cost.row_gemm_f += forward;
     if (fp8) {
       // Scaling: amax, scale and cast of the input and weight in forward
       // (read 2, write 1, read again for amax), of the output gradient in
@@ -202,7 +153,7 @@ UnitCost block_cost(const Env& env, double T, bool moe_layer) {
   // scatter, the bias) and its grouped GEMMs' launches.
   const double moe_kernels = moe_layer ? 12 : 0;
   double fp8_gemms = 0;
-  for (const BlockGemm& gemm : block.gemms) fp8_gemms += gemm.fp8 ? 1 : 0;
+  for (const BlockGemm& gemm : block.gemms) fp8_gemms += gemm.fp8() ? 1 : 0;
   cost.kernels_f = (kernels + moe_kernels + (env.float8 ? (env.compiled ? 2 : 6) * fp8_gemms : 0)) *
                    env.hw.eff.kernel_overhead_s * env.overhead_mult;
   if (env.shape.tp > 1 && env.cfg.parallelism.enable_async_tensor_parallel && !env.float8)  // each TP GEMM in tp chunks

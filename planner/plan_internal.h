@@ -55,7 +55,8 @@ struct Layout {
 };
 
 // The trainer's layout: parallelize_model on the meta device for the first
-// rank of every pipeline coordinate (llama3 family); derived for gpt.
+// rank of every pipeline coordinate (a model the trainer builds); derived
+// from the parameter count for Megatron's GPT.
 // Throws InputError for a layout the trainer refuses.
 Layout plan_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape);
 

@@ -97,7 +97,7 @@ Layout derived_layout(const ModelDesc& m, const MeshShape& shape) {
 Layout build_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape);
 
 Layout plan_layout(const ModelDesc& m, const JobConfig& cfg, const MeshShape& shape) {
-  if (m.family == "gpt") return derived_layout(m, shape);
+  if (!m.trainer_builds()) return derived_layout(m, shape);
   // The layout depends on the model, the config and the mesh only: built
   // once per process for each (calibration predicts the same runs often).
   static std::map<std::string, Layout> cache;

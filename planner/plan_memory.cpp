@@ -17,10 +17,10 @@
 namespace ctitan::planner_detail {
 namespace {
 
-ModelArgs args_of(const ModelDesc& model) { return model.family == "gpt" ? ModelArgs{} : model.trainer_args(); }
+ModelArgs args_of(const ModelDesc& model) { return model.trainer_builds() ? model.trainer_args() : ModelArgs{}; }
 
 double head_dim_of(const ModelDesc& model, const ModelArgs& args) {
-  return static_cast<double>(model.family == "gpt" ? model.head_dim() : args.head_dim());
+  return static_cast<double>(model.trainer_builds() ? args.head_dim() : model.head_dim());
 }
 
 // Bytes per token of one block on this rank, per activation-checkpointing
@@ -73,7 +73,7 @@ BlockActivations block_activations(const ModelDesc& model, const JobConfig& cfg,
   const double gemm_inputs = 2 * D * gemm_in + (out_width + F + latent) * gemm_in;
   const double qkv = 2 * (qkv_width + latent) * elem;
   const double attn = out_width * elem + H / tp * 4;
-  const double mlp = (model.gated_mlp() ? 3 : 2) * F * elem;
+  const double mlp = (model.gated_mlp ? 3 : 2) * F * elem;
   BlockActivations sizes;
   sizes.ffn_width = F;
   sizes.full_block = (norm_io + gemm_inputs + qkv + attn + mlp) * hw.eff.activation_factor;
