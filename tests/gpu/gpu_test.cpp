@@ -274,8 +274,9 @@ TEST(GpuFusedOptimizer, TheStepWritesTheComputeCopyTheForwardReads) {
   const auto labels = torch::randint(0, args.vocab_size, {2, 64}, torch::kLong).to(cuda);
   std::vector<at::Tensor> masters;
   for (bool fused : {true, false}) {
-    Transformer m(args, torch::kBFloat16, 64, cuda);
-    m.set_compile(true, true);
+    ModelTechniques techniques;
+    techniques.compile_model = techniques.compile_loss = true;
+    Transformer m(args, torch::kBFloat16, 64, cuda, ModelPart{}, ParamStore::Storage::kFlat, {}, techniques);
     m.init_weights(7);
     AdamW opt(m.store().flat_params(), m.store().flat_grads(), AdamWOptions{});
     const at::Tensor init = m.store().flat_params().clone();

@@ -15,9 +15,10 @@ namespace {
 at::Tensor grads_with(const std::string& mode, const std::string& option, at::ScalarType dtype,
                       const std::string& flavor = "tiny") {
   const auto args = llama3_flavor(flavor);
-  Transformer model(args, dtype, 16);
+  ModelTechniques techniques;
+  techniques.activation_checkpointing = ActivationCheckpointPolicy::parse(mode, option);
+  Transformer model(args, dtype, 16, c10::Device(c10::kCPU), ModelPart{}, ParamStore::Storage::kFlat, {}, techniques);
   model.init_weights(21);
-  model.set_activation_checkpointing(ActivationCheckpointPolicy::parse(mode, option));
   torch::manual_seed(4);
   auto tokens = torch::randint(0, args.vocab_size, {3, 16}, torch::kLong);
   auto labels = torch::randint(0, args.vocab_size, {3, 16}, torch::kLong);
@@ -52,10 +53,12 @@ TEST(ActivationCheckpoint, GradientsAreBitIdenticalInBf16) {
 TEST(ActivationCheckpoint, FullCheckpointingLowersPeakMemory) {
   install_accounting_allocator();
   auto peak_of = [](const std::string& mode) {
-    Transformer model(llama3_flavor("debugmodel"), torch::kBFloat16, 128);
+    ModelTechniques techniques;
+    techniques.activation_checkpointing =
+        ActivationCheckpointPolicy::parse(mode == "op" ? "selective" : mode, mode == "op" ? "op" : "1");
+    Transformer model(llama3_flavor("debugmodel"), torch::kBFloat16, 128, c10::Device(c10::kCPU), ModelPart{},
+                      ParamStore::Storage::kFlat, {}, techniques);
     model.init_weights(0);
-    model.set_activation_checkpointing(
-        ActivationCheckpointPolicy::parse(mode == "op" ? "selective" : mode, mode == "op" ? "op" : "1"));
     auto tokens = torch::randint(0, 2048, {4, 128}, torch::kLong);
     const int64_t before = cpu_memory_stats().current_bytes;
     reset_peak_cpu_memory();

@@ -194,9 +194,11 @@ TEST(Documents, Bf16HeadsThroughTheKernelMatchMaskedSdpa) {
   std::vector<double> loss;
   std::vector<at::Tensor> grad;
   for (bool compile : {false, true}) {
-    Transformer m(a, at::kBFloat16, 64);
+    ModelTechniques techniques;
+    techniques.compile_model = compile;
+    Transformer m(a, at::kBFloat16, 64, c10::Device(c10::kCPU), ModelPart{}, ParamStore::Storage::kFlat, {},
+                  techniques);
     m.init_weights(3);
-    m.set_compile(compile, false);
     m.set_documents(document_starts(tokens, 0));
     at::Tensor l = m.forward_loss(tokens, labels);
     l.backward();

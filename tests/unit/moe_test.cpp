@@ -347,10 +347,13 @@ TEST(MoeOverrides, ReplaceTheFlavorsValuesOrSayWhyNot) {
 // the compute dtype; a filter entry naming them is accepted).
 TEST(Qwen3, Float8GemmsHoldTheirOwnWeights) {
   for (const char* flavor : {"tiny", "tiny_moe"}) {
-    Transformer m(model_flavor("qwen3", flavor), at::kFloat, 16);
     const bool moe = std::string(flavor) == "tiny_moe";
-    m.set_float8(Float8Recipe::kTensorwise, true,
-                 moe ? std::vector<std::string>{"output", "router.gate"} : std::vector<std::string>{"output"});
+    ModelTechniques techniques;
+    techniques.float8 = Float8Options{
+        Float8Recipe::kTensorwise, true,
+        moe ? std::vector<std::string>{"output", "router.gate"} : std::vector<std::string>{"output"}};
+    Transformer m(model_flavor("qwen3", flavor), at::kFloat, 16, c10::Device(c10::kCPU), ModelPart{},
+                  ParamStore::Storage::kFlat, {}, techniques);
     size_t n = 0;
     for (const auto& g : m.float8_gemms()) {
       for (size_t s : g.slots) {
@@ -374,8 +377,10 @@ TEST(DeepSeekV3, Float8OnMlaHeadShardedGemms) {
   for (const char* flavor : {"tiny", "debugmodel"}) {
     SCOPED_TRACE(flavor);
     const ModelArgs args = model_flavor("deepseek_v3", flavor);
-    Transformer m(args, at::kFloat, 16);
-    m.set_float8(Float8Recipe::kTensorwise, true, {"output", "router.gate", "attention.wkv_a"});
+    ModelTechniques techniques;
+    techniques.float8 = Float8Options{Float8Recipe::kTensorwise, true, {"output", "router.gate", "attention.wkv_a"}};
+    Transformer m(args, at::kFloat, 16, c10::Device(c10::kCPU), ModelPart{}, ParamStore::Storage::kFlat, {},
+                  techniques);
     const std::string q = args.mla.q_lora_rank > 0 ? "attention.wq_b" : "attention.wq";
     std::vector<std::string> want;
     for (int64_t l = 0; l < args.n_layers; ++l) {

@@ -328,9 +328,16 @@ TEST(PipelineSplit, SeveralPartsMakeOneModel) {
   for (const auto& u : v_rank0.units()) units += u.name + " ";
   EXPECT_EQ(units, "tok_embeddings layers.0 layers.5 norm+output ");
   EXPECT_EQ(v_rank0.part_units(1), (std::pair<size_t, size_t>{2, 4}));
-  Transformer middle(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[1]});
-  EXPECT_NO_THROW(middle.set_float8(Float8Recipe::kTensorwise, true, {"output"}));
-  EXPECT_THROW(middle.set_float8(Float8Recipe::kTensorwise, true, {"nosuch"}), InputError);
+  // A Float8 filter entry may name a linear of another stage; one that
+  // names no linear of the model is an InputError.
+  const auto middle_with_filter = [&](const std::string& entry) {
+    ModelTechniques techniques;
+    techniques.float8 = Float8Options{Float8Recipe::kTensorwise, true, {entry}};
+    return Transformer(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[1]},
+                       ParamStore::Storage::kFlat, {}, techniques);
+  };
+  EXPECT_NO_THROW(middle_with_filter("output"));
+  EXPECT_THROW(middle_with_filter("nosuch"), InputError);
   EXPECT_THROW(Transformer(a, torch::kFloat, 16, c10::Device(c10::kCPU), std::vector<ModelPart>{all[1], all[1]}),
                InputError);  // a layer in two parts
 }

@@ -242,10 +242,11 @@ TEST_P(TensorParallelLlama, LossAndGradientsAreTheWholeModels) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   const at::Tensor batch = at::randint(args.vocab_size, {2, S + 1}, gen, at::kLong);
   const at::Tensor tokens = batch.narrow(1, 0, S).contiguous(), labels = batch.narrow(1, 1, S).contiguous();
-  const auto ac = ActivationCheckpointPolicy::parse(c.ac, "op");
-  Transformer whole(args, torch::kDouble, S);
+  ModelTechniques techniques;
+  techniques.activation_checkpointing = ActivationCheckpointPolicy::parse(c.ac, "op");
+  Transformer whole(args, torch::kDouble, S, c10::Device(c10::kCPU), ModelPart{}, ParamStore::Storage::kFlat, {},
+                    techniques);
   whole.init_weights(5);
-  whole.set_activation_checkpointing(ac);
   const at::Tensor want = whole.forward_loss(tokens, labels);
   want.backward();
   whole.store().accumulate_grads();
@@ -254,9 +255,8 @@ TEST_P(TensorParallelLlama, LossAndGradientsAreTheWholeModels) {
   testing::run_group(tp, [&](int r, Communicator& comm) {
     TensorParallelOptions o{&comm, c.sequence_parallel, c.loss_parallel, c.async};
     Transformer part(args, torch::kDouble, S, c10::Device(c10::kCPU), ModelPart{}, ParamStore::Storage::kFlat,
-                     parallel_layout(o));
+                     parallel_layout(o), techniques);
     part.init_weights(5);
-    part.set_activation_checkpointing(ac);
     const at::Tensor loss = part.forward_loss(tokens, labels);
     loss.backward();
     part.store().accumulate_grads();

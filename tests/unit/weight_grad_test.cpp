@@ -79,10 +79,12 @@ TEST(WeightGrad, ABackwardOnAnotherThreadFindsTheScope) {
 at::Tensor model_grads(const std::string& mode, const std::string& option, bool split, size_t* queued = nullptr,
                        double* weight_grad_before_w = nullptr) {
   const auto args = llama3_flavor("debugmodel");
-  Transformer model(args, torch::kFloat, 16);
+  ModelTechniques techniques;
+  techniques.activation_checkpointing = ActivationCheckpointPolicy::parse(mode, option);
+  techniques.split_backward = split;
+  Transformer model(args, torch::kFloat, 16, c10::Device(c10::kCPU), ModelPart{}, ParamStore::Storage::kFlat, {},
+                    techniques);
   model.init_weights(5);
-  model.set_activation_checkpointing(ActivationCheckpointPolicy::parse(mode, option));
-  model.set_split_backward(split);
   torch::manual_seed(8);
   const auto tokens = torch::randint(0, args.vocab_size, {2, 16}, torch::kLong);
   const auto labels = torch::randint(0, args.vocab_size, {2, 16}, torch::kLong);

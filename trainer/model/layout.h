@@ -143,6 +143,7 @@ struct ExpertDispatch {
 struct ParallelLayout {
   TensorParallelOptions tp;
   ExpertParallelOptions ep;
+  ContextParallelOptions cp;
   std::shared_ptr<const LayoutSeams> seams;  // needed as soon as any parallelism is on
 };
 

@@ -188,11 +188,13 @@ std::vector<ModelPart> resolved_parts(const ModelArgs& args, const std::vector<M
 }  // namespace
 
 Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
-               ModelPart part, ParamStore::Storage storage, ParallelLayout layout)
-    : Transformer(args, compute_dtype, max_seq_len, device, std::vector<ModelPart>{part}, storage, std::move(layout)) {}
+               ModelPart part, ParamStore::Storage storage, ParallelLayout layout, const ModelTechniques& techniques)
+    : Transformer(args, compute_dtype, max_seq_len, device, std::vector<ModelPart>{part}, storage, std::move(layout),
+                  techniques) {}
 
 Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
-               const std::vector<ModelPart>& parts, ParamStore::Storage storage, ParallelLayout layout)
+               const std::vector<ModelPart>& parts, ParamStore::Storage storage, ParallelLayout layout,
+               const ModelTechniques& techniques)
     : args_(args),
       parts_(resolved_parts(args, parts)),
       tp_(layout.tp),
@@ -246,6 +248,15 @@ Transformer::Transformer(const ModelArgs& args, at::ScalarType compute_dtype, in
                    : compute_dtype == torch::kDouble ? std::numeric_limits<double>::epsilon()
                                                      : static_cast<double>(std::numeric_limits<float>::epsilon());
   build_compute_views();
+  if (layout.cp.on() || layout.seams) {
+    seams().check_context_parallel(layout.cp);  // seq_len is the caller's
+    cp_ = std::move(layout.cp);
+  }
+  ac_policy_ = techniques.activation_checkpointing;
+  if (techniques.compile_model || techniques.compile_loss)
+    apply_compile(techniques.compile_model, techniques.compile_loss);
+  if (techniques.float8) apply_float8(*techniques.float8);
+  split_backward_ = techniques.split_backward;
 }
 
 void Transformer::build_compute_views() {
@@ -368,11 +379,6 @@ void Transformer::init_weights(uint64_t seed) {
 const LayoutSeams& Transformer::seams() const {
   TORCH_CHECK(seams_, "a parallel layout needs its seams (parallel_layout())");
   return *seams_;
-}
-
-void Transformer::set_context_parallel(ContextParallelOptions cp) {
-  seams().check_context_parallel(cp);  // seq_len is the caller's
-  cp_ = std::move(cp);
 }
 
 void Transformer::set_documents(const at::Tensor& starts) {
@@ -775,7 +781,7 @@ at::Tensor Transformer::run_unit(size_t u, const at::Tensor& input, const at::Te
   return block(l, input);
 }
 
-void Transformer::set_compile(bool fused_model, bool fused_loss) {
+void Transformer::apply_compile(bool fused_model, bool fused_loss) {
   // The CPU's AVX-512 kernels (fused_ops.h), or ctitan's CUDA kernels
   // (fused_cuda.h) where this build has them; elsewhere ATen's ops.
   const bool kernels = device().is_cpu() || (device().is_cuda() && cuda_kernels_built());
@@ -784,10 +790,11 @@ void Transformer::set_compile(bool fused_model, bool fused_loss) {
   store_.set_fused_cuda(fused_model_ && device().is_cuda());
 }
 
-void Transformer::set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns) {
+void Transformer::apply_float8(const Float8Options& f) {
+  const std::vector<std::string>& filter_fqns = f.filter_fqns;
   float8_ = true;
-  float8_recipe_ = recipe;
-  float8_emulate_ = emulate;
+  float8_recipe_ = f.recipe;
+  float8_emulate_ = f.emulate;
   std::vector<bool> used(filter_fqns.size(), false);
   auto filtered = [&](const std::string& fqn) {
     bool hit = false;

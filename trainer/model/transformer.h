@@ -36,6 +36,7 @@
 #include "trainer/model/model_args.h"
 #include "trainer/model/moe.h"
 #include "trainer/model/param_store.h"
+#include "trainer/model/techniques.h"
 
 namespace ctitan {
 
@@ -68,15 +69,23 @@ class Transformer {
   // layers dispatch their tokens over the ep group. The seams' plan throws
   // InputError when tp does not divide the heads, KV heads, FFN width or
   // vocabulary, or when async TP is asked for without sequence parallelism.
+  // Under context parallelism (layout.cp) the model sees its cp rank's
+  // tokens of every sequence (cp_shard), RoPE rotates them by their
+  // positions and attention runs over the cp group; InputError for a bad
+  // method or balancer. `techniques` (techniques.h): activation
+  // checkpointing, compile, Float8 and the split backward, fixed for the
+  // model's life; InputError for a Float8 filter entry that matches no
+  // linear.
   Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len,
          c10::Device device = c10::Device(c10::kCPU), ModelPart part = {},
-         ParamStore::Storage storage = ParamStore::Storage::kFlat, ParallelLayout layout = {});
+         ParamStore::Storage storage = ParamStore::Storage::kFlat, ParallelLayout layout = {},
+         const ModelTechniques& techniques = {});
   // Several model parts in one store (the pipeline stages one rank holds
   // under the interleaved and V schedules), in the given order; a layer in
   // two parts is an InputError.
   Transformer(const ModelArgs& args, at::ScalarType compute_dtype, int64_t max_seq_len, c10::Device device,
          const std::vector<ModelPart>& parts, ParamStore::Storage storage = ParamStore::Storage::kFlat,
-         ParallelLayout layout = {});
+         ParallelLayout layout = {}, const ModelTechniques& techniques = {});
 
   // TorchTitan's init_weights, flat storage. Every value is a function of
   // (seed, FQN, global element index) only (param_init.h), so a shard or a
@@ -108,28 +117,11 @@ class Transformer {
   void set_expert_counting(bool on) { count_experts_ = on; }
   bool expert_counting() const { return count_experts_; }
 
-  // Which TransformerBlocks recompute their activations in backward.
-  void set_activation_checkpointing(const ActivationCheckpointPolicy& p) { ac_policy_ = p; }
   const ActivationCheckpointPolicy& activation_checkpointing() const { return ac_policy_; }
-
-  // compile.enable: ctitan's fused CPU kernels for the block ops ("model")
-  // and the loss ("loss"). They are CPU kernels: on another device the ATen
-  // ops run (techniques() says which).
-  void set_compile(bool fused_model, bool fused_loss);
+  // Whether the fused kernels run the block ops (compile_model on a device
+  // that has them).
   bool fused_model() const { return fused_model_; }
-  // model.converters = ["quantize.linear.float8"]: linears whose FQN contains
-  // no filter_fqns entry run float8_linear. The fused wq|wk|wv and w1|w3
-  // GEMMs are one unit each: float8 only if none of their modules is
-  // filtered. Throws InputError for an entry that matches no linear.
-  void set_float8(Float8Recipe recipe, bool emulate, const std::vector<std::string>& filter_fqns);
   std::string techniques() const;  // one line: which kernels and converters run
-
-  // Context parallelism: this model sees its cp rank's tokens of every
-  // sequence (cp_shard), RoPE rotates them by their positions, and attention
-  // runs over the cp group (the layout's seams; trainer/parallel/
-  // context_parallel.h). InputError for a bad method or balancer; the
-  // model's layout must carry the seams.
-  void set_context_parallel(ContextParallelOptions cp);
 
   // block_causal attention (documents.h): the documents of the sequences the
   // next forwards run on — this rank's rows (and, under CP, its positions),
@@ -141,10 +133,6 @@ class Transformer {
   // (ptrr_assignment), before its forward.
   void set_ptrr_blocks(std::vector<std::vector<int64_t>> blocks);
   const ContextParallelOptions& context_parallel() const { return cp_; }
-
-  // Zero-bubble pipeline schedules: the GEMMs queue their weight gradients
-  // inside a DeferWeightGrads scope (weight_grad.h). Off: plain at::linear.
-  void set_split_backward(bool on) { split_backward_ = on; }
 
   // The GEMMs that run in float8, each over consecutive slots (wq|wk|wv,
   // wo, w1|w3, w2, output); `name` is the SQNR/probe name.
@@ -214,7 +202,7 @@ class Transformer {
   // (indexed like layers_).
   // MLA: qkv is wq (or wq_b with the low-rank q) and kv_b is wkv_b; the
   // low-rank down-projections wq_a and wkv_a stay in the compute dtype
-  // (set_float8 says why).
+  // (apply_float8 says why).
   struct Float8Units {
     bool qkv = false, wo = false, w13 = false, w2 = false, kv_b = false;
   };
@@ -264,6 +252,10 @@ class Transformer {
   // this rank's positions (also kept in cp_positions_).
   const at::Tensor& rope_table(int64_t S) const;
   void build_compute_views();
+  // The techniques' one-time setup (constructor): the fused kernels where
+  // the device has them, and which GEMMs run in float8.
+  void apply_compile(bool fused_model, bool fused_loss);
+  void apply_float8(const Float8Options& f);
   const LayerWeights& layer_weights(int64_t layer) const;  // by global index
 
   ModelArgs args_;

@@ -84,8 +84,8 @@ std::shared_ptr<const LayoutSeams> parallel_seams() {
   return seams;
 }
 
-ParallelLayout parallel_layout(TensorParallelOptions tp, ExpertParallelOptions ep) {
-  return ParallelLayout{tp, ep, parallel_seams()};
+ParallelLayout parallel_layout(TensorParallelOptions tp, ExpertParallelOptions ep, ContextParallelOptions cp) {
+  return ParallelLayout{tp, ep, std::move(cp), parallel_seams()};
 }
 
 }  // namespace ctitan

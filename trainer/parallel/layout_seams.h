@@ -14,6 +14,7 @@ namespace ctitan {
 std::shared_ptr<const LayoutSeams> parallel_seams();
 
 // A layout with the parallelisms' seams installed.
-ParallelLayout parallel_layout(TensorParallelOptions tp = {}, ExpertParallelOptions ep = {});
+ParallelLayout parallel_layout(TensorParallelOptions tp = {}, ExpertParallelOptions ep = {},
+                               ContextParallelOptions cp = {});
 
 }  // namespace ctitan

@@ -531,16 +531,21 @@ void check_sequence_length(const std::string& key, int64_t S, const TensorParall
                      " (sequence parallelism shards each rank's part); choose a multiple");
 }
 
-// TorchTitan's apply_ac, apply_compile and float8 converter, on one model part.
-void apply_techniques(Transformer& m, const JobConfig& cfg, bool float8) {
-  m.set_activation_checkpointing(
-      ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option));
+// TorchTitan's apply_ac, apply_compile and float8 converter, as the model
+// part's techniques.
+ModelTechniques model_techniques(const JobConfig& cfg, bool float8, bool split_backward) {
+  ModelTechniques t;
+  t.activation_checkpointing =
+      ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option);
   for (const auto& c : cfg.compile.components)
     if (c != "model" && c != "loss")
       throw InputError("compile.components entry '" + c + "' is unknown; use \"model\" and/or \"loss\"");
-  if (cfg.compile.enable) m.set_compile(has(cfg.compile.components, "model"), has(cfg.compile.components, "loss"));
+  t.compile_model = cfg.compile.enable && has(cfg.compile.components, "model");
+  t.compile_loss = cfg.compile.enable && has(cfg.compile.components, "loss");
   if (float8)
-    m.set_float8(parse_float8_recipe(cfg.float8.recipe_name), cfg.float8.emulate, cfg.float8.filter_fqns);
+    t.float8 = Float8Options{parse_float8_recipe(cfg.float8.recipe_name), cfg.float8.emulate, cfg.float8.filter_fqns};
+  t.split_backward = split_backward;
+  return t;
 }
 
 }  // namespace
@@ -595,18 +600,15 @@ std::unique_ptr<TrainModel> parallelize_model(const ModelArgs& args_in, const Ru
     ep.group = &rt.mesh->group("ep");
     ep.etp = rt.shape.etp > 1;
   }
-  auto model =
-      std::make_unique<Transformer>(args, compute_dtype(cfg), max_seq_len, rt.device, parts, storage,
-                                    parallel_layout(tp, ep));
-  apply_techniques(*model, cfg, float8);
-  model->set_split_backward(pp.on() && pp.schedule.splits_backward());
   ContextParallelOptions cp;
   cp.group = &rt.mesh->group("cp");
   cp.rotate_method = cfg.parallelism.context_parallel_rotate_method;
   cp.load_balancer = cfg.parallelism.context_parallel_load_balancer;
+  const ModelTechniques techniques = model_techniques(cfg, float8, pp.on() && pp.schedule.splits_backward());
+  auto model = std::make_unique<Transformer>(args, compute_dtype(cfg), max_seq_len, rt.device, parts, storage,
+                                             parallel_layout(tp, ep, cp), techniques);
   check_sequence_length("training.seq_len", cfg.training.seq_len, tp, cp);
   if (cfg.validation.enable) check_sequence_length("validation.seq_len", cfg.validation.seq_len, tp, cp);
-  model->set_context_parallel(cp);
   DataParallelOptions dpo;
   dpo.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;
   // TorchTitan: under PP, FSDP's "default" keeps the parameters gathered
