@@ -226,173 +226,242 @@ at::Tensor TrainModel::evaluate_pipeline(const at::Tensor& tokens, const at::Ten
 // is off under PP, as in TorchTitan), and their gradients — summed over the
 // micro-batches by autograd — are reduced once after the last action
 // (TorchTitan syncs gradients on the last backward only).
-at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& docs,
-                                    double scale, bool first_micro, bool last_micro) {
+namespace {
+
+// One step of the schedule's actions on this rank's stages
+// (TrainModel::run_pipeline): the micro-batches, each action's transfers,
+// and the activations, gradients and weight-gradient queues in flight,
+// indexed by (local stage, micro-batch).
+class PipelineStep {
+ public:
+  PipelineStep(Transformer& m, Communicator& pp, const PipelineSchedule& sched, int64_t microbatch_size,
+               const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& docs, double scale)
+      : m_(m),
+        pp_(pp),
+        sched_(sched),
+        rank_(pp.rank()),
+        last_stage_(sched.stages() - 1),
+        n_(tokens.size(0) / microbatch_size),
+        scale_(scale),
+        mine_(sched.stages_of(rank_)),
+        token_mb_(tokens.split(microbatch_size, 0)),
+        label_mb_(labels.split(microbatch_size, 0)),
+        doc_mb_(docs.defined() ? docs.split(microbatch_size, 0) : std::vector<at::Tensor>(static_cast<size_t>(n_))),
+        p2p_(plan_pipeline_p2p(sched, rank_)),
+        traced_(Tracer::recording()) {
+    // The activation between stages: [mb, S, D], or [mb, S/tp, D] under sequence parallelism.
+    const TensorParallelOptions& tp = m.tensor_parallel();
+    const int64_t S = tokens.size(1) / (tp.on() && tp.sequence_parallel ? tp.size() : 1);
+    act_options_ = torch::TensorOptions().dtype(m.compute_dtype()).device(m.device());
+    act_shape_ = {microbatch_size, S, m.args().dim};
+    const size_t slots = mine_.size() * static_cast<size_t>(n_);
+    inputs_.resize(slots);
+    outputs_.resize(slots);
+    grad_ready_.resize(slots);
+    weight_grads_.resize(slots);
+    loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(m.device()));
+  }
+
+  // Runs every action of this rank, then waits for the last sends.
+  void run() {
+    const auto& actions = sched_.actions[static_cast<size_t>(rank_)];
+    for (size_t ai = 0; ai < actions.size(); ++ai) {
+      const PipelineAction& a = actions[ai];
+      const at::Tensor received = exchange(ai, a.str());
+      if (a.kind == PipelineAction::Kind::kForward) {
+        forward(a, received);
+      } else if (a.kind == PipelineAction::Kind::kBackwardWeight) {
+        backward_weight(a);
+      } else {
+        backward(a, received);
+      }
+    }
+    exchange(actions.size(), "last");
+    for (const WorkPtr& w : sends_) w->wait();
+  }
+
+  const at::Tensor& loss_sum() const { return loss_sum_; }  // the last stage's micro-batch losses, summed
+  double busy_s() const { return busy_; }                    // seconds spent computing
+
+ private:
   using Clock = std::chrono::steady_clock;
-  using Kind = PipelineAction::Kind;
-  Transformer& m = *model_;
-  Communicator& pp = *pp_.group;
-  const PipelineSchedule& sched = pp_.schedule;
-  const int64_t rank = pp.rank(), B = tokens.size(0), last_stage = sched.stages() - 1;
-  TORCH_CHECK(B % pp_.microbatch_size == 0, "pipeline: batch ", B, " is not divisible by the micro-batch size ",
-              pp_.microbatch_size);
-  const int64_t n = B / pp_.microbatch_size;
-  TORCH_CHECK(n == sched.microbatches, "pipeline: ", n, " micro-batches, the schedule was planned for ",
-              sched.microbatches);
-  const std::vector<int64_t> mine = sched.stages_of(rank);
-  const auto local = [&](int64_t stage) -> int64_t {  // index into mine, or -1
-    const auto it = std::find(mine.begin(), mine.end(), stage);
-    return it == mine.end() ? -1 : static_cast<int64_t>(it - mine.begin());
-  };
-  const auto slot = [&](int64_t stage, int64_t i) { return static_cast<size_t>(local(stage) * n + i); };
-  const auto token_mb = tokens.split(pp_.microbatch_size, 0), label_mb = labels.split(pp_.microbatch_size, 0);
-  const std::vector<at::Tensor> doc_mb =
-      docs.defined() ? docs.split(pp_.microbatch_size, 0) : std::vector<at::Tensor>(static_cast<size_t>(n));
-  // The activation between stages: [mb, S, D], or [mb, S/tp, D] under sequence parallelism.
-  const TensorParallelOptions& tp = m.tensor_parallel();
-  const int64_t S = tokens.size(1) / (tp.on() && tp.sequence_parallel ? tp.size() : 1);
-  const auto act_options = torch::TensorOptions().dtype(m.compute_dtype()).device(m.device());
-  const std::vector<int64_t> act_shape{pp_.microbatch_size, S, m.args().dim};
-  const size_t slots = mine.size() * static_cast<size_t>(n);
-  std::vector<at::Tensor> inputs(slots), outputs(slots), sent;
-  // While the tracer records, each unit's forward gets a range inside its
-  // action's, and hooks on the units' outputs inside a stage time where
-  // each unit's backward begins and ends (as run_whole): the per-unit
-  // timings `ctitan plan --profile` reads.
-  const bool traced = Tracer::recording();
-  std::vector<std::shared_ptr<std::vector<int64_t>>> grad_ready(slots);
-  std::vector<std::unique_ptr<WeightGradQueue>> weight_grads(slots);
-  std::vector<WorkPtr> sends;
-  at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(m.device()));
-  if (hooks_)
-    for (size_t u = 0; u < m.units().size(); ++u) hooks_->before_forward(u);
-  const auto t0 = Clock::now();
-  double busy = 0;
-  const std::vector<std::vector<PipelineP2P>> p2p = plan_pipeline_p2p(sched, rank);
-  std::map<int, at::Tensor> outbox;  // by tag: what the last action sends
+
+  int64_t local(int64_t stage) const {  // index into mine_, or -1
+    const auto it = std::find(mine_.begin(), mine_.end(), stage);
+    return it == mine_.end() ? -1 : static_cast<int64_t>(it - mine_.begin());
+  }
+  size_t slot(int64_t stage, int64_t i) const { return static_cast<size_t>(local(stage) * n_ + i); }
+
   // Posts group g; returns its receive's tensor once it arrived (undefined if none).
-  const auto exchange = [&](size_t g, const std::string& what) {
-    if (p2p[g].empty()) return at::Tensor();
+  at::Tensor exchange(size_t g, const std::string& what) {
+    if (p2p_[g].empty()) return at::Tensor();
     std::vector<P2POp> ops;
     at::Tensor x;
-    for (const PipelineP2P& t : p2p[g]) {
+    for (const PipelineP2P& t : p2p_[g]) {
       if (t.send) {
-        sent.push_back(outbox.at(t.tag).contiguous());
-        outbox.erase(t.tag);
-        ops.push_back({P2POp::Kind::kSend, sent.back(), static_cast<int>(t.peer), t.tag});
+        sent_.push_back(outbox_.at(t.tag).contiguous());
+        outbox_.erase(t.tag);
+        ops.push_back({P2POp::Kind::kSend, sent_.back(), static_cast<int>(t.peer), t.tag});
       } else {
-        x = at::empty(act_shape, act_options);
+        x = at::empty(act_shape_, act_options_);
         ops.push_back({P2POp::Kind::kRecv, x, static_cast<int>(t.peer), t.tag});
       }
     }
     std::vector<WorkPtr> works;
     {
       TraceRange range(trace_cat::kCompute, "pipeline send", what);  // their flights: the "comm pp" track
-      works = pp.batch_p2p(ops);
+      works = pp_.batch_p2p(ops);
     }
     for (size_t j = 0; j < ops.size(); ++j) {
       if (ops[j].kind == P2POp::Kind::kSend) {
-        sends.push_back(works[j]);
+        sends_.push_back(works[j]);
       } else {
         TraceRange range(trace_cat::kWait, "pipeline recv", what);
         works[j]->wait();
       }
     }
     return x;
-  };
-  // Tags as plan_pipeline_p2p numbers them.
-  const auto send = [&](const at::Tensor& t, int64_t to_stage, int64_t i, int dir) {
-    outbox[static_cast<int>(2 * (to_stage * n + i) + dir)] = t;
-  };
-  const auto& actions = sched.actions[static_cast<size_t>(rank)];
-  for (size_t ai = 0; ai < actions.size(); ++ai) {
-    const PipelineAction& a = actions[ai];
-    const at::Tensor received = exchange(ai, a.str());
+  }
+
+  // Queues t for the next group's send (tags as plan_pipeline_p2p numbers them).
+  void send(const at::Tensor& t, int64_t to_stage, int64_t i, int dir) {
+    outbox_[static_cast<int>(2 * (to_stage * n_ + i) + dir)] = t;
+  }
+
+  void forward(const PipelineAction& a, const at::Tensor& received) {
     const int64_t st = a.stage, i = a.microbatch;
     const size_t k = slot(st, i);
-    const auto a0 = Clock::now();
-    if (a.kind == Kind::kForward) {
-      at::Tensor x = token_mb[i];
-      if (st > 0) {
-        x = local(st - 1) >= 0 ? outputs[slot(st - 1, i)].detach() : received;
-        x.requires_grad_(true);
-        inputs[k] = x;
-      }
-      const auto c0 = Clock::now();
-      {
-        TraceRange range(trace_cat::kCompute, "pipeline", a.str());
-        MemoryCategoryScope mem(MemoryCategory::kActivations);
-        const auto [first_unit, end_unit] = m.part_units(static_cast<size_t>(local(st)));
-        m.set_documents(doc_mb[i]);
-        if (traced) grad_ready[k] = std::make_shared<std::vector<int64_t>>(end_unit - first_unit, 0);
-        for (size_t u = first_unit; u < end_unit; ++u) {
-          {
-            TraceRange unit(trace_cat::kCompute, "forward", m.units()[u].name);
-            x = m.run_unit(u, x, label_mb[i]);
-          }
-          if (traced && u + 1 < end_unit && x.requires_grad())
-            x.register_hook([ready = grad_ready[k], j = u - first_unit](const at::Tensor&) { (*ready)[j] = trace_now_ns(); });
-        }
-        outputs[k] = x;
-      }
-      busy += std::chrono::duration<double>(Clock::now() - c0).count();
-      if (st == last_stage) {
-        loss_sum += outputs[k].detach();
-      } else if (local(st + 1) < 0) {
-        send(outputs[k].detach(), st + 1, i, 0);
-      }
-    } else if (a.kind == Kind::kBackwardWeight) {
+    at::Tensor x = token_mb_[i];
+    if (st > 0) {
+      x = local(st - 1) >= 0 ? outputs_[slot(st - 1, i)].detach() : received;
+      x.requires_grad_(true);
+      inputs_[k] = x;
+    }
+    const auto c0 = Clock::now();
+    {
       TraceRange range(trace_cat::kCompute, "pipeline", a.str());
       MemoryCategoryScope mem(MemoryCategory::kActivations);
-      weight_grads[k]->run();
-      weight_grads[k].reset();
-      busy += std::chrono::duration<double>(Clock::now() - a0).count();
-    } else {  // B or I
-      at::Tensor g;
-      if (st < last_stage) {
-        if (local(st + 1) >= 0) {
-          g = inputs[slot(st + 1, i)].grad();
-          inputs[slot(st + 1, i)] = at::Tensor();
-        } else {
-          g = received;
+      const auto [first_unit, end_unit] = m_.part_units(static_cast<size_t>(local(st)));
+      m_.set_documents(doc_mb_[i]);
+      if (traced_) grad_ready_[k] = std::make_shared<std::vector<int64_t>>(end_unit - first_unit, 0);
+      for (size_t u = first_unit; u < end_unit; ++u) {
+        {
+          TraceRange unit(trace_cat::kCompute, "forward", m_.units()[u].name);
+          x = m_.run_unit(u, x, label_mb_[i]);
         }
+        if (traced_ && u + 1 < end_unit && x.requires_grad())
+          x.register_hook([ready = grad_ready_[k], j = u - first_unit](const at::Tensor&) { (*ready)[j] = trace_now_ns(); });
       }
-      const auto c0 = Clock::now();
-      int64_t b0 = 0, b1 = 0;  // the backward's own span, inside its action's range
-      {
-        TraceRange range(trace_cat::kCompute, "pipeline", a.str());
-        MemoryCategoryScope mem(MemoryCategory::kActivations);
-        b0 = trace_now_ns();
-        std::optional<DeferWeightGrads> defer;
-        if (a.kind == Kind::kBackwardInput) {
-          weight_grads[k] = std::make_unique<WeightGradQueue>(
-              [&m](const at::Tensor& w, const at::Tensor& dw) { m.store().add_grad(w, dw); });
-          defer.emplace(weight_grads[k].get());
-        }
-        if (st == last_stage) {
-          (outputs[k] * (scale / static_cast<double>(n))).backward();
-        } else {
-          torch::autograd::backward({outputs[k]}, {g});
-        }
-        b1 = trace_now_ns();
-      }
-      // A whole backward's units (a split one's input half is not a unit's backward).
-      if (grad_ready[k] && a.kind == Kind::kBackward)
-        trace_unit_backwards(m.units(), m.part_units(static_cast<size_t>(local(st))).first, grad_ready[k]->size(),
-                             *grad_ready[k], b0, b1);
-      grad_ready[k].reset();
-      busy += std::chrono::duration<double>(Clock::now() - c0).count();
-      if (st > 0 && local(st - 1) < 0) {
-        send(inputs[k].grad(), st - 1, i, 1);
-        inputs[k] = at::Tensor();
-      }
-      outputs[k] = at::Tensor();
+      outputs_[k] = x;
+    }
+    busy_ += std::chrono::duration<double>(Clock::now() - c0).count();
+    if (st == last_stage_) {
+      loss_sum_ += outputs_[k].detach();
+    } else if (local(st + 1) < 0) {
+      send(outputs_[k].detach(), st + 1, i, 0);
     }
   }
-  exchange(actions.size(), "last");
-  for (const WorkPtr& w : sends) w->wait();
-  pp_times_.busy_s += busy;
-  pp_times_.total_s += std::chrono::duration<double>(Clock::now() - t0).count();
+
+  // W: the queued weight gradients of the same stage and micro-batch.
+  void backward_weight(const PipelineAction& a) {
+    const auto a0 = Clock::now();
+    const size_t k = slot(a.stage, a.microbatch);
+    TraceRange range(trace_cat::kCompute, "pipeline", a.str());
+    MemoryCategoryScope mem(MemoryCategory::kActivations);
+    weight_grads_[k]->run();
+    weight_grads_[k].reset();
+    busy_ += std::chrono::duration<double>(Clock::now() - a0).count();
+  }
+
+  // B, or I (the GEMMs' weight gradients queued for W).
+  void backward(const PipelineAction& a, const at::Tensor& received) {
+    const int64_t st = a.stage, i = a.microbatch;
+    const size_t k = slot(st, i);
+    at::Tensor g;
+    if (st < last_stage_) {
+      if (local(st + 1) >= 0) {
+        g = inputs_[slot(st + 1, i)].grad();
+        inputs_[slot(st + 1, i)] = at::Tensor();
+      } else {
+        g = received;
+      }
+    }
+    const auto c0 = Clock::now();
+    int64_t b0 = 0, b1 = 0;  // the backward's own span, inside its action's range
+    {
+      TraceRange range(trace_cat::kCompute, "pipeline", a.str());
+      MemoryCategoryScope mem(MemoryCategory::kActivations);
+      b0 = trace_now_ns();
+      std::optional<DeferWeightGrads> defer;
+      if (a.kind == PipelineAction::Kind::kBackwardInput) {
+        weight_grads_[k] = std::make_unique<WeightGradQueue>(
+            [model = &m_](const at::Tensor& w, const at::Tensor& dw) { model->store().add_grad(w, dw); });
+        defer.emplace(weight_grads_[k].get());
+      }
+      if (st == last_stage_) {
+        (outputs_[k] * (scale_ / static_cast<double>(n_))).backward();
+      } else {
+        torch::autograd::backward({outputs_[k]}, {g});
+      }
+      b1 = trace_now_ns();
+    }
+    // A whole backward's units (a split one's input half is not a unit's backward).
+    if (grad_ready_[k] && a.kind == PipelineAction::Kind::kBackward)
+      trace_unit_backwards(m_.units(), m_.part_units(static_cast<size_t>(local(st))).first, grad_ready_[k]->size(),
+                           *grad_ready_[k], b0, b1);
+    grad_ready_[k].reset();
+    busy_ += std::chrono::duration<double>(Clock::now() - c0).count();
+    if (st > 0 && local(st - 1) < 0) {
+      send(inputs_[k].grad(), st - 1, i, 1);
+      inputs_[k] = at::Tensor();
+    }
+    outputs_[k] = at::Tensor();
+  }
+
+  Transformer& m_;
+  Communicator& pp_;
+  const PipelineSchedule& sched_;
+  const int64_t rank_, last_stage_, n_;
+  const double scale_;
+  const std::vector<int64_t> mine_;  // this rank's stages
+  const std::vector<at::Tensor> token_mb_, label_mb_, doc_mb_;
+  const std::vector<std::vector<PipelineP2P>> p2p_;
+  // While the tracer records, each unit's forward gets a range inside its
+  // action's, and hooks on the units' outputs inside a stage time where
+  // each unit's backward begins and ends (as run_whole): the per-unit
+  // timings `ctitan plan --profile` reads.
+  const bool traced_;
+  at::TensorOptions act_options_;
+  std::vector<int64_t> act_shape_;
+  std::vector<at::Tensor> inputs_, outputs_, sent_;
+  std::vector<std::shared_ptr<std::vector<int64_t>>> grad_ready_;
+  std::vector<std::unique_ptr<WeightGradQueue>> weight_grads_;
+  std::vector<WorkPtr> sends_;
+  std::map<int, at::Tensor> outbox_;  // by tag: what the last action sends
+  at::Tensor loss_sum_;
+  double busy_ = 0;
+};
+
+}  // namespace
+
+at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& docs,
+                                    double scale, bool first_micro, bool last_micro) {
+  Transformer& m = *model_;
+  Communicator& pp = *pp_.group;
+  const PipelineSchedule& sched = pp_.schedule;
+  const int64_t B = tokens.size(0);
+  TORCH_CHECK(B % pp_.microbatch_size == 0, "pipeline: batch ", B, " is not divisible by the micro-batch size ",
+              pp_.microbatch_size);
+  const int64_t n = B / pp_.microbatch_size;
+  TORCH_CHECK(n == sched.microbatches, "pipeline: ", n, " micro-batches, the schedule was planned for ",
+              sched.microbatches);
+  PipelineStep step(m, pp, sched, pp_.microbatch_size, tokens, labels, docs, scale);
+  if (hooks_)
+    for (size_t u = 0; u < m.units().size(); ++u) hooks_->before_forward(u);
+  const auto t0 = std::chrono::steady_clock::now();
+  step.run();
+  pp_times_.busy_s += step.busy_s();
+  pp_times_.total_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (hooks_) {
     for (size_t u = m.units().size(); u-- > 0;) hooks_->after_backward(u, first_micro, last_micro);
     hooks_->after_all_backward(last_micro);
@@ -402,8 +471,8 @@ at::Tensor TrainModel::run_pipeline(const at::Tensor& tokens, const at::Tensor& 
   }
   // The loss lives on the last stage: every stage gets it (the log line,
   // the stop decision and the summary read it anywhere).
-  at::Tensor loss = (loss_sum / static_cast<double>(n)).reshape({1}).contiguous();
-  pp.broadcast(loss, static_cast<int>(sched.rank_of(last_stage)))->wait();
+  at::Tensor loss = (step.loss_sum() / static_cast<double>(n)).reshape({1}).contiguous();
+  pp.broadcast(loss, static_cast<int>(sched.rank_of(sched.stages() - 1)))->wait();
   return loss.reshape({});
 }
 
