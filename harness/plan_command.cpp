@@ -228,6 +228,39 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
   return 0;
 }
 
+// The world size to plan: --ngpu, else NGPU, else --nodes x
+// --gpus-per-node, else the product of the recipe's parallel degrees (a
+// node's devices for an open degree); one cap however it is given
+// (common/limits.h).
+int64_t plan_world_size(int ngpu, int nodes, int per_node, const HardwareSpec& hw, const JobConfig& cfg) {
+  if (ngpu == 0)
+    if (const char* env = std::getenv("NGPU")) {
+      if (const std::string problem = integer_problem(env, 1, kMaxWorldSize); !problem.empty())
+        throw InputError("plan: the environment's NGPU " + problem + "; unset it or give --ngpu N");
+      ngpu = std::stoi(env);
+    }
+  int64_t world = ngpu;
+  std::string from = "--ngpu";
+  if (world == 0 && nodes > 0) {
+    world = int64_t{nodes} * (per_node > 0 ? per_node : hw.devices_per_node);
+    from = "--nodes x --gpus-per-node";
+  }
+  if (world == 0) {
+    const auto& p = cfg.parallelism;
+    const int64_t degrees[] = {p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree,
+                               p.pipeline_parallel_degree, p.context_parallel_degree};
+    int64_t product = 1;
+    bool open = false;
+    for (int64_t d : degrees) d < 0 ? open = true : product = std::min<int64_t>(product * d, kMaxWorldSize + 1);
+    world = open ? std::max<int64_t>(product, hw.kind == "cpu" ? 1 : hw.devices_per_node) : product;
+    from = "the product of the recipe's parallel degrees";
+  }
+  if (world > kMaxWorldSize)
+    throw InputError("ctitan plan: the world size (" + from + ") is more than " + std::to_string(kMaxWorldSize) +
+                     " ranks, the most ctitan plans or runs; give a smaller one");
+  return world;
+}
+
 }  // namespace
 
 int plan_command(const std::vector<std::string>& args) {
@@ -315,32 +348,7 @@ int plan_command(const std::vector<std::string>& args) {
     hw = std::move(m.spec);
     req.measured = std::move(m.units);
   }
-  if (ngpu == 0)
-    if (const char* env = std::getenv("NGPU")) {
-      if (const std::string problem = integer_problem(env, 1, kMaxWorldSize); !problem.empty())
-        throw InputError("plan: the environment's NGPU " + problem + "; unset it or give --ngpu N");
-      ngpu = std::stoi(env);
-    }
-  // However it is given, the world size has one cap (common/limits.h).
-  int64_t world = ngpu;
-  std::string from = "--ngpu";
-  if (world == 0 && nodes > 0) {
-    world = int64_t{nodes} * (per_node > 0 ? per_node : hw.devices_per_node);
-    from = "--nodes x --gpus-per-node";
-  }
-  if (world == 0) {
-    const auto& p = req.cfg.parallelism;
-    const int64_t degrees[] = {p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree,
-                               p.pipeline_parallel_degree, p.context_parallel_degree};
-    int64_t product = 1;
-    bool open = false;
-    for (int64_t d : degrees) d < 0 ? open = true : product = std::min<int64_t>(product * d, kMaxWorldSize + 1);
-    world = open ? std::max<int64_t>(product, hw.kind == "cpu" ? 1 : hw.devices_per_node) : product;
-    from = "the product of the recipe's parallel degrees";
-  }
-  if (world > kMaxWorldSize)
-    throw InputError("ctitan plan: the world size (" + from + ") is more than " + std::to_string(kMaxWorldSize) +
-                     " ranks, the most ctitan plans or runs; give a smaller one");
+  const int64_t world = plan_world_size(ngpu, nodes, per_node, hw, req.cfg);
   req.world_size = static_cast<int>(world);
   req.nodes = nodes;
   req.devices_per_node = per_node;

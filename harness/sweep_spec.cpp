@@ -453,102 +453,81 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::string& path) {
 
 namespace {
 
-SweepSpec parse_spec_text(const std::string& text, const std::string& path) {
-  const SpecReader r(path);
-  try {
-    check_toml_nesting(text, path);
-  } catch (const InputError& e) {
-    throw InputError("sweep spec error: " + std::string(e.what()));
+// [grid]: each axis a config key and its values.
+void read_grid(const SpecReader& r, const toml::node& n, SweepSpec& s) {
+  const toml::table& g = as_table(r, n, "[grid]");
+  if (g.empty())
+    r.fail(n.source(), "[grid] is empty; add an axis such as compile.enable = [false, true], or remove [grid]");
+  for (const auto& [axis_key, v] : r.leaves(g)) {
+    if (axis_key == "world_size" || axis_key == "world_sizes")
+      r.fail(v->source(), "world sizes are not a grid axis; set [sweep] world_sizes = [1, 2]");
+    const config::FieldSpec& f = r.field(axis_key, *v, "grid");
+    s.grid.push_back({axis_key, r.where(v->source()), r.alternatives(f, *v, false)});
   }
-  toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    std::string what(e.description());
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    std::replace(what.begin(), what.end(), '\r', ' ');
-    r.fail(e.source(), "invalid TOML: " + what);
+}
+
+// [[exclude]]: rows of conditions, each dropping the points it matches.
+void read_exclude(const SpecReader& r, const toml::node& n, const std::string& key, SweepSpec& s) {
+  for (const toml::table* row : rows(r, n, key)) {
+    std::vector<Condition> rule;
+    for (const auto& [ck, v] : r.leaves(*row)) {
+      if (ck == "world_size") {
+        std::vector<std::string> ws;
+        for (int w : r.world_sizes(*v)) ws.push_back(std::to_string(w));
+        rule.push_back({ck, r.where(v->source()), ws});
+        continue;
+      }
+      const config::FieldSpec& f = r.field(ck, *v, "exclude");
+      rule.push_back({ck, r.where(v->source()), r.alternatives(f, *v, true)});
+    }
+    if (rule.empty()) r.fail(n.source(), "an [[exclude]] row is empty: it would drop every point");
+    s.exclude.push_back(std::move(rule));
   }
-  SweepSpec s;
-  s.path = path;
-  s.text = text;
-  s.name = fs::path(path).stem().string();
-  std::vector<Assignment> steps;  // warmup_steps / measure_steps
-  int64_t warmup = -1;
-  for (auto&& [k, n] : root) {
-    const std::string key(k.str());
-    if (key == "sweep") {
-      read_sweep_table(r, as_table(r, n, "[sweep]"), s, steps);
-    } else if (key == "overrides") {
-      s.overrides = assignments(r, as_table(r, n, "[overrides]"), "[overrides]");
-    } else if (key == "grid") {
-      const toml::table& g = as_table(r, n, "[grid]");
-      if (g.empty())
-        r.fail(n.source(), "[grid] is empty; add an axis such as compile.enable = [false, true], or remove [grid]");
-      for (const auto& [axis_key, v] : r.leaves(g)) {
-        if (axis_key == "world_size" || axis_key == "world_sizes")
-          r.fail(v->source(), "world sizes are not a grid axis; set [sweep] world_sizes = [1, 2]");
-        const config::FieldSpec& f = r.field(axis_key, *v, "grid");
-        s.grid.push_back({axis_key, r.where(v->source()), r.alternatives(f, *v, false)});
-      }
-    } else if (key == "exclude") {
-      for (const toml::table* row : rows(r, n, key)) {
-        std::vector<Condition> rule;
-        for (const auto& [ck, v] : r.leaves(*row)) {
-          if (ck == "world_size") {
-            std::vector<std::string> ws;
-            for (int w : r.world_sizes(*v)) ws.push_back(std::to_string(w));
-            rule.push_back({ck, r.where(v->source()), ws});
-            continue;
-          }
-          const config::FieldSpec& f = r.field(ck, *v, "exclude");
-          rule.push_back({ck, r.where(v->source()), r.alternatives(f, *v, true)});
-        }
-        if (rule.empty()) r.fail(n.source(), "an [[exclude]] row is empty: it would drop every point");
-        s.exclude.push_back(std::move(rule));
-      }
-    } else if (key == "include") {
-      for (const toml::table* row : rows(r, n, key)) {
-        IncludeRow inc;
-        if (const toml::node* ws = row->get("world_size")) inc.world_sizes = r.world_sizes(*ws);
-        inc.sets = assignments(r, *row, "include", {"world_size"});
-        s.include.push_back(std::move(inc));
-      }
-    } else if (key == "stack") {
-      for (const toml::table* row : rows(r, n, key)) {
-        StackRow st;
-        auto name = row->get_as<std::string>("name");
-        if (!name || name->get().empty()) r.fail(row->source(), "each [[stack]] row needs name = \"...\"");
-        st.name = name->get();
-        st.sets = assignments(r, *row, "stack", {"name"});
-        s.stack.push_back(std::move(st));
-      }
-    } else if (key == "published") {
-      s.published = read_published(r, as_table(r, n, "[published]"));
-    } else if (key == "slurm") {
-      s.slurm = read_slurm(r, as_table(r, n, "[slurm]"));
-    } else if (key == "report") {
-      for (auto&& [rk, rv] : as_table(r, n, "[report]")) {
-        if (rk.str() != "stack")
-          r.fail(rk.source(), "unknown [report] key '" + std::string(rk.str()) +
-                                  "'; [report] has stack = [\"compile.enable\", ...] (the order techniques stack in)");
-        const toml::array* a = rv.as_array();
-        if (!a || a->empty())
-          r.fail(rv.source(), "[report] stack must be a non-empty array of grid axes, e.g. [\"compile.enable\", "
-                              "\"model.converters=quantize.linear.float8\"]");
-        for (const toml::node& e : *a) {
-          const auto str = e.value<std::string>();
-          if (!str) r.fail(e.source(), "[report] stack entries are strings: \"KEY\" or \"KEY=VALUE\"");
-          s.report_stack.push_back({*str, r.where(e.source())});
-        }
-      }
-    } else {
-      r.fail(k.source(), "unknown table '[" + key + "]'; a sweep spec has [sweep], [overrides], [grid], "
-                         "[[exclude]], [[include]], [[stack]], [report], [slurm] and [published]");
+}
+
+// [[include]]: extra points, each its own assignments (and world sizes).
+void read_include(const SpecReader& r, const toml::node& n, const std::string& key, SweepSpec& s) {
+  for (const toml::table* row : rows(r, n, key)) {
+    IncludeRow inc;
+    if (const toml::node* ws = row->get("world_size")) inc.world_sizes = r.world_sizes(*ws);
+    inc.sets = assignments(r, *row, "include", {"world_size"});
+    s.include.push_back(std::move(inc));
+  }
+}
+
+// [[stack]]: named rows of assignments, each crossed with the grid.
+void read_stack(const SpecReader& r, const toml::node& n, const std::string& key, SweepSpec& s) {
+  for (const toml::table* row : rows(r, n, key)) {
+    StackRow st;
+    auto name = row->get_as<std::string>("name");
+    if (!name || name->get().empty()) r.fail(row->source(), "each [[stack]] row needs name = \"...\"");
+    st.name = name->get();
+    st.sets = assignments(r, *row, "stack", {"name"});
+    s.stack.push_back(std::move(st));
+  }
+}
+
+// [report]: stack = the order techniques stack in.
+void read_report(const SpecReader& r, const toml::node& n, SweepSpec& s) {
+  for (auto&& [rk, rv] : as_table(r, n, "[report]")) {
+    if (rk.str() != "stack")
+      r.fail(rk.source(), "unknown [report] key '" + std::string(rk.str()) +
+                              "'; [report] has stack = [\"compile.enable\", ...] (the order techniques stack in)");
+    const toml::array* a = rv.as_array();
+    if (!a || a->empty())
+      r.fail(rv.source(), "[report] stack must be a non-empty array of grid axes, e.g. [\"compile.enable\", "
+                          "\"model.converters=quantize.linear.float8\"]");
+    for (const toml::node& e : *a) {
+      const auto str = e.value<std::string>();
+      if (!str) r.fail(e.source(), "[report] stack entries are strings: \"KEY\" or \"KEY=VALUE\"");
+      s.report_stack.push_back({*str, r.where(e.source())});
     }
   }
-  // [report] stack: each entry a [grid] axis, and with two values or the one
-  // named; an axis stacks once (a second step on it could pair no points).
+}
+
+// [report] stack: each entry a [grid] axis, and with two values or the one
+// named; an axis stacks once (a second step on it could pair no points).
+void check_report_stack(const SweepSpec& s) {
   for (size_t i = 0; i < s.report_stack.size(); ++i) {
     const auto& [entry, where] = s.report_stack[i];
     const auto eq = entry.find('=');
@@ -577,32 +556,38 @@ SweepSpec parse_spec_text(const std::string& text, const std::string& path) {
                          "' is not one of the axis's values after its first (the chain starts from the first)");
     }
   }
-  if (s.published) {  // rows name this spec's stack rows and world sizes
-    for (const PublishedRowSpec& row : s.published->rows) {
-      const bool known =
-          std::any_of(s.stack.begin(), s.stack.end(), [&](const StackRow& st) { return st.name == row.stack; });
-      if (!s.stack.empty() && !known) {
-        std::string names;
-        for (const StackRow& st : s.stack) {
-          names += names.empty() ? "'" : ", '";
-          names += st.name + "'";
-        }
-        throw InputError("sweep spec error: " + row.where + ": [[published.rows]] stack = '" + row.stack +
-                         "' names no [[stack]] row; the rows are " + names);
+}
+
+// [[published.rows]] name this spec's stack rows and world sizes.
+void check_published_rows(SweepSpec& s) {
+  for (const PublishedRowSpec& row : s.published->rows) {
+    const bool known =
+        std::any_of(s.stack.begin(), s.stack.end(), [&](const StackRow& st) { return st.name == row.stack; });
+    if (!s.stack.empty() && !known) {
+      std::string names;
+      for (const StackRow& st : s.stack) {
+        names += names.empty() ? "'" : ", '";
+        names += st.name + "'";
       }
-      if (s.stack.empty() && !row.stack.empty())
-        throw InputError("sweep spec error: " + row.where + ": [[published.rows]] stack '" + row.stack +
-                         "' but the spec has no [[stack]] rows");
+      throw InputError("sweep spec error: " + row.where + ": [[published.rows]] stack = '" + row.stack +
+                       "' names no [[stack]] row; the rows are " + names);
     }
-    for (PublishedRowSpec& row : s.published->rows) {
-      if (row.gpus == 0) row.gpus = s.published->gpus;
-      if (row.gpus == 0)
-        throw InputError("sweep spec error: " + row.where + ": the row needs gpus, or [published] gpus for every row");
-      if (std::find(s.world_sizes.begin(), s.world_sizes.end(), row.gpus) == s.world_sizes.end())
-        throw InputError("sweep spec error: " + row.where + ": the row's gpus = " + std::to_string(row.gpus) +
-                         " is not in [sweep] world_sizes");
-    }
+    if (s.stack.empty() && !row.stack.empty())
+      throw InputError("sweep spec error: " + row.where + ": [[published.rows]] stack '" + row.stack +
+                       "' but the spec has no [[stack]] rows");
   }
+  for (PublishedRowSpec& row : s.published->rows) {
+    if (row.gpus == 0) row.gpus = s.published->gpus;
+    if (row.gpus == 0)
+      throw InputError("sweep spec error: " + row.where + ": the row needs gpus, or [published] gpus for every row");
+    if (std::find(s.world_sizes.begin(), s.world_sizes.end(), row.gpus) == s.world_sizes.end())
+      throw InputError("sweep spec error: " + row.where + ": the row's gpus = " + std::to_string(row.gpus) +
+                       " is not in [sweep] world_sizes");
+  }
+}
+
+// [sweep] base and plan_profile, relative to the spec's folder.
+void resolve_paths(const SpecReader& r, const std::string& path, SweepSpec& s) {
   if (s.base_path.empty()) r.fail("[sweep] base is missing: the trainer recipe every point starts from");
   const fs::path base = fs::path(s.base_path).is_absolute() ? fs::path(s.base_path)
                                                             : fs::path(path).parent_path() / s.base_path;
@@ -615,15 +600,11 @@ SweepSpec parse_spec_text(const std::string& text, const std::string& path) {
              "--profiling.enable_profiling --job.dump_folder DIR`");
   }
   if (!fs::is_regular_file(base)) r.fail("[sweep] base '" + s.base_path + "' is not a file");
-  std::sort(s.world_sizes.begin(), s.world_sizes.end());
-  s.world_sizes.erase(std::unique(s.world_sizes.begin(), s.world_sizes.end()), s.world_sizes.end());
-  try {
-    check_sweep_name(s.name);  // from the file name when [sweep] name is not set
-  } catch (const InputError& e) {
-    r.fail(e.what());
-  }
-  // Refused before anything is expanded: points are planned one by one with
-  // the trainer's own config, so a grid's size is its cost in time and memory.
+}
+
+// Refused before anything is expanded: points are planned one by one with
+// the trainer's own config, so a grid's size is its cost in time and memory.
+void check_point_count(const SpecReader& r, const SweepSpec& s) {
   double points = static_cast<double>(std::max<size_t>(1, s.world_sizes.size())) *
                   static_cast<double>(std::max<size_t>(1, s.stack.size()));
   std::string shape = std::to_string(std::max<size_t>(1, s.world_sizes.size())) + " world sizes";
@@ -639,7 +620,11 @@ SweepSpec parse_spec_text(const std::string& text, const std::string& path) {
          << "), more than the " << kMaxSweepPoints << " a sweep takes; split it into several specs";
     r.fail(line.str());
   }
-  // warmup + measure = training.steps, as TorchTitan users read a benchmark.
+}
+
+// warmup + measure = training.steps, as TorchTitan users read a benchmark.
+void fold_steps(const SpecReader& r, std::vector<Assignment>& steps, SweepSpec& s) {
+  int64_t warmup = -1;
   for (const Assignment& a : steps)
     if (a.key == "metrics.warmup_steps") warmup = std::stoll(a.text);
   if (warmup < 0 && !steps.empty())
@@ -648,6 +633,66 @@ SweepSpec parse_spec_text(const std::string& text, const std::string& path) {
     if (a.key == "training.steps") a.text = std::to_string(std::stoll(a.text) + warmup);
     s.overrides.push_back(a);
   }
+}
+
+SweepSpec parse_spec_text(const std::string& text, const std::string& path) {
+  const SpecReader r(path);
+  try {
+    check_toml_nesting(text, path);
+  } catch (const InputError& e) {
+    throw InputError("sweep spec error: " + std::string(e.what()));
+  }
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    std::string what(e.description());
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    std::replace(what.begin(), what.end(), '\r', ' ');
+    r.fail(e.source(), "invalid TOML: " + what);
+  }
+  SweepSpec s;
+  s.path = path;
+  s.text = text;
+  s.name = fs::path(path).stem().string();
+  std::vector<Assignment> steps;  // warmup_steps / measure_steps
+  for (auto&& [k, n] : root) {
+    const std::string key(k.str());
+    if (key == "sweep") {
+      read_sweep_table(r, as_table(r, n, "[sweep]"), s, steps);
+    } else if (key == "overrides") {
+      s.overrides = assignments(r, as_table(r, n, "[overrides]"), "[overrides]");
+    } else if (key == "grid") {
+      read_grid(r, n, s);
+    } else if (key == "exclude") {
+      read_exclude(r, n, key, s);
+    } else if (key == "include") {
+      read_include(r, n, key, s);
+    } else if (key == "stack") {
+      read_stack(r, n, key, s);
+    } else if (key == "published") {
+      s.published = read_published(r, as_table(r, n, "[published]"));
+    } else if (key == "slurm") {
+      s.slurm = read_slurm(r, as_table(r, n, "[slurm]"));
+    } else if (key == "report") {
+      read_report(r, n, s);
+    } else {
+      r.fail(k.source(), "unknown table '[" + key + "]'; a sweep spec has [sweep], [overrides], [grid], "
+                         "[[exclude]], [[include]], [[stack]], [report], [slurm] and [published]");
+    }
+  }
+  check_report_stack(s);
+  if (s.published) check_published_rows(s);
+  resolve_paths(r, path, s);
+  std::sort(s.world_sizes.begin(), s.world_sizes.end());
+  s.world_sizes.erase(std::unique(s.world_sizes.begin(), s.world_sizes.end()), s.world_sizes.end());
+  try {
+    check_sweep_name(s.name);  // from the file name when [sweep] name is not set
+  } catch (const InputError& e) {
+    r.fail(e.what());
+  }
+  check_point_count(r, s);
+  fold_steps(r, steps, s);
   return s;
 }
 
