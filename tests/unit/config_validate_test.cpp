@@ -2,12 +2,14 @@
 // naming the key; boundary values pass.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/errors.h"
 #include "trainer/config/config_loader.h"
+#include "trainer/config/config_registry.h"
 #include "trainer/models/registry.h"
 
 namespace ctitan {
@@ -134,6 +136,28 @@ TEST(ModelRegistry, ConfigChecksModelNameAgainstTheRegistry) {
   }
   EXPECT_EQ(error, "config error: command line (--model.name): model.name \"no_such_family\" is not a model family; "
                    "ctitan's families: " + known);
+}
+
+// Fails closed: a program whose model.name check never got installed (the
+// registry's object dropped at link time, or a validation before static
+// initialization) must not accept every name, "nosuch" included.
+TEST(ModelRegistry, ValidationRefusesWithoutAModelNameCheck) {
+  const config::ModelNameCheck installed = config::set_model_name_check(nullptr);
+  ASSERT_NE(installed, nullptr) << "trainer/models/registry.cpp installs the check before main";
+  JobConfig c;
+  c.model.name = "nosuch";
+  std::string error = "(validate accepted model.name \"nosuch\")";
+  try {
+    validate(c);
+  } catch (const std::logic_error& e) {
+    error = e.what();
+  } catch (const InputError& e) {
+    error = std::string("InputError: ") + e.what();
+  }
+  config::set_model_name_check(installed);
+  EXPECT_NE(error.find("config validation has no model.name check installed"), std::string::npos) << error;
+  EXPECT_EQ(validation_error(c).rfind("config error: model.name \"nosuch\" is not a model family", 0), 0u)
+      << "the registry's check is back";
 }
 
 }  // namespace

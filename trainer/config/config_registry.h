@@ -97,10 +97,13 @@ void validate_with_origins(const JobConfig& cfg, const Origins& origins);
 // model.name names a model family. The families' registry sits above config/
 // (trainer/models/registry.h) and installs its check here: "" accepts the
 // name, anything else is the error (validation prefixes where it was set).
-// Without one installed (a program that links no families, e.g. the config
-// fuzzer), the name is left to whoever builds the model.
+// Validation fails closed: with none installed (a program that does not
+// link trainer/models/registry.cpp, or validates before static
+// initialization installed it) it throws std::logic_error, a bug of the
+// program, instead of accepting any name. Returns the check it replaces
+// (tests swap it out and back).
 using ModelNameCheck = std::string (*)(const std::string& name);
-void set_model_name_check(ModelNameCheck check);
+ModelNameCheck set_model_name_check(ModelNameCheck check);
 
 // "config error: <where>: <what>" (where may be empty) as one line.
 [[noreturn]] void fail(const std::string& where, const std::string& what);

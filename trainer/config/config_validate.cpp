@@ -4,6 +4,7 @@
 // (model registry, device mesh).
 #include <cmath>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 
 #include "common/limits.h"
@@ -226,16 +227,26 @@ void check_unsupported(const Checker& k, const JobConfig& c) {
 ModelNameCheck model_name_check = nullptr;
 
 // model.name picks the model family: the families' registry says whether
-// it is one (set_model_name_check).
+// it is one (set_model_name_check). Without a check, validation refuses
+// rather than pass every name: a program that lost the registry's object
+// at link time, or validated before its static initializer ran, would
+// otherwise accept "nosuch" and fail (or record a wrong family) later.
 void check_model_name(const Checker& k, const std::string& name) {
-  if (!model_name_check) return;
+  if (!model_name_check)
+    throw std::logic_error(
+        "config validation has no model.name check installed: link trainer/models/registry.cpp (its "
+        "static initializer installs it) or call config::set_model_name_check before validating");
   const std::string error = model_name_check(name);
   if (!error.empty()) k.bad("model.name", error);
 }
 
 }  // namespace
 
-void set_model_name_check(ModelNameCheck check) { model_name_check = check; }
+ModelNameCheck set_model_name_check(ModelNameCheck check) {
+  const ModelNameCheck previous = model_name_check;
+  model_name_check = check;
+  return previous;
+}
 
 void validate_with_origins(const JobConfig& cfg, const Origins& origins) {
   const Checker k(origins);
