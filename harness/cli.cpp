@@ -62,6 +62,19 @@ void parse_command_line(CLI::App& app, const std::vector<std::string>& args, con
   }
 }
 
+std::vector<std::string> take_known_options(CLI::App& app, const std::vector<std::string>& args,
+                                            const std::string& command) {
+  app.allow_extras();
+  app.set_help_flag();  // -h/--help: the other parser's
+  parse_command_line(app, args, command);
+  return app.remaining();
+}
+
+bool is_config_key_arg(const std::string& arg) {
+  const std::string flag = arg.substr(0, arg.find('='));
+  return flag.rfind("--", 0) == 0 && flag.find('.') != std::string::npos;
+}
+
 InputError command_line_error(const std::string& command, const std::string& what) {
   return InputError(command + ": " + what + "; run `ctitan " + command + " --help`");
 }

@@ -24,6 +24,25 @@ namespace ctitan {
 // 0); anything CLI11 refuses throws the InputError above.
 void parse_command_line(CLI::App& app, const std::vector<std::string>& args, const std::string& command);
 
+// Parses the options `app` declares, wherever they stand in `args`, and
+// returns the other arguments in their order for another parser (CLI11's
+// allow_extras): `ctitan train --nproc N <train args>` takes the launcher's
+// flags out of the trainer's this way. -h/--help stay with the rest (the
+// other parser's help); a bad flag is parse_command_line's InputError.
+std::vector<std::string> take_known_options(CLI::App& app, const std::vector<std::string>& args,
+                                            const std::string& command);
+
+// True for a `--section.key` or `--section.key=value` argument: the
+// trainer's config syntax (TorchTitan's), which `ctitan launch` hands to
+// its ranks and `ctitan plan` to parse_job_config (config_loader.h) beside
+// their own CLI11 flags. CLI11 does not own these arguments: their keys are
+// the config registry's, not an App's options, and only the registry knows
+// whether the next argument is a key's value (a boolean key stands alone),
+// so CLI11 would take a value for a positional (plan's RECIPE, launch's
+// rank program) and its prefix_command stops at a positional only. The
+// commands split them off by this one rule before CLI11 parses the rest.
+bool is_config_key_arg(const std::string& arg);
+
 // The InputError line above for a problem found after parsing (a value
 // that depends on another flag): "<command>: <what>; run `ctitan <command> --help`".
 InputError command_line_error(const std::string& command, const std::string& what);

@@ -14,6 +14,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -320,21 +322,25 @@ std::string self_executable() {
 
 namespace {
 
+// The launcher's flags; each takes a value.
 constexpr const char* kLauncherFlags[] = {"--nproc", "--log-rank", "--master-addr", "--master-port"};
 
 // Where the rank command starts: after `--`, at the first `--section.key`
 // argument or at a path (an argument containing '/'); the launcher's flags
 // before it all take a value. Returns (end of the launcher's flags, start of
-// the rank command).
+// the rank command). A scan, not CLI11: the rank command is the trainer's
+// arguments (is_config_key_arg, harness/cli.h, says why CLI11 does not own
+// them) or another program's, and CLI11's prefix_command would stop at a
+// path but not at a `--section.key`.
 std::pair<size_t, size_t> rank_command_start(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") return {i, i + 1};
-    const std::string flag = a.substr(0, a.find('='));
-    if (a.find('/') != std::string::npos && a[0] != '-') return {i, i};                  // a program path
-    if (flag.rfind("--", 0) == 0 && flag.find('.') != std::string::npos) return {i, i};  // --section.key
-    const bool takes_next = flag == a && i + 1 < args.size() && args[i + 1] != "--" &&
-                            std::find(std::begin(kLauncherFlags), std::end(kLauncherFlags), a) != std::end(kLauncherFlags);
+    if (a.find('/') != std::string::npos && a[0] != '-') return {i, i};  // a program path
+    if (is_config_key_arg(a)) return {i, i};
+    const bool takes_next =
+        i + 1 < args.size() && args[i + 1] != "--" &&
+        std::find(std::begin(kLauncherFlags), std::end(kLauncherFlags), a) != std::end(kLauncherFlags);
     if (takes_next) ++i;  // its value
   }
   return {args.size(), args.size()};
@@ -389,25 +395,16 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
 }
 
 std::vector<std::string> take_launcher_flags(std::vector<std::string>& train_args) {
-  static const char* kFlags[] = {"--nproc", "--log-rank", "--master-addr", "--master-port"};
+  CLI::App app;
+  std::vector<std::vector<std::string>> values(std::size(kLauncherFlags));
+  for (size_t k = 0; k < values.size(); ++k) app.add_option(kLauncherFlags[k], values[k])->allow_extra_args(false);
+  train_args = take_known_options(app, train_args, "launch");
+  // As given, `--flag value` each (parse_launch_args parses them).
   std::vector<std::string> taken;
-  for (size_t i = 0; i < train_args.size();) {
-    const std::string& a = train_args[i];
-    size_t n = 0;
-    for (const char* f : kFlags) {
-      const std::string flag(f);
-      if (a == flag) n = 2;
-      if (a.rfind(flag + "=", 0) == 0) n = 1;
-      if (n) break;
-    }
-    if (n == 0) {
-      ++i;
-      continue;
-    }
-    if (n == 2 && i + 1 == train_args.size()) n = 1;  // parse_launch_args says it needs a value
-    const auto first = train_args.begin() + static_cast<std::ptrdiff_t>(i);
-    taken.insert(taken.end(), first, first + static_cast<std::ptrdiff_t>(n));
-    train_args.erase(first, first + static_cast<std::ptrdiff_t>(n));
+  std::map<const CLI::Option*, size_t> used;
+  for (const CLI::Option* o : app.parse_order()) {
+    taken.push_back(o->get_name());
+    taken.push_back(o->results()[used[o]++]);
   }
   return taken;
 }

@@ -41,7 +41,9 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args);
 
 // Removes the launcher's flags (--nproc, --log-rank, --master-addr,
 // --master-port, as `--flag v` or `--flag=v`) from `ctitan train` arguments
-// — the `ctitan train --nproc N` shorthand — and returns them in order.
+// — the `ctitan train --nproc N` shorthand — and returns them in order, as
+// `--flag v`. A flag that ends the arguments without its value is the
+// InputError "launch: --flag needs a value".
 std::vector<std::string> take_launcher_flags(std::vector<std::string>& train_args);
 
 // The path of this very binary (/proc/self/exe).

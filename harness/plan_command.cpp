@@ -75,8 +75,9 @@ const char* kFooter =
     "Communication, the pipeline schedule and memory stay the analytic model's, on that link.";
 
 // The `--section.key [value]` arguments (TorchTitan's config syntax, as for
-// `ctitan train`): shape options --model.dim ... go to `model`, the other
-// keys to `config`; what remains is for CLI11.
+// `ctitan train`; is_config_key_arg in harness/cli.h says why CLI11 does not
+// own them): shape options --model.dim ... go to `model`, the other keys to
+// `config`; what remains is for CLI11.
 struct ConfigArgs {
   std::vector<std::pair<std::string, std::string>> model;
   std::vector<std::string> config, rest;
@@ -95,7 +96,7 @@ ConfigArgs split_config_args(const std::vector<std::string>& args) {
     const std::string& a = args[i];
     const size_t eq = a.find('=');
     const std::string flag = a.substr(0, eq);
-    if (a.rfind("--", 0) != 0 || flag.find('.') == std::string::npos) {
+    if (!is_config_key_arg(a)) {
       out.rest.push_back(a);
     } else if (is_model_shape_key(flag)) {
       if (eq != std::string::npos) {

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/errors.h"
 #include "tests/integration/process.h"
 
 namespace fs = std::filesystem;
@@ -168,11 +169,34 @@ TEST(LaunchArgs, TrainShorthandTakesTheLauncherFlags) {
   EXPECT_EQ(ctitan::take_launcher_flags(a), (std::vector<std::string>{"--nproc", "2", "--log-rank", "0"}));
   EXPECT_EQ(a, (std::vector<std::string>{"--training.steps", "3", "--job.print_config"}));
   std::vector<std::string> b{"--nproc=8", "--master-port=1234"};
-  EXPECT_EQ(ctitan::take_launcher_flags(b), (std::vector<std::string>{"--nproc=8", "--master-port=1234"}));
+  EXPECT_EQ(ctitan::take_launcher_flags(b), (std::vector<std::string>{"--nproc", "8", "--master-port", "1234"}));
   EXPECT_TRUE(b.empty());
   std::vector<std::string> c{"--training.steps", "3"};
   EXPECT_TRUE(ctitan::take_launcher_flags(c).empty());
   EXPECT_EQ(c.size(), 2u);
+}
+
+// CLI11 takes the launcher's flags (harness/cli.h take_known_options): each
+// takes the next argument whatever it looks like, in the order given (the
+// later of two wins in parse_launch_args); -h/--help, negative numbers and
+// unknown flags stay the trainer's, in their order.
+TEST(LaunchArgs, TrainShorthandLeavesTheRestInOrder) {
+  std::vector<std::string> a{"--log-rank",      "0",  "--help", "--nproc",      "2",
+                             "--training.seed", "-1", "-h",     "--log-rank=1", "--bogus"};
+  EXPECT_EQ(ctitan::take_launcher_flags(a),
+            (std::vector<std::string>{"--log-rank", "0", "--nproc", "2", "--log-rank", "1"}));
+  EXPECT_EQ(a, (std::vector<std::string>{"--help", "--training.seed", "-1", "-h", "--bogus"}));
+  std::vector<std::string> b{"--nproc", "--training.steps", "3"};
+  EXPECT_EQ(ctitan::take_launcher_flags(b), (std::vector<std::string>{"--nproc", "--training.steps"}));
+  EXPECT_EQ(b, (std::vector<std::string>{"3"}));
+  std::vector<std::string> c{"--training.steps", "3", "--nproc"};
+  std::string error;
+  try {
+    ctitan::take_launcher_flags(c);
+  } catch (const ctitan::InputError& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, "launch: --nproc needs a value; run `ctitan launch --help`");
 }
 
 // ---- bad input: one line, exit code 2 ----------------------------------------
@@ -200,7 +224,19 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"ProgramMissing", {"launch", "--nproc", "2", "--", "/nonexistent/rank.sh"}, "/nonexistent/rank.sh"},
         BadInput{"TrainNprocZero", {"train", "--nproc", "0"}, "got '0'"},
         BadInput{"TrainNprocWithoutValue", {"train", "--training.steps", "2", "--nproc"}, "--nproc needs a value"},
-        BadInput{"TrainLogRankWithoutNproc", {"train", "--log-rank", "0"}, "add --nproc N"}),
+        BadInput{"TrainLogRankWithoutNproc", {"train", "--log-rank", "0"}, "add --nproc N"},
+        // The flag, as CLI11 read it, not the argument as given ("--log-rank=0").
+        BadInput{"TrainLogRankEqualsWithoutNproc",
+                 {"train", "--log-rank=0"},
+                 "--log-rank is a launcher flag: add --nproc N"},
+        // A value is missing before it matters whether --nproc is there.
+        BadInput{"TrainLogRankWithoutValue", {"train", "--log-rank"}, "launch: --log-rank needs a value"},
+        // ... even beside the trainer's --help (which used to print the help).
+        BadInput{"TrainHelpThenNprocWithoutValue", {"train", "--help", "--nproc"}, "launch: --nproc needs a value"},
+        // CLI11 reads `--nproc=` as `--nproc`: the next argument is its value.
+        BadInput{"TrainNprocEmptyValue",
+                 {"train", "--nproc=", "--job.print_config"},
+                 "--nproc: must be an integer in 1..64, got '--job.print_config'"}),
     [](const auto& info) { return info.param.name; });
 
 TEST(LaunchHelp, PrintsUsage) {
