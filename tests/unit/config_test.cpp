@@ -312,6 +312,10 @@ TEST(ConfigCli, ErrorsNameTheOption) {
             std::string::npos);
   EXPECT_NE(error_of([] { parse_job_config({"-x"}); }).find("unknown option '-x'"),
             std::string::npos);
+  // A bare "--" (as torchrun's separator) is an argument like any other:
+  // one line, not an internal error.
+  EXPECT_NE(error_of([] { parse_job_config({"--", "--training.steps", "3"}); }).find("unexpected argument '--'"),
+            std::string::npos);
   EXPECT_NE(error_of([] {
               parse_job_config({"--steps", "3"});
             }).find("did you mean '--training.steps'?"),

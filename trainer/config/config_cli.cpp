@@ -90,7 +90,11 @@ std::vector<std::string> canonicalize(const std::vector<std::string>& args) {
     fail(kWhere, "unknown option '" + arg + "'; options look like --section.key value");
   }
   const std::string name = arg.substr(0, arg.find('='));
-  const std::string bare = name.substr(name.find_first_not_of('-'));
+  const size_t first = name.find_first_not_of('-');
+  if (first == std::string::npos)  // "--" alone: nothing follows as positional arguments here
+    fail(kWhere, "unexpected argument '" + arg + "'; the trainer takes no positional arguments, options look like "
+                 "--section.key value");
+  const std::string bare = name.substr(first);
   fail(kWhere, "unknown option '" + name + "'; " + unknown_key_advice(bare, "--"));
 }
 
