@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "planner/megatron_gpt.h"
-#include "trainer/model/transformer.h"
+#include "trainer/model/model_part.h"
 #include "trainer/parallel/tensor_parallel.h"
 
 namespace ctitan {

@@ -12,7 +12,7 @@
 #include "planner/plan.h"
 #include "trainer/distributed/mesh.h"
 #include "trainer/model/activation_checkpoint.h"
-#include "trainer/model/transformer.h"
+#include "trainer/model/model_part.h"
 #include "trainer/parallel/pipeline.h"
 
 namespace ctitan::planner_detail {

@@ -294,7 +294,7 @@ int TrainLoop::fail_nonfinite(int64_t step, double loss, double grad_norm) {
 
 // Outside the timed step: an extra no-grad forward on this batch.
 void TrainLoop::log_float8_sqnr(int64_t step, bool last, std::string& line) {
-  if (tm_.model().float8_gemms().empty() || !tm_.whole_weights() || !metrics_->logs_step(step, last)) return;
+  if (tm_.model().float8().gemms().empty() || !tm_.whole_weights() || !metrics_->logs_step(step, last)) return;
   const int64_t B = cfg_.training.local_batch_size, S = cfg_.training.seq_len;
   at::Tensor tokens = torch::from_blob(batch_.inputs.data(), {B, S}, torch::kLong).to(rt_.device, false, true);
   const auto sqnr = tm_.model().float8_sqnr(tokens);

@@ -78,7 +78,7 @@ at::Tensor ctitan_logits(const std::string& flavor, const fs::path& dir, const a
   TensorPieces pieces;
   for (const auto& s : model.slots()) pieces.push_back({"model." + s.name, model.store().param(s.name), s.shape, {}});
   for (int64_t l : model.moe_layers())  // DeepSeek-V3's e_score_correction_bias (as the trainer's pieces)
-    pieces.push_back({"model.layers." + std::to_string(l) + ".moe.expert_bias", model.expert_bias(l), {args.moe.num_experts}, {0}});
+    pieces.push_back({"model.layers." + std::to_string(l) + ".moe.expert_bias", model.moe_layer(l).bias(), {args.moe.num_experts}, {0}});
   load_hf_checkpoint(dir.string(), args, pieces);
   torch::NoGradGuard no_grad;
   return model.forward_logits(tokens).to(torch::kFloat);

@@ -355,7 +355,7 @@ TEST(Qwen3, Float8GemmsHoldTheirOwnWeights) {
     Transformer m(model_flavor("qwen3", flavor), at::kFloat, 16, c10::Device(c10::kCPU), ModelPart{},
                   ParamStore::Storage::kFlat, {}, techniques);
     size_t n = 0;
-    for (const auto& g : m.float8_gemms()) {
+    for (const auto& g : m.float8().gemms()) {
       for (size_t s : g.slots) {
         const std::string& fqn = m.slots()[s].name;
         const std::string module = fqn.substr(0, fqn.rfind('.'));  // layers.0.attention.wq
@@ -392,7 +392,7 @@ TEST(DeepSeekV3, Float8OnMlaHeadShardedGemms) {
       }
     }
     std::vector<std::string> got;
-    for (const auto& g : m.float8_gemms()) got.push_back(g.name);
+    for (const auto& g : m.float8().gemms()) got.push_back(g.name);
     std::sort(want.begin(), want.end());
     std::sort(got.begin(), got.end());
     EXPECT_EQ(got, want);
@@ -498,7 +498,7 @@ TEST(MoeLoadBalance, TheTrainStepUpdatesTheBiasesFromItsCounts) {
     EXPECT_EQ(load.min + load.max > 0, true) << "the step's tokens were counted";
     EXPECT_LE(load.max, 2 * 16 * 2) << "each token counted once per chosen expert (no recomputation, no eval)";
     for (int64_t l : tm->model().moe_layers()) {
-      const at::Tensor b = tm->model().expert_bias(l);
+      const at::Tensor b = tm->model().moe_layer(l).bias();
       EXPECT_NEAR(b.sum().item<double>(), 0.0, 1e-6);
       if (coeff > 0)
         EXPECT_GT(b.abs().max().item<double>(), 0.5 * coeff) << "layer " << l;

@@ -12,6 +12,7 @@
 
 #include "common/errors.h"
 #include "trainer/models/llama3.h"
+#include "trainer/model/transformer.h"
 #include "trainer/parallel/pipeline.h"
 
 namespace ctitan {

@@ -10,19 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "trainer/float8/float8_linear.h"
+#include "trainer/float8/float8_gemms.h"
 #include "trainer/model/activation_checkpoint.h"
 
 namespace ctitan {
-
-// model.converters = ["quantize.linear.float8"]: linears whose FQN contains
-// no filter_fqns entry run float8_linear (the fused wq|wk|wv and w1|w3 GEMMs
-// are one unit each: float8 only if none of their modules is filtered).
-struct Float8Options {
-  Float8Recipe recipe = Float8Recipe::kTensorwise;
-  bool emulate = true;
-  std::vector<std::string> filter_fqns;
-};
 
 struct ModelTechniques {
   // Which TransformerBlocks recompute their activations in backward.

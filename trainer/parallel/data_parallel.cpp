@@ -44,7 +44,7 @@ DataParallel::DataParallel(Transformer& model, DeviceMesh& mesh, DataParallelOpt
               "storage (and only FSDP does): dp_shard ", shard_);
   units_.resize(model.units().size());
   if (opts_.recorder) first_seq_ = opts_.recorder->next_seq();
-  if (opts_.float8_all_gather && !model.float8_tensorwise())
+  if (opts_.float8_all_gather && !model.float8().tensorwise())
     throw InputError("quantize.linear.float8.enable_fsdp_float8_all_gather needs recipe_name = \"tensorwise\" "
                      "(a per-row scale cannot be computed on a shard of rows before the gather)");
   // The placement plan: FSDP's Shard(0) over dp_shard (x cp), then
@@ -161,7 +161,7 @@ void DataParallel::init_weights(uint64_t seed) {
 }
 
 void DataParallel::plan_float8_gather() {
-  for (const auto& g : model_.float8_gemms()) {
+  for (const auto& g : model_.float8().gemms()) {
     size_t u = 0;
     while (model_.units()[u].slots.back() < g.slots.front()) ++u;
     Float8Gemm gemm{g.name, u, {}, at::Tensor()};
@@ -239,7 +239,7 @@ void DataParallel::unpack_float8(size_t u) {
   // The float8 values of w·scale in the unit's layout, as the GEMM backend
   // takes them (float8_operand_data: bf16 holds every e4m3 value exactly for
   // the emulation; _scaled_mm takes the gathered codes as they are).
-  const std::string backend = model_.float8_gemm_backend();
+  const std::string backend = float8_backend(model_.device(), model_.float8().emulate());
   const auto operand_dtype = backend == "scaled_mm" ? fp8_torch_dtype(Fp8Format::kE4M3FN) : torch::kBFloat16;
   us.float8_data = torch::empty({model_.units()[u].numel}, grad_shard_.options().dtype(operand_dtype));
   at::Tensor src = us.codes_gathered.view({shard_, us.code_numel});
@@ -261,7 +261,7 @@ void DataParallel::unpack_float8(size_t u) {
     int64_t rows = 0;
     for (size_t pi : g.params) rows += us.params[pi].rows;
     at::Tensor data = us.float8_data.narrow(0, first.unit_offset, rows * first.rest).view({rows, first.rest});
-    model_.set_float8_weight(g.name, Float8Tensor{data, g.scale, Fp8Format::kE4M3FN});
+    model_.float8().set_weight(g.name, Float8Tensor{data, g.scale, Fp8Format::kE4M3FN});
     // The parameters themselves hold the dequantised weight: what the GEMM
     // computes with, for anyone who reads them.
     leaves.narrow(0, first.unit_offset, rows * first.rest).copy_((data.to(torch::kFloat) / g.scale).view({-1}));
@@ -409,7 +409,7 @@ void DataParallel::unpack(UnitShard& us, const at::Tensor& unit) {
 void DataParallel::reshard(size_t u) {
   if (!sharded() || !units_[u].resident) return;
   model_.store().release_unit(u);
-  for (size_t gi : units_[u].gemms) model_.clear_float8_weight(gemms_[gi].name);
+  for (size_t gi : units_[u].gemms) model_.float8().clear_weight(gemms_[gi].name);
   units_[u].float8_data = at::Tensor();
   units_[u].resident = false;
 }
@@ -587,7 +587,7 @@ TensorPieces DataParallel::checkpoint_pieces(AdamW& opt, bool for_save) {
                               mesh_.coord("cp") == 0 && mesh_.coord("tp") == 0;
   if (!for_save || first_of_stage)
     for (int64_t l : model_.moe_layers()) {
-      at::Tensor& bias = model_.expert_bias(l);
+      at::Tensor& bias = model_.moe_layer(l).bias();
       pieces.push_back({"model.layers." + std::to_string(l) + ".moe.expert_bias", bias, bias.sizes().vec(), {0}});
     }
   return pieces;

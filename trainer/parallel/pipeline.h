@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "trainer/config/job_config.h"
-#include "trainer/model/transformer.h"
+#include "trainer/model/model_part.h"
 
 namespace ctitan {
 

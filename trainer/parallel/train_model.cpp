@@ -89,7 +89,7 @@ ExpertLoad TrainModel::balance_experts() {
   Transformer& m = *model_;
   if (!m.has_moe()) return {};
   std::vector<at::Tensor> counts;
-  for (int64_t l : m.moe_layers()) counts.push_back(m.take_expert_counts(l));
+  for (int64_t l : m.moe_layers()) counts.push_back(m.moe_layer(l).take_counts());
   at::Tensor all = at::stack(counts).to(at::kFloat);  // [layers, E]; exact in fp32 below 2^24 tokens
   loss_group_->all_reduce(all)->wait();
   // Under SP the tp ranks routed different tokens — unless the experts are
@@ -97,9 +97,10 @@ ExpertLoad TrainModel::balance_experts() {
   const TensorParallelOptions& tp = m.tensor_parallel();
   if (tp.on() && tp.sequence_parallel && !m.expert_parallel().etp) tp.group->all_reduce(all)->wait();
   const double coeff = m.args().moe.load_balance_coeff;
+  const std::vector<int64_t> layers = m.moe_layers();
   if (coeff > 0)
-    for (size_t i = 0; i < m.moe_layers().size(); ++i)
-      update_expert_bias(m.expert_bias(m.moe_layers()[i]), all[static_cast<int64_t>(i)], coeff);
+    for (size_t i = 0; i < layers.size(); ++i)
+      update_expert_bias(m.moe_layer(layers[i]).bias(), all[static_cast<int64_t>(i)], coeff);
   ExpertLoad load;
   double cv = 0;
   for (int64_t i = 0; i < all.size(0); ++i) cv += expert_load(all[i]).cv;
@@ -110,7 +111,7 @@ ExpertLoad TrainModel::balance_experts() {
     // Rows received per rank of the ep group (one all-gather): the busiest
     // over the mean, per layer.
     std::vector<double> mine;
-    for (int64_t l : m.moe_layers()) mine.push_back(static_cast<double>(m.take_ep_received(l)));
+    for (int64_t l : m.moe_layers()) mine.push_back(static_cast<double>(m.moe_layer(l).take_received()));
     const at::Tensor local = torch::tensor(mine, torch::kDouble);
     at::Tensor all = torch::empty({ep.size() * local.numel()}, local.options());
     ep.group->all_gather(all, local)->wait();
