@@ -91,7 +91,7 @@ TEST(PerfGate, TwoCommitsBuiltOnceGatedPairedWithTheirOwnRunsAndLossParity) {
   const std::string commit = "git -c user.name=t -c user.email=t@example.com commit -q";
   ASSERT_EQ(run_in(repo, commit + " --allow-empty -m 'an empty commit'").exit_code, 0);
   // One op changed: the eager feed-forward's SiLU becomes GELU.
-  const fs::path model = repo / "trainer/model/transformer.cpp";
+  const fs::path model = repo / "trainer/model/feed_forward.cpp";
   std::string text = slurp(model);
   const std::string silu = "act = at::silu(parts[0]) * parts[1];";
   const size_t at = text.find(silu);
