@@ -66,6 +66,20 @@ if [ ! -e "$wt/.git" ]; then
 fi
 [ -e "$wt/.venv" ] || ln -s "$root/.venv" "$wt/.venv"
 
+# The compilers of the build ccache was filled from (this checkout's, else
+# the one beside this script): CMake otherwise takes whichever nvcc comes
+# first on PATH, and a wrapper in another folder changes the CUDA include
+# path on every compile line, so nothing would hit.
+same_compilers=()
+for cache in "$root/build/CMakeCache.txt" "$(dirname "${BASH_SOURCE[0]}")/../build/CMakeCache.txt"; do
+  [ -f "$cache" ] || continue
+  for var in CMAKE_C_COMPILER CMAKE_CXX_COMPILER CMAKE_CUDA_COMPILER; do
+    val=$(sed -n "s/^$var:[A-Z]*=//p" "$cache")
+    [ -n "$val" ] && same_compilers+=("-D$var=$val")
+  done
+  break
+done
+
 build() {  # build SHA -> prints the binary's path
   local sha=$1 bin="$out/bin/ctitan-$1"
   if [ -x "$bin" ]; then
@@ -76,7 +90,7 @@ build() {  # build SHA -> prints the binary's path
     git -C "$wt" clean -fdq  # untracked files would mark the build dirty (ignored ones stay)
     local t0=$SECONDS logf="$out/build-${sha:0:12}.log"
     if ! { [ -f "$wt/build/build.ninja" ] ||
-             cmake -S "$wt" -B "$wt/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+             cmake -S "$wt" -B "$wt/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${same_compilers[@]}" \
                -DCTITAN_BUILD_TESTS=OFF -DCTITAN_BUILD_BENCHMARKS=OFF >"$logf" 2>&1; } ||
        ! cmake --build "$wt/build" --target ctitan -- -j"$(nproc)" >>"$logf" 2>&1; then
       tail -n 20 "$logf" >&2
