@@ -3,16 +3,21 @@
 // predicts runs it did not see.
 //
 // The ok runs (median step time of the steady steps on rank 0, peak memory)
-// are split by run id: two of every three fit, the third is held out. The
-// step-time efficiencies (GEMM, attention, memory bandwidth, kernel
-// overhead, communication bandwidth and latency, overlap, per-step
-// overhead) are fitted by Nelder-Mead on the squared log error of the
-// predicted step time; the memory terms (activation factor, allocator
-// slack) on the squared relative error of the peak. The fitted spec is
-// written with a [calibration] source naming the database, the run counts
-// and both errors, so every later prediction says where it came from.
+// are split by run id: two of every three fit, the third is held out; or
+// (--holdout largest) the largest models and world sizes are held out, so
+// the error says how far the fit extrapolates. The step-time efficiencies
+// (GEMM, attention, memory bandwidth, kernel overhead, communication
+// bandwidth and latency, overlap, per-step overhead) are fitted by
+// Nelder-Mead on the squared log error of the predicted step time; the
+// memory terms (activation factor, allocator slack) on the squared relative
+// error of the peak. Every constant stays inside its physical range
+// (fit_bound) and is pulled towards the spec's prior. The fitted spec is
+// written (after each round, atomically, so a killed calibration leaves
+// one) with a [calibration] source naming the database, the run counts and
+// both errors, so every later prediction says where it came from.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -24,11 +29,21 @@
 
 namespace ctitan {
 
+// Which runs calibrate() holds out: every third (by run id), or the
+// largest: the models with the most parameters and the largest world sizes
+// (the upper half of the distinct values of each, at least the largest one),
+// fitting on the smaller ones only.
+enum class Holdout { every_third, largest };
+// "every-third" | "largest"; throws InputError (one line) for anything else.
+Holdout parse_holdout(const std::string& text);
+
 struct CalibrationOptions {
   std::string db_path;
   std::string hardware = "cpu";  // the spec to start from
   std::string out_path;          // "" : <db>.<spec>.toml
   bool json = false;
+  Holdout holdout = Holdout::every_third;
+  bool progress = true;  // a line on stderr every few seconds
 };
 
 struct MeasuredRun {
@@ -52,18 +67,44 @@ std::vector<MeasuredRun> measured_runs(const std::string& db_path);
 struct CalibrationResult {
   HardwareSpec spec;  // fitted
   std::vector<MeasuredRun> fit, holdout;
+  std::vector<std::string> holdout_why;  // per held-out run: why it was held out
+  std::string rule;                      // how the runs were split, for the output
   std::vector<double> fit_time_err, holdout_time_err;  // relative, signed (pred/meas - 1)
   std::vector<double> fit_mem_err, holdout_mem_err;
   double holdout_time_median_abs = 0, holdout_mem_median_abs = 0;
   double fit_time_median_abs = 0, fit_mem_median_abs = 0;
 };
 
-// Two of every three runs fit, every third is held out.
-CalibrationResult calibrate(const HardwareSpec& start, const std::vector<MeasuredRun>& runs, const std::string& source);
+struct FitOptions {
+  const HardwareSpec* prior = nullptr;  // pulled towards (default: start)
+  int rounds = 3;                       // restarts of Nelder-Mead
+  bool progress = false;                // a line on stderr every few seconds
+  std::string label;                    // in those lines ("fold 2/5")
+  // After each round: the spec so far (the caller writes it, so a killed
+  // calibration leaves the last one) and what was fitted.
+  std::function<void(const HardwareSpec&, const std::string&)> on_round;
+};
+
+// The split (Holdout), the fit and the errors of both sets.
+CalibrationResult calibrate(const HardwareSpec& start, const std::vector<MeasuredRun>& runs, const std::string& source,
+                            Holdout holdout = Holdout::every_third, const FitOptions& fit = {});
+
+// The physical range a fitted constant is kept in (fit_spec); keys as in
+// spec_range. GPU efficiencies in (0, 1]; a cpu spec's (ratios to a peak
+// measured where it plans) in [0.01, 8]; kernel overhead 0-20 us on a GPU,
+// 0-50 us on a CPU.
+struct FitBound {
+  double lo = 0, hi = 1;
+};
+FitBound fit_bound(const std::string& key, bool cpu);
+// The constants fit_spec fits, by fit_bound key, with their values in `h`.
+std::vector<std::pair<std::string, double>> fitted_constants(const HardwareSpec& h);
 
 // The spec with its efficiencies fitted to `fit`, starting from `start` and
-// weakly pulled towards `prior` (default: start); `rounds` restarts of
-// Nelder-Mead. Its calibration text is unchanged.
+// pulled towards `prior` (default: start) inside their fit_bound ranges.
+// Above 160 rows the rounds fit an evenly spread subsample of 160 and one
+// more polishes on all rows. Its calibration text is unchanged.
+HardwareSpec fit_spec(const HardwareSpec& start, const std::vector<MeasuredRun>& fit, const FitOptions& o);
 HardwareSpec fit_spec(const HardwareSpec& start, const std::vector<MeasuredRun>& fit, const HardwareSpec* prior = nullptr,
                       int rounds = 3);
 
