@@ -168,6 +168,13 @@ void show_run(const std::string& db_path, int64_t run_id, bool with_config) {
     std::cout << "\nprediction (" << text_or_dash(p->hardware) << "; " << text_or_dash(p->calibration) << ")\n";
     TextTable t{{"", ""}, {false, true}, {}, false};
     t.rows.push_back({"tps (tokens/s/device)", or_dash(p->tps, "%.1f")});
+    if (p->learned_from && *p->learned_from > 0) {  // schema v11: a sweep that learned as it ran
+      t.rows.push_back({"  refitted on (measured points)", std::to_string(*p->learned_from)});
+      t.rows.push_back({"  tps_prior (the spec as written)", or_dash(p->tps_prior, "%.1f")});
+    }
+    if (p->tps_low && p->tps_high)
+      t.rows.push_back({"  80 % interval", or_dash(p->tps_low, "%.1f") + " - " + or_dash(p->tps_high, "%.1f")});
+    if (p->tps_after) t.rows.push_back({"  tps_after (refitted with this run)", or_dash(p->tps_after, "%.1f")});
     t.rows.push_back({"step_time_s", or_dash(p->step_time_s, "%.4f")});
     t.rows.push_back({"mfu (%)", or_dash(p->mfu, "%.3f")});
     t.rows.push_back(

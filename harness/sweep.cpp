@@ -29,6 +29,7 @@
 #include "common/subprocess.h"
 #include "harness/launch.h"  // train_command: this binary's `ctitan train` argv
 #include "harness/sweep_book.h"
+#include "harness/sweep_learn.h"
 #include "planner/plan.h"
 #include "results/results_db.h"
 #include "trainer/config/config_loader.h"
@@ -329,6 +330,9 @@ PredictionRow prediction_row(const SweepPoint& pt) {
   row.mfu = row.tps ? positive(p.mfu) : std::nullopt;
   row.mem_peak_bytes = static_cast<int64_t>(p.memory.total);
   row.detail_json = to_json(p).dump();
+  row.tps_prior = pt.prior_tps;
+  row.learned_from = pt.learned_from;
+  if (row.tps && pt.tps_interval) row.tps_low = pt.tps_interval->first, row.tps_high = pt.tps_interval->second;
   return row;
 }
 
@@ -582,6 +586,10 @@ class SweepRunner {
     return execute(pt, repeat, progress);
   }
 
+  // The run execute() last inserted (0: none yet).
+  int64_t last_run_id() const { return last_run_id_; }
+  SweepBook& book() { return book_; }
+
  private:
   std::string execute(const SweepPoint& pt, int repeat, Progress& progress) {
     const SweepOptions& opts = book_.opts();
@@ -630,6 +638,7 @@ class SweepRunner {
       throw;
     }
     progress.end(o.status, pt.key, seconds);
+    last_run_id_ = row.id;
     if (full)
       throw InputError("sweep " + book_.spec().name + " stopped: the disk holding " + dir +
                        " is full (run " + std::to_string(row.id) +
@@ -639,6 +648,111 @@ class SweepRunner {
   }
 
   SweepBook book_;
+  int64_t last_run_id_ = 0;
+};
+
+// Learning as the sweep runs (harness/sweep_learn.h): the points still to
+// run, predicted again after each measured one, reordered fastest first
+// within their repeat, and checked again against the memory budget.
+class SweepLearning {
+ public:
+  SweepLearning(const SweepSpec& spec, std::vector<SweepPoint>& points) : points_(points) {
+    budget_ = device_budget(spec);
+    for (const SweepPoint& pt : points)
+      if (pt.infeasible.empty() && pt.prediction && pt.prediction->tps_per_device > 0) {
+        gpu_ = on_gpu(pt.config, budget_);
+        learner_.emplace(point_planning(budget_, gpu_));
+        break;
+      }
+    if (!learner_ || !learner_->learning()) learner_.reset();
+    for (SweepPoint& pt : points_)
+      if (pt.prediction && pt.prediction->tps_per_device > 0) pt.prior_tps = pt.prediction->tps_per_device;
+  }
+
+  // After (pt, repeat) ended with `status` in run `run_id`: learn from
+  // its first ok measurement, predict the rest of `queue` (from `next` on)
+  // again; the points the refitted plan proves too large are returned.
+  std::vector<SweepPoint*> after_run(SweepPoint& pt, const std::string& status, int64_t run_id, ResultsDb& db,
+                                     std::vector<std::pair<SweepPoint*, int>>& queue, size_t next) {
+    std::vector<SweepPoint*> pruned;
+    if (!learner_ || status != "ok" || !learned_.insert(pt.key).second || pt.world_size < 1) return pruned;
+    if (on_gpu(pt.config, budget_) != gpu_) return pruned;
+    const std::optional<SummaryRow> sum = db.summary(run_id);
+    if (!sum || !sum->tps_median || *sum->tps_median <= 0) return pruned;
+    const double predicted = pt.prediction ? pt.prediction->tps_per_device : 0;
+    learner_->add(pt, *sum->tps_median, sum->mem_peak_bytes ? static_cast<double>(*sum->mem_peak_bytes) : 0,
+                  predicted, pt.learned_from);
+    // This run's prediction after the refit that took it in.
+    if (std::optional<PredictionRow> row = db.prediction(run_id)) {
+      try {
+        row->tps_after = learner_->predict(pt).tps_per_device;
+        db.put_prediction(*row);
+      } catch (const InputError&) {
+      }
+    }
+    std::set<SweepPoint*> seen;
+    for (size_t i = next; i < queue.size(); ++i) {
+      SweepPoint* q = queue[i].first;
+      if (!seen.insert(q).second || learned_.count(q->key) || on_gpu(q->config, budget_) != gpu_) continue;
+      try {
+        q->prediction = learner_->predict(*q);
+      } catch (const InputError&) {
+        continue;  // the layout was predicted before; it still is what it was
+      }
+      q->learned_from = learner_->fitted_on();
+      q->tps_interval = learner_->interval(q->prediction->tps_per_device);
+      if (std::string why = infeasibility(q->config, q->world_size, budget_, &*q->prediction, ""); !why.empty()) {
+        q->infeasible = why + " (the plan refitted on " + std::to_string(learner_->fitted_on()) +
+                        " measured points of this sweep)";
+        pruned.push_back(q);
+      }
+    }
+    // Fastest first within this repeat, as order_by_prediction ordered
+    // them; every later repeat then runs the points in this repeat's order
+    // (A B C A B C).
+    const auto speed = [](const SweepPoint* p) {
+      return p->prediction ? p->prediction->tps_per_device * p->world_size : 0.0;
+    };
+    const int repeat = next > 0 ? queue[next - 1].second : 0;
+    auto block_end = queue.begin() + static_cast<std::ptrdiff_t>(next);
+    while (block_end != queue.end() && block_end->second == repeat) ++block_end;
+    std::stable_sort(queue.begin() + static_cast<std::ptrdiff_t>(next), block_end,
+                     [&](const auto& a, const auto& b) { return speed(a.first) > speed(b.first); });
+    std::map<const SweepPoint*, size_t> place;
+    for (auto it = queue.begin(); it != block_end; ++it)
+      if (it->second == repeat) place.emplace(it->first, place.size());
+    const auto at = [&](const SweepPoint* p) {
+      const auto f = place.find(p);
+      return f == place.end() ? place.size() : f->second;
+    };
+    std::stable_sort(block_end, queue.end(), [&](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second < b.second : at(a.first) < at(b.first);
+    });
+    std::cout << "sweep: planner refitted on " << learner_->fitted_on() << " measured point"
+              << (learner_->fitted_on() == 1 ? "" : "s") << describe_error() << std::endl;
+    return pruned;
+  }
+
+ private:
+  // ": the last predictions made before their runs were off by a median of 7.9 %".
+  std::string describe_error() const {
+    const std::vector<double>& r = learner_->residuals();
+    if (r.empty()) return "";
+    std::vector<double> a;
+    for (double x : r) a.push_back(std::fabs(std::exp(-x) - 1));  // predicted / measured - 1
+    std::sort(a.begin(), a.end());
+    const double med = a.size() % 2 ? a[a.size() / 2] : (a[a.size() / 2 - 1] + a[a.size() / 2]) / 2;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; its predictions made before their runs were off by a median of %.1f %% (%zu run%s)",
+                  100 * med, a.size(), a.size() == 1 ? "" : "s");
+    return buf;
+  }
+
+  std::vector<SweepPoint>& points_;
+  DeviceBudget budget_;
+  bool gpu_ = false;
+  std::optional<SweepLearner> learner_;
+  std::set<std::string> learned_;
 };
 
 }  // namespace
@@ -668,12 +782,14 @@ int summarize(const std::string& name, std::map<std::string, int>& counts, size_
 
 }  // namespace
 
-int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, const SweepOptions& opts) {
+int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& planned, const SweepOptions& opts) {
   sweep_runs_folder(opts.db_path, spec.name);  // InputError, before anything is written
   ResultsDb db(opts.db_path);  // InputError, before anything is written, for a file that is not one
   StopSignals signals;
   const auto t0 = Clock::now();
   SweepRunner runner(spec, opts, db);
+  std::vector<SweepPoint> points = planned;  // predicted again as the sweep learns
+  SweepLearning learning(spec, points);
   std::map<std::string, int> counts;
   size_t infeasible = 0;
   for (const SweepPoint& pt : points)
@@ -681,18 +797,31 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, cons
   counts["infeasible"] = static_cast<int>(infeasible);
 
   // Repeat-major: A B C A B C.
-  std::vector<std::pair<const SweepPoint*, int>> queue, deferred;
+  std::vector<std::pair<SweepPoint*, int>> queue, deferred;
   for (int r = 0; r < spec.repeats; ++r)
-    for (const SweepPoint& pt : points)
+    for (SweepPoint& pt : points)
       if (pt.infeasible.empty()) queue.emplace_back(&pt, r);
   std::cout << "sweep " << spec.name << ": " << points.size() << " points (" << infeasible << " infeasible), "
             << queue.size() << " runs to check; results in " << opts.db_path << std::endl;
   Progress progress(spec.name, queue.size());
-  for (const auto& [pt, r] : queue) {
+  for (size_t i = 0; i < queue.size(); ++i) {
     if (g_stop_count > 0) break;
+    const auto [pt, r] = queue[i];
+    const int64_t before = runner.last_run_id();
     const std::string status = runner.visit(*pt, r, progress, false);
     if (status.empty()) deferred.emplace_back(pt, r);  // another sweep is running it
     else ++counts[status];
+    if (runner.last_run_id() == before) continue;  // nothing ran: nothing new to learn
+    std::set<SweepPoint*> pruned;
+    for (SweepPoint* p : learning.after_run(*pt, status, runner.last_run_id(), db, queue, i + 1)) {
+      runner.record_infeasible(*p);
+      ++counts["infeasible"];
+      pruned.insert(p);
+    }
+    if (!pruned.empty())
+      queue.erase(std::remove_if(queue.begin() + static_cast<std::ptrdiff_t>(i + 1), queue.end(),
+                                 [&](const auto& e) { return pruned.count(e.first) > 0; }),
+                  queue.end());
   }
   for (const auto& [pt, r] : deferred) {  // wait for the other sweep, then take what it recorded
     const std::string status = runner.visit(*pt, r, progress, true);

@@ -6,6 +6,12 @@
 //   - runs go in the order of `points` (`ctitan sweep`: order_by_prediction),
 //     repeat-major (A B C A B C): machine drift spreads
 //     over every point instead of landing on one;
+//   - the sweep learns as it runs (harness/sweep_learn.h): after each point
+//     it measures, the planner is refitted on the sweep's measurements and
+//     the points still to run are predicted again, reordered fastest first
+//     within their repeat and checked again against the memory budget (one
+//     now too large is recorded infeasible); each run's stored prediction
+//     is the one made just before it ran;
 //   - every invocation plans the points again: infeasible means "the
 //     planner proves it cannot run" now, so a point recorded infeasible
 //     before and feasible now runs, and one infeasible now is recorded;

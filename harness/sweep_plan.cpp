@@ -138,19 +138,6 @@ std::string label_of(const std::vector<Assignment>& sets) {
 
 bool float8_on(const JobConfig& cfg) { return !cfg.model.converters.empty(); }
 
-// On GPUs a world size is a GPU count of this node: device cuda, or auto
-// where LibTorch sees GPUs.
-bool on_gpu(const JobConfig& cfg, const DeviceBudget& budget) {
-  const std::string& dev = cfg.training.device;
-  return dev == "cuda" || (dev == "auto" && budget.gpus > 0);
-}
-
-struct ResolvedHardware {
-  HardwareSpec spec;
-  bool stand_in = false;  // another GPU's figures: only the memory prediction counts
-  std::shared_ptr<const MeasuredUnits> units;  // [sweep] plan_profile's measured compute
-};
-
 ResolvedHardware resolve_hardware(const DeviceBudget& budget, bool gpu) {
   if (!budget.hardware.empty()) return {load_hardware(budget.hardware), false, nullptr};
   if (!gpu) return {load_hardware("cpu"), false, nullptr};
@@ -175,18 +162,7 @@ class HardwareCache {
   explicit HardwareCache(const DeviceBudget& budget) : budget_(budget) {}
   const ResolvedHardware& get(bool gpu) {
     std::optional<ResolvedHardware>& slot = gpu ? gpu_ : cpu_;
-    if (!slot) {
-      slot = resolve_hardware(budget_, gpu);
-      if (!budget_.plan_profile.empty() && !slot->stand_in) {
-        // Measured planning, as `ctitan plan --profile` does it: this
-        // machine's GEMM peak read once, then the profiled runs.
-        if (slot->spec.kind == "cpu" && slot->spec.peak_fp32_flops <= 0)
-          slot->spec.peak_fp32_flops = resolve_cpu_peak_flops(at::kFloat, 0).flops;
-        MeasuredPlanning m = measured_planning(slot->spec, budget_.plan_profile);
-        slot->spec = std::move(m.spec);
-        slot->units = std::move(m.units);
-      }
-    }
+    if (!slot) slot = point_planning(budget_, gpu);
     return *slot;
   }
 
@@ -194,6 +170,27 @@ class HardwareCache {
   const DeviceBudget& budget_;
   std::optional<ResolvedHardware> gpu_, cpu_;
 };
+
+}  // namespace
+
+bool on_gpu(const JobConfig& cfg, const DeviceBudget& budget) {
+  const std::string& dev = cfg.training.device;
+  return dev == "cuda" || (dev == "auto" && budget.gpus > 0);
+}
+
+ResolvedHardware point_planning(const DeviceBudget& budget, bool gpu) {
+  ResolvedHardware hw = resolve_hardware(budget, gpu);
+  if (!budget.plan_profile.empty() && !hw.stand_in) {
+    // Measured planning, as `ctitan plan --profile` does it: this
+    // machine's GEMM peak read once, then the profiled runs.
+    if (hw.spec.kind == "cpu" && hw.spec.peak_fp32_flops <= 0)
+      hw.spec.peak_fp32_flops = resolve_cpu_peak_flops(at::kFloat, 0).flops;
+    MeasuredPlanning m = measured_planning(hw.spec, budget.plan_profile);
+    hw.spec = std::move(m.spec);
+    hw.units = std::move(m.units);
+  }
+  return hw;
+}
 
 Prediction predict_on(const JobConfig& cfg, int world_size, const ResolvedHardware& hw) {
   PlanRequest req;
@@ -209,6 +206,8 @@ Prediction predict_on(const JobConfig& cfg, int world_size, const ResolvedHardwa
   }
   return p;
 }
+
+namespace {
 
 // "uncalibrated: maker's figures ..." → "uncalibrated";
 // "calibrated from r.db (12 runs, ...)" → "calibrated from r.db".

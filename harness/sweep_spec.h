@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/slurm.h"
@@ -172,6 +173,13 @@ struct SweepPoint {
   // tps_per_device 0: throughput not predicted (a stand-in spec, memory only).
   std::optional<Prediction> prediction;
   int plan_index = 0;  // its place in plan_sweep's (spec) order, kept when the points are reordered
+  // A sweep that learns as it runs (harness/sweep_learn.h): tokens/s per
+  // device as the spec predicted it before the sweep measured anything;
+  // the measured points `prediction` was refitted on (0: the spec as
+  // written); its 80 % interval (tokens/s per device), once there is one.
+  std::optional<double> prior_tps;
+  int learned_from = 0;
+  std::optional<std::pair<double, double>> tps_interval;
 };
 
 // What a machine can hold: total bytes for all ranks of one point on the
@@ -242,6 +250,22 @@ std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudg
                           const Prediction* prediction, const std::string& prediction_error);
 // The same, predicting on point_hardware() itself.
 std::string infeasibility(const JobConfig& cfg, int world_size, const DeviceBudget& budget);
+
+// On GPUs a world size is a GPU count of this node: device cuda, or auto
+// where LibTorch sees GPUs.
+bool on_gpu(const JobConfig& cfg, const DeviceBudget& budget);
+
+// What a point is planned with: point_hardware()'s spec, and with [sweep]
+// plan_profile the spec and compute measured from those runs (as `ctitan
+// plan --profile` plans).
+struct ResolvedHardware {
+  HardwareSpec spec;
+  bool stand_in = false;  // another GPU's figures: only the memory prediction counts
+  std::shared_ptr<const MeasuredUnits> units;  // [sweep] plan_profile's measured compute
+};
+ResolvedHardware point_planning(const DeviceBudget& budget, bool on_gpu);
+// predict() of `cfg` at `world_size` on `hw` (a stand-in predicts memory only).
+Prediction predict_on(const JobConfig& cfg, int world_size, const ResolvedHardware& hw);
 
 // The planner's prediction for `cfg` at `world_size` on point_hardware()
 // (the point's device decides GPU or CPU). InputError (predict()'s one

@@ -215,6 +215,29 @@ Table points_table(const SectionReport& sec) {
   return t;
 }
 
+Table learning_table(const SectionReport& sec) {
+  Table t;
+  if (sec.learning.empty()) return t;
+  t.header = {"runs", "spec as written: err", "before each run: err", "refitted on", "inside 80 % interval"};
+  t.right = {false, true, true, true, true};
+  std::string (*abs_pct)(double) = [](double v) { return fmt::fixed(100 * v, 1) + "%"; };
+  for (const LearningGroup& g : sec.learning) {
+    const std::string runs = std::to_string(g.first) + "–" + std::to_string(g.last);
+    const std::string inside = g.with_interval == 0 ? "–"
+                                                    : std::to_string(g.inside) + " of " + std::to_string(g.with_interval);
+    t.rows.push_back({runs, fmt::or_dash(g.prior_error, abs_pct), fmt::or_dash(g.error, abs_pct),
+                      "≥ " + std::to_string(g.learned_from) + " points", inside});
+  }
+  return t;
+}
+
+std::string learning_note() {
+  return "The sweep refitted the planner after each point it measured and predicted the points still to run again "
+         "(harness/sweep_learn.h). Runs in the order they ran, six at a time; err = median |predicted / measured "
+         "− 1| of tokens/s per device: the spec as written, and the prediction stored just before each run "
+         "(out of sample). An 80 % interval comes from the earlier out-of-sample errors once there are three.";
+}
+
 bool has_predictions(const SectionReport& sec) {
   return std::any_of(sec.points.begin(), sec.points.end(),
                      [](const PointStats& p) { return p.row > 0 && !p.predicted_on.empty(); });

@@ -62,6 +62,12 @@ std::string paired_note();                            // how the numbers were ma
 // peak mem/rank), and the note naming the spec(s) it was predicted on
 // ("" without predictions).
 bool has_predictions(const SectionReport& sec);
+// A learning sweep's groups of runs (SectionReport::learning): runs, the
+// spec's error, the error of the predictions made before each run, the
+// points they were refitted on, and interval coverage. Empty table
+// without learning.
+Table learning_table(const SectionReport& sec);
+std::string learning_note();
 std::string prediction_note(const SectionReport& sec);
 
 std::string status_cell(const PointStats& p);  // "ok", "oom", "ok 2/3 (1 timeout)"

@@ -430,6 +430,11 @@ void write_section(std::ostringstream& out, const SectionReport& sec, size_t ind
     h3("predicted", "Predicted against measured");
     out << "<div class=\"panels\"><figure>" << prediction_scatter(sec, false) << "</figure><figure>"
         << prediction_scatter(sec, true) << "</figure></div>\n";
+    if (!sec.learning.empty()) {
+      out << "<h4>How the planner learned over the sweep</h4>\n";
+      write_table(out, render::learning_table(sec));
+      out << "<p class=\"note\">" << fmt::html_escape(render::learning_note()) << "</p>\n";
+    }
   }
   if (!sec.paired.empty()) {
     h3("paired", render::paired_title(sec));

@@ -53,6 +53,11 @@ std::string render_markdown(const Report& r) {
         << " at the same world size.";
     if (render::has_predictions(sec)) out << " " << fmt::md_escape(render::prediction_note(sec));
     out << "</sub>\n\n";
+    if (!sec.learning.empty()) {
+      out << "#### How the planner learned over the sweep\n\n";
+      write_table(out, render::learning_table(sec));
+      out << "<sub>" << fmt::md_escape(render::learning_note()) << "</sub>\n\n";
+    }
     if (!sec.paired.empty()) {
       out << "#### " << fmt::md_escape(render::paired_title(sec)) << "\n\n";
       write_table(out, render::paired_table(sec));

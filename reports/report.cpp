@@ -97,6 +97,10 @@ PointStats point_stats(const PointData& p) {
     if (!r.prediction || r.prediction->hardware.empty()) continue;
     const PredictionRow& pr = *r.prediction;
     s.pred_tps = pr.tps;
+    s.pred_tps_prior = pr.tps_prior;
+    s.pred_tps_low = pr.tps_low;
+    s.pred_tps_high = pr.tps_high;
+    s.learned_from = pr.learned_from.value_or(0);
     s.pred_mem_peak_bytes =
         pr.mem_peak_bytes ? std::optional<double>(static_cast<double>(*pr.mem_peak_bytes)) : std::nullopt;
     // "uncalibrated: maker's figures" → "uncalibrated"; "calibrated from r.db (12 runs, ...)" → "calibrated from r.db"
@@ -349,6 +353,49 @@ void set_summary(SectionReport& sec, const std::vector<double>& budgets) {
   }
 }
 
+// The section's ok runs in the order they ran (run id), in groups of six;
+// empty unless some prediction was refitted during the sweep.
+std::vector<LearningGroup> learning_groups(const std::vector<PointData>& points) {
+  std::vector<const RunData*> runs;
+  bool learned = false;
+  for (const PointData& p : points)
+    for (const RunData& r : p.runs) {
+      if (r.run.status != "ok" || !r.prediction || !r.prediction->tps || !r.summary || !r.summary->tps_median) continue;
+      runs.push_back(&r);
+      learned = learned || r.prediction->learned_from.value_or(0) > 0;
+    }
+  if (!learned) return {};
+  std::sort(runs.begin(), runs.end(), [](const RunData* a, const RunData* b) { return a->run.id < b->run.id; });
+  constexpr size_t kGroup = 6;
+  std::vector<LearningGroup> groups;
+  for (size_t at = 0; at < runs.size(); at += kGroup) {
+    LearningGroup g;
+    g.first = static_cast<int64_t>(at + 1);
+    g.last = static_cast<int64_t>(std::min(at + kGroup, runs.size()));
+    g.learned_from = -1;
+    std::vector<double> prior, now;
+    for (size_t i = at; i < static_cast<size_t>(g.last); ++i) {
+      const PredictionRow& pr = *runs[i]->prediction;
+      const double measured = *runs[i]->summary->tps_median;
+      if (measured <= 0) continue;
+      ++g.runs;
+      now.push_back(std::fabs(*pr.tps / measured - 1));
+      if (pr.tps_prior) prior.push_back(std::fabs(*pr.tps_prior / measured - 1));
+      if (pr.tps_low && pr.tps_high) {
+        ++g.with_interval;
+        g.inside += *pr.tps_low <= measured && measured <= *pr.tps_high;
+      }
+      const int64_t from = pr.learned_from.value_or(0);
+      g.learned_from = g.learned_from < 0 ? from : std::min(g.learned_from, from);
+    }
+    if (!prior.empty()) g.prior_error = stats::median(prior);
+    if (!now.empty()) g.error = stats::median(now);
+    g.learned_from = std::max<int64_t>(g.learned_from, 0);
+    groups.push_back(g);
+  }
+  return groups;
+}
+
 }  // namespace
 
 SectionReport build_section(const std::string& title, const std::vector<PointData>& points,
@@ -392,6 +439,7 @@ SectionReport build_section(const std::string& title, const std::vector<PointDat
   sec.environment = environment_lines(points);
   set_summary(sec, memory_budgets);
   sec.effects = knob_effects(sec);
+  sec.learning = learning_groups(points);
   return sec;
 }
 

@@ -57,9 +57,27 @@ struct PointStats {
   // device and peak bytes per rank, on `predicted_on` ("h100_sxm,
   // uncalibrated"). Errors: predicted / measured − 1.
   std::optional<double> pred_tps, pred_mem_peak_bytes;
+  // A sweep that learned as it ran (schema v11): the spec's prediction
+  // before the sweep measured anything, the 80 % interval of pred_tps, and
+  // how many measured points pred_tps was refitted on (0: the spec as written).
+  std::optional<double> pred_tps_prior, pred_tps_low, pred_tps_high;
+  int64_t learned_from = 0;
   std::string predicted_on;
   std::optional<double> pred_tps_error() const;
   std::optional<double> pred_mem_error() const;
+};
+
+// How a learning sweep's predictions improved as it ran: its ok runs in
+// the order they ran, in groups of six. Per group: the median |predicted /
+// measured − 1| of the spec as written and of the prediction made just
+// before each run, and how many measured values fell inside their 80 %
+// interval (of those that had one).
+struct LearningGroup {
+  int64_t first = 0, last = 0;  // 1-based run numbers in run order
+  size_t runs = 0;
+  std::optional<double> prior_error, error;  // median absolute, as fractions
+  size_t with_interval = 0, inside = 0;
+  int64_t learned_from = 0;  // the fewest points a prediction of the group was refitted on
 };
 
 struct StackTable {
@@ -179,6 +197,7 @@ struct SectionReport {
   std::vector<ChainStep> chain;          // the spec's [report] stack (empty without one)
   std::vector<std::string> chain_keys;   // its entries as written
   std::string chain_note;                // why the chain could not be formed ("" when it was)
+  std::vector<LearningGroup> learning;   // empty unless the sweep learned as it ran
 };
 
 struct Report {

@@ -176,9 +176,10 @@ int64_t ResultsDb::insert_run(const RunRow& r, const std::optional<PredictionRow
 void ResultsDb::write_prediction(const PredictionRow& p) {
   Statement q(db_, path_,
               "INSERT OR REPLACE INTO predictions(run_id, hardware, calibration, step_time_s, tps, mfu, "
-              "mem_peak_bytes, detail_json, plan_index) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+              "mem_peak_bytes, detail_json, plan_index, tps_prior, tps_low, tps_high, learned_from, tps_after) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
   q.bind_all(p.run_id, p.hardware, p.calibration, p.step_time_s, p.tps, p.mfu, p.mem_peak_bytes, p.detail_json,
-             p.plan_index)
+             p.plan_index, p.tps_prior, p.tps_low, p.tps_high, p.learned_from, p.tps_after)
       .run();
 }
 
@@ -190,8 +191,8 @@ void ResultsDb::put_prediction(const PredictionRow& p) {
 
 std::optional<PredictionRow> ResultsDb::prediction(int64_t run_id) const {
   Statement q(db_, path_,
-              "SELECT run_id, hardware, calibration, step_time_s, tps, mfu, mem_peak_bytes, detail_json, plan_index "
-              "FROM predictions WHERE run_id = ?1");
+              "SELECT run_id, hardware, calibration, step_time_s, tps, mfu, mem_peak_bytes, detail_json, plan_index, "
+              "tps_prior, tps_low, tps_high, learned_from, tps_after FROM predictions WHERE run_id = ?1");
   q.bind_all(run_id);
   if (!q.step()) return std::nullopt;
   PredictionRow p;
@@ -204,6 +205,11 @@ std::optional<PredictionRow> ResultsDb::prediction(int64_t run_id) const {
   p.mem_peak_bytes = q.opt_int64(6);
   p.detail_json = q.text(7);
   p.plan_index = q.opt_int64(8);
+  p.tps_prior = q.opt_real(9);
+  p.tps_low = q.opt_real(10);
+  p.tps_high = q.opt_real(11);
+  p.learned_from = q.opt_int64(12);
+  p.tps_after = q.opt_real(13);
   return p;
 }
 

@@ -13,7 +13,8 @@
 //             mem_peak_bytes, loss_final, compute_s, comm_s, exposed_comm_s, idle_s)
 //   validation(run_id, step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes)
 //   predictions(run_id, hardware, calibration, step_time_s, tps, mfu,
-//               mem_peak_bytes, detail_json, plan_index)
+//               mem_peak_bytes, detail_json, plan_index, tps_prior, tps_low,
+//               tps_high, learned_from, tps_after)
 //   slurm_jobs(run_id, job_id, job_name, state, reason, script, submitted_at,
 //              updated_at)  (runs a sweep submitted with --launcher slurm)
 //   env(run_id, key, value)
@@ -116,6 +117,12 @@ struct PredictionRow {
   std::optional<int64_t> mem_peak_bytes;        // per rank (the largest)
   std::string detail_json;                      // to_json(Prediction): every figure broken down
   std::optional<int64_t> plan_index;            // the point's place in the spec's expansion (0-based)
+  // A learning sweep (harness/sweep_learn.h): tokens/s per device as the
+  // spec predicted it before the sweep measured anything; the 80 % interval
+  // of `tps`; the measured points `tps` was refitted on (0: the spec as
+  // written); `tps` again after the refit that took this run's measurement.
+  std::optional<double> tps_prior, tps_low, tps_high, tps_after;
+  std::optional<int64_t> learned_from;
 };
 
 struct IngestReport {
@@ -140,7 +147,7 @@ struct ArtifactRow {
 // std::runtime_error naming the file.
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 10;
+  static constexpr int kSchemaVersion = 11;
   // How long a statement waits for another process's write to finish.
   static constexpr int kBusyTimeoutMs = 10000;
   // read_write: opens (creating if absent) and migrates; a read-only file is

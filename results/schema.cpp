@@ -155,6 +155,17 @@ CREATE INDEX slurm_jobs_by_job ON slurm_jobs(job_id);
     // group's mean, per logged step and the run's mean. NULL without EP.
     {10, "ALTER TABLE steps ADD COLUMN moe_ep_imbalance REAL;"
          "ALTER TABLE summaries ADD COLUMN moe_ep_imbalance REAL;"},
+    // A sweep that learns as it runs (harness/sweep_learn.h): the spec's
+    // prediction before the sweep measured anything (tps_prior), the 80 %
+    // interval of the prediction the run was made with (tps_low, tps_high),
+    // how many measured points that prediction was refitted on
+    // (learned_from; 0: the spec as written), and the prediction after the
+    // refit that took this run in (tps_after).
+    {11, "ALTER TABLE predictions ADD COLUMN tps_prior REAL;"
+         "ALTER TABLE predictions ADD COLUMN tps_low REAL;"
+         "ALTER TABLE predictions ADD COLUMN tps_high REAL;"
+         "ALTER TABLE predictions ADD COLUMN learned_from INTEGER;"
+         "ALTER TABLE predictions ADD COLUMN tps_after REAL;"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 

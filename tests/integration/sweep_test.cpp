@@ -132,7 +132,24 @@ TEST(Sweep, RunsEveryPointRecordsInfeasibleOnesAndASecondRunRunsNothing) {
     EXPECT_EQ(nlohmann::json::parse(p->detail_json)["hardware"], "cpu");
   }
   EXPECT_EQ(plan_indices, (std::set<int64_t>{0, 1, 2, 3}));
-  // The runs went in the dry run's order: the highest predicted tokens/s first.
+  // The sweep learned as it ran (harness/sweep_learn.h): the k-th run's
+  // prediction was refitted on the k - 1 points measured before it, the
+  // spec's own prediction is kept beside it, and each run's prediction
+  // after the refit that took it in is stored too.
+  std::vector<int64_t> learned_from;
+  for (const RunRow& row : rows) {
+    if (row.status != "ok") continue;
+    const auto p = r.prediction(row.id);
+    ASSERT_TRUE(p->tps_prior && p->tps_after && p->learned_from) << "run " << row.id;
+    learned_from.push_back(*p->learned_from);
+    if (*p->learned_from == 0) EXPECT_EQ(*p->tps, *p->tps_prior);
+    else EXPECT_NE(*p->tps, *p->tps_prior) << "run " << row.id << ": predicted again after the first measurement";
+  }
+  std::sort(learned_from.begin(), learned_from.end());
+  EXPECT_EQ(learned_from, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_NE(first.out.find("sweep: planner refitted on 1 measured point"), std::string::npos) << first.out;
+  // The runs went in the dry run's order: the highest predicted tokens/s first
+  // (one or two measured points scale every prediction alike: the order holds).
   EXPECT_EQ(started_keys(first.out), planned_run_keys(dry.out)) << dry.out << first.out;
 
   auto second = run_ctitan({"sweep", spec.string(), "--db", db.string()});

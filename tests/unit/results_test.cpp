@@ -539,7 +539,9 @@ TEST(Results, MigratesAVersion6DatabaseToSlurmJobs) {
   sql(path, "ALTER TABLE steps DROP COLUMN moe_load_cv; ALTER TABLE steps DROP COLUMN moe_load_min; "
             "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE steps DROP COLUMN moe_ep_imbalance; "
             "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; DROP TABLE slurm_jobs; ALTER TABLE sweeps DROP COLUMN spec_path; "
-            "UPDATE schema_version SET version = 6;");
+            "ALTER TABLE predictions DROP COLUMN tps_prior; ALTER TABLE predictions DROP COLUMN tps_low; "
+            "ALTER TABLE predictions DROP COLUMN tps_high; ALTER TABLE predictions DROP COLUMN learned_from; "
+            "ALTER TABLE predictions DROP COLUMN tps_after; UPDATE schema_version SET version = 6;");
   ResultsDb db(path.string());
   EXPECT_EQ(db.schema_version(), ResultsDb::kSchemaVersion);
   EXPECT_FALSE(db.slurm_job(run));
@@ -598,6 +600,10 @@ TEST(Results, MigratesAVersion5DatabaseToPredictions) {
   p.mem_peak_bytes = int64_t{3} << 30;
   p.detail_json = R"({"hardware":"cpu"})";
   p.plan_index = 4;
+  p.tps_prior = 2000.0;
+  p.tps_low = 1100.0;
+  p.tps_high = 1400.0;
+  p.learned_from = 6;
   const int64_t id = db.insert_run(full_run(1, "new"), p);
   const auto back = db.prediction(id);
   ASSERT_TRUE(back);
@@ -610,6 +616,16 @@ TEST(Results, MigratesAVersion5DatabaseToPredictions) {
   EXPECT_EQ(back->mem_peak_bytes, int64_t{3} << 30);
   EXPECT_EQ(back->detail_json, R"({"hardware":"cpu"})");
   EXPECT_EQ(back->plan_index, 4);
+  EXPECT_EQ(back->tps_prior, 2000.0);
+  EXPECT_EQ(back->tps_low, 1100.0);
+  EXPECT_EQ(back->tps_high, 1400.0);
+  EXPECT_EQ(back->learned_from, 6);
+  EXPECT_FALSE(back->tps_after);
+  ctitan::PredictionRow after = *back;
+  after.tps_after = 1250.0;  // the refit that took the run in
+  db.put_prediction(after);
+  EXPECT_EQ(db.prediction(id)->tps_after, 1250.0);
+  EXPECT_EQ(db.prediction(id)->tps_prior, 2000.0);
   // A point the planner could not predict: a row with no figures.
   ctitan::PredictionRow none;
   none.plan_index = 0;
@@ -671,16 +687,16 @@ INSTANTIATE_TEST_SUITE_P(
                     "not a ctitan results database (tables: photos)"},
         ForeignFile{"newer_schema",
                     [](const fs::path& p) {
-                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (11);"
+                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (12);"
                              "CREATE TABLE runs(id INTEGER PRIMARY KEY, shiny_new_column TEXT);");
                     },
-                    "newer ctitan (results schema v11, this ctitan reads up to v10)"},
+                    "newer ctitan (results schema v12, this ctitan reads up to v11)"},
         ForeignFile{"newer_schema_in_wal_mode",
                     [](const fs::path& p) {
                       sql(p, "PRAGMA journal_mode=WAL; CREATE TABLE schema_version(version INTEGER);"
-                             "INSERT INTO schema_version VALUES (11);");
+                             "INSERT INTO schema_version VALUES (12);");
                     },
-                    "newer ctitan (results schema v11"},
+                    "newer ctitan (results schema v12"},
         ForeignFile{"empty_schema_version",
                     [](const fs::path& p) { sql(p, "CREATE TABLE schema_version(version INTEGER);"); },
                     "empty schema_version table"}),
