@@ -248,7 +248,10 @@ TEST(ReliabilitySweep, ReadOnlyDatabaseIsReadAndASweepIsRefusedInOneLine) {
   fs::copy_file(db, root / "old.db");
   sql(root / "old.db", "ALTER TABLE steps DROP COLUMN moe_load_cv; ALTER TABLE steps DROP COLUMN moe_load_min; "
             "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE steps DROP COLUMN moe_ep_imbalance; "
-            "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; ALTER TABLE sweeps DROP COLUMN spec_path; UPDATE schema_version SET version = 7;");
+            "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; ALTER TABLE sweeps DROP COLUMN spec_path; "
+            "ALTER TABLE predictions DROP COLUMN tps_prior; ALTER TABLE predictions DROP COLUMN tps_low; "
+            "ALTER TABLE predictions DROP COLUMN tps_high; ALTER TABLE predictions DROP COLUMN learned_from; "
+            "ALTER TABLE predictions DROP COLUMN tps_after; UPDATE schema_version SET version = 7;");
   const auto before = snapshot(root);
   ASSERT_EQ(mount("tmpfs", root.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, nullptr), 0) << std::strerror(errno);
 

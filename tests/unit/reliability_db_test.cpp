@@ -137,7 +137,10 @@ TEST(ReliabilityDb, ReadOnlyOpenOfAnOlderFileReadsItAsItIs) {
   const fs::path path = make_db(fresh_dir("older"), 1);
   sql(path, "ALTER TABLE steps DROP COLUMN moe_load_cv; ALTER TABLE steps DROP COLUMN moe_load_min; "
             "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE steps DROP COLUMN moe_ep_imbalance; "
-            "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; ALTER TABLE sweeps DROP COLUMN spec_path; UPDATE schema_version SET version = 7;");
+            "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; ALTER TABLE sweeps DROP COLUMN spec_path; "
+            "ALTER TABLE predictions DROP COLUMN tps_prior; ALTER TABLE predictions DROP COLUMN tps_low; "
+            "ALTER TABLE predictions DROP COLUMN tps_high; ALTER TABLE predictions DROP COLUMN learned_from; "
+            "ALTER TABLE predictions DROP COLUMN tps_after; UPDATE schema_version SET version = 7;");
   const std::string before = file_bytes(path);
   {
     ResultsDb db(path.string(), ResultsDb::Access::read_only);
