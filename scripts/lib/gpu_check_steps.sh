@@ -28,11 +28,17 @@ print("GPUs:", n, *(torch.cuda.get_device_name(i) for i in range(n)))'
 
 # use_prebuilt: take BUNDLE/prebuilt's ctitan and gpu tests (scripts/gpu_prebuilt.sh)
 # when they were built against this node's torch from these very sources and
-# load here; else say why and return 1 (then the node builds).
+# load here; else say why and return 1 (then the node builds). They were built
+# from a commit: a tree here that differs from it (tree_matches) is refused,
+# exit 2, so that nothing measured is credited to a commit it did not run.
 use_prebuilt() {
-  local pre=$bundle/prebuilt built_torch built_src have_torch have_src
+  local pre=$bundle/prebuilt built_torch built_src built_commit have_torch have_src
   [ -f "$pre/BUILT" ] || { echo "no prebuilt binaries in the bundle: building"; return 1; }
-  read -r built_torch built_src <"$pre/BUILT"
+  read -r built_torch built_src built_commit <"$pre/BUILT"
+  if [ -n "$built_commit" ]; then
+    tree_matches "$root" "$pre/TREE.sha256" "$built_commit" || exit 2
+    echo "$built_commit" >"$out/commit.txt"
+  fi
   have_torch=$("$py" -c 'import torch; print(torch.__version__)')
   have_src=$(source_fingerprint "$root")
   if [ "$built_torch" != "$have_torch" ] || [ "$built_src" != "$have_src" ]; then
@@ -97,6 +103,33 @@ gpu_tests() {
   fi
   cd "$build"
   ctest -L gpu --output-on-failure --timeout 120 --output-junit "$out/gpu_tests.xml"
+}
+
+# peer_wheels: scripts/gpu_peer_wheels.sh's wheels (TorchTitan, torchao, ...)
+# installed into BUILD/peer-site with no index and no dependencies; the node's
+# own torch and packages are used as they are.
+peer_wheels() {
+  if [ -z "${peer_wheels_dir:-}" ] || ! compgen -G "$peer_wheels_dir/*.whl" >/dev/null; then
+    echo "skipped: no peer wheels (scripts/gpu_peer_wheels.sh DIR, then --peer-wheels DIR): the TorchTitan peer cannot run"
+    exit 77
+  fi
+  rm -rf "$build/peer-site"
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
+    --target "$build/peer-site" "$peer_wheels_dir"/*.whl
+  PYTHONPATH=$build/peer-site "$py" -c 'from importlib.metadata import version as v
+import torchtitan, torchao, tyro, datasets, torchdata
+print("peer wheels:", *(f"{n} {v(n)}" for n in ("torchtitan", "torchao", "tyro", "datasets", "torchdata")))'
+}
+
+# rounds: scripts/lib/gpu_rounds.py until this step's deadline (rounds.md, evidence/).
+rounds() {
+  [ -d "$build/peer-site" ] && export PYTHONPATH="$build/peer-site${PYTHONPATH:+:$PYTHONPATH}"
+  local extra=()
+  ((rehearse)) && extra+=(--rehearse)
+  [ -n "${CTITAN_GPU_ROUNDS_CONFIGS:-}" ] && extra+=(--configs "$CTITAN_GPU_ROUNDS_CONFIGS")
+  [ -n "${CTITAN_GPU_MIRROR_TAR:-}" ] && extra+=(--mirror-tar "$CTITAN_GPU_MIRROR_TAR")
+  "$py" "$root/scripts/lib/gpu_rounds.py" --out "$out" --bin "$bin" --python "$py" --root "$root" \
+    --rounds "${CTITAN_GPU_ROUNDS:-3}" --deadline "$CTITAN_STEP_DEADLINE" "${extra[@]}"
 }
 
 # ctitan_run NAME RECIPE SEQ BATCH [ARGS...]: 20 steps on cuda:0, the first 5 outside the statistics.

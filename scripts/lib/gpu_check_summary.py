@@ -47,7 +47,10 @@ if os.environ.get("rehearse") == "1":
 else:
     print("Written by `scripts/gpu_check.sh`; every figure below was measured in this run.\n")
 print("```\n" + inventory + "\n```\n")
-deadline = 530 * (4 if os.environ.get("rehearse") == "1" else 1)
+deadline = int(os.environ.get("deadline_s", "530")) * (4 if os.environ.get("rehearse") == "1" else 1)
+if os.path.exists(os.path.join(out, "commit.txt")):
+    print(f"Commit: `{open(os.path.join(out, 'commit.txt')).read().strip()}` (the prebuilt binaries' and, "
+          "every tracked file checked, this tree's).\n")
 print(f"## Steps ({total} s in all; deadline {deadline} s)\n")
 print("| step | state | seconds | budget | last line |\n|---|---|---:|---:|---|")
 for name, state, secs, budget, why in (s + [""] * (5 - len(s)) for s in steps):
@@ -118,6 +121,9 @@ without = load(os.path.join(out, "runs", "125M_no_cupti", "summary.json")) or {}
 if with_cupti.get("tps_median") and without.get("tps_median"):
     cost = 100.0 * (without["tps_median"] / with_cupti["tps_median"] - 1.0)
     print(f"\nCUPTI tracer's cost per step (125M, tokens/s without it over with it): {cost:+.1f} %")
+if os.path.exists(os.path.join(out, "rounds.md")):
+    print("\n" + open(os.path.join(out, "rounds.md")).read().replace("# Interleaved rounds", "## Interleaved rounds", 1)
+          .replace("\n## Ratios", "\n### Ratios"))
 if os.path.exists(os.path.join(out, "report.md")):
     print(f"\nThe one-point sweep's report: report.md ({os.path.getsize(os.path.join(out, 'report.md'))} bytes); "
           "its SQLite database: gpu.db.")

@@ -86,3 +86,33 @@ dirs += sorted(d for d in glob.glob(os.path.join(site, "nvidia", "*", "lib")) if
 print(":".join(dirs))
 PY
 }
+
+# tree_manifest ROOT OUT: the commit a GPU node's evidence is credited to.
+# Refuses (one line, exit 2) a tree with changes git sees, tracked or
+# untracked-not-ignored (both travel to a node); else writes OUT, the sha256 of
+# every tracked file, and prints HEAD's commit.
+tree_manifest() {
+  local root=$1 manifest=$2 dirty
+  git -C "$root" rev-parse --verify -q HEAD >/dev/null ||
+    { echo "tree_manifest: $root is not a git checkout with a commit; evidence names a commit" >&2; return 2; }
+  dirty=$(git -C "$root" status --porcelain | head -n 5 | tr '\n' ' ')
+  if [ -n "$dirty" ]; then
+    echo "tree_manifest: $root has uncommitted changes ($dirty); commit them (or stash) first: GPU evidence is of committed code" >&2
+    return 2
+  fi
+  (cd "$root" && git ls-files -z | LC_ALL=C sort -z | xargs -0 sha256sum) >"$manifest"
+  git -C "$root" rev-parse HEAD
+}
+
+# tree_matches ROOT MANIFEST COMMIT: ROOT's files are those of the tree_manifest
+# MANIFEST of COMMIT (a file changed or gone: one line naming the first few, status 1).
+tree_matches() {
+  local root=$1 manifest=$2 commit=$3 bad
+  [ -f "$manifest" ] || { echo "the prebuilt binaries name commit $commit but the bundle has no ${manifest##*/}: rebuild them (scripts/gpu_prebuilt.sh)"; return 1; }
+  bad=$(cd "$root" && sha256sum -c --quiet "$manifest" 2>/dev/null | sed 's/: .*//' | head -n 5 | tr '\n' ' ')
+  if [ -n "$bad" ] || ! (cd "$root" && sha256sum -c --status "$manifest" 2>/dev/null); then
+    echo "this tree is not commit ${commit:0:12}, which the prebuilt binaries were built from (${bad:-files differ}); run on that commit's tree, or rebuild with scripts/gpu_prebuilt.sh"
+    return 1
+  fi
+  echo "the tree is commit ${commit:0:12}'s: every tracked file checked"
+}

@@ -399,7 +399,9 @@ def peer_arguments(flavors, default_flavor: str, doc: str, steps_help: str = "")
     ap.add_argument("--flavor", default=default_flavor, choices=list(flavors))
     ap.add_argument("--n-layers", type=int, default=None,
                     help="replace the flavor's layer count (ctitan: --model.n_layers)")
-    ap.add_argument("--mode", default="eager", choices=["eager", "compile"])
+    ap.add_argument("--mode", default="eager", choices=["eager", "compile", "compile_model"],
+                    help="compile: torch.compile over the model and the loss together (TorchTitan's "
+                         "compile.components = model,loss); compile_model: the model only, the loss eager")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)
@@ -454,19 +456,25 @@ def main(argv=None) -> int:
     model.train()
     nparams, _, flops_per_token = nparams_and_flops(model, margs, args.seq_len)
 
-    fwd = torch.compile(model) if args.mode == "compile" else model
+    fwd = torch.compile(model) if args.mode == "compile_model" else model
+    fwd_loss = None
+    if args.mode == "compile":
+        # The model and the loss in one graph: the fp32 copy of the logits can fuse into the
+        # cross-entropy instead of being written out (the old mode compiled the model only).
+        fwd_loss = torch.compile(lambda inputs, labels: loss_fn(model(inputs), labels))
     return train_and_report("llama_peer", model, fwd, margs.vocab_size, args, dev, threads,
                             {"flavor": args.flavor, "n_layers": margs.n_layers, "nparams": nparams,
-                             "flops_per_token": flops_per_token})
+                             "flops_per_token": flops_per_token}, fwd_loss=fwd_loss)
 
 
 def train_and_report(name: str, model: nn.Module, fwd, vocab_size: int, args, dev: torch.device, threads: int,
-                     facts: dict, before_optimizer_step=None) -> int:
+                     facts: dict, before_optimizer_step=None, fwd_loss=None) -> int:
     """TorchTitan's training loop over synthetic tokens, timed per step, then the summary.
 
     `fwd` is the model or its compiled form; `facts` (flavor, n_layers, nparams,
     flops_per_token, ...) go into the log line and the --json summary;
-    `before_optimizer_step` runs between clipping and the optimizer step.
+    `before_optimizer_step` runs between clipping and the optimizer step;
+    `fwd_loss(inputs, labels)`, when given, replaces the model and the loss (one compiled graph).
     """
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
     impl = args.optimizer_impl
@@ -492,9 +500,12 @@ def train_and_report(name: str, model: nn.Module, fwd, vocab_size: int, args, de
         data = torch.randint(0, vocab_size, (args.batch, args.seq_len + 1)).to(dev, non_blocking=True)
         inputs, labels = data[:, :-1], data[:, 1:]
         opt.zero_grad(set_to_none=True)
-        logits = fwd(inputs)
-        loss = loss_fn(logits, labels)
-        del logits
+        if fwd_loss is not None:
+            loss = fwd_loss(inputs, labels)
+        else:
+            logits = fwd(inputs)
+            loss = loss_fn(logits, labels)
+            del logits
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_norm, foreach=True)
         if before_optimizer_step is not None:
@@ -526,6 +537,8 @@ def train_and_report(name: str, model: nn.Module, fwd, vocab_size: int, args, de
         "tps_p90": percentile(tps_list, 0.90),
         "step_time_median_s": statistics.median(measured),
         "final_loss": losses[-1],
+        "losses": losses,
+        "step_times_s": step_times,
         "torch_version": torch.__version__,
         "num_threads": torch.get_num_threads(),
         "optimizer_impl": impl,
