@@ -128,11 +128,13 @@ def free_port() -> int:
 
 def child(args, cli: list[str]) -> int:
     """In the training process: TorchTitan's main(Trainer), then the allocator's peaks."""
+    # First: ConfigManager.parse_args's default argument is sys.argv[1:] as it was when
+    # torchtitan.config was imported, so the command line is TorchTitan's before any import.
+    sys.argv = ["torchtitan.train"] + cli
     register_flavor(args)
     import torch
     from torchtitan.train import Trainer, main
 
-    sys.argv = ["torchtitan.train"] + cli
     main(Trainer)
     if torch.cuda.is_available():
         stats = torch.cuda.memory_stats()
