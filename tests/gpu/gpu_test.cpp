@@ -589,7 +589,10 @@ TEST(GpuDocuments, VarlenFlashMatchesTheMaskedSoftmax) {
                    v = torch::randn({B, S, G, Dh}, cuda), dout = torch::randn({B, H, S, Dh}, cuda);
   const auto run = [&](bool varlen) {
     const auto dt = varlen ? at::kBFloat16 : at::kFloat;
-    at::Tensor ql = q.to(dt).requires_grad_(true), kl = k.to(dt).requires_grad_(true), vl = v.to(dt).requires_grad_(true);
+    // Fresh leaves each run: q.to(kFloat) is q itself, so without the copy the fp32 run made q
+    // require grad and the bf16 run's q.to(bf16) a non-leaf with no .grad (the H200, 2026-11-29).
+    const auto leaf = [&](const at::Tensor& t) { return t.detach().to(dt).clone().requires_grad_(true); };
+    at::Tensor ql = leaf(q), kl = leaf(k), vl = leaf(v);
     const at::Tensor qt = ql.transpose(1, 2), kt = kl.transpose(1, 2), vt = vl.transpose(1, 2);
     EXPECT_EQ(varlen_refuses(qt, kt, vt), varlen ? "" : "flash takes bf16/fp16 only");
     const at::Tensor o = varlen ? document_attention_varlen(qt, kt, vt, varlen_documents(starts))
