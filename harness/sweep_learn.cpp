@@ -3,18 +3,10 @@
 #include <cmath>
 #include <numeric>
 
+#include "common/quantile.h"
 #include "profiling/peak_flops.h"
 
 namespace ctitan {
-
-double t90(int dof) {
-  // Student's t, 0.90 quantile (tables to four places).
-  static const double table[] = {3.0777, 1.8856, 1.6377, 1.5332, 1.4759, 1.4398, 1.4149, 1.3968, 1.3830, 1.3722,
-                                 1.3634, 1.3562, 1.3502, 1.3450, 1.3406, 1.3368, 1.3334, 1.3304, 1.3277, 1.3253,
-                                 1.3232, 1.3212, 1.3195, 1.3178, 1.3163, 1.3150, 1.3137, 1.3125, 1.3114, 1.3104};
-  if (dof < 1) dof = 1;
-  return dof <= 30 ? table[dof - 1] : 1.2816;
-}
 
 SweepLearner::SweepLearner(ResolvedHardware prior) : prior_(std::move(prior)) {
   learning_ = !prior_.stand_in && !prior_.units;
@@ -76,14 +68,10 @@ void SweepLearner::refit() {
 }
 
 std::optional<std::pair<double, double>> SweepLearner::interval(double tps) const {
-  const int m = static_cast<int>(residuals_.size());
-  if (m < kMinResiduals || tps <= 0) return std::nullopt;
-  const double mean = std::accumulate(residuals_.begin(), residuals_.end(), 0.0) / m;
-  double ss = 0;
-  for (double r : residuals_) ss += (r - mean) * (r - mean);
-  const double s = std::sqrt(ss / (m - 1));
-  const double half = t90(m - 1) * s * std::sqrt(1.0 + 1.0 / m);
-  return std::make_pair(tps * std::exp(mean - half), tps * std::exp(mean + half));
+  // Before any point is measured, the spec's own calibration spread (if it has one).
+  if (rows_.empty()) return interval80(tps, prior_.spec.tps_error);
+  if (static_cast<int>(residuals_.size()) < kMinResiduals) return std::nullopt;
+  return interval80(tps, log_spread(residuals_));
 }
 
 }  // namespace ctitan

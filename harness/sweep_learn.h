@@ -15,7 +15,9 @@
 // Every prediction made from a refit carries an 80 % interval from the
 // log errors of the earlier out-of-sample predictions of this sweep (their
 // mean and spread, Student's t for their count: exp(mean ± t·s·√(1+1/m))),
-// once there are kMinResiduals of them; before that it has none.
+// once there are kMinResiduals of them. Before the first point is measured
+// it is the spec's own calibration spread (HardwareSpec::tps_error), where
+// the spec has one; in between, none.
 #pragma once
 
 #include <optional>
@@ -48,7 +50,8 @@ class SweepLearner {
   // throughput and step time scaled. InputError as predict()'s.
   Prediction predict(const SweepPoint& pt) const;
   // The 80 % interval of a prediction of `tps` made now (lower, upper
-  // tokens/s); none before kMinResiduals out-of-sample errors.
+  // tokens/s): the spec's calibration spread before any point is measured,
+  // then none until kMinResiduals out-of-sample errors.
   std::optional<std::pair<double, double>> interval(double tps) const;
   // Measured points the current spec was fitted on (0: the prior).
   int fitted_on() const { return static_cast<int>(rows_.size()); }
@@ -65,9 +68,5 @@ class SweepLearner {
   std::vector<MeasuredRun> rows_;
   std::vector<double> residuals_;
 };
-
-// Student's t quantile for a one-sided 90 % (a two-sided 80 % interval)
-// with `dof` degrees of freedom (dof ≥ 1; the normal's 1.2816 beyond 30).
-double t90(int dof);
 
 }  // namespace ctitan

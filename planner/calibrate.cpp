@@ -529,6 +529,12 @@ CalibrationResult calibrate(const HardwareSpec& start, const std::vector<Measure
   res.fit_mem_median_abs = median_abs_error(res.fit_mem_err);
   res.holdout_time_median_abs = median_abs_error(res.holdout_time_err);
   res.holdout_mem_median_abs = median_abs_error(res.holdout_mem_err);
+  // log(measured / predicted tokens/s) = log(predicted / measured step time):
+  // the spread every later prediction's interval is drawn from.
+  std::vector<double> log_tps_err;
+  for (double e : res.holdout_time_err)
+    if (std::isfinite(e) && e > -1) log_tps_err.push_back(std::log1p(e));
+  res.spec.tps_error = log_spread(log_tps_err);
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "calibrated from %s (%zu runs fitted, %zu held out%s: step time median error %.1f %%, peak memory %.1f %%)",
@@ -556,6 +562,7 @@ int calibrate_command(const CalibrationOptions& o, std::ostream& out) {
     HardwareSpec partial = s;
     partial.calibration = "partial calibration from " + fs::path(o.db_path).filename().string() + " (" + stage +
                           " done; the held-out error not yet computed)";
+    partial.tps_error = LogSpread{};  // no interval before the held-out runs are predicted
     if (partial.kind == "cpu" && start.peak_fp32_flops <= 0) partial.peak_fp32_flops = 0;
     save_hardware(partial, path);
     if (o.progress) std::fprintf(stderr, "  calibrate: %s done, spec so far written to %s\n", stage.c_str(), path.c_str());
@@ -582,6 +589,7 @@ int calibrate_command(const CalibrationOptions& o, std::ostream& out) {
     j["holdout_mem_median_abs_error"] = r.holdout_mem_median_abs;
     j["spec_path"] = path;
     j["calibration"] = r.spec.calibration;
+    j["tps_log_error"] = {{"n", r.spec.tps_error.n}, {"mean", r.spec.tps_error.mean}, {"sd", r.spec.tps_error.sd}};
     out << j.dump(2) << "\n";
     return 0;
   }
@@ -613,6 +621,15 @@ int calibrate_command(const CalibrationOptions& o, std::ostream& out) {
                 100 * r.holdout_time_median_abs, 100 * r.fit_time_median_abs, 100 * r.holdout_mem_median_abs,
                 100 * r.fit_mem_median_abs);
   out << line;
+  if (const auto iv = interval80(1.0, r.spec.tps_error)) {
+    std::snprintf(line, sizeof line,
+                  "80 %% interval of a prediction (tokens/s), from the %d held-out runs: x%.3f to x%.3f of it\n",
+                  r.spec.tps_error.n, iv->first, iv->second);
+    out << line;
+  } else {
+    out << "no interval: " << r.spec.tps_error.n << " held-out runs, an interval needs "
+        << LogSpread::kMinForInterval << "\n";
+  }
   out << "fitted efficiencies written to " << path << " (" << secs << " s); use it with ctitan plan RECIPE --hardware "
       << path << "\n";
   return 0;

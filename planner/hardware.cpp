@@ -488,8 +488,14 @@ HardwareSpec parse_hardware(const std::string& toml_text, const std::string& whe
   s.eff = read_efficiency(r, top.table("efficiency", "the efficiencies; copy the table of a shipped spec"), cpu);
   {
     TableReader cal(r, top.table("calibration", "where the efficiencies come from"), "calibration",
-                    Keys().add("source"));
+                    Keys().add("source").add("tps_log_error_n").add("tps_log_error_mean").add("tps_log_error_sd"));
     s.calibration = cal.string("source");
+    s.tps_error.n = static_cast<int>(cal.integer("tps_log_error_n", 0, 1000000, false, 0));
+    if (s.tps_error.n > 0) {
+      s.tps_error.mean = cal.number("tps_log_error_mean", SpecRange{-5, 5},
+                                    "the mean of log(measured / predicted tokens/s) over the held-out runs");
+      s.tps_error.sd = cal.number("tps_log_error_sd", SpecRange{0, 5}, "their standard deviation");
+    }
   }
 
   if (cpu && s.memory_bytes == 0) {
@@ -560,6 +566,12 @@ std::string hardware_toml(const HardwareSpec& s) {
   out += cat("memory_overhead = ", number_text(e.memory_overhead), "\n");
   out += quantity_line(kMemoryFixedUnits, e.memory_fixed_bytes);
   out += cat("\n[calibration]\nsource = ", quoted(s.calibration), "\n");
+  if (s.tps_error.n > 0) {
+    out += "# log(measured / predicted tokens/s) over the held-out runs: each prediction's 80 % interval\n";
+    out += cat("tps_log_error_n = ", std::to_string(s.tps_error.n), "\n");
+    out += cat("tps_log_error_mean = ", number_text(s.tps_error.mean), "\n");
+    out += cat("tps_log_error_sd = ", number_text(s.tps_error.sd), "\n");
+  }
   return out;
 }
 

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "common/quantile.h"
+
 namespace ctitan {
 
 struct Link {
@@ -75,6 +77,10 @@ struct HardwareSpec {
 
   Efficiency eff;
   std::string calibration;  // "uncalibrated: ..." or "calibrated from <db> (N runs, hold-out median error x %)"
+  // log(measured / predicted tokens/s) over the calibration's held-out runs
+  // ([calibration] tps_log_error_n/mean/sd; n = 0 where the spec has none):
+  // every prediction's 80 % interval (common/quantile.h interval80).
+  LogSpread tps_error;
 
   // The compute peak for `dtype` ("bfloat16"/"bf16", "float16", "float32",
   // "float8"); 0 where the spec has none (no fp8 tensor cores; a cpu's

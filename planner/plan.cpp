@@ -9,6 +9,7 @@
 #include <cmath>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "common/errors.h"
 #include "planner/plan_comm.h"
@@ -386,6 +387,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   prediction.tps_per_device = prediction.tokens_per_step / prediction.time.step / static_cast<double>(req.world_size);
   prediction.tflops_per_device = req.model.flops_per_token(cfg.training.seq_len) * prediction.tps_per_device / 1e12;
   prediction.mfu = 100.0 * prediction.tflops_per_device * 1e12 / mfu_peak;
+  if (const auto iv = interval80(prediction.tps_per_device, hw.tps_error)) std::tie(prediction.tps_low, prediction.tps_high) = *iv;
 
   // Memory: every pipeline rank is planned (its own stages, parameters
   // and place in the schedule); the largest is the prediction.

@@ -153,6 +153,9 @@ struct Prediction {
   TimeBreakdown time;
   double tokens_per_step = 0;  // global
   double tps_per_device = 0;   // TorchTitan's tps
+  // 80 % interval of tps_per_device from the spec's calibration hold-out
+  // (HardwareSpec::tps_error); both 0 where the spec has none.
+  double tps_low = 0, tps_high = 0;
   double tflops_per_device = 0;
   double mfu = 0;              // percent, against the spec's bf16 peak (fp32 on cpu)
   bool fits = true;            // memory.total <= the device's memory

@@ -55,6 +55,8 @@ nlohmann::json to_json(const Prediction& p) {
            {{"block", unit_json(p.block)}, {"head", unit_json(p.head)}, {"embedding", unit_json(p.embedding)}}},
           {"tokens_per_step", p.tokens_per_step},
           {"tps_per_device", p.tps_per_device},
+          {"tps_low", p.tps_low},
+          {"tps_high", p.tps_high},
           {"tflops_per_device", p.tflops_per_device},
           {"mfu_pct", p.mfu},
           {"notes", p.notes}};
@@ -93,6 +95,9 @@ std::string render_prediction(const Prediction& p) {
   o += "  step           " + ms(t.step) + "\n\n";
   o += "predicted throughput: " + fmt("%.0f", p.tps_per_device) + " tokens/s per device, " +
        fmt("%.1f", p.tflops_per_device) + " TFLOP/s, MFU " + fmt("%.1f", p.mfu) + " % (" + p.hardware + ")\n";
+  if (p.tps_high > 0)
+    o += "  80 % interval " + fmt("%.0f", p.tps_low) + "–" + fmt("%.0f", p.tps_high) +
+         " tokens/s per device, from the calibration's held-out runs (on the machine they ran on)\n";
   for (const std::string& n : p.notes) o += "note: " + n + "\n";
   return o;
 }

@@ -231,6 +231,13 @@ TEST(CalibrationFit, SmallModelsAndWorldsPredictTheLargestHeldOut) {
   }
   expect_inside_bounds(res.spec);
   EXPECT_NE(res.spec.calibration.find("largest"), std::string::npos) << res.spec.calibration;
+  // The spread every later prediction's interval comes from: the held-out
+  // runs' log(measured / predicted tokens/s) = log(1 + step error).
+  ASSERT_EQ(res.spec.tps_error.n, static_cast<int>(res.holdout.size()));
+  double mean = 0;
+  for (double e : res.holdout_time_err) mean += std::log(1 + e) / res.holdout.size();
+  EXPECT_NEAR(res.spec.tps_error.mean, mean, 1e-12);
+  EXPECT_GT(res.spec.tps_error.sd, 0);
 }
 
 }  // namespace

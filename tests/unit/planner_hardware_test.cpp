@@ -199,6 +199,7 @@ TEST(HardwareSpecs, RoundTripAwkwardValues) {
     s.eff.memory_overhead = pos(0.2);
     s.eff.memory_fixed_bytes = std::floor(pos(4e9));
     s.calibration = "calibrated from runs.db (12 runs, hold-out median error 7.5 %)";
+    s.tps_error = i % 2 ? LogSpread{} : LogSpread{3 + i % 50, unit(rng) - 0.5, pos(0.5)};
     s.path = "odd.toml";
     const std::string text = hardware_toml(s);
     HardwareSpec back;
@@ -245,6 +246,11 @@ TEST(HardwareSpecs, BadFilesFailWithOneLineNamingFileLineAndKey) {
   expect_bad("memory_gib = 80", "memory_gib = 80\nmemory_bytes = 85899345920",
              {"'memory_bytes' and 'memory_gib' give the same quantity"}, "memory_bytes");
   expect_bad("memory_gib = 80", "memory_gib = = 80", {"invalid TOML"});
+  // The calibration's spread of log errors, for every prediction's interval.
+  expect_bad("\n[calibration]", "\n[calibration]\ntps_log_error_n = 5\ntps_log_error_mean = 0\ntps_log_error_sd = -1",
+             {"'calibration.tps_log_error_sd' must be a number in [0, 5]"}, "tps_log_error_sd");
+  expect_bad("\n[calibration]", "\n[calibration]\ntps_log_error_n = -2",
+             {"'calibration.tps_log_error_n' must be an integer in 0..1000000"}, "tps_log_error_n");
 }
 
 TEST(HardwareSpecs, MissingKeyIsNamed) {
@@ -259,6 +265,11 @@ TEST(HardwareSpecs, MissingKeyIsNamed) {
   const std::string msg2 = error_of([&] { parse_hardware(no_link, "bad.toml"); });
   EXPECT_NE(msg2.find("missing key 'inter_node.latency_us'"), std::string::npos) << msg2;
   EXPECT_NE(msg2.find(where("bad.toml", no_link, "[inter_node]")), std::string::npos) << msg2;
+
+  const std::string no_mean = replaced(read(hardware_dir() + "/h100_sxm.toml"), "\n[calibration]",
+                                       "\n[calibration]\ntps_log_error_n = 5\ntps_log_error_sd = 0.1");
+  const std::string msg3 = error_of([&] { parse_hardware(no_mean, "bad.toml"); });
+  EXPECT_NE(msg3.find("missing key 'calibration.tps_log_error_mean'"), std::string::npos) << msg3;
 }
 
 TEST(HardwareSpecs, UnknownNameListsTheKnownOnesInOneLine) {

@@ -71,6 +71,24 @@ TEST(Planner, StateComesFromTheTrainersLayoutWithFsdpPadding) {
   }
 }
 
+// A spec whose calibration held out runs gives every prediction an 80 %
+// interval: tps·exp(mean ∓ t90(n-1)·sd·√(1+1/n)), here n 5, mean 0.1,
+// sd 0.05: half-width 1.5332·0.05·√1.2 = 0.083977 (t from the table).
+TEST(Planner, CalibrationSpreadGivesThePredictionAnInterval) {
+  const PlanRequest q = request("debugmodel", 1, {});
+  HardwareSpec hw = gpu_spec();
+  const Prediction plain = predict(q, hw);
+  EXPECT_EQ(plain.tps_low, 0);
+  EXPECT_EQ(plain.tps_high, 0);
+  EXPECT_EQ(render_prediction(plain).find("80 % interval"), std::string::npos);
+  hw.tps_error = LogSpread{5, 0.1, 0.05};
+  const Prediction p = predict(q, hw);
+  EXPECT_DOUBLE_EQ(p.tps_per_device, plain.tps_per_device) << "the interval does not move the prediction";
+  EXPECT_NEAR(p.tps_low, p.tps_per_device * std::exp(0.1 - 0.083977), 1e-4 * p.tps_per_device);
+  EXPECT_NEAR(p.tps_high, p.tps_per_device * std::exp(0.1 + 0.083977), 1e-4 * p.tps_per_device);
+  EXPECT_NE(render_prediction(p).find("80 % interval"), std::string::npos) << render_prediction(p);
+}
+
 TEST(Planner, TensorParallelSplitsTheLayersState) {
   const Prediction one = predict(request("debugmodel", 1, {}), gpu_spec());
   const Prediction tp = predict(request("debugmodel", 2, {{"parallelism.tensor_parallel_degree", "2"}}), gpu_spec());

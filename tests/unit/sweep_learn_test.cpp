@@ -90,9 +90,6 @@ TEST(SweepLearn, RefitOnTheFirstSixPointsPredictsTheRest) {
 // of log 1.1, log 0.9 and log 1.25 (measured over predicted): mean 0.0373,
 // s = 0.1670 (two degrees of freedom, t = 1.8856).
 TEST(SweepLearn, IntervalIsStudentsTOverTheOutOfSampleErrors) {
-  EXPECT_NEAR(t90(1), 3.0777, 1e-4);
-  EXPECT_NEAR(t90(4), 1.5332, 1e-4);
-  EXPECT_NEAR(t90(1000), 1.2816, 1e-4);
   const char* src = std::getenv("CTITAN_SOURCE_DIR");
   DeviceBudget budget;
   budget.memory_bytes = int64_t{1} << 40;
