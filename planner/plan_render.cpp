@@ -55,8 +55,9 @@ nlohmann::json to_json(const Prediction& p) {
            {{"block", unit_json(p.block)}, {"head", unit_json(p.head)}, {"embedding", unit_json(p.embedding)}}},
           {"tokens_per_step", p.tokens_per_step},
           {"tps_per_device", p.tps_per_device},
-          {"tps_low", p.tps_low},
-          {"tps_high", p.tps_high},
+          // the 80 % interval: null where the spec's calibration kept no spread
+          {"tps_low", p.tps_high > 0 ? nlohmann::json(p.tps_low) : nlohmann::json(nullptr)},
+          {"tps_high", p.tps_high > 0 ? nlohmann::json(p.tps_high) : nlohmann::json(nullptr)},
           {"tflops_per_device", p.tflops_per_device},
           {"mfu_pct", p.mfu},
           {"notes", p.notes}};

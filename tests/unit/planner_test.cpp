@@ -81,12 +81,14 @@ TEST(Planner, CalibrationSpreadGivesThePredictionAnInterval) {
   EXPECT_EQ(plain.tps_low, 0);
   EXPECT_EQ(plain.tps_high, 0);
   EXPECT_EQ(render_prediction(plain).find("80 % interval"), std::string::npos);
+  EXPECT_TRUE(to_json(plain)["tps_low"].is_null());
   hw.tps_error = LogSpread{5, 0.1, 0.05};
   const Prediction p = predict(q, hw);
   EXPECT_DOUBLE_EQ(p.tps_per_device, plain.tps_per_device) << "the interval does not move the prediction";
   EXPECT_NEAR(p.tps_low, p.tps_per_device * std::exp(0.1 - 0.083977), 1e-4 * p.tps_per_device);
   EXPECT_NEAR(p.tps_high, p.tps_per_device * std::exp(0.1 + 0.083977), 1e-4 * p.tps_per_device);
   EXPECT_NE(render_prediction(p).find("80 % interval"), std::string::npos) << render_prediction(p);
+  EXPECT_DOUBLE_EQ(to_json(p)["tps_high"].get<double>(), p.tps_high);
 }
 
 TEST(Planner, TensorParallelSplitsTheLayersState) {
