@@ -656,7 +656,7 @@ class SweepRunner {
 // within their repeat, and checked again against the memory budget.
 class SweepLearning {
  public:
-  SweepLearning(const SweepSpec& spec, std::vector<SweepPoint>& points) : points_(points) {
+  SweepLearning(const SweepSpec& spec, std::vector<SweepPoint>& points) {
     budget_ = device_budget(spec);
     for (const SweepPoint& pt : points)
       if (pt.infeasible.empty() && pt.prediction && pt.prediction->tps_per_device > 0) {
@@ -665,7 +665,7 @@ class SweepLearning {
         break;
       }
     if (!learner_ || !learner_->learning()) learner_.reset();
-    for (SweepPoint& pt : points_)
+    for (SweepPoint& pt : points)
       if (pt.prediction && pt.prediction->tps_per_device > 0) pt.prior_tps = pt.prediction->tps_per_device;
   }
 
@@ -748,7 +748,6 @@ class SweepLearning {
     return buf;
   }
 
-  std::vector<SweepPoint>& points_;
   DeviceBudget budget_;
   bool gpu_ = false;
   std::optional<SweepLearner> learner_;

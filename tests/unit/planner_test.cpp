@@ -11,6 +11,7 @@
 #include "common/errors.h"
 #include "planner/calibrate.h"
 #include "planner/plan.h"
+#include "tests/unit/planner_specs.h"
 #include "planner/plan_internal.h"
 #include "trainer/kernels/documents.h"
 #include "trainer/models/registry.h"
@@ -21,22 +22,7 @@
 namespace ctitan {
 namespace {
 
-HardwareSpec gpu_spec() {
-  HardwareSpec h;
-  h.name = "test_gpu";
-  h.title = "test GPU";
-  h.kind = "gpu";
-  h.peak_bf16_flops = 1e15;
-  h.peak_fp8_flops = 2e15;
-  h.peak_fp32_flops = 5e14;
-  h.memory_bytes = 80.0 * (1 << 30);
-  h.memory_bandwidth = 3e12;
-  h.devices_per_node = 8;
-  h.intra_node = {"nvlink", 4e11, 3e-6};
-  h.inter_node = {"ib", 5e10, 1e-5};
-  h.calibration = "test values";
-  return h;
-}
+HardwareSpec gpu_spec() { return testing_specs::test_gpu_spec(); }
 
 PlanRequest request(const std::string& flavor, int ws, std::vector<std::pair<std::string, std::string>> sets) {
   PlanRequest q;
