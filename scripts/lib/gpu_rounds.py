@@ -204,7 +204,8 @@ def write_summary(a, rows: list[dict], sh: Shapes) -> None:
         rs = list(by.get(name, {}).values())
         failed = [r for r in rows if r["config"] == name and r not in ok]
         if not rs:
-            why = ", ".join(f"r{r['round']}: exit {r['exit']}" for r in failed) or "not run"
+            why = ", ".join(f"r{r['round']}: " + (f"exit {r['exit']}" if isinstance(r["exit"], int) else r["exit"])
+                            for r in failed) or "not run"
             lines.append(f"| {LABELS[name]} | 0 | | {why} | | | | |")
             continue
         tps = [r["tps_median"] for r in rs]
