@@ -1,7 +1,6 @@
 #include "harness/sweep_learn.h"
 
 #include <cmath>
-#include <numeric>
 
 #include "common/quantile.h"
 #include "profiling/peak_flops.h"
@@ -70,8 +69,7 @@ void SweepLearner::refit() {
 std::optional<std::pair<double, double>> SweepLearner::interval(double tps) const {
   // Before any point is measured, the spec's own calibration spread (if it has one).
   if (rows_.empty()) return interval80(tps, prior_.spec.tps_error);
-  if (static_cast<int>(residuals_.size()) < kMinResiduals) return std::nullopt;
-  return interval80(tps, log_spread(residuals_));
+  return interval80(tps, log_spread(residuals_));  // none under kMinResiduals errors
 }
 
 }  // namespace ctitan

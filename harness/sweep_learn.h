@@ -32,7 +32,7 @@ namespace ctitan {
 class SweepLearner {
  public:
   static constexpr int kMinFitPoints = 3;
-  static constexpr int kMinResiduals = 3;
+  static constexpr int kMinResiduals = LogSpread::kMinForInterval;
 
   // Learns on `prior` unless it is a stand-in (memory only) or plans with
   // measured units ([sweep] plan_profile: already measured).
