@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 
 #include "common/errors.h"
@@ -15,10 +16,10 @@
 #include "harness/cli.h"
 #include "harness/published.h"
 #include "planner/calibrate.h"
-#include "profiling/peak_flops.h"
 #include "planner/op_costs.h"
 #include "planner/plan.h"
 #include "trainer/distributed/mesh.h"
+#include "trainer/machine_probe.h"
 #include "trainer/config/config_loader.h"
 
 namespace ctitan {
@@ -50,6 +51,7 @@ const char* kFooter =
     "              [--section.key value ...] [--json]\n"
     "  ctitan plan --calibrate RESULTS.db [--hardware NAME|FILE] [--out FILE] [--holdout every-third|largest] [--json]\n"
     "  ctitan plan --validate recipes/published [--json]\n"
+    "  ctitan plan --probe [--hardware cpu|FILE] [--out FILE] [--json]\n"
     "  ctitan plan --profile RUN_DIR [--json]\n"
     "  ctitan plan RECIPE.toml --hardware cpu --profile RUN_DIR [--profile FURTHER_RUN_DIR ...] ...\n"
     "\n"
@@ -58,6 +60,11 @@ const char* kFooter =
     "the smaller models and world sizes, reports the largest); every constant stays in its physical\n"
     "range. Progress goes to stderr; the fitted spec is written to --out (default:\n"
     "<db>.<spec>.toml) after each round. Published rows: leave-one-out up to 50 rows, else 5-fold.\n"
+    "--probe measures this machine now (GEMM per dtype on ctitan's paths, memory bandwidth, an ATen\n"
+    "op's dispatch, Gloo's loopback bandwidth and latency; a few seconds) and replaces the cached\n"
+    "probe a cpu spec's zeros stand for ($XDG_CACHE_HOME/ctitan/machine_probe.json); with --out it\n"
+    "writes the cpu spec with those figures filled in, a file to keep or to plan this machine from\n"
+    "elsewhere.\n"
     "--validate predicts every row of the published tables (recipes/published/*.toml) and prints\n"
     "predicted vs published tokens/s per GPU and memory with the errors and their medians.\n"
     "--profile reads a run's traces (ctitan train --profiling.enable_profiling) and fits, per op class\n"
@@ -322,12 +329,38 @@ int64_t plan_world_size(int ngpu, int nodes, int per_node, const HardwareSpec& h
   return world;
 }
 
+// `ctitan plan --probe`: this machine measured again, the cache replaced;
+// with --out the spec with the probe's figures written in.
+int probe_command(const std::string& hardware, const std::string& out, bool json) {
+  HardwareSpec spec = load_hardware(hardware.empty() ? "cpu" : hardware);
+  if (spec.kind != "cpu")
+    throw InputError("ctitan plan --probe measures this machine's CPU for a kind = \"cpu\" spec; " + spec.name +
+                     " is a GPU spec (its figures are the maker's: edit the file, or calibrate it)");
+  std::cerr << "probing this machine (a few seconds) ..." << std::endl;
+  const MachineProbe& p = this_machine(/*refresh=*/true);
+  if (json)
+    std::cout << p.to_json().dump(2) << "\n";
+  else
+    std::cout << p.describe() << "\n  measured in " << std::fixed << std::setprecision(1) << p.seconds
+              << " s; GEMM at 512^3: bf16 " << std::setprecision(2) << p.gemm_bf16_small_flops / 1e12 << ", fp32 "
+              << p.gemm_fp32_small_flops / 1e12 << " TFLOP/s\n  machine " << p.fingerprint << "\n";
+  if (!out.empty()) {
+    apply_probe(spec, p);
+    spec.probed.clear();  // written in: the file now describes this machine wherever it is read
+    spec.source = "this machine as probed on " + p.measured_at + " (" + p.fingerprint + ") by `ctitan plan --probe`; " +
+                  spec.source;
+    save_hardware(spec, out);
+    if (!json) std::cout << "wrote " << out << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int plan_command(const std::vector<std::string>& args) {
   std::string recipe, hardware, calibrate_db, validate_path, out, framework = "ctitan", holdout = "every-third";
   std::vector<std::string> profile_dirs;
-  bool json = false;
+  bool json = false, probe = false;
   int ngpu = 0, nodes = 0, per_node = 0;
   const ConfigArgs config = split_config_args(args);
   CLI::App app{kDescription, "ctitan plan"};
@@ -356,6 +389,7 @@ int plan_command(const std::vector<std::string>& args) {
                  "sizes, fitting on the smaller ones: does the fit extrapolate?)")
       ->type_name("every-third|largest")
       ->check(one_of({"every-third", "largest"}));
+  app.add_flag("--probe", probe, "measure this machine again (see below)");
   app.add_flag("--json", json, "one JSON document instead of the tables");
   app.footer(kFooter);
   parse_command_line(app, config.rest, "plan");
@@ -373,6 +407,7 @@ int plan_command(const std::vector<std::string>& args) {
   // --out replaces its file: never one this command reads (the results database above all).
   check_output_is_not_an_input(out, "plan --out", {{"--calibrate", calibrate_db}, {"--hardware", hardware}, {"recipe", recipe}});
   if (!validate_path.empty()) return validate_published(validate_path, json, std::cout);
+  if (probe) return probe_command(hardware, out, json);
   if (!multi_rank_dirs.empty() && recipe.empty())
     throw command_line_error("plan", "a second --profile (" + multi_rank_dirs.front() +
                                          ") only goes with a recipe; the op table reads one run");
@@ -405,9 +440,9 @@ int plan_command(const std::vector<std::string>& args) {
   check_model_shape(req.model);
   req.framework = framework;
   HardwareSpec hw = load_hardware(hardware.empty() ? "h100_sxm" : hardware);
-  // This machine's GEMM peak, measured once: every plan below (the measured
-  // modes plan many) uses the same figure.
-  if (hw.kind == "cpu" && hw.peak_fp32_flops <= 0) hw.peak_fp32_flops = resolve_cpu_peak_flops(at::kFloat, 0).flops;
+  // A cpu spec's zeros: this machine's probe, measured once and cached
+  // (every plan below, and the measured modes plan many, uses it).
+  hw = resolved_for_plan(hw);
   if (!profile_dir.empty()) {
     std::vector<std::string> dirs = {profile_dir};
     dirs.insert(dirs.end(), multi_rank_dirs.begin(), multi_rank_dirs.end());

@@ -71,15 +71,6 @@ StopSignals::~StopSignals() {
 int stop_requests() { return g_stop_count.load(); }
 int stop_signal() { return g_stop_signal.load(); }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::string tail_lines(const std::string& path, size_t max_lines) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "common/utc_time.h"  // utc_now: the stamps of runs and jobs
 #include "harness/sweep.h"
 #include "results/results_db.h"
 
@@ -30,8 +31,6 @@ class StopSignals {
 };
 int stop_requests();  // signals received since the StopSignals was made
 int stop_signal();    // the last one (SIGINT or SIGTERM)
-
-std::string utc_now();
 
 // <db>.runs/<sweep>: the folder of a sweep's runs, after check_sweep_name
 // and a check that it resolves (weakly_canonical: a symlink counts) to a

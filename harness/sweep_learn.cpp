@@ -3,15 +3,11 @@
 #include <cmath>
 
 #include "common/quantile.h"
-#include "profiling/peak_flops.h"
 
 namespace ctitan {
 
 SweepLearner::SweepLearner(ResolvedHardware prior) : prior_(std::move(prior)) {
   learning_ = !prior_.stand_in && !prior_.units;
-  // One measurement of a CPU's GEMM peak for every refit (as fit_spec does).
-  if (learning_ && prior_.spec.kind == "cpu" && prior_.spec.peak_fp32_flops <= 0)
-    prior_.spec.peak_fp32_flops = resolve_cpu_peak_flops(at::kFloat, 0).flops;
   current_ = prior_;
 }
 

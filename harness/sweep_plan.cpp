@@ -22,7 +22,6 @@
 #include "planner/hardware.h"
 #include "planner/model_desc.h"
 #include "planner/plan.h"
-#include "profiling/peak_flops.h"
 #include "planner/op_costs.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/config_registry.h"
@@ -182,9 +181,8 @@ ResolvedHardware point_planning(const DeviceBudget& budget, bool gpu) {
   ResolvedHardware hw = resolve_hardware(budget, gpu);
   if (!budget.plan_profile.empty() && !hw.stand_in) {
     // Measured planning, as `ctitan plan --profile` does it: this
-    // machine's GEMM peak read once, then the profiled runs.
-    if (hw.spec.kind == "cpu" && hw.spec.peak_fp32_flops <= 0)
-      hw.spec.peak_fp32_flops = resolve_cpu_peak_flops(at::kFloat, 0).flops;
+    // machine's probe, then the profiled runs.
+    hw.spec = resolved_for_plan(hw.spec);
     MeasuredPlanning m = measured_planning(hw.spec, budget.plan_profile);
     hw.spec = std::move(m.spec);
     hw.units = std::move(m.units);

@@ -16,7 +16,6 @@
 
 #include "common/errors.h"
 #include "planner/plan.h"
-#include "profiling/peak_flops.h"
 #include "results/sqlite_stmt.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/distributed/mesh.h"
@@ -139,16 +138,19 @@ double beyond(const char* key, const FitBound& b, double v) {
 }
 
 // The step-time constants, in vector order, and the memory ones.
-const char* const kTimeKeys[] = {"gemm", "gemm_half_size", "attention", "memory", "kernel_overhead", "comm",
-                                 "latency", "overlap", "step_overhead", "fused_traffic", "multi_thread"};
+const char* const kTimeKeys[] = {"gemm",    "gemm_half_size", "attention",     "memory",        "kernel_overhead", "comm",
+                                 "latency", "overlap",        "step_overhead", "fused_traffic", "multi_thread",    "dispatch"};
 const char* const kMemKeys[] = {"activation_factor", "memory_overhead", "memory_fixed"};
 
 // The step-time parameters of a spec as an unconstrained vector and back.
 std::vector<double> time_vector(const HardwareSpec& h) {
   const Efficiency& e = h.eff;
   const bool cpu = h.kind == "cpu";
-  const double x[] = {e.gemm,   e.gemm_half_size, e.attention,       e.memory,         e.kernel_overhead_s, e.comm,
-                      h.intra_node.latency_s,     e.overlap,         e.step_overhead_s, e.fused_traffic,     e.multi_thread};
+  // A spec without `dispatch` (0: its kernels cost kernel_overhead_s) keeps
+  // a placeholder the loss does not see.
+  const double x[] = {e.gemm,    e.gemm_half_size,     e.attention,       e.memory,         e.kernel_overhead_s,
+                      e.comm,    h.intra_node.latency_s, e.overlap,       e.step_overhead_s, e.fused_traffic,
+                      e.multi_thread, e.dispatch > 0 ? e.dispatch : 1.0};
   std::vector<double> v;
   for (size_t i = 0; i < std::size(kTimeKeys); ++i) v.push_back(to_free(kTimeKeys[i], fit_bound(kTimeKeys[i], cpu), x[i]));
   return v;
@@ -156,8 +158,10 @@ std::vector<double> time_vector(const HardwareSpec& h) {
 void set_time(HardwareSpec& h, const std::vector<double>& v) {
   Efficiency& e = h.eff;
   const bool cpu = h.kind == "cpu";
-  double* x[] = {&e.gemm,   &e.gemm_half_size, &e.attention,       &e.memory,         &e.kernel_overhead_s, &e.comm,
-                 &h.intra_node.latency_s,      &e.overlap,         &e.step_overhead_s, &e.fused_traffic,     &e.multi_thread};
+  double unused = 0;
+  double* x[] = {&e.gemm,    &e.gemm_half_size,      &e.attention,     &e.memory,          &e.kernel_overhead_s,
+                 &e.comm,    &h.intra_node.latency_s, &e.overlap,       &e.step_overhead_s, &e.fused_traffic,
+                 &e.multi_thread, e.dispatch > 0 ? &e.dispatch : &unused};
   for (size_t i = 0; i < std::size(kTimeKeys); ++i) *x[i] = from_free(kTimeKeys[i], fit_bound(kTimeKeys[i], cpu), v[i]);
   if (!cpu) e.multi_thread = 1.0;
 }
@@ -189,6 +193,7 @@ PlanRequest request_of(const MeasuredRun& r) {
   q.model = r.model ? *r.model : model_from_config(r.cfg.model);
   q.world_size = r.world_size;
   q.bf16_gemm_widened = r.bf16_gemm_widened;
+  q.machine = r.machine;
   q.framework = r.framework;
   return q;
 }
@@ -224,6 +229,7 @@ std::vector<MeasuredRun> measured_runs(const std::string& db_path) {
                 "WHERE r.status = 'ok' AND s.mem_peak_bytes > 0 ORDER BY r.id");
     Statement steps(db, db_path, "SELECT step_time_s FROM steps WHERE run_id = ? AND rank = 0 AND step > ? ORDER BY step");
     Statement isa(db, db_path, "SELECT value FROM env WHERE run_id = ? AND key = 'aten_cpu_capability'");
+    Statement probe(db, db_path, "SELECT key, value FROM env WHERE run_id = ? AND key LIKE 'machine_probe.%'");
     while (q.step()) {
       MeasuredRun r;
       r.run_id = q.int64(0);
@@ -233,6 +239,12 @@ std::vector<MeasuredRun> measured_runs(const std::string& db_path) {
       isa.reset();
       isa.bind_all(r.run_id);
       if (isa.step() && !isa.is_null(0)) r.bf16_gemm_widened = isa.text(0).find("AVX512") == std::string::npos ? 1 : 0;
+      probe.reset();
+      probe.bind_all(r.run_id);
+      nlohmann::json figures = nlohmann::json::object();
+      while (probe.step())
+        if (!probe.is_null(1)) figures[probe.text(0).substr(std::string("machine_probe.").size())] = probe.text(1);
+      r.machine = MachineProbe::from_json(figures);
       steps.reset();
       steps.bind_all(r.run_id, r.cfg.metrics.warmup_steps > 0 ? r.cfg.metrics.warmup_steps : int64_t{1});
       std::vector<double> t;
@@ -257,10 +269,10 @@ std::vector<MeasuredRun> measured_runs(const std::string& db_path) {
 
 FitBound fit_bound(const std::string& key, bool cpu) {
   // A GPU's efficiencies are fractions of its datasheet peaks: (0, 1]. A cpu
-  // spec's are ratios to the fp32 GEMM peak measured where it plans (bf16
-  // and attention kernels, oneDNN's blocking, several threads per rank can
-  // beat that one probe) and to loopback figures the spec only guesses, so
-  // they may exceed 1, within [0.01, 8]. A kernel's launch overhead is a few
+  // spec's are ratios to its machine's probe (trainer/machine_probe.h: a
+  // model's GEMMs, blocked differently and on several threads per rank, can
+  // beat the probe's square one), so they may exceed 1, within [0.01, 8];
+  // `dispatch` counts probed dispatches per kernel, 0.5 to 50. A kernel's launch overhead is a few
   // microseconds on a GPU (at most 20) and an op's dispatch on a CPU at most
   // 50; the rest are what a step, a link or an allocator can physically be.
   static const std::map<std::string, FitBound> gpu = {
@@ -268,6 +280,7 @@ FitBound fit_bound(const std::string& key, bool cpu) {
       {"comm", {0.02, 1}},          {"fp8_gemm", {0.02, 1}},   {"overlap", {0, 1}},
       {"kernel_overhead", {0, 20e-6}}, {"latency", {0.5e-6, 100e-6}}, {"step_overhead", {0, 2}},
       {"gemm_half_size", {8, 8192}}, {"fused_traffic", {0.05, 1}}, {"multi_thread", {0.25, 4}},
+      {"dispatch", {0.5, 50}},
       {"activation_factor", {0.25, 8}}, {"memory_overhead", {0, 1}}, {"memory_fixed", {0, 16.0 * (1 << 30)}}};
   static const std::map<std::string, FitBound> cpu_only = {
       {"gemm", {0.01, 8}},          {"attention", {0.01, 8}},  {"memory", {0.01, 8}},
@@ -292,6 +305,7 @@ std::vector<std::pair<std::string, double>> fitted_constants(const HardwareSpec&
           {"step_overhead", e.step_overhead_s},
           {"fused_traffic", e.fused_traffic},
           {"multi_thread", e.multi_thread},
+          {"dispatch", e.dispatch},
           {"activation_factor", e.activation_factor},
           {"memory_overhead", e.memory_overhead},
           {"memory_fixed", e.memory_fixed_bytes}};
@@ -314,13 +328,14 @@ HardwareSpec fit_spec(const HardwareSpec& start, const std::vector<MeasuredRun>&
   // same ratio down does), so the runs move a constant only as far as they
   // need and two constants the runs cannot tell apart (GEMM efficiency and
   // a per-kernel overhead) do not trade one against the other. A constant
-  // the prior leaves at zero (a free overhead) is not pulled.
+  // the prior leaves at zero (a free overhead) is not pulled; `dispatch`
+  // at zero (unused) is held at its placeholder.
   const bool cpu = work.kind == "cpu";
   const auto anchors = [&p0](const std::vector<double>& v0, const char* const* keys) {
     std::vector<double> a = v0;
     for (size_t i = 0; i < a.size(); ++i)
       for (const auto& [k, x] : fitted_constants(p0))
-        if (k == keys[i] && x <= 0) a[i] = std::nan("");
+        if (k == keys[i] && x <= 0 && k != "dispatch") a[i] = std::nan("");
     return a;
   };
   const std::vector<double> t0 = anchors(time_vector(p0), kTimeKeys), m0 = anchors(mem_vector(p0), kMemKeys);
@@ -330,7 +345,6 @@ HardwareSpec fit_spec(const HardwareSpec& start, const std::vector<MeasuredRun>&
       if (!std::isnan(v0[i])) sum += (v[i] - v0[i]) * (v[i] - v0[i]);
     return kPriorPull * sum + kOutOfRange * out_of_range(keys, v, cpu);
   };
-  if (work.kind == "cpu" && work.peak_fp32_flops <= 0) work.peak_fp32_flops = resolve_cpu_peak_flops(at::kFloat, 0).flops;
   std::vector<PlanRequest> req;
   for (const MeasuredRun& r : fit) req.push_back(request_of(r));
   // Many rows: the first round fits an evenly spread subsample (the
@@ -421,17 +435,11 @@ HardwareSpec fit_spec(const HardwareSpec& start, const std::vector<MeasuredRun>&
     std::fprintf(stderr, "  calibrate%s%s: fitted %zu rows, %d evaluations (%.0f s)\n", o.label.empty() ? "" : " ",
                  o.label.c_str(), fit.size(), evals,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
-  if (start.kind == "cpu" && start.peak_fp32_flops <= 0) work.peak_fp32_flops = 0;  // measured again where it is used
   return work;
 }
 
 RunErrors run_errors(const HardwareSpec& spec, const MeasuredRun& r) {
-  HardwareSpec s = spec;
-  if (s.kind == "cpu" && s.peak_fp32_flops <= 0) {
-    static const double peak = resolve_cpu_peak_flops(at::kFloat, 0).flops;
-    s.peak_fp32_flops = peak;
-  }
-  const Prediction p = predict(request_of(r), s);
+  const Prediction p = predict(request_of(r), spec);
   RunErrors e;
   e.step = p.time.step / r.step_time_s - 1;
   e.mem = r.mem_peak_bytes > 0 ? p.memory.total / r.mem_peak_bytes - 1 : std::nan("");
@@ -563,7 +571,6 @@ int calibrate_command(const CalibrationOptions& o, std::ostream& out) {
     partial.calibration = "partial calibration from " + fs::path(o.db_path).filename().string() + " (" + stage +
                           " done; the held-out error not yet computed)";
     partial.tps_error = LogSpread{};  // no interval before the held-out runs are predicted
-    if (partial.kind == "cpu" && start.peak_fp32_flops <= 0) partial.peak_fp32_flops = 0;
     save_hardware(partial, path);
     if (o.progress) std::fprintf(stderr, "  calibrate: %s done, spec so far written to %s\n", stage.c_str(), path.c_str());
   };

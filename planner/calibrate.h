@@ -56,6 +56,9 @@ struct MeasuredRun {
   // Whether the run's machine widened bf16 GEMMs (its env's aten_cpu_capability
   // is not AVX512); -1: not recorded (runs before that key), the spec's.
   int bf16_gemm_widened = -1;
+  // The run's machine as probed there (its env's machine_probe.* keys); unset:
+  // not recorded (runs before the probe), predicted with this machine's.
+  std::optional<MachineProbe> machine;
   std::string framework = "ctitan";  // PlanRequest::framework
   std::optional<ModelDesc> model;     // a published row's own model (else cfg.model's)
 };

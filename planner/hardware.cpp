@@ -11,7 +11,9 @@
 //   source = "..."                    # where the maker's figures come from
 //   peak_bf16_flops = 989.4e12        # FLOP/s per device, dense (no sparsity)
 //   peak_fp8_flops = 1978.9e12        # 0: no fp8 tensor cores
-//   peak_fp32_flops = 67e12           # cpu: 0 = measured at plan time
+//   peak_fp32_flops = 67e12           # cpu: 0 = this machine's probe (also peak_bf16_flops,
+//                                     #   memory bandwidth, link bandwidth and latency:
+//                                     #   trainer/machine_probe.h, HardwareSpec::probed)
 //   memory_gib = 80                   # or memory_gb (1e9) or memory_bytes;
 //                                     # cpu: 0 = /proc/meminfo MemTotal
 //   memory_bandwidth_tb_s = 3.35      # or memory_bandwidth_gb_s / _bytes_s
@@ -34,6 +36,8 @@
 //   memory = 0.8                      # > 0
 //   fused_traffic = 0.45              # > 0
 //   kernel_overhead_us = 4            # >= 0 (or kernel_overhead_s)
+//   dispatch = 8.8                    # optional, cpu: a kernel costs this many probed ATen
+//                                     #   dispatches (replaces kernel_overhead_us; 0 or absent: not)
 //   comm = 0.75                       # > 0
 //   overlap = 0.9                     # [0, 1]
 //   step_overhead_ms = 0              # >= 0 (or step_overhead_s)
@@ -123,6 +127,7 @@ SpecRange spec_range(const std::string& key, bool cpu) {
       {"gemm_half_size", {0, 1e6, false}},
       {"fused_traffic", {0, 4, true}},
       {"kernel_overhead", {0, 1, false}},                 // seconds per kernel
+      {"dispatch", {0, 1000, false}},                     // probed dispatches per kernel
       {"comm", {0, 4, true}},
       {"overlap", {0, 1, false}},
       {"step_overhead", {0, 3600, false}},                // seconds per step
@@ -137,7 +142,9 @@ SpecRange spec_range(const std::string& key, bool cpu) {
       {"attention", {0, 1, true}},        {"memory", {0, 1, true}}};
   static const std::map<std::string, SpecRange> cpu_only = {
       {"peak_flops", {0, 1e18, false}}, {"memory_bytes", {0, 1e15, false}}, {"gemm", {0, 16, true}},
-      {"attention", {0, 16, true}},     {"memory", {0, 16, true}}};
+      {"attention", {0, 16, true}},     {"memory", {0, 16, true}},
+      // 0: this machine's probe
+      {"memory_bandwidth", {0, 1e15, false}}, {"link_bandwidth", {0, 1e14, false}}};
   const auto& kind = cpu ? cpu_only : gpu;
   if (auto it = kind.find(key); it != kind.end()) return it->second;
   if (auto it = common.find(key); it != common.end()) return it->second;
@@ -242,6 +249,10 @@ class TableReader {
   double number(const char* key, const SpecRange& range, const char* meaning) {
     return quantity({{key, 1}}, range, meaning);
   }
+  // A key that may be left out (`fallback` then).
+  double optional_number(const char* key, const SpecRange& range, const char* meaning, double fallback) {
+    return take(key, false, "") ? quantity({{key, 1}}, range, meaning) : fallback;
+  }
 
   // A quantity spelled in one of `units` (exactly one present), in SI.
   double quantity(const std::vector<Unit>& units, const SpecRange& range, const char* meaning) {
@@ -298,11 +309,12 @@ class TableReader {
   std::vector<std::string> keys_;
 };
 
-Link read_link(const SpecReader& r, const toml::table& t, const std::string& table) {
+Link read_link(const SpecReader& r, const toml::table& t, const std::string& table, bool cpu) {
   TableReader tr(r, t, table, Keys().add("name").add(kLinkBandwidthUnits).add(kLatencyUnits));
   Link l;
   l.name = tr.string("name");
-  l.bandwidth = tr.quantity(kLinkBandwidthUnits, spec_range("link_bandwidth", false), "GB/s per device, one direction");
+  l.bandwidth = tr.quantity(kLinkBandwidthUnits, spec_range("link_bandwidth", cpu),
+                            cpu ? "GB/s per rank, one direction; 0: this machine's probe" : "GB/s per device, one direction");
   l.latency_s = tr.quantity(kLatencyUnits, spec_range("latency", false), "microseconds per message");
   return l;
 }
@@ -318,6 +330,7 @@ Efficiency read_efficiency(const SpecReader& r, const toml::table& t, bool cpu) 
                      .add("memory")
                      .add("fused_traffic")
                      .add(kKernelOverheadUnits)
+                     .add("dispatch")
                      .add("comm")
                      .add("overlap")
                      .add(kStepOverheadUnits)
@@ -333,6 +346,7 @@ Efficiency read_efficiency(const SpecReader& r, const toml::table& t, bool cpu) 
   e.memory = tr.number("memory", range("memory"), "fraction of memory bandwidth element-wise kernels reach");
   e.fused_traffic = tr.number("fused_traffic", range("fused_traffic"), "element-wise bytes left after fusion, fraction");
   e.kernel_overhead_s = tr.quantity(kKernelOverheadUnits, range("kernel_overhead"), "microseconds per kernel");
+  e.dispatch = tr.optional_number("dispatch", range("dispatch"), "cpu: probed ATen dispatches per kernel", 0);
   e.comm = tr.number("comm", range("comm"), "fraction of link bandwidth a collective reaches");
   e.overlap = tr.number("overlap", range("overlap"), "fraction of overlappable communication hidden");
   e.step_overhead_s = tr.quantity(kStepOverheadUnits, range("step_overhead"), "milliseconds per step");
@@ -483,8 +497,8 @@ HardwareSpec parse_hardware(const std::string& toml_text, const std::string& whe
   s.flash_attention = top.boolean("flash_attention");
   s.devices_per_node = static_cast<int>(top.integer("devices_per_node", 1, kMaxWorldSize, true, 0));
   s.cores = static_cast<int>(top.integer("cores", 0, 1 << 20, false, 0));
-  s.intra_node = read_link(r, top.table("intra_node", "the link between devices of one node"), "intra_node");
-  s.inter_node = read_link(r, top.table("inter_node", "the network between nodes, per device"), "inter_node");
+  s.intra_node = read_link(r, top.table("intra_node", "the link between devices of one node"), "intra_node", cpu);
+  s.inter_node = read_link(r, top.table("inter_node", "the network between nodes, per device"), "inter_node", cpu);
   s.eff = read_efficiency(r, top.table("efficiency", "the efficiencies; copy the table of a shipped spec"), cpu);
   {
     TableReader cal(r, top.table("calibration", "where the efficiencies come from"), "calibration",
@@ -508,6 +522,46 @@ HardwareSpec parse_hardware(const std::string& toml_text, const std::string& whe
     s.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     s.cores_from_machine = true;
   }
+  if (cpu) {
+    const std::pair<const char*, double> zeros[] = {
+        {"peak_bf16_flops", s.peak_bf16_flops},           {"peak_fp32_flops", s.peak_fp32_flops},
+        {"memory_bandwidth", s.memory_bandwidth},         {"intra_node.bandwidth", s.intra_node.bandwidth},
+        {"intra_node.latency", s.intra_node.latency_s},   {"inter_node.bandwidth", s.inter_node.bandwidth},
+        {"inter_node.latency", s.inter_node.latency_s}};
+    for (const auto& [key, v] : zeros)
+      if (v == 0) s.probed.push_back(key);
+  }
+  return s;
+}
+
+void apply_probe(HardwareSpec& s, const MachineProbe& p) {
+  // A figure still 0, or one an earlier probe filled; a value set since
+  // (a fit's link, a test's fixed peak) stays.
+  const bool replacing = !s.probe.empty();
+  const auto fill = [replacing](double& figure, double v) {
+    if (figure == 0 || replacing) figure = v;
+  };
+  for (const std::string& key : s.probed) {
+    if (key == "peak_bf16_flops") fill(s.peak_bf16_flops, p.gemm_bf16_flops);
+    if (key == "peak_fp32_flops") fill(s.peak_fp32_flops, p.gemm_fp32_flops);
+    if (key == "memory_bandwidth") fill(s.memory_bandwidth, p.memory_bandwidth);
+    if (key == "intra_node.bandwidth") fill(s.intra_node.bandwidth, p.link_bandwidth);
+    if (key == "intra_node.latency") fill(s.intra_node.latency_s, p.link_latency_s);
+    if (key == "inter_node.bandwidth") fill(s.inter_node.bandwidth, p.link_bandwidth);
+    if (key == "inter_node.latency") fill(s.inter_node.latency_s, p.link_latency_s);
+  }
+  s.dispatch_s = p.dispatch_s;
+  s.probe = p.describe();
+}
+
+HardwareSpec resolved_for_plan(const HardwareSpec& spec, const MachineProbe* probe) {
+  HardwareSpec s = spec;
+  if (s.kind != "cpu") return s;
+  if (probe)
+    apply_probe(s, *probe);
+  else if (s.probe.empty() && (!s.probed.empty() || s.eff.dispatch > 0))
+    apply_probe(s, this_machine());
+  if (s.eff.dispatch > 0 && s.dispatch_s > 0) s.eff.kernel_overhead_s = s.eff.dispatch * s.dispatch_s;
   return s;
 }
 
@@ -539,16 +593,25 @@ std::string hardware_toml(const HardwareSpec& s) {
   out += cat("title = ", quoted(s.title), "\n");
   out += cat("kind = ", quoted(s.kind), "\n");
   out += cat("source = ", quoted(s.source), "\n");
-  out += cat("peak_bf16_flops = ", number_text(s.peak_bf16_flops), "\n");
+  // A probed figure is written as 0: the spec stays "the machine that reads it".
+  const auto figure = [&s](const char* key, double v) {
+    return std::find(s.probed.begin(), s.probed.end(), key) != s.probed.end() ? 0.0 : v;
+  };
+  out += cat("peak_bf16_flops = ", number_text(figure("peak_bf16_flops", s.peak_bf16_flops)), "\n");
   out += cat("peak_fp8_flops = ", number_text(s.peak_fp8_flops), "\n");
-  out += cat("peak_fp32_flops = ", number_text(s.peak_fp32_flops), "\n");
+  out += cat("peak_fp32_flops = ", number_text(figure("peak_fp32_flops", s.peak_fp32_flops)), "\n");
   out += quantity_line(kMemoryUnits, s.memory_from_machine ? 0.0 : s.memory_bytes);
-  out += quantity_line(kMemoryBandwidthUnits, s.memory_bandwidth);
+  out += quantity_line(kMemoryBandwidthUnits, figure("memory_bandwidth", s.memory_bandwidth));
   out += cat("flash_attention = ", s.flash_attention ? "true" : "false", "\n");
   out += cat("devices_per_node = ", std::to_string(s.devices_per_node), "\n");
   out += cat("cores = ", std::to_string(s.cores_from_machine ? 0 : s.cores), "\n");
-  out += link_toml("intra_node", s.intra_node);
-  out += link_toml("inter_node", s.inter_node);
+  Link intra = s.intra_node, inter = s.inter_node;
+  intra.bandwidth = figure("intra_node.bandwidth", intra.bandwidth);
+  intra.latency_s = figure("intra_node.latency", intra.latency_s);
+  inter.bandwidth = figure("inter_node.bandwidth", inter.bandwidth);
+  inter.latency_s = figure("inter_node.latency", inter.latency_s);
+  out += link_toml("intra_node", intra);
+  out += link_toml("inter_node", inter);
   const Efficiency& e = s.eff;
   out += "\n[efficiency]\n";
   out += cat("gemm = ", number_text(e.gemm), "\n");
@@ -558,6 +621,7 @@ std::string hardware_toml(const HardwareSpec& s) {
   out += cat("memory = ", number_text(e.memory), "\n");
   out += cat("fused_traffic = ", number_text(e.fused_traffic), "\n");
   out += quantity_line(kKernelOverheadUnits, e.kernel_overhead_s);
+  if (e.dispatch > 0) out += cat("dispatch = ", number_text(e.dispatch), "\n");
   out += cat("comm = ", number_text(e.comm), "\n");
   out += cat("overlap = ", number_text(e.overlap), "\n");
   out += quantity_line(kStepOverheadUnits, e.step_overhead_s);

@@ -9,9 +9,11 @@
 // came from (`source`, `calibration.source`), and every printed prediction
 // names the spec and its calibration.
 //
-// kind = "cpu" describes this machine's processes-as-ranks: peak_fp32_flops
-// = 0 means "measure it" (the trainer's cached GEMM probe), the ranks of
-// one world share `cores`, and the links are loopback (Gloo over TCP).
+// kind = "cpu" describes this machine's processes-as-ranks: a figure left at
+// 0 (the GEMM peaks, memory bandwidth, the links) is this machine's probe
+// (trainer/machine_probe.h), so the efficiencies are ratios to what the
+// machine that plans measured, the ranks of one world share `cores`, and the
+// links are loopback (Gloo over TCP).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "common/quantile.h"
+#include "trainer/machine_probe.h"
 
 namespace ctitan {
 
@@ -40,6 +43,7 @@ struct Efficiency {
   double memory = 0.80;             // fraction of memory bandwidth element-wise kernels reach
   double fused_traffic = 0.45;      // element-wise bytes left after compile's fusion (fraction)
   double kernel_overhead_s = 4e-6;  // per kernel launch the device does not hide
+  double dispatch = 0;              // cpu: a kernel costs this many probed ATen dispatches (0: kernel_overhead_s)
   double comm = 0.75;               // fraction of link bandwidth a collective reaches
   double overlap = 0.9;             // fraction of overlappable communication that compute hides
   double step_overhead_s = 0.0;     // per step: optimizer launch, host sync, data loading
@@ -74,6 +78,14 @@ struct HardwareSpec {
   bool cores_from_machine = false;
   Link intra_node;  // NVLink / xGMI / loopback
   Link inter_node;  // the network, per device
+  // kind = "cpu": the figures the file left at 0, which this machine's probe
+  // (trainer/machine_probe.h) stands for: "peak_bf16_flops",
+  // "peak_fp32_flops", "memory_bandwidth", "intra_node.bandwidth",
+  // "intra_node.latency", "inter_node.bandwidth", "inter_node.latency".
+  // apply_probe fills them; hardware_toml writes 0 back for them.
+  std::vector<std::string> probed;
+  std::string probe;        // the applied probe's one-line description ("" until applied)
+  double dispatch_s = 0;    // the applied probe's seconds per ATen op (Efficiency::dispatch)
 
   Efficiency eff;
   std::string calibration;  // "uncalibrated: ..." or "calibrated from <db> (N runs, hold-out median error x %)"
@@ -89,6 +101,15 @@ struct HardwareSpec {
 
   bool operator==(const HardwareSpec&) const = default;
 };
+
+// Fills `spec.probed` from `probe` (a machine's measured figures; the
+// bf16 peak is the rate of ctitan's bf16 GEMM path there) and records it.
+// Applying another machine's probe replaces the first one's figures.
+void apply_probe(HardwareSpec& spec, const MachineProbe& probe);
+// The spec a plan uses: `spec` with its probed figures filled (from
+// `probe`, else this machine's, measured and cached on first use) and, on
+// a cpu with Efficiency::dispatch, its per-kernel cost from the dispatch.
+HardwareSpec resolved_for_plan(const HardwareSpec& spec, const MachineProbe* probe = nullptr);
 
 // The folder of hardware specs: $CTITAN_HARDWARE_DIR, else the source
 // tree's recipes/hardware.

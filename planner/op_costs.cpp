@@ -526,7 +526,7 @@ DerivedEfficiency efficiency_from_samples(const TraceSamples& samples, const Eff
 
 HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& traced, const JobConfig& run_cfg,
                            int64_t run_world_size, const std::string& run_dir, double untraced_step_s) {
-  HardwareSpec hw = start;
+  HardwareSpec hw = resolved_for_plan(start);  // a cpu spec's zeros: this machine's probe
   // The profiler slows every op a little: scale the trace to the untraced step time.
   TraceSamples samples = traced;
   const double traced_step = samples.steps ? samples.step_seconds / static_cast<double>(samples.steps) : 0;
@@ -552,6 +552,8 @@ HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& traced
     d = efficiency_from_samples(samples, start_eff, rates.peak_flops, rates.bandwidth);
   }
   hw.eff = d.eff;
+  // A measured per-op cost replaces the probe's dispatch multiple.
+  if (has("kernel_overhead_s")) hw.eff.dispatch = 0;
   std::vector<std::string> measured = d.measured;
   if (probed) {
     char h[96];
@@ -581,6 +583,7 @@ HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& traced
     const auto scale = [&](double& eff, double planned, double seen, const char* range) {
       if (planned > 0 && seen > 0) eff = spec_range(range, cpu).clamp(eff * planned / seen);
     };
+    if (views > 0) hw.eff.dispatch = 0;  // the per-op cost is fitted to the trace's below
     for (int round = 0; round < 6; ++round) {
       const TimeBreakdown t = predict(q, hw).time;
       scale(hw.eff.attention, t.attention, attn, "attention");
@@ -811,7 +814,8 @@ bool profiled_run(const std::string& run_dir, std::shared_ptr<const MeasuredUnit
   return true;
 }
 
-LinkFit fit_link_to_runs(const HardwareSpec& hw, const std::vector<ProfiledRun>& runs) {
+LinkFit fit_link_to_runs(const HardwareSpec& spec, const std::vector<ProfiledRun>& runs) {
+  const HardwareSpec hw = resolved_for_plan(spec);  // a cpu spec's zeros: this machine's probe
   LinkFit fit{hw, hw.intra_node.latency_s, hw.intra_node.bandwidth * hw.eff.comm, 0};
   if (runs.empty()) return fit;
   const bool both = runs.size() > 1;
@@ -819,6 +823,8 @@ LinkFit fit_link_to_runs(const HardwareSpec& hw, const std::vector<ProfiledRun>&
     HardwareSpec h = hw;
     h.eff.comm = 1;
     for (Link* l : {&h.intra_node, &h.inter_node}) l->latency_s = lat, l->bandwidth = bw;
+    // The link is this fit's now, not the probe's.
+    std::erase_if(h.probed, [](const std::string& k) { return k.find("_node.") != std::string::npos; });
     return h;
   };
   const double spec_bw = fit.bandwidth;

@@ -15,7 +15,6 @@
 #include "planner/plan_comm.h"
 #include "planner/plan_compute.h"
 #include "planner/plan_internal.h"
-#include "profiling/peak_flops.h"
 #include "trainer/kernels/documents.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/activation_checkpoint.h"
@@ -61,6 +60,7 @@ Prediction prediction_header(const PlanRequest& req, const HardwareSpec& hw, con
   prediction.hardware = hw.name;
   prediction.hardware_title = hw.title;
   prediction.calibration = hw.calibration;
+  prediction.machine_probe = hw.probe;
   prediction.model = describe(req.model);
   prediction.world_size = req.world_size;
   prediction.devices_per_node = req.devices_per_node > 0 ? req.devices_per_node : hw.devices_per_node;
@@ -300,8 +300,9 @@ RankRates rank_rates(const HardwareSpec& hw, const JobConfig& cfg, int64_t world
     // The ranks are processes sharing the machine: each gets 1/world of
     // its GEMM rate and memory bandwidth, and dispatch queues for cores.
     rates.cores = hw.cores > 0 ? hw.cores : std::max(1u, std::thread::hardware_concurrency());
-    double peak = hw.peak_fp32_flops;
-    if (peak <= 0) peak = resolve_cpu_peak_flops(at::kFloat, 0).flops;
+    // The GEMM rate of the run's dtype on this machine (probed: a bf16 run's
+    // is ctitan's bf16 path, native or widened).
+    const double peak = uses_float32(cfg) || hw.peak_bf16_flops <= 0 ? hw.peak_fp32_flops : hw.peak_bf16_flops;
     // A rank with several threads (cores / world) syncs them on every op.
     const double ranks = static_cast<double>(world_size);
     const double thread_factor = rates.cores / ranks > 1 ? hw.eff.multi_thread : 1.0;
@@ -317,7 +318,11 @@ RankRates rank_rates(const HardwareSpec& hw, const JobConfig& cfg, int64_t world
   return rates;
 }
 
-Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
+Prediction predict(const PlanRequest& req, const HardwareSpec& spec) {
+  // A cpu spec's zeros are the machine's probe (the run's, else this one's).
+  const HardwareSpec resolved = spec.kind == "cpu" ? resolved_for_plan(spec, req.machine ? &*req.machine : nullptr)
+                                                   : HardwareSpec{};
+  const HardwareSpec& hw = spec.kind == "cpu" ? resolved : spec;
   const JobConfig& cfg = req.cfg;
   if (req.world_size < 1) throw InputError("world size " + std::to_string(req.world_size) + " is not a rank count");
   const MeshShape shape = resolve_mesh_shape(cfg.parallelism, req.world_size);
@@ -356,7 +361,9 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& hw) {
   const Network net{.shape = shape,
                     .hw = hw,
                     .devices_per_node = prediction.devices_per_node,
-                    .comm_eff = hw.eff.comm,
+                    // cpu: Gloo's copies through loopback need a core, so
+                    // ranks beyond the cores move their bytes at their share.
+                    .comm_eff = hw.eff.comm * core_share,
                     .overlap = hw.eff.overlap,
                     .hides = core_share};
   const ExposedComm exposed = mesh_communication(env, net, step, block, args, ac, prediction);

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -96,6 +97,10 @@ struct PlanRequest {
   // machine's, read at plan time; --calibrate sets each run's own from its
   // env's aten_cpu_capability.
   int bf16_gemm_widened = -1;
+  // kind = "cpu": the machine the run ran on, as probed there (the figures
+  // its spec leaves at 0, HardwareSpec::probed); unset: this machine's.
+  // --calibrate sets each run's own from its env's machine_probe.
+  std::optional<MachineProbe> machine;
   // cpu: how many processes share the cores for the rates (rank_rates);
   // 0: world_size. A single-process run on fewer threads than cores has
   // the rate of a rank among cores/threads.
@@ -146,6 +151,7 @@ struct Prediction {
   std::string hardware;     // spec name
   std::string hardware_title;
   std::string calibration;  // the spec's calibration source
+  std::string machine_probe;  // cpu: the probe the spec's zeros came from (MachineProbe::describe), else ""
   std::string model;        // describe(model)
   std::string layout;       // "FSDP 8 x TP 1 ...": the mesh
   int world_size = 1, nodes = 1, devices_per_node = 1;

@@ -47,8 +47,25 @@ DimComm once_per_step(const char* dim, std::string what, const Link& link, doubl
 
 }  // namespace
 
-const Link& Network::link_for(const std::string& dim, int64_t ranks) const {
-  return stride_of(shape, dim) * ranks > devices_per_node ? hw.inter_node : hw.intra_node;
+int64_t Network::members_per_node(const std::string& dim, int64_t ranks) const {
+  const int64_t stride = stride_of(shape, dim);
+  if (stride >= devices_per_node) return 1;
+  return std::max<int64_t>(1, std::min<int64_t>(ranks, devices_per_node / stride));
+}
+
+Link Network::link_for(const std::string& dim, int64_t ranks, bool collective) const {
+  if (stride_of(shape, dim) * ranks <= devices_per_node) return hw.intra_node;
+  Link link = hw.inter_node;
+  // TP, CP and EP: the group's members on a node drive its NICs together.
+  // Data parallelism (FSDP, DDP) keeps one NIC's bandwidth per rank: the
+  // shipped GPU specs' constants were fitted to its rows that way (docs/planner.md).
+  const bool model_parallel = dim == "tp" || dim == "cp" || dim == "ep";
+  const int64_t nics = collective && model_parallel ? members_per_node(dim, ranks) : 1;
+  if (nics > 1) {
+    link.bandwidth = std::min(hw.intra_node.bandwidth, static_cast<double>(nics) * hw.inter_node.bandwidth);
+    link.name += " (" + std::to_string(nics) + " NICs per node)";
+  }
+  return link;
 }
 
 double Network::overlapped(double exposed, double seconds) const { return std::max(exposed, (1 - hides) * seconds); }
@@ -64,7 +81,7 @@ std::optional<DimComm> fsdp_comm(const Env& env, const Network& net, const RankS
   const int64_t fsdp = shape.dp_shard * shape.cp;
   if (fsdp <= 1) return std::nullopt;
   const RankLayout& rank = step.layout;
-  const Link& link = net.link_for("fsdp", fsdp);
+  const Link link = net.link_for("fsdp", fsdp);
   const bool f8_gather = env.float8 && env.cfg.float8.enable_fsdp_float8_all_gather;
   const double block_bytes = static_cast<double>(rank.block_unit_elems) * (f8_gather ? 1.0 : env.elem_bytes);
   // What the units gather (under EP the experts of this rank only): the
@@ -96,7 +113,7 @@ std::optional<DimComm> fsdp_comm(const Env& env, const Network& net, const RankS
 std::optional<DimComm> replicate_comm(const Env& env, const Network& net, const RankStep& step) {
   const MeshShape& shape = env.shape;
   if (shape.dp_replicate <= 1) return std::nullopt;
-  const Link& link = net.link_for("dp_replicate", shape.dp_replicate);
+  const Link link = net.link_for("dp_replicate", shape.dp_replicate);
   // Megatron-LM's local DDP all-reduces its gradient buffer (the params'
   // dtype without --accumulate-allreduce-grads-in-fp32) once, after the
   // last micro-batch's backward: nothing hides it.
@@ -117,7 +134,7 @@ std::optional<DimComm> tied_embedding_comm(const Env& env, const Network& net) {
   // Megatron-LM's GPT ties the word embedding to the output layer: the
   // first and the last stage each hold it and all-reduce its gradient
   // (their vocabulary shard) between them after the backward.
-  const Link& link = net.link_for("pp", shape.pp);
+  const Link link = net.link_for("pp", shape.pp, false);
   const double bytes = static_cast<double>(env.model.vocab_size) / static_cast<double>(shape.tp) *
                        static_cast<double>(env.model.dim) * env.elem_bytes;
   const double all_reduce_s = ring_s(bytes, 2, link, net.comm_eff, 2.0);
@@ -128,7 +145,7 @@ std::optional<DimComm> tied_embedding_comm(const Env& env, const Network& net) {
 std::optional<DimComm> tp_comm(const Env& env, const Network& net, const RankStep& step, const UnitCost& block) {
   const MeshShape& shape = env.shape;
   if (shape.tp <= 1) return std::nullopt;
-  const Link& link = net.link_for("tp", shape.tp);
+  const Link link = net.link_for("tp", shape.tp);
   const bool sp = env.cfg.parallelism.enable_sequence_parallel;
   const double one = ring_s(block.tp_bytes, shape.tp, link, net.comm_eff, sp ? 1.0 : 2.0);
   // A recomputed block's forward runs its collectives again (half of the
@@ -151,7 +168,8 @@ std::optional<DimComm> tp_comm(const Env& env, const Network& net, const RankSte
 std::optional<DimComm> cp_comm(const Env& env, const Network& net, const RankStep& step, const UnitCost& block) {
   const MeshShape& shape = env.shape;
   if (shape.cp <= 1) return std::nullopt;
-  const Link& link = net.link_for("cp", shape.cp);
+  // allgather is a collective; the ring passes K/V to one neighbour.
+  const Link link = net.link_for("cp", shape.cp, env.cfg.parallelism.context_parallel_rotate_method == "allgather");
   const double layers = static_cast<double>(step.layout.layers);
   const double moved = block.cp_bytes * static_cast<double>(shape.cp - 1);  // every other rank's K/V comes by
   const double seconds =
@@ -189,8 +207,17 @@ std::optional<DimComm> ep_comm(const Env& env, const Network& net, const RankSte
   const double rows_bytes =
       routed * static_cast<double>(args.moe.top_k) * static_cast<double>(env.model.dim) * env.elem_bytes;
   const double ranks = static_cast<double>(shape.ep);
-  const Link& link = (etp ? shape.tp : 1) * shape.ep > net.devices_per_node ? net.hw.inter_node : net.hw.intra_node;
-  const double one = rows_bytes * (ranks - 1) / ranks / (link.bandwidth * net.comm_eff) + (ranks - 1) * link.latency_s;
+  // Across nodes a rank's rows for its own node's members stay on the
+  // intra-node link and only the rest take its NIC, both at once.
+  const int64_t stride = etp ? shape.tp : 1;
+  const bool across = stride * shape.ep > net.devices_per_node;
+  const Link& link = across ? net.hw.inter_node : net.hw.intra_node;
+  const double near =
+      across ? static_cast<double>(std::max<int64_t>(1, std::min<int64_t>(shape.ep, net.devices_per_node / stride)))
+             : ranks;
+  const double one = std::max(rows_bytes * (ranks - near) / ranks / (link.bandwidth * net.comm_eff),
+                              rows_bytes * (near - 1) / ranks / (net.hw.intra_node.bandwidth * net.comm_eff)) +
+                     (ranks - 1) * link.latency_s;
   const double recomputed = ac.mode == ActivationCheckpointPolicy::Mode::kFull ? 2 : 0;
   const double exchanges = 4 + recomputed, counts = (1 + recomputed / 2) * (ranks - 1) * link.latency_s;
   const double layers = static_cast<double>(step.layout.moe_layers);
@@ -208,12 +235,13 @@ std::optional<DimComm> ep_comm(const Env& env, const Network& net, const RankSte
 
 PipelineHandover pipeline_handover(const Env& env, const Network& net, double T) {
   const MeshShape& shape = env.shape;
-  const Link& link = net.link_for("pp", shape.pp);
+  const Link link = net.link_for("pp", shape.pp, false);
   const double activation = T * static_cast<double>(env.model.dim) * env.elem_bytes;
   // Megatron-LM's scatter/gather: across nodes each TP rank sends 1/tp of
   // the (TP-replicated) activation and the receivers all-gather it over
   // NVLink.
-  const bool scatter = env.rules.pipeline_scatter_gather && shape.tp > 1 && &link == &net.hw.inter_node;
+  const bool scatter = env.rules.pipeline_scatter_gather && shape.tp > 1 &&
+                       net.shape.world() > net.devices_per_node && link == net.hw.inter_node;
   const double seconds = scatter ? activation / static_cast<double>(shape.tp) / (link.bandwidth * net.comm_eff) +
                                        link.latency_s + ring_s(activation, shape.tp, net.hw.intra_node, net.comm_eff)
                                  : activation / (link.bandwidth * net.comm_eff) + link.latency_s;
@@ -221,7 +249,7 @@ PipelineHandover pipeline_handover(const Env& env, const Network& net, double T)
 }
 
 CommDim world_reductions(const Network& net) {
-  const Link& link = net.link_for("pp", net.shape.pp);
+  const Link link = net.link_for("pp", net.shape.pp, false);
   const double seconds =
       (net.shape.world() > 1 ? 3 * std::log2(static_cast<double>(net.shape.world())) : 0) * link.latency_s;
   return {"world", "loss, gradient-norm and metrics all-reduces", link.name, 0.0, seconds, seconds};

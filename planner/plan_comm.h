@@ -27,7 +27,15 @@ struct Network {
 
   // The link a group of `ranks` along `dim` crosses (rank order pp >
   // dp_replicate > dp_shard > cp > tp): the network once it spans nodes.
-  const Link& link_for(const std::string& dim, int64_t ranks) const;
+  // A TP, CP or EP collective across nodes runs one ring channel per NIC
+  // (NCCL), so a node whose group members each have a NIC crosses at their
+  // sum, up to the intra-node link: TP 16 over two 8-GPU nodes at 8 NICs'
+  // bandwidth, not one's. `collective` = false (point-to-point: a pipeline
+  // handover, the CP ring's neighbour sends) and data parallelism cross at
+  // one device's NIC.
+  Link link_for(const std::string& dim, int64_t ranks, bool collective = true) const;
+  // Members of a group along `dim` in one node (at least 1).
+  int64_t members_per_node(const std::string& dim, int64_t ranks) const;
   // What of `seconds` on the wire stays exposed when compute would leave
   // `exposed`: at least the part the CPU cannot hide.
   double overlapped(double exposed, double seconds) const;
@@ -80,7 +88,7 @@ std::optional<DimComm> ep_comm(const Env& env, const Network& net, const RankSte
 
 // PP: one activation (or its gradient) handed to the neighbouring stage.
 struct PipelineHandover {
-  const Link& link;
+  Link link;
   double bytes = 0;    // one activation of a micro-batch
   double seconds = 0;  // its hand-over, the schedule's p2p time
 };

@@ -32,6 +32,7 @@ nlohmann::json to_json(const Prediction& p) {
   return {{"kind", "predicted"},
           {"hardware", p.hardware},
           {"hardware_title", p.hardware_title},
+          {"machine_probe", p.machine_probe.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.machine_probe)},
           {"calibration", p.calibration},
           {"source", p.compute_source == "analytic" ? "analytic" : "measured"},
           {"compute_source", p.compute_source},
@@ -65,6 +66,8 @@ nlohmann::json to_json(const Prediction& p) {
 
 std::string render_prediction(const Prediction& p) {
   std::string o;
+  // The measured machine first: every figure below rests on it.
+  if (!p.machine_probe.empty()) o += p.machine_probe + "\n";
   o += "predicted on " + p.hardware + " (" + p.hardware_title + "), " + std::to_string(p.world_size) + " rank" +
        (p.world_size == 1 ? "" : "s") + " on " + std::to_string(p.nodes) + " node" + (p.nodes == 1 ? "" : "s") + "; " +
        p.calibration + "\n";

@@ -19,18 +19,6 @@
 namespace ctitan {
 namespace {
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      auto pos = line.find(':');
-      return pos == std::string::npos ? line : line.substr(pos + 2);
-    }
-  }
-  return "unknown";
-}
-
 // Slurm's special steps (batch script, extern, interactive, pending) have
 // ids above this one; only a normal step's tasks are ranks.
 constexpr unsigned long long kMaxNormalStepId = 0xfffffff0ULL;
@@ -62,6 +50,18 @@ std::string launch_contract() {
   const char* step = std::getenv("SLURM_STEP_ID");
   if (step == nullptr) step = std::getenv("SLURM_STEPID");
   return step != nullptr && is_normal_step_id(step) ? "srun" : "";
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto pos = line.find(':');
+      return pos == std::string::npos ? line : line.substr(pos + 2);
+    }
+  }
+  return "unknown";
 }
 
 nlohmann::json environment_fingerprint() {

@@ -11,6 +11,9 @@ namespace ctitan {
 
 nlohmann::json environment_fingerprint();
 
+// /proc/cpuinfo's first "model name" ("unknown" where there is none).
+std::string cpu_model();
+
 // Which launch contract started this process, from its environment:
 // "torchrun" when RANK is set (torchrun, `ctitan launch`), "srun" when it is
 // a task of an srun step (SLURM_PROCID and a job step's SLURM_STEP_ID; an

@@ -38,6 +38,7 @@
 #include "trainer/data/batch_stager.h"
 #include "trainer/data/dataset.h"
 #include "trainer/dry_run.h"
+#include "trainer/machine_probe.h"
 #include "trainer/metrics.h"
 #include "trainer/models/registry.h"
 #include "trainer/model/gemm.h"
@@ -710,6 +711,10 @@ int train(const JobConfig& cfg) {
     drop_step_records_after((dump / "metrics.jsonl").string(), step);
     nlohmann::json env = environment_fingerprint();
     if (rt.device.is_cuda()) env["nccl_version"] = nccl_version();
+    // The machine the run ran on, as the planner measured it (cached; the
+    // trainer never measures): `ctitan plan --calibrate` predicts the run
+    // with these figures, not the calibrating machine's.
+    if (const auto probe = cached_machine_probe()) env["machine_probe"] = probe->to_json();
     write_file_atomic((dump / "env.json").string(), env.dump(2) + "\n");
   }
   TrainLoop loop(cfg, rt, *tm, optimizer, *loader, checkpointer, validator, accum);

@@ -31,11 +31,11 @@ std::string slurp(const fs::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// A copy of the committed results database (schema v6, 39 runs of the sweep
-// `calibrate_cpu`) in `dir`.
+// A copy of a committed results database of an older schema (v6: 39 runs of
+// the sweep `calibrate_cpu` recorded on a 2-core AMD EPYC) in `dir`.
 fs::path results_db(const fs::path& dir) {
   const fs::path db = dir / "x.db";
-  fs::copy_file(fs::path(source_dir()) / "tests/data/calibrate_cpu.db", db);
+  fs::copy_file(fs::path(source_dir()) / "tests/data/results_v6.db", db);
   return db;
 }
 

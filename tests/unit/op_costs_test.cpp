@@ -416,8 +416,7 @@ TEST(OpCosts, LinkFittedToMultiRankRunsRecoversItsLatencyAndBandwidth) {
   // plans them on a link of 1.5 ms and 0.3 GB/s: fitted from the cpu spec's
   // link, both come back; one run alone fits the latency (the spec's
   // bandwidth being the truth there).
-  HardwareSpec hw = load_hardware("cpu");
-  hw.peak_fp32_flops = 1e11;  // fixed: no GEMM measurement per plan
+  HardwareSpec hw = resolved_for_plan(load_hardware("cpu"));  // this machine's probe, the link's start
   const auto with_link = [&](double lat, double bw) {
     HardwareSpec h = hw;
     h.eff.comm = 1;

@@ -667,6 +667,49 @@ TEST(Planner, MegatronScattersPipelineSendsOverTheTensorParallelRanksAcrossNodes
   }
 }
 
+TEST(Planner, CollectivesAcrossNodesCrossAtEveryNicOfTheirMembers) {
+  // NCCL runs a ring channel per NIC: TP 16 over two 8-GPU nodes crosses at
+  // 8 NICs' bandwidth (up to NVLink's), FSDP under TP 8 at one NIC's (one
+  // member per node), and EP 16's all-to-all sends half of each rank's rows
+  // through its own NIC while 7/16 take NVLink. Latencies 0: bytes only.
+  HardwareSpec h = gpu_spec();
+  h.inter_node = {"ib", 2.5e10, 0};
+  h.intra_node.latency_s = 0;
+  const double eff = h.eff.comm;
+  const Prediction tp16 = predict(request("debugmodel", 16, {{"parallelism.tensor_parallel_degree", "16"},
+                                                             {"parallelism.data_parallel_shard_degree", "1"}}),
+                                  h);
+  const CommDim tp = comm_of(tp16, "tp", "");
+  EXPECT_EQ(tp.link, "ib (8 NICs per node)");
+  // sequence parallel (the default): all-gathers and reduce-scatters of
+  // (g-1)/g of their bytes each, at 8 x 25 GB/s
+  EXPECT_NEAR(tp.seconds, 15.0 / 16 * tp.bytes / (8 * 2.5e10 * eff), 1e-9 * tp.seconds);
+  h.inter_node.bandwidth = 1e11;  // 8 NICs would beat NVLink (4e11): NVLink bounds it
+  const CommDim capped = comm_of(predict(request("debugmodel", 16, {{"parallelism.tensor_parallel_degree", "16"},
+                                                                    {"parallelism.data_parallel_shard_degree", "1"}}),
+                                         h),
+                                 "tp", "");
+  EXPECT_NEAR(capped.seconds, 15.0 / 16 * capped.bytes / (4e11 * eff), 1e-9 * capped.seconds);
+  h.inter_node.bandwidth = 2.5e10;
+  const CommDim fsdp = comm_of(predict(request("debugmodel", 16, {{"parallelism.tensor_parallel_degree", "8"},
+                                                                  {"parallelism.data_parallel_shard_degree", "2"}}),
+                                       h),
+                               "dp_shard", "");
+  EXPECT_EQ(fsdp.link, "ib") << "one FSDP member per node: one NIC";
+  PlanRequest moe;
+  moe.cfg.model.name = "qwen3";
+  moe.cfg.model.flavor = "debugmodel_moe";
+  moe.cfg.training.seq_len = 256;
+  moe.cfg.training.local_batch_size = 2;
+  moe.cfg.parallelism.data_parallel_shard_degree = 16;
+  moe.cfg.parallelism.expert_parallel_degree = 16;
+  moe.model = model_from_config(moe.cfg.model);
+  moe.world_size = 16;
+  const CommDim ep = comm_of(predict(moe, h), "ep", "");
+  // bytes counts 15/16 of the rows leaving; the NIC carries 8/16 of them.
+  EXPECT_NEAR(ep.seconds, ep.bytes * 8.0 / 15 / (2.5e10 * eff), 1e-9 * ep.seconds);
+}
+
 TEST(Planner, OnACpuWhoseRanksOutnumberItsCoresCollectivesHideOnlyInProportion) {
   // 8 ranks on 2 cores: a collective needs a core the other ranks' compute
   // holds, so at most 2/8 of FSDP's gathers and reduce-scatters hide behind

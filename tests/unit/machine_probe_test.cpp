@@ -1,0 +1,143 @@
+// The machine probe (trainer/machine_probe.h): a real measurement of this
+// machine, its cache under XDG_CACHE_HOME, and the figures a cpu spec's
+// zeros take from it (planner/hardware.h apply_probe, resolved_for_plan).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "planner/hardware.h"
+#include "planner/plan.h"
+#include "trainer/machine_probe.h"
+#include "trainer/model/gemm.h"
+#include "trainer/models/registry.h"
+
+namespace ctitan {
+namespace {
+
+MachineProbe made_up_probe() {
+  return {.fingerprint = "test cpu|AVX512|avx512_bf16|2 cores|torch x",
+          .measured_at = "2026-11-29T21:50:07Z",
+          .seconds = 1.5,
+          .cpu_model = "test cpu",
+          .isa = "AVX512",
+          .bf16_path = "native",
+          .cores = 2,
+          .threads = 2,
+          .gemm_fp32_flops = 4e11,
+          .gemm_bf16_flops = 2e12,
+          .gemm_fp32_small_flops = 3e11,
+          .gemm_bf16_small_flops = 1e12,
+          .memory_bandwidth = 3e10,
+          .dispatch_s = 5e-7,
+          .link_bandwidth = 1e9,
+          .link_latency_s = 2e-4};
+}
+
+TEST(MachineProbe, MeasuresEveryFigureOfThisMachineAndCachesIt) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ctitan_probe_cache_test";
+  std::filesystem::remove_all(dir);
+  const char* old = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = old ? old : "";
+  setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+  EXPECT_FALSE(cached_machine_probe().has_value()) << "an empty cache has no probe";
+  bool measured = false;
+  const MachineProbe p = this_machine(/*refresh=*/true, &measured);
+  EXPECT_TRUE(measured);
+  for (const double v : {p.gemm_fp32_flops, p.gemm_bf16_flops, p.gemm_fp32_small_flops, p.gemm_bf16_small_flops,
+                         p.memory_bandwidth, p.dispatch_s, p.link_bandwidth, p.link_latency_s, p.seconds})
+    EXPECT_GT(v, 0);
+  EXPECT_EQ(p.fingerprint, machine_fingerprint());
+  EXPECT_EQ(p.bf16_path, widen_gemm(at::empty({0}, at::kBFloat16)) ? "widened" : "native");
+  EXPECT_EQ(p.measured_at.size(), 20u) << p.measured_at;
+  const auto cached = cached_machine_probe();
+  ASSERT_TRUE(cached.has_value()) << "written under " << dir;
+  EXPECT_EQ(*cached, p);
+  EXPECT_TRUE(std::filesystem::exists(dir / "ctitan" / "machine_probe.json"));
+  // A damaged cache is measured again, not an error.
+  std::ofstream(dir / "ctitan" / "machine_probe.json") << "{ not json";
+  EXPECT_FALSE(cached_machine_probe().has_value());
+  if (old)
+    setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  else
+    unsetenv("XDG_CACHE_HOME");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MachineProbe, RoundTripsThroughJsonAndADatabasesTextValues) {
+  const MachineProbe p = made_up_probe();
+  EXPECT_EQ(MachineProbe::from_json(p.to_json()), p);
+  // env.json flattened into a results database comes back as text.
+  const nlohmann::json j = p.to_json();
+  nlohmann::json text = nlohmann::json::object();
+  for (auto it = j.begin(); it != j.end(); ++it)
+    text[it.key()] = it->is_string() ? it->get<std::string>() : it->dump();
+  const auto back = MachineProbe::from_json(text);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->gemm_bf16_flops, 2e12);
+  EXPECT_EQ(back->cores, 2);
+  nlohmann::json missing = p.to_json();
+  missing.erase("link_bandwidth");
+  EXPECT_FALSE(MachineProbe::from_json(missing).has_value()) << "a probe without a figure is no probe";
+  missing = p.to_json();
+  missing["dispatch_s"] = 0;
+  EXPECT_FALSE(MachineProbe::from_json(missing).has_value()) << "nor one with a zero";
+  EXPECT_EQ(p.describe(),
+            "machine probe of 2026-11-29 21:50 UTC (test cpu, AVX512, 2 cores): GEMM bf16 2.00 TFLOP/s (native), "
+            "fp32 0.40 TFLOP/s; memory 30.0 GB/s; dispatch 0.5 us; Gloo loopback 1.00 GB/s, 200 us");
+}
+
+TEST(MachineProbe, ACpuSpecsZerosAreTheProbesFiguresAndStayZerosInItsFile) {
+  const HardwareSpec cpu = load_hardware("cpu");
+  for (const char* key : {"peak_bf16_flops", "peak_fp32_flops", "memory_bandwidth", "intra_node.bandwidth",
+                          "inter_node.bandwidth"})
+    EXPECT_NE(std::find(cpu.probed.begin(), cpu.probed.end(), key), cpu.probed.end()) << key;
+  const MachineProbe p = made_up_probe();
+  HardwareSpec s = cpu;
+  apply_probe(s, p);
+  EXPECT_EQ(s.peak_bf16_flops, 2e12);
+  EXPECT_EQ(s.peak_fp32_flops, 4e11);
+  EXPECT_EQ(s.memory_bandwidth, 3e10);
+  EXPECT_EQ(s.intra_node.bandwidth, 1e9);
+  EXPECT_EQ(s.intra_node.latency_s, cpu.intra_node.latency_s) << "a latency the file gives is kept";
+  EXPECT_EQ(s.probe, p.describe());
+  EXPECT_EQ(hardware_toml(s), hardware_toml(cpu)) << "the file stays 'the machine that reads it'";
+  const HardwareSpec r = resolved_for_plan(cpu, &p);
+  ASSERT_GT(cpu.eff.dispatch, 0);
+  EXPECT_DOUBLE_EQ(r.eff.kernel_overhead_s, cpu.eff.dispatch * 5e-7) << "a kernel costs `dispatch` probed dispatches";
+  // A GPU spec has nothing to probe.
+  const HardwareSpec h = load_hardware("h100_sxm");
+  EXPECT_TRUE(h.probed.empty());
+  EXPECT_EQ(resolved_for_plan(h, &p), h);
+}
+
+TEST(MachineProbe, APlanTakesTheRunsMachineGemmRateForItsDtype) {
+  // The same recipe on two probes, one with twice the bf16 GEMM rate: its
+  // GEMM time halves; an fp32 run follows the fp32 rate instead.
+  const HardwareSpec cpu = load_hardware("cpu");
+  PlanRequest q;
+  q.cfg.model.flavor = "debugmodel";
+  q.cfg.training.seq_len = 256;
+  q.cfg.training.local_batch_size = 2;
+  q.model = model_from_config(q.cfg.model);
+  q.world_size = 1;
+  MachineProbe slow = made_up_probe(), fast = slow;
+  fast.gemm_bf16_flops *= 2;
+  q.machine = slow;
+  const Prediction a = predict(q, cpu);
+  q.machine = fast;
+  const Prediction b = predict(q, cpu);
+  EXPECT_NEAR(b.block.gemm_f, a.block.gemm_f / 2, 1e-12 * a.block.gemm_f);
+  EXPECT_EQ(a.machine_probe, slow.describe()) << "the plan names the probe it used";
+  q.cfg.training.mixed_precision_param = "float32";
+  q.machine = slow;
+  const Prediction c = predict(q, cpu);
+  q.machine = fast;
+  EXPECT_DOUBLE_EQ(predict(q, cpu).block.gemm_f, c.block.gemm_f) << "fp32 GEMMs do not take the bf16 rate";
+}
+
+}  // namespace
+}  // namespace ctitan

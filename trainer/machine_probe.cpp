@@ -1,0 +1,289 @@
+#include "trainer/machine_probe.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/file_io.h"
+#include "common/utc_time.h"
+#include "profiling/env_info.h"
+#include "trainer/distributed/comm.h"
+#include "trainer/model/gemm.h"
+
+namespace ctitan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The ISA flags that decide which kernels ctitan's GEMMs and casts take.
+std::string bf16_flags() {
+  static const std::set<std::string> wanted = {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"};
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::set<std::string> have;
+    for (std::string w; words >> w;)
+      if (wanted.count(w)) have.insert(w);
+    std::string out;
+    for (const auto& w : have) out += (out.empty() ? "" : " ") + w;
+    return out;
+  }
+  return "";
+}
+
+// Best rate of `op` doing `flop` (or bytes) per call, over about `seconds`.
+template <typename Op>
+double best_rate(double work, double seconds, Op op) {
+  op();  // warm-up: kernel selection, page faults
+  double best = 0, total = 0;
+  for (int i = 0; i < 3 || total < seconds; ++i) {
+    const auto t0 = Clock::now();
+    op();
+    const double dt = since(t0);
+    total += dt;
+    best = std::max(best, work / dt);
+  }
+  return best;
+}
+
+double gemm_rate(at::ScalarType dtype, int64_t n, double seconds) {
+  const at::Tensor a = at::randn({n, n}).to(dtype), b = at::randn({n, n}).to(dtype);
+  // gemm_mm: the path ctitan's linears take (bf16 widened where ATen has no AVX-512).
+  return best_rate(2.0 * n * n * n, seconds, [&] { (void)gemm_mm(a, b); });
+}
+
+double memory_bandwidth() {
+  constexpr int64_t n = 16 << 20;  // 64 MiB of fp32 per tensor: far beyond any cache
+  const at::Tensor a = at::rand({n}), b = at::rand({n});
+  at::Tensor c = at::empty({n});
+  return best_rate(3.0 * 4 * n, 0.25, [&] { at::add_out(c, a, b); });
+}
+
+double dispatch_seconds() {
+  const at::Tensor x = at::zeros({1});
+  constexpr int kOps = 2000;
+  double best = INFINITY;
+  for (int round = 0; round < 5; ++round) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kOps; ++i) (void)at::add(x, x);
+    best = std::min(best, since(t0) / kOps);
+  }
+  return best;
+}
+
+// Gloo between two thread ranks on loopback: (bandwidth, latency).
+std::pair<double, double> gloo_loopback() {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  double small_s = 0, big_s = 0;
+  constexpr int64_t kBig = 1 << 20;  // floats: 4 MiB
+  std::string error;
+  std::mutex mu;
+  auto rank = [&](int r) {
+    try {
+      CommOptions o;
+      o.timeout = std::chrono::seconds(30);
+      o.init_timeout = std::chrono::seconds(30);
+      auto comm = Communicator::create(c10::make_intrusive<c10d::PrefixStore>("machine_probe", store), r, 2,
+                                       "machine_probe", r, o);
+      at::Tensor one = at::ones({1}), big = at::ones({kBig});
+      comm->all_reduce(one)->wait();
+      comm->all_reduce(big)->wait();
+      constexpr int kSmall = 100;
+      auto t0 = Clock::now();
+      for (int i = 0; i < kSmall; ++i) comm->all_reduce(one)->wait();
+      const double s = since(t0) / kSmall;
+      double b = INFINITY;
+      for (int i = 0; i < 6; ++i) {
+        t0 = Clock::now();
+        comm->all_reduce(big)->wait();
+        b = std::min(b, since(t0));
+      }
+      if (r == 0) small_s = s, big_s = b;
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      error = e.what();
+    }
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  if (!error.empty()) throw std::runtime_error("the Gloo loopback probe failed: " + error);
+  // Two ranks' ring all-reduce: t = bytes / bandwidth + 2 · latency.
+  const double latency = small_s / 2;
+  const double bandwidth = 4.0 * kBig / std::max(big_s - small_s, 1e-9);
+  return {bandwidth, latency};
+}
+
+std::filesystem::path cache_file() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::filesystem::path base = xdg && *xdg ? xdg
+                                     : home && *home ? std::filesystem::path(home) / ".cache"
+                                                     : std::filesystem::temp_directory_path();
+  return base / "ctitan" / "machine_probe.json";
+}
+
+nlohmann::json read_cache() {
+  std::ifstream in(cache_file());
+  nlohmann::json j = nlohmann::json::object();
+  if (!in) return j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception&) {
+    return nlohmann::json::object();  // a damaged cache is measured again, not fatal
+  }
+  return j.is_object() ? j : nlohmann::json::object();
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+}  // namespace
+
+std::string machine_fingerprint() {
+  return cpu_model() + "|" + at::get_cpu_capability() + "|" + bf16_flags() + "|" +
+         std::to_string(std::thread::hardware_concurrency()) + " cores|torch " + TORCH_VERSION;
+}
+
+std::string MachineProbe::describe() const {
+  std::string date = measured_at;
+  if (date.size() >= 16) date = date.substr(0, 10) + " " + date.substr(11, 5) + " UTC";
+  return "machine probe of " + date + " (" + cpu_model + ", " + isa + ", " + std::to_string(cores) +
+         " cores): GEMM bf16 " + fmt("%.2f", gemm_bf16_flops / 1e12) + " TFLOP/s (" + bf16_path + "), fp32 " +
+         fmt("%.2f", gemm_fp32_flops / 1e12) + " TFLOP/s; memory " + fmt("%.1f", memory_bandwidth / 1e9) +
+         " GB/s; dispatch " + fmt("%.1f", dispatch_s * 1e6) + " us; Gloo loopback " +
+         fmt("%.2f", link_bandwidth / 1e9) + " GB/s, " + fmt("%.0f", link_latency_s * 1e6) + " us";
+}
+
+nlohmann::json MachineProbe::to_json() const {
+  return {{"fingerprint", fingerprint},
+          {"measured_at", measured_at},
+          {"seconds", seconds},
+          {"cpu_model", cpu_model},
+          {"isa", isa},
+          {"bf16_path", bf16_path},
+          {"cores", cores},
+          {"threads", threads},
+          {"gemm_fp32_flops", gemm_fp32_flops},
+          {"gemm_bf16_flops", gemm_bf16_flops},
+          {"gemm_fp32_small_flops", gemm_fp32_small_flops},
+          {"gemm_bf16_small_flops", gemm_bf16_small_flops},
+          {"memory_bandwidth", memory_bandwidth},
+          {"dispatch_s", dispatch_s},
+          {"link_bandwidth", link_bandwidth},
+          {"link_latency_s", link_latency_s}};
+}
+
+std::optional<MachineProbe> MachineProbe::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return std::nullopt;
+  MachineProbe p;
+  // A results database flattens env.json: its values come back as text.
+  const auto number = [&j](const char* key, double& out) {
+    const auto it = j.find(key);
+    if (it == j.end()) return false;
+    try {
+      out = it->is_number() ? it->get<double>() : it->is_string() ? std::stod(it->get<std::string>()) : 0;
+    } catch (const std::exception&) {
+      return false;
+    }
+    return std::isfinite(out) && out > 0;
+  };
+  const auto text = [&j](const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  double cores = 0, threads = 0;
+  const bool ok = number("gemm_fp32_flops", p.gemm_fp32_flops) && number("gemm_bf16_flops", p.gemm_bf16_flops) &&
+                  number("memory_bandwidth", p.memory_bandwidth) && number("dispatch_s", p.dispatch_s) &&
+                  number("link_bandwidth", p.link_bandwidth) && number("link_latency_s", p.link_latency_s);
+  if (!ok) return std::nullopt;
+  number("gemm_fp32_small_flops", p.gemm_fp32_small_flops);
+  number("gemm_bf16_small_flops", p.gemm_bf16_small_flops);
+  number("seconds", p.seconds);
+  number("cores", cores);
+  number("threads", threads);
+  p.cores = static_cast<int>(cores);
+  p.threads = static_cast<int>(threads);
+  p.fingerprint = text("fingerprint");
+  p.measured_at = text("measured_at");
+  p.cpu_model = text("cpu_model");
+  p.isa = text("isa");
+  p.bf16_path = text("bf16_path");
+  return p;
+}
+
+MachineProbe measure_machine() {
+  const auto t0 = Clock::now();
+  MachineProbe p;
+  p.fingerprint = machine_fingerprint();
+  p.measured_at = utc_now();
+  p.cpu_model = cpu_model();
+  p.isa = at::get_cpu_capability();
+  p.bf16_path = widen_gemm(at::empty({0}, at::kBFloat16)) ? "widened" : "native";
+  p.cores = static_cast<int>(std::thread::hardware_concurrency());
+  p.threads = at::get_num_threads();
+  p.gemm_fp32_flops = gemm_rate(at::kFloat, 2048, 0.3);
+  p.gemm_bf16_flops = gemm_rate(at::kBFloat16, 2048, 0.3);
+  p.gemm_fp32_small_flops = gemm_rate(at::kFloat, 512, 0.1);
+  p.gemm_bf16_small_flops = gemm_rate(at::kBFloat16, 512, 0.1);
+  p.memory_bandwidth = memory_bandwidth();
+  p.dispatch_s = dispatch_seconds();
+  std::tie(p.link_bandwidth, p.link_latency_s) = gloo_loopback();
+  p.seconds = since(t0);
+  return p;
+}
+
+std::optional<MachineProbe> cached_machine_probe() {
+  const nlohmann::json cache = read_cache();
+  const auto it = cache.find(machine_fingerprint());
+  if (it == cache.end()) return std::nullopt;
+  return MachineProbe::from_json(*it);
+}
+
+const MachineProbe& this_machine(bool refresh, bool* measured) {
+  static std::mutex mu;
+  static std::optional<MachineProbe> probe;
+  std::lock_guard<std::mutex> lock(mu);
+  if (measured) *measured = false;
+  if (!refresh && probe) return *probe;
+  probe = refresh ? std::nullopt : cached_machine_probe();
+  if (probe) return *probe;
+  probe = measure_machine();
+  if (measured) *measured = true;
+  nlohmann::json cache = read_cache();
+  cache[probe->fingerprint] = probe->to_json();
+  std::error_code ec;
+  std::filesystem::create_directories(cache_file().parent_path(), ec);
+  try {
+    write_file_atomic(cache_file().string(), cache.dump(2) + "\n");
+  } catch (const InputError&) {
+    // The cache only saves measuring again next time; an unwritable one is not the plan's failure.
+  }
+  return *probe;
+}
+
+}  // namespace ctitan

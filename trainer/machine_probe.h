@@ -1,0 +1,78 @@
+// This machine, measured: the figures a `kind = "cpu"` hardware spec leaves
+// at zero (planner/hardware.h), taken where ctitan runs and cached.
+//
+// What it measures, each in well under a second:
+// - the GEMM rate of the paths ctitan's linears take (trainer/model/gemm.h):
+//   fp32, and bf16 as ctitan multiplies it here (natively with AVX-512/AMX,
+//   widened to fp32 without), at 512³ and 2048³, on all threads;
+// - memory bandwidth: c = a + b over 64 MiB fp32 tensors (three streams);
+// - dispatch: one ATen op on a one-element tensor, what every kernel of a
+//   small model pays on a CPU;
+// - Gloo over TCP on loopback between two ranks (threads of this process,
+//   the transport ctitan's process ranks use): an all-reduce of one float
+//   (latency) and of 4 MiB (bandwidth), in the ring law the planner charges
+//   (t = bytes / bandwidth + 2 · latency for two ranks).
+//
+// Cached once per machine in $XDG_CACHE_HOME/ctitan/machine_probe.json
+// (~/.cache when unset) under machine_fingerprint(): the CPU model, ATen's
+// vector ISA, the bf16/AMX flags, the cores and the LibTorch version. The
+// trainer never measures: it copies the cached probe into env.json (so a
+// results database knows the machine each run ran on), and the planner
+// measures when the cache has none (`ctitan plan --probe` re-measures).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace ctitan {
+
+struct MachineProbe {
+  std::string fingerprint;   // machine_fingerprint() where it was measured
+  std::string measured_at;   // ISO 8601 UTC, "2026-11-29T21:50:00Z"
+  double seconds = 0;        // how long measuring took
+  std::string cpu_model;     // /proc/cpuinfo "model name"
+  std::string isa;           // ATen's CPU capability: "AVX2", "AVX512"
+  std::string bf16_path;     // "native" (oneDNN multiplies bf16) | "widened" (fp32 copies)
+  int cores = 0;             // std::thread::hardware_concurrency()
+  int threads = 0;           // ATen threads the GEMMs and copies ran on
+  double gemm_fp32_flops = 0;        // 2048³, best of several
+  double gemm_bf16_flops = 0;        // 2048³ on ctitan's bf16 path
+  double gemm_fp32_small_flops = 0;  // 512³
+  double gemm_bf16_small_flops = 0;  // 512³
+  double memory_bandwidth = 0;       // bytes/s
+  double dispatch_s = 0;             // per ATen op
+  double link_bandwidth = 0;         // bytes/s, Gloo loopback, one direction per rank
+  double link_latency_s = 0;         // per ring step
+
+  // GEMM rate of the dtype a run multiplies in ("float32" or a 16-bit type).
+  double gemm_flops(bool float32) const { return float32 ? gemm_fp32_flops : gemm_bf16_flops; }
+  // One line: "machine probe of 2026-11-29 21:50 UTC (Intel Xeon, AVX512, 2 cores): GEMM bf16 2.9 TFLOP/s
+  // (native), fp32 0.43 TFLOP/s; memory 9.1 GB/s; dispatch 2.1 us; Gloo loopback 1.4 GB/s, 31 us".
+  std::string describe() const;
+  nlohmann::json to_json() const;
+  // From to_json()'s object, or from env.json's keys flattened into a
+  // results database ("machine_probe.gemm_fp32_flops"): nullopt when a
+  // figure is missing or not positive.
+  static std::optional<MachineProbe> from_json(const nlohmann::json& j);
+
+  bool operator==(const MachineProbe&) const = default;
+};
+
+// "Intel(R) Xeon(R) Processor|AVX512|amx_bf16 avx512_bf16|2 cores|torch 2.11.0".
+std::string machine_fingerprint();
+
+// Measures now (a few seconds; uses two threads for the Gloo ranks).
+MachineProbe measure_machine();
+
+// The probe of this machine: this process's, else the cache's for this
+// fingerprint, else measured and cached. `refresh` measures again and
+// replaces the cached one. `measured` (optional) says whether it was
+// measured in this call.
+const MachineProbe& this_machine(bool refresh = false, bool* measured = nullptr);
+
+// The cached probe of this machine, without measuring (the trainer's env.json).
+std::optional<MachineProbe> cached_machine_probe();
+
+}  // namespace ctitan
