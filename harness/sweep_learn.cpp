@@ -3,8 +3,17 @@
 #include <cmath>
 
 #include "common/quantile.h"
+#include "trainer/distributed/mesh.h"
 
 namespace ctitan {
+
+std::string SweepLearner::layout_key(const JobConfig& cfg, int world_size) {
+  const ParallelismSection& par = cfg.parallelism;
+  std::string key = std::to_string(world_size) + " " + resolve_mesh_shape(par, world_size).describe();
+  if (par.enable_async_tensor_parallel) key += " async-tp";
+  if (par.pipeline_parallel_degree > 1) key += " " + par.pipeline_parallel_schedule;
+  return key;
+}
 
 SweepLearner::SweepLearner(ResolvedHardware prior) : prior_(std::move(prior)) {
   learning_ = !prior_.stand_in && !prior_.units;
@@ -13,11 +22,16 @@ SweepLearner::SweepLearner(ResolvedHardware prior) : prior_(std::move(prior)) {
 
 Prediction SweepLearner::predict(const SweepPoint& pt) const {
   Prediction p = predict_on(pt.config, pt.world_size, current_);
-  if (scale_ != 1.0 && p.tps_per_device > 0) {
-    p.tps_per_device *= scale_;
-    p.tflops_per_device *= scale_;
-    p.mfu *= scale_;
-    p.time.step /= scale_;
+  double scale = scale_;
+  // What the refit left for this layout's measured points, shrunk toward
+  // none by kLayoutShrink pseudo-points: the mean of one point counts half.
+  if (const auto it = layout_residual_.find(layout_key(pt.config, pt.world_size)); it != layout_residual_.end())
+    scale *= std::exp(it->second.first / (it->second.second + kLayoutShrink));
+  if (scale != 1.0 && p.tps_per_device > 0) {
+    p.tps_per_device *= scale;
+    p.tflops_per_device *= scale;
+    p.mfu *= scale;
+    p.time.step /= scale;
   }
   return p;
 }
@@ -50,16 +64,27 @@ void SweepLearner::refit() {
   // What bias is left: the geometric mean of measured over predicted.
   double sum = 0;
   int n = 0;
-  for (const MeasuredRun& r : rows_) {
+  std::vector<double> log_ratio(rows_.size(), std::nan(""));
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const MeasuredRun& r = rows_[i];
     PlanRequest q;
     q.cfg = r.cfg;
     q.model = model_from_config(r.cfg.model);
     q.world_size = r.world_size;
     const double step = ctitan::predict(q, next.spec).time.step;
-    if (step > 0 && r.step_time_s > 0) sum += std::log(step / r.step_time_s), ++n;
+    if (step > 0 && r.step_time_s > 0) log_ratio[i] = std::log(step / r.step_time_s), sum += log_ratio[i], ++n;
   }
   current_ = std::move(next);
   scale_ = n > 0 ? std::exp(sum / n) : 1.0;
+  // Per layout (world size, mesh, schedule): what is left after the scale.
+  layout_residual_.clear();
+  if (static_cast<int>(rows_.size()) < kMinFitPoints) return;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (std::isnan(log_ratio[i])) continue;
+    auto& [residual, count] = layout_residual_[layout_key(rows_[i].cfg, rows_[i].world_size)];
+    residual += log_ratio[i] - std::log(scale_);
+    count += 1;
+  }
 }
 
 std::optional<std::pair<double, double>> SweepLearner::interval(double tps) const {

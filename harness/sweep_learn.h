@@ -11,6 +11,12 @@
 // spec's step times are scaled by the geometric mean of measured over
 // predicted, the one thing two rows do say. Either way a final scale
 // (the same mean, under the refitted spec) takes out what bias is left.
+// From kMinFitPoints on, a point whose layout (world size, mesh, pipeline
+// schedule, async TP) the sweep has measured is scaled again by the mean
+// log error left on that layout's points, shrunk toward none as if
+// kLayoutShrink more points had none: the refit's constants are shared by
+// every layout, and a layout the model prices wrong (TP's many small
+// collectives on Gloo, DDP against FSDP) keeps its own error.
 //
 // Every prediction made from a refit carries an 80 % interval from the
 // log errors of the earlier out-of-sample predictions of this sweep (their
@@ -20,7 +26,9 @@
 // the spec has one; in between, none.
 #pragma once
 
+#include <map>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -33,6 +41,7 @@ class SweepLearner {
  public:
   static constexpr int kMinFitPoints = 3;
   static constexpr int kMinResiduals = LogSpread::kMinForInterval;
+  static constexpr double kLayoutShrink = 1.0;
 
   // Learns on `prior` unless it is a stand-in (memory only) or plans with
   // measured units ([sweep] plan_profile: already measured).
@@ -59,12 +68,17 @@ class SweepLearner {
   // log(measured / predicted) of the out-of-sample predictions so far.
   const std::vector<double>& residuals() const { return residuals_; }
 
+  // The layout a point's error is shared with: "2 dp_shard 2", "4 tp 2 x pp 2 GPipe".
+  static std::string layout_key(const JobConfig& cfg, int world_size);
+
  private:
   void refit();
 
   ResolvedHardware prior_, current_;
   bool learning_ = false;
   double scale_ = 1.0;  // on tokens/s: measured over predicted under current_
+  // layout_key → (sum of log(measured / predicted) after scale_, points)
+  std::map<std::string, std::pair<double, int>> layout_residual_;
   std::vector<MeasuredRun> rows_;
   std::vector<double> residuals_;
 };

@@ -85,6 +85,40 @@ TEST(SweepLearn, RefitOnTheFirstSixPointsPredictsTheRest) {
   RecordProperty("interval_coverage", std::to_string(static_cast<double>(inside) / with_interval));
 }
 
+// A layout the model prices wrong keeps its own error: every FSDP-2 point
+// "measured" at half what the spec says (the spec's constants right for
+// every other layout). After three single-process points and two FSDP-2
+// ones, an unseen FSDP-2 point is predicted near half the spec, while a
+// single-process point stays near the spec: the correction is the layout's.
+TEST(SweepLearn, ALayoutsOwnErrorCarriesToItsUnseenPoints) {
+  const char* src = std::getenv("CTITAN_SOURCE_DIR");
+  DeviceBudget budget;
+  budget.memory_bytes = int64_t{1} << 40;
+  budget.source = "test";
+  budget.hardware = "a100_80gb";
+  const SweepSpec spec =
+      load_sweep_spec(fs::absolute(fs::path(src ? src : ".") / "recipes/sweeps/debug.toml").string());
+  const std::vector<SweepPoint> points = plan_sweep(spec, budget);
+  const ResolvedHardware hw = point_planning(budget, false);
+  std::vector<const SweepPoint*> single, fsdp2;
+  for (const SweepPoint& pt : points) {
+    if (!pt.infeasible.empty() || !pt.prediction) continue;
+    const std::string key = SweepLearner::layout_key(pt.config, pt.world_size);
+    if (key == "1 1 rank") single.push_back(&pt);
+    if (key == "2 dp_shard 2") fsdp2.push_back(&pt);
+  }
+  ASSERT_GE(single.size(), 4u);
+  ASSERT_GE(fsdp2.size(), 3u) << SweepLearner::layout_key(points.back().config, points.back().world_size);
+  const auto spec_tps = [&](const SweepPoint& pt) { return predict_on(pt.config, pt.world_size, hw).tps_per_device; };
+  SweepLearner learner(hw);
+  for (int i = 0; i < 3; ++i) learner.add(*single[i], spec_tps(*single[i]), 0, 0, 0);
+  for (int i = 0; i < 2; ++i) learner.add(*fsdp2[i], 0.5 * spec_tps(*fsdp2[i]), 0, 0, 0);
+  const double unseen = learner.predict(*fsdp2[2]).tps_per_device / spec_tps(*fsdp2[2]);
+  EXPECT_NEAR(unseen, 0.5, 0.1) << "an unseen FSDP-2 point takes its layout's error";
+  const double other = learner.predict(*single[3]).tps_per_device / spec_tps(*single[3]);
+  EXPECT_NEAR(other, 1.0, 0.15) << "a single-process point does not";
+}
+
 // The interval comes from the sweep's own out-of-sample errors: none before
 // three, then exp(mean ± t·s·sqrt(1 + 1/m)) around the prediction. Errors
 // of log 1.1, log 0.9 and log 1.25 (measured over predicted): mean 0.0373,
