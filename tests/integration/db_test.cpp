@@ -105,7 +105,16 @@ TEST_F(Db, IngestOfARealRunMatchesItsFiles) {
   EXPECT_FALSE(s->comm_s);  // one rank: no data parallelism, no communication keys
   EXPECT_FALSE(s->compute_s);
 
-  const auto env_json = read_json(run_dir() / "env.json");
+  // env.json's nested objects (machine_probe) are rows "machine_probe.cores" etc.
+  const nlohmann::json env_file = read_json(run_dir() / "env.json");
+  nlohmann::json env_json = nlohmann::json::object();
+  for (auto it = env_file.begin(); it != env_file.end(); ++it) {
+    if (!it->is_object()) {
+      env_json[it.key()] = *it;
+      continue;
+    }
+    for (auto in = it->begin(); in != it->end(); ++in) env_json[it.key() + "." + in.key()] = *in;
+  }
   const auto env = db.env(id);
   EXPECT_EQ(env.size(), env_json.size());
   for (const auto& [k, v] : env) {
