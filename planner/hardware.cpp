@@ -534,36 +534,6 @@ HardwareSpec parse_hardware(const std::string& toml_text, const std::string& whe
   return s;
 }
 
-void apply_probe(HardwareSpec& s, const MachineProbe& p) {
-  // A figure still 0, or one an earlier probe filled; a value set since
-  // (a fit's link, a test's fixed peak) stays.
-  const bool replacing = !s.probe.empty();
-  const auto fill = [replacing](double& figure, double v) {
-    if (figure == 0 || replacing) figure = v;
-  };
-  for (const std::string& key : s.probed) {
-    if (key == "peak_bf16_flops") fill(s.peak_bf16_flops, p.gemm_bf16_flops);
-    if (key == "peak_fp32_flops") fill(s.peak_fp32_flops, p.gemm_fp32_flops);
-    if (key == "memory_bandwidth") fill(s.memory_bandwidth, p.memory_bandwidth);
-    if (key == "intra_node.bandwidth") fill(s.intra_node.bandwidth, p.link_bandwidth);
-    if (key == "intra_node.latency") fill(s.intra_node.latency_s, p.link_latency_s);
-    if (key == "inter_node.bandwidth") fill(s.inter_node.bandwidth, p.link_bandwidth);
-    if (key == "inter_node.latency") fill(s.inter_node.latency_s, p.link_latency_s);
-  }
-  s.dispatch_s = p.dispatch_s;
-  s.probe = p.describe();
-}
-
-HardwareSpec resolved_for_plan(const HardwareSpec& spec, const MachineProbe* probe) {
-  HardwareSpec s = spec;
-  if (s.kind != "cpu") return s;
-  if (probe)
-    apply_probe(s, *probe);
-  else if (s.probe.empty() && (!s.probed.empty() || s.eff.dispatch > 0))
-    apply_probe(s, this_machine());
-  if (s.eff.dispatch > 0 && s.dispatch_s > 0) s.eff.kernel_overhead_s = s.eff.dispatch * s.dispatch_s;
-  return s;
-}
 
 HardwareSpec load_hardware(const std::string& name_or_path) {
   std::string path = name_or_path;
