@@ -498,6 +498,14 @@ std::vector<bool> largest_runs(const std::vector<MeasuredRun>& runs, std::vector
 
 }  // namespace
 
+bool three_fold(size_t runs) { return runs >= 6 && runs <= kThreeFoldMaxRuns; }
+
+std::string holdout_rule(Holdout holdout, size_t runs) {
+  if (holdout == Holdout::largest) return "the largest models and world sizes held out, the smaller ones fit";
+  if (three_fold(runs)) return "3-fold: each third held out in turn, the spec then fitted on all";
+  return "two of every three fit, every third held out";
+}
+
 CalibrationResult calibrate(const HardwareSpec& start, const std::vector<MeasuredRun>& runs, const std::string& source,
                             Holdout holdout, const FitOptions& fit) {
   CalibrationResult res;
@@ -516,14 +524,38 @@ CalibrationResult calibrate(const HardwareSpec& start, const std::vector<Measure
                        " runs are smaller than the largest models and world sizes; fitting needs at least 3 (use "
                        "--holdout every-third)");
     res.rule = "the largest models and world sizes held out, the smaller ones fit";
+  } else if (three_fold(runs.size())) {
+    // Every run is held out once: each third (every third run by id) is
+    // predicted by a fit of the other two; the spec is then fitted on all.
+    res.fit = runs;
+    for (int fold = 0; fold < 3; ++fold) {
+      std::vector<MeasuredRun> train, test;
+      for (size_t i = 0; i < runs.size(); ++i) (static_cast<int>(i % 3) == fold ? test : train).push_back(runs[i]);
+      FitOptions fold_fit;
+      fold_fit.prior = fit.prior;
+      fold_fit.rounds = fit.rounds;
+      fold_fit.progress = fit.progress;
+      fold_fit.label = "fold " + std::to_string(fold + 1) + "/3";
+      const HardwareSpec fold_spec = fit_spec(start, train, fold_fit);
+      for (const MeasuredRun& r : test) {
+        const RunErrors e = run_errors(fold_spec, r);
+        res.holdout.push_back(r);
+        res.holdout_why.push_back("fold " + std::to_string(fold + 1) + "/3");
+        res.holdout_time_err.push_back(e.step);
+        res.holdout_mem_err.push_back(e.mem);
+      }
+    }
+    res.rule = holdout_rule(holdout, runs.size());
   } else {
     for (size_t i = 0; i < runs.size(); ++i) {
       (i % 3 == 2 ? res.holdout : res.fit).push_back(runs[i]);
       if (i % 3 == 2) res.holdout_why.push_back("every third run");
     }
-    res.rule = "two of every three fit, every third held out";
+    res.rule = holdout_rule(holdout, runs.size());
   }
-  res.spec = fit_spec(start, res.fit, fit);
+  FitOptions final_fit = fit;
+  if (final_fit.label.empty() && res.holdout_why.size() == runs.size()) final_fit.label = "all runs";
+  res.spec = fit_spec(start, res.fit, final_fit);
   const auto errors = [&](const std::vector<MeasuredRun>& set, std::vector<double>& te, std::vector<double>& me) {
     for (const MeasuredRun& r : set) {
       const RunErrors e = run_errors(res.spec, r);
@@ -532,7 +564,7 @@ CalibrationResult calibrate(const HardwareSpec& start, const std::vector<Measure
     }
   };
   errors(res.fit, res.fit_time_err, res.fit_mem_err);
-  errors(res.holdout, res.holdout_time_err, res.holdout_mem_err);
+  if (res.holdout_time_err.empty()) errors(res.holdout, res.holdout_time_err, res.holdout_mem_err);
   res.fit_time_median_abs = median_abs_error(res.fit_time_err);
   res.fit_mem_median_abs = median_abs_error(res.fit_mem_err);
   res.holdout_time_median_abs = median_abs_error(res.holdout_time_err);
@@ -544,11 +576,17 @@ CalibrationResult calibrate(const HardwareSpec& start, const std::vector<Measure
     if (std::isfinite(e) && e > -1) log_tps_err.push_back(std::log1p(e));
   res.spec.tps_error = log_spread(log_tps_err);
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "calibrated from %s (%zu runs fitted, %zu held out%s: step time median error %.1f %%, peak memory %.1f %%)",
-                source.c_str(), res.fit.size(), res.holdout.size(),
-                holdout == Holdout::largest ? " (the largest models and world sizes)" : "", 100 * res.holdout_time_median_abs,
-                100 * res.holdout_mem_median_abs);
+  if (res.holdout.size() == runs.size())
+    std::snprintf(buf, sizeof buf,
+                  "calibrated from %s (%zu runs fitted, each held out once in 3 folds: step time median error %.1f %%, "
+                  "peak memory %.1f %%)",
+                  source.c_str(), res.fit.size(), 100 * res.holdout_time_median_abs, 100 * res.holdout_mem_median_abs);
+  else
+    std::snprintf(buf, sizeof buf,
+                  "calibrated from %s (%zu runs fitted, %zu held out%s: step time median error %.1f %%, peak memory %.1f %%)",
+                  source.c_str(), res.fit.size(), res.holdout.size(),
+                  holdout == Holdout::largest ? " (the largest models and world sizes)" : "",
+                  100 * res.holdout_time_median_abs, 100 * res.holdout_mem_median_abs);
   res.spec.calibration = buf;
   return res;
 }
@@ -558,9 +596,7 @@ int calibrate_command(const CalibrationOptions& o, std::ostream& out) {
   const std::vector<MeasuredRun> runs = measured_runs(o.db_path);
   const std::string path = o.out_path.empty() ? o.db_path + "." + start.name + ".toml" : o.out_path;
   out << "calibrating " << start.name << " from " << runs.size() << " ok runs of " << o.db_path << " ("
-      << (o.holdout == Holdout::largest ? "the largest models and world sizes held out, the smaller ones fit"
-                                        : "two of every three fit, every third held out")
-      << ") ..." << std::endl;
+      << holdout_rule(o.holdout, runs.size()) << ") ..." << std::endl;
   const auto t0 = std::chrono::steady_clock::now();
   // After each round the spec so far is written (atomically): a calibration
   // stopped halfway leaves a usable spec that says it is partial.

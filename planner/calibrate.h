@@ -32,8 +32,17 @@ namespace ctitan {
 // Which runs calibrate() holds out: every third (by run id), or the
 // largest: the models with the most parameters and the largest world sizes
 // (the upper half of the distinct values of each, at least the largest one),
-// fitting on the smaller ones only.
+// fitting on the smaller ones only. every_third on 6 to kThreeFoldMaxRuns
+// runs is 3-fold: each third is held out in turn and predicted by a fit of
+// the other two (every run's error is out of sample), and the spec is then
+// fitted on all; a larger database keeps one split (four fits would cost
+// more than a single third's errors are worth there).
 enum class Holdout { every_third, largest };
+inline constexpr size_t kThreeFoldMaxRuns = 160;
+// Whether every_third runs 3-fold for `runs` runs.
+bool three_fold(size_t runs);
+// How `holdout` splits `runs` runs, as the output says it.
+std::string holdout_rule(Holdout holdout, size_t runs);
 // "every-third" | "largest"; throws InputError (one line) for anything else.
 Holdout parse_holdout(const std::string& text);
 

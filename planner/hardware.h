@@ -86,6 +86,10 @@ struct HardwareSpec {
   std::vector<std::string> probed;
   std::string probe;        // the applied probe's one-line description ("" until applied)
   double dispatch_s = 0;    // the applied probe's seconds per ATen op (Efficiency::dispatch)
+  // cpu: with more ranks than cores a rank's collectives run at
+  // (cores / ranks)^oversubscription of the link's rate: the applied probe's
+  // exponent, else 1 (the ranks split the cores evenly).
+  double oversubscription = 1;
 
   Efficiency eff;
   std::string calibration;  // "uncalibrated: ..." or "calibrated from <db> (N runs, hold-out median error x %)"

@@ -22,6 +22,7 @@ void apply_probe(HardwareSpec& s, const MachineProbe& p) {
     if (key == "inter_node.latency") fill(s.inter_node.latency_s, p.link_latency_s);
   }
   s.dispatch_s = p.dispatch_s;
+  s.oversubscription = p.link_oversubscription >= 0 ? p.link_oversubscription : 1.0;
   s.probe = p.describe();
 }
 

@@ -362,8 +362,9 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& spec) {
                     .hw = hw,
                     .devices_per_node = prediction.devices_per_node,
                     // cpu: Gloo's copies through loopback need a core, so
-                    // ranks beyond the cores move their bytes at their share.
-                    .comm_eff = hw.eff.comm * core_share,
+                    // ranks beyond the cores move their bytes slower, by
+                    // the law the machine probe measured.
+                    .comm_eff = hw.eff.comm * std::pow(core_share, hw.oversubscription),
                     .overlap = hw.eff.overlap,
                     .hides = core_share};
   const ExposedComm exposed = mesh_communication(env, net, step, block, args, ac, prediction);

@@ -92,11 +92,16 @@ double dispatch_seconds() {
   return best;
 }
 
-// Gloo between two thread ranks on loopback: (bandwidth, latency).
-std::pair<double, double> gloo_loopback() {
+// Gloo's ring all-reduce among `n` thread ranks on loopback: one float's
+// (mean of 100) and 4 MiB's (best and median of `reps`).
+struct RingTimes {
+  double small_s = 0, big_best_s = 0, big_median_s = 0;
+  static constexpr double kBigBytes = 16.0 * (1 << 20);
+};
+
+RingTimes gloo_ring(int n, int reps) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  double small_s = 0, big_s = 0;
-  constexpr int64_t kBig = 1 << 20;  // floats: 4 MiB
+  RingTimes out;
   std::string error;
   std::mutex mu;
   auto rank = [&](int r) {
@@ -104,35 +109,67 @@ std::pair<double, double> gloo_loopback() {
       CommOptions o;
       o.timeout = std::chrono::seconds(30);
       o.init_timeout = std::chrono::seconds(30);
-      auto comm = Communicator::create(c10::make_intrusive<c10d::PrefixStore>("machine_probe", store), r, 2,
+      auto comm = Communicator::create(c10::make_intrusive<c10d::PrefixStore>("machine_probe", store), r, n,
                                        "machine_probe", r, o);
-      at::Tensor one = at::ones({1}), big = at::ones({kBig});
+      at::Tensor one = at::ones({1}), big = at::ones({static_cast<int64_t>(RingTimes::kBigBytes / 4)});
       comm->all_reduce(one)->wait();
       comm->all_reduce(big)->wait();
       constexpr int kSmall = 100;
       auto t0 = Clock::now();
       for (int i = 0; i < kSmall; ++i) comm->all_reduce(one)->wait();
       const double s = since(t0) / kSmall;
-      double b = INFINITY;
-      for (int i = 0; i < 6; ++i) {
+      std::vector<double> b;
+      for (int i = 0; i < reps; ++i) {
         t0 = Clock::now();
         comm->all_reduce(big)->wait();
-        b = std::min(b, since(t0));
+        b.push_back(since(t0));
       }
-      if (r == 0) small_s = s, big_s = b;
+      std::sort(b.begin(), b.end());
+      if (r == 0) out = {s, b.front(), b[b.size() / 2]};
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(mu);
       error = e.what();
     }
   };
-  std::thread other(rank, 1);
+  std::vector<std::thread> others;
+  for (int r = 1; r < n; ++r) others.emplace_back(rank, r);
   rank(0);
-  other.join();
+  for (auto& t : others) t.join();
   if (!error.empty()) throw std::runtime_error("the Gloo loopback probe failed: " + error);
-  // Two ranks' ring all-reduce: t = bytes / bandwidth + 2 · latency.
-  const double latency = small_s / 2;
-  const double bandwidth = 4.0 * kBig / std::max(big_s - small_s, 1e-9);
+  return out;
+}
+
+// Seconds per byte of a ring all-reduce's 4 MiB among `n` ranks, taken out
+// of the ring's 2(n-1)/n volume and its latency steps (median: what a run
+// meets, not the luckiest repeat).
+double ring_seconds_per_byte(const RingTimes& t, int n) {
+  const double volume = 2.0 * (n - 1) / n * RingTimes::kBigBytes;
+  return std::max(t.big_median_s - t.small_s, 1e-9) / volume;
+}
+
+// Gloo between two thread ranks on loopback: (bandwidth, latency), in the
+// ring law the planner charges (two ranks: t = bytes / bandwidth + 2 · latency).
+std::pair<double, double> gloo_loopback(const RingTimes& two) {
+  const double latency = two.small_s / 2;
+  const double bandwidth = RingTimes::kBigBytes / std::max(two.big_best_s - two.small_s, 1e-9);
   return {bandwidth, latency};
+}
+
+// How a rank's collective bandwidth falls once ranks outnumber the cores:
+// the exponent g of (cores / ranks)^g, from the ring's per-byte time with
+// as many thread ranks as cores and with twice as many (0: oversubscribed
+// ranks keep their rate; 1: they split the cores' rate evenly). The median
+// of three pairs of rings, clamped into [0, 1].
+double gloo_oversubscription(int cores, const RingTimes& two) {
+  const int base = std::clamp(cores, 2, 16);
+  std::vector<double> g;
+  for (int i = 0; i < 5; ++i) {
+    const double fair = ring_seconds_per_byte(base == 2 && i == 0 ? two : gloo_ring(base, 9), base);
+    const double over = ring_seconds_per_byte(gloo_ring(2 * base, 9), 2 * base);
+    g.push_back(std::clamp(std::log2(over / fair), 0.0, 1.0));
+  }
+  std::sort(g.begin(), g.end());
+  return g[2];
 }
 
 std::filesystem::path cache_file() {
@@ -176,7 +213,9 @@ std::string MachineProbe::describe() const {
          " cores): GEMM bf16 " + fmt("%.2f", gemm_bf16_flops / 1e12) + " TFLOP/s (" + bf16_path + "), fp32 " +
          fmt("%.2f", gemm_fp32_flops / 1e12) + " TFLOP/s; memory " + fmt("%.1f", memory_bandwidth / 1e9) +
          " GB/s; dispatch " + fmt("%.1f", dispatch_s * 1e6) + " us; Gloo loopback " +
-         fmt("%.2f", link_bandwidth / 1e9) + " GB/s, " + fmt("%.0f", link_latency_s * 1e6) + " us";
+         fmt("%.2f", link_bandwidth / 1e9) + " GB/s, " + fmt("%.0f", link_latency_s * 1e6) + " us" +
+         (link_oversubscription >= 0 ? ", x(cores/ranks)^" + fmt("%.2f", link_oversubscription) + " oversubscribed"
+                                     : std::string());
 }
 
 nlohmann::json MachineProbe::to_json() const {
@@ -195,7 +234,8 @@ nlohmann::json MachineProbe::to_json() const {
           {"memory_bandwidth", memory_bandwidth},
           {"dispatch_s", dispatch_s},
           {"link_bandwidth", link_bandwidth},
-          {"link_latency_s", link_latency_s}};
+          {"link_latency_s", link_latency_s},
+          {"link_oversubscription", link_oversubscription}};
 }
 
 std::optional<MachineProbe> MachineProbe::from_json(const nlohmann::json& j) {
@@ -224,6 +264,9 @@ std::optional<MachineProbe> MachineProbe::from_json(const nlohmann::json& j) {
   number("gemm_fp32_small_flops", p.gemm_fp32_small_flops);
   number("gemm_bf16_small_flops", p.gemm_bf16_small_flops);
   number("seconds", p.seconds);
+  // Probes before it measured the oversubscription exponent lack it (-1).
+  if (double g = -1; j.contains("link_oversubscription") && (number("link_oversubscription", g) || g == 0))
+    p.link_oversubscription = std::min(g, 1.0);
   number("cores", cores);
   number("threads", threads);
   p.cores = static_cast<int>(cores);
@@ -252,7 +295,9 @@ MachineProbe measure_machine() {
   p.gemm_bf16_small_flops = gemm_rate(at::kBFloat16, 512, 0.1);
   p.memory_bandwidth = memory_bandwidth();
   p.dispatch_s = dispatch_seconds();
-  std::tie(p.link_bandwidth, p.link_latency_s) = gloo_loopback();
+  const RingTimes two = gloo_ring(2, 9);
+  std::tie(p.link_bandwidth, p.link_latency_s) = gloo_loopback(two);
+  p.link_oversubscription = gloo_oversubscription(p.cores, two);
   p.seconds = since(t0);
   return p;
 }
@@ -261,7 +306,10 @@ std::optional<MachineProbe> cached_machine_probe() {
   const nlohmann::json cache = read_cache();
   const auto it = cache.find(machine_fingerprint());
   if (it == cache.end()) return std::nullopt;
-  return MachineProbe::from_json(*it);
+  auto probe = MachineProbe::from_json(*it);
+  // A cache written before the probe measured oversubscription is measured again.
+  if (probe && probe->link_oversubscription < 0) return std::nullopt;
+  return probe;
 }
 
 const MachineProbe& this_machine(bool refresh, bool* measured) {

@@ -11,7 +11,10 @@
 // - Gloo over TCP on loopback between two ranks (threads of this process,
 //   the transport ctitan's process ranks use): an all-reduce of one float
 //   (latency) and of 4 MiB (bandwidth), in the ring law the planner charges
-//   (t = bytes / bandwidth + 2 · latency for two ranks).
+//   (t = bytes / bandwidth + 2 · latency for two ranks); and the same ring
+//   with as many thread ranks as cores and with twice as many, whose ratio
+//   says how a rank's collective bandwidth falls once ranks outnumber the
+//   cores (the exponent g of (cores / ranks)^g).
 //
 // Cached once per machine in $XDG_CACHE_HOME/ctitan/machine_probe.json
 // (~/.cache when unset) under machine_fingerprint(): the CPU model, ATen's
@@ -45,6 +48,9 @@ struct MachineProbe {
   double dispatch_s = 0;             // per ATen op
   double link_bandwidth = 0;         // bytes/s, Gloo loopback, one direction per rank
   double link_latency_s = 0;         // per ring step
+  // g in [0, 1]: with more ranks than cores a rank's collective bandwidth is
+  // link_bandwidth · (cores / ranks)^g. -1: not measured (an older probe).
+  double link_oversubscription = -1;
 
   // GEMM rate of the dtype a run multiplies in ("float32" or a 16-bit type).
   double gemm_flops(bool float32) const { return float32 ? gemm_fp32_flops : gemm_bf16_flops; }

@@ -82,23 +82,46 @@ TEST(PlanCli, BadInputIsOneLineExit2) {
 }
 
 // The CPU spec's calibration, redone from the committed sweep database
-// (recipes/sweeps/calibrate_cpu.toml measured on a 2-core EPYC): the
-// fitted model predicts the held-out third within 10 % (median), step time
-// and peak memory.
+// (recipes/sweeps/calibrate_cpu.toml, 47 runs measured on a 2-core Intel
+// Xeon with AMX, each with its machine probe): 3-fold, so every run is
+// predicted by a fit that did not see it, within 15 % (median) in step time
+// and 10 % in peak memory. (A single every-third split of 15 runs measured
+// 6 % on one sweep of this machine and 16.6 % on the next: the split, not
+// the model, decided.)
 TEST(PlanCli, CalibrationOnTheCpuSweepPredictsHeldOutRuns) {
   const fs::path dir = fresh_dir("calibrate");
   const auto r = run_ctitan({"plan", "--calibrate", src("tests/data/calibrate_cpu.db"), "--hardware", "cpu", "--out",
                              (dir / "cpu.toml").string(), "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
-  EXPECT_GE(j["holdout"].size(), 10u);
-  EXPECT_LE(j["holdout_step_median_abs_error"].get<double>(), 0.10) << r.out;
+  EXPECT_EQ(j["holdout"].size(), j["fit"].size()) << "3-fold: every run held out once";
+  EXPECT_EQ(j["holdout"].size(), 47u);
+  EXPECT_LE(j["holdout_step_median_abs_error"].get<double>(), 0.15) << r.out;
   EXPECT_LE(j["holdout_mem_median_abs_error"].get<double>(), 0.10) << r.out;
+  EXPECT_EQ(j["tps_log_error"]["n"].get<int>(), 47) << "the interval comes from every run's out-of-sample error";
   // The fitted spec loads and names its source.
   const auto p = run_ctitan({"plan", src("recipes/llama3_debugmodel.toml"), "--hardware", (dir / "cpu.toml").string(),
                              "--ngpu", "2"});
   ASSERT_EQ(p.exit_code, 0) << p.err;
   EXPECT_NE(p.out.find("calibrated from calibrate_cpu.db"), std::string::npos) << p.out;
+}
+
+// Extrapolation on ctitan's own CPU runs: fitted on world sizes 1 and 2
+// only, the calibration predicts the sweep's world sizes 4 and 8 (ranks
+// outnumbering the two cores, which the fitted runs never did) within 15 %
+// (median), step time and peak memory. The oversubscribed collectives'
+// law comes from each run's machine probe, not from the fit.
+TEST(PlanCli, CalibrationOnSmallWorldsPredictsTheLargestHeldOut) {
+  const fs::path dir = fresh_dir("calibrate_largest");
+  const auto r = run_ctitan({"plan", "--calibrate", src("tests/data/calibrate_cpu.db"), "--hardware", "cpu",
+                             "--holdout", "largest", "--out", (dir / "cpu.toml").string(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  ASSERT_GE(j["holdout"].size(), 15u);
+  for (const auto& row : j["holdout"]) EXPECT_NE(row["why"].get<std::string>().find("world size"), std::string::npos);
+  for (const auto& row : j["fit"]) EXPECT_EQ(row["label"].get<std::string>().rfind("ws=", 0), 0u);
+  EXPECT_LE(j["holdout_step_median_abs_error"].get<double>(), 0.15) << r.out;
+  EXPECT_LE(j["holdout_mem_median_abs_error"].get<double>(), 0.15) << r.out;
 }
 
 // A run measured now, not in the database: FSDP 2 on this machine, its

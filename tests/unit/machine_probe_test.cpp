@@ -34,7 +34,8 @@ MachineProbe made_up_probe() {
           .memory_bandwidth = 3e10,
           .dispatch_s = 5e-7,
           .link_bandwidth = 1e9,
-          .link_latency_s = 2e-4};
+          .link_latency_s = 2e-4,
+          .link_oversubscription = 0.5};
 }
 
 TEST(MachineProbe, MeasuresEveryFigureOfThisMachineAndCachesIt) {
@@ -50,6 +51,8 @@ TEST(MachineProbe, MeasuresEveryFigureOfThisMachineAndCachesIt) {
   for (const double v : {p.gemm_fp32_flops, p.gemm_bf16_flops, p.gemm_fp32_small_flops, p.gemm_bf16_small_flops,
                          p.memory_bandwidth, p.dispatch_s, p.link_bandwidth, p.link_latency_s, p.seconds})
     EXPECT_GT(v, 0);
+  EXPECT_GE(p.link_oversubscription, 0);
+  EXPECT_LE(p.link_oversubscription, 1);
   EXPECT_EQ(p.fingerprint, machine_fingerprint());
   EXPECT_EQ(p.bf16_path, widen_gemm(at::empty({0}, at::kBFloat16)) ? "widened" : "native");
   EXPECT_EQ(p.measured_at.size(), 20u) << p.measured_at;
@@ -57,6 +60,11 @@ TEST(MachineProbe, MeasuresEveryFigureOfThisMachineAndCachesIt) {
   ASSERT_TRUE(cached.has_value()) << "written under " << dir;
   EXPECT_EQ(*cached, p);
   EXPECT_TRUE(std::filesystem::exists(dir / "ctitan" / "machine_probe.json"));
+  // A cache from before the probe measured oversubscription is measured again.
+  nlohmann::json old_probe = p.to_json();
+  old_probe.erase("link_oversubscription");
+  std::ofstream(dir / "ctitan" / "machine_probe.json") << nlohmann::json{{p.fingerprint, old_probe}}.dump();
+  EXPECT_FALSE(cached_machine_probe().has_value());
   // A damaged cache is measured again, not an error.
   std::ofstream(dir / "ctitan" / "machine_probe.json") << "{ not json";
   EXPECT_FALSE(cached_machine_probe().has_value());
@@ -85,9 +93,21 @@ TEST(MachineProbe, RoundTripsThroughJsonAndADatabasesTextValues) {
   missing = p.to_json();
   missing["dispatch_s"] = 0;
   EXPECT_FALSE(MachineProbe::from_json(missing).has_value()) << "nor one with a zero";
+  // An older probe (a database's runs before it was measured) has no
+  // oversubscription exponent: -1, and a plan splits the cores evenly.
+  nlohmann::json older = p.to_json();
+  older.erase("link_oversubscription");
+  const auto old_probe = MachineProbe::from_json(older);
+  ASSERT_TRUE(old_probe.has_value());
+  EXPECT_EQ(old_probe->link_oversubscription, -1);
+  HardwareSpec s = load_hardware("cpu");
+  apply_probe(s, *old_probe);
+  EXPECT_EQ(s.oversubscription, 1);
+  older["link_oversubscription"] = "0";
+  EXPECT_EQ(MachineProbe::from_json(older)->link_oversubscription, 0) << "0 is a measured exponent";
   EXPECT_EQ(p.describe(),
             "machine probe of 2026-11-29 21:50 UTC (test cpu, AVX512, 2 cores): GEMM bf16 2.00 TFLOP/s (native), "
-            "fp32 0.40 TFLOP/s; memory 30.0 GB/s; dispatch 0.5 us; Gloo loopback 1.00 GB/s, 200 us");
+            "fp32 0.40 TFLOP/s; memory 30.0 GB/s; dispatch 0.5 us; Gloo loopback 1.00 GB/s, 200 us, x(cores/ranks)^0.50 oversubscribed");
 }
 
 TEST(MachineProbe, ACpuSpecsZerosAreTheProbesFiguresAndStayZerosInItsFile) {
@@ -137,6 +157,34 @@ TEST(MachineProbe, APlanTakesTheRunsMachineGemmRateForItsDtype) {
   const Prediction c = predict(q, cpu);
   q.machine = fast;
   EXPECT_DOUBLE_EQ(predict(q, cpu).block.gemm_f, c.block.gemm_f) << "fp32 GEMMs do not take the bf16 rate";
+}
+
+TEST(MachineProbe, ItsOversubscriptionExponentSetsTheRateOfRanksBeyondTheCores) {
+  // 8 ranks on 2 cores: FSDP's ring time is bytes / (bandwidth · (2/8)^g)
+  // plus latencies g leaves alone, so going from g = 0 to 1 adds three
+  // times what going from 0 to 0.5 adds (4 - 1 = 3 · (2 - 1)). At 2 ranks
+  // on 2 cores g changes nothing.
+  HardwareSpec cpu = load_hardware("cpu");
+  cpu.cores = 2;
+  PlanRequest q;
+  q.cfg.model.flavor = "debugmodel";
+  q.cfg.training.seq_len = 256;
+  q.cfg.training.local_batch_size = 2;
+  q.model = model_from_config(q.cfg.model);
+  const auto fsdp_s = [&](double g, int64_t world) {
+    MachineProbe p = made_up_probe();
+    p.link_oversubscription = g;
+    q.machine = p;
+    q.world_size = world;
+    for (const CommDim& c : predict(q, cpu).time.comm)
+      if (c.dim == "dp_shard") return c.seconds;
+    ADD_FAILURE() << "no FSDP communication planned";
+    return 0.0;
+  };
+  const double s0 = fsdp_s(0, 8), s_half = fsdp_s(0.5, 8), s1 = fsdp_s(1, 8);
+  EXPECT_GT(s_half, s0);
+  EXPECT_NEAR(s1 - s0, 3 * (s_half - s0), 1e-9 * s1);
+  EXPECT_DOUBLE_EQ(fsdp_s(0, 2), fsdp_s(1, 2));
 }
 
 }  // namespace

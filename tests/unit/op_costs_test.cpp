@@ -166,9 +166,14 @@ TEST(OpCosts, TheRunsOwnPlanMatchesWhatItsTraceMeasured) {
   const TimeBreakdown time = predict(q, hw).time;
   EXPECT_NEAR(time.attention / (0.7 * planned.attention), 1.0, 1e-9);
   // Element-wise: the scores traffic of the cpu spec's non-flash attention does not scale with
-  // the bandwidth efficiency, so the plan comes as close as that term lets it.
-  EXPECT_LT(std::fabs(time.elementwise / (0.6 * planned.elementwise) - 1), 0.4);
-  EXPECT_LT(time.elementwise, 0.85 * planned.elementwise);
+  // the bandwidth efficiency, so the plan comes as close as that term lets it: the measured time,
+  // or that term's own at the highest memory efficiency a cpu spec allows, whichever is more.
+  HardwareSpec fastest = start;
+  fastest.eff.memory = spec_range("memory", true).hi;
+  const double floor = predict(q, fastest).time.elementwise;
+  ASSERT_LT(floor, 0.85 * planned.elementwise);
+  EXPECT_NEAR(time.elementwise / std::max(0.6 * planned.elementwise, floor), 1.0, 0.05)
+      << "planned " << planned.elementwise << ", measured " << 0.6 * planned.elementwise << ", floor " << floor;
   EXPECT_NEAR(time.step_overhead, 0.004, 1e-12);
   EXPECT_NE(hw.calibration.find("measured from the traced ops of run (kernel_overhead_s, attention, memory, "
                                 "step_overhead_s)"),
