@@ -14,7 +14,7 @@
 //   (t = bytes / bandwidth + 2 · latency for two ranks); and the same ring
 //   with as many thread ranks as cores and with twice as many, whose ratio
 //   says how a rank's collective bandwidth falls once ranks outnumber the
-//   cores (the exponent g of (cores / ranks)^g).
+//   cores (the exponent g of (cores / ranks)^g; 1, unmeasured, above 16 cores).
 //
 // Cached once per machine in $XDG_CACHE_HOME/ctitan/machine_probe.json
 // (~/.cache when unset) under machine_fingerprint(): the CPU model, ATen's
