@@ -483,7 +483,7 @@ std::string SweepBook::prepare_run_dir(const SweepPoint& pt, int repeat) const {
   fs::remove_all(dir, ec);  // a cancelled or failed attempt must not be resumed from its checkpoint
   if (!ec) fs::create_directories(dir, ec);
   if (ec) throw InputError(write_error_line(dir, ec.value()));
-  JobConfig cfg = pt.config;
+  JobConfig cfg = run_config(pt, repeat);
   cfg.job.dump_folder = dir;
   // Checked, synced and renamed into place: a point file cut short by a full
   // disk must never reach the trainer (which would refuse it anyway).
@@ -491,12 +491,18 @@ std::string SweepBook::prepare_run_dir(const SweepPoint& pt, int repeat) const {
   return dir;
 }
 
+JobConfig SweepBook::run_config(const SweepPoint& pt, int repeat) const {
+  JobConfig cfg = pt.config;
+  if (spec_.quality) cfg.debug.seed += repeat;
+  return cfg;
+}
+
 RunRow SweepBook::new_row(const SweepPoint& pt, int repeat) const {
   RunRow row;
   row.sweep_id = sweep_id_;
   row.point_key = pt.key;
   row.label = pt.label;
-  row.config_toml = pt.config_toml;
+  row.config_toml = spec_.quality && repeat > 0 ? to_toml(run_config(pt, repeat)) : pt.config_toml;
   row.config_hash = pt.config_hash;
   row.world_size = pt.world_size;
   row.repeat = repeat;

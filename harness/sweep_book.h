@@ -90,6 +90,9 @@ class SweepBook {
   // failed run must not be resumed from its checkpoint) holding point.toml;
   // returns the folder.
   std::string prepare_run_dir(const SweepPoint& pt, int repeat) const;
+  // The config run `repeat` of `pt` trains: the point's, with [quality]
+  // its own seed (the point's debug.seed + repeat).
+  JobConfig run_config(const SweepPoint& pt, int repeat) const;
   // A row for a run of (pt, repeat) in this sweep, with its prediction.
   RunRow new_row(const SweepPoint& pt, int repeat) const;
   void insert(RunRow& row, const SweepPoint& pt);  // sets row.id

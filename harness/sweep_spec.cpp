@@ -507,6 +507,57 @@ void read_stack(const SpecReader& r, const toml::node& n, const std::string& key
   }
 }
 
+// [quality]: seeds, a target loss, how often to validate, the budget.
+QualitySpec read_quality(const SpecReader& r, const toml::table& t) {
+  QualitySpec q;
+  q.where = r.where(t.source());
+  for (auto&& [k, n] : t) {
+    const std::string key(k.str());
+    if (key == "seeds") {
+      q.seeds = static_cast<int>(r.integer(n, "[quality] seeds", 1, 1000));
+    } else if (key == "target_loss") {
+      q.target_loss = r.number(n, "[quality] target_loss", 1e-9, 1e6);
+    } else if (key == "eval_every") {
+      q.eval_every = r.integer(n, "[quality] eval_every", 1, 1000000);
+    } else if (key == "steps") {
+      q.steps = r.integer(n, "[quality] steps", 1, 10000000);
+    } else if (key == "eval_batches") {
+      q.eval_batches = r.integer(n, "[quality] eval_batches", 1, 1000000);
+    } else {
+      r.fail(k.source(), "unknown [quality] key '" + key +
+                             "'; [quality] takes seeds, target_loss, eval_every, steps and eval_batches");
+    }
+  }
+  if (q.eval_every == 0)
+    r.fail(t.source(), "[quality] needs eval_every (validate every N steps): the loss curves and the target are "
+                       "read from the validation passes");
+  return q;
+}
+
+// [quality] on the spec: its seeds are the points' runs and its settings the
+// last overrides (after [sweep]'s steps, before grid values).
+void apply_quality(const SpecReader& r, const std::vector<Assignment>& steps, SweepSpec& s) {
+  const QualitySpec& q = *s.quality;
+  if (s.repeats > 1 && q.seeds > 1)
+    r.fail("[sweep] repeats = " + std::to_string(s.repeats) + " and [quality] seeds = " + std::to_string(q.seeds) +
+           ": with [quality] every run of a point is its own seed; give seeds only");
+  if (q.steps > 0)
+    for (const Assignment& a : steps)
+      if (a.key == "training.steps")
+        r.fail("[sweep] measure_steps and [quality] steps both set training.steps; keep [quality] steps (the "
+               "budget) and [sweep] warmup_steps only");
+  if (q.seeds > 1) s.repeats = q.seeds;
+  s.overrides.push_back({"validation.enable", "true", q.where});
+  s.overrides.push_back({"validation.freq", std::to_string(q.eval_every), q.where});
+  if (q.target_loss > 0) {
+    std::ostringstream v;
+    v << std::setprecision(17) << q.target_loss;
+    s.overrides.push_back({"validation.target_loss", v.str(), q.where});
+  }
+  if (q.steps > 0) s.overrides.push_back({"training.steps", std::to_string(q.steps), q.where});
+  if (q.eval_batches > 0) s.overrides.push_back({"validation.steps", std::to_string(q.eval_batches), q.where});
+}
+
 // [report]: stack = the order techniques stack in.
 void read_report(const SpecReader& r, const toml::node& n, SweepSpec& s) {
   for (auto&& [rk, rv] : as_table(r, n, "[report]")) {
@@ -672,13 +723,15 @@ SweepSpec parse_spec_text(const std::string& text, const std::string& path) {
       read_stack(r, n, key, s);
     } else if (key == "published") {
       s.published = read_published(r, as_table(r, n, "[published]"));
+    } else if (key == "quality") {
+      s.quality = read_quality(r, as_table(r, n, "[quality]"));
     } else if (key == "slurm") {
       s.slurm = read_slurm(r, as_table(r, n, "[slurm]"));
     } else if (key == "report") {
       read_report(r, n, s);
     } else {
       r.fail(k.source(), "unknown table '[" + key + "]'; a sweep spec has [sweep], [overrides], [grid], "
-                         "[[exclude]], [[include]], [[stack]], [report], [slurm] and [published]");
+                         "[[exclude]], [[include]], [[stack]], [report], [quality], [slurm] and [published]");
     }
   }
   check_report_stack(s);
@@ -693,6 +746,7 @@ SweepSpec parse_spec_text(const std::string& text, const std::string& path) {
   }
   check_point_count(r, s);
   fold_steps(r, steps, s);
+  if (s.quality) apply_quality(r, steps, s);
   return s;
 }
 

@@ -18,6 +18,10 @@
 //                cpus_per_task, max_queued, sbatch = ["..."] — the Slurm
 //                launcher's settings (harness/slurm.h; used with
 //                [sweep] launcher = "slurm" or --launcher slurm)
+//   [quality]    seeds, target_loss, eval_every, steps, eval_batches — every
+//                point trained on `seeds` seeds (its runs; seed = the point's
+//                debug.seed + run index) with validation every `eval_every`
+//                steps, and when it first reached `target_loss` (issue 58)
 //   [published]  source, hardware, gpus, [[published.rows]] — the figures a
 //                publication reports for points of this sweep
 //                (recipes/published/, harness/published.h); not swept
@@ -116,6 +120,21 @@ struct PublishedSpec {
   bool names_own_model(const PublishedRowSpec& row) const { return !model.empty() || !row.model.empty(); }
 };
 
+// [quality]: does a recipe still train as well. Each point runs once per
+// seed (the seeds are its repeats: run r has debug.seed = the point's seed
+// + r, which draws its initial weights, its data order and, on the markov
+// dataset, the chain; every chain has the same entropy), validating every
+// eval_every steps, and records when its validation loss first reached
+// target_loss (summary.json's quality; common/quality.h).
+struct QualitySpec {
+  std::string where;         // the [quality] table's line
+  int seeds = 1;             // runs per point, each its own seed
+  double target_loss = 0;    // validation.target_loss; 0: curves and final losses only
+  int64_t eval_every = 0;    // validation.freq (validation.enable = true)
+  int64_t steps = 0;         // training.steps, the budget; 0: the recipe's
+  int64_t eval_batches = 0;  // validation.steps per pass; 0: the recipe's
+};
+
 struct SweepSpec {
   std::string path;       // as given
   std::string text;       // the spec file's bytes (stored with the sweep)
@@ -138,6 +157,7 @@ struct SweepSpec {
   std::vector<IncludeRow> include;
   std::vector<StackRow> stack;
   std::optional<PublishedSpec> published;  // recipes/published/ specs only
+  std::optional<QualitySpec> quality;      // [quality]: seeds and a target loss
   // [report] stack: the order techniques stack in the report's chain, each
   // "KEY" (a two-valued [grid] axis) or "KEY=VALUE"; with where it was written.
   std::vector<std::pair<std::string, std::string>> report_stack;

@@ -290,8 +290,8 @@ void ResultsDb::put_summary(const SummaryRow& s) {
 std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
   Statement q(db_, path_,
               "SELECT run_id, tps_median, tps_p10, tps_p90, tflops, mfu, mem_peak_bytes, loss_final, compute_s, "
-              "comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory, moe_ep_imbalance FROM summaries "
-              "WHERE run_id = ?1");
+              "comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory, moe_ep_imbalance, seed, "
+              "validation_loss_final, target_loss, tokens_to_target, time_to_target_s FROM summaries WHERE run_id = ?1");
   q.bind_all(run_id);
   if (!q.step()) return std::nullopt;
   SummaryRow s;
@@ -310,6 +310,11 @@ std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
   s.pipeline_bubble = q.opt_real(12);
   s.pipeline_bubble_theory = q.opt_real(13);
   s.moe_ep_imbalance = q.opt_real(14);
+  s.seed = q.opt_int64(15);
+  s.validation_loss_final = q.opt_real(16);
+  s.target_loss = q.opt_real(17);
+  s.tokens_to_target = q.opt_real(18);
+  s.time_to_target_s = q.opt_real(19);
   return s;
 }
 
@@ -342,15 +347,16 @@ std::vector<nlohmann::json> ResultsDb::steps(int64_t run_id) const {
 
 std::vector<nlohmann::json> ResultsDb::validation(int64_t run_id) const {
   Statement q(db_, path_,
-              "SELECT step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes FROM validation WHERE run_id = ?1 "
-              "ORDER BY step");
+              "SELECT step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes, train_tokens, elapsed_s FROM validation "
+              "WHERE run_id = ?1 ORDER BY step");
   q.bind_all(run_id);
   std::vector<nlohmann::json> out;
   while (q.step()) {
     const auto real = [&q](int c) { return q.is_null(c) ? nlohmann::json(nullptr) : nlohmann::json(q.real(c)); };
     const auto integer = [&q](int c) { return q.is_null(c) ? nlohmann::json(nullptr) : nlohmann::json(q.int64(c)); };
     out.push_back({{"run_id", run_id}, {"step", q.int64(0)}, {"loss", real(1)}, {"perplexity", real(2)},
-                   {"tokens", integer(3)}, {"time_s", real(4)}, {"tps", real(5)}, {"mem_peak_bytes", integer(6)}});
+                   {"tokens", integer(3)}, {"time_s", real(4)}, {"tps", real(5)}, {"mem_peak_bytes", integer(6)},
+                   {"train_tokens", integer(7)}, {"elapsed_s", real(8)}});
   }
   return out;
 }

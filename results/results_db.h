@@ -11,7 +11,7 @@
 //         data_time_s, mem_peak_bytes)
 //   summaries(run_id, tps_median, tps_p10, tps_p90, tflops, mfu,
 //             mem_peak_bytes, loss_final, compute_s, comm_s, exposed_comm_s, idle_s)
-//   validation(run_id, step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes)
+//   validation(run_id, step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes, train_tokens, elapsed_s)
 //   predictions(run_id, hardware, calibration, step_time_s, tps, mfu,
 //               mem_peak_bytes, detail_json, plan_index, tps_prior, tps_low,
 //               tps_high, learned_from, tps_after)
@@ -91,6 +91,10 @@ struct SummaryRow {
   std::optional<int64_t> mem_peak_bytes;
   std::optional<double> pipeline_bubble, pipeline_bubble_theory;  // pipeline parallelism only
   std::optional<double> moe_ep_imbalance;  // expert parallelism only: busiest rank's routed rows / the mean
+  // summary.json's quality ([validation] runs): the seed, the last pass's
+  // loss, the target and when it was first reached (unset: not reached).
+  std::optional<int64_t> seed;
+  std::optional<double> validation_loss_final, target_loss, tokens_to_target, time_to_target_s;
 };
 
 // The planner's prediction for a run (planner/plan.h), stored by a sweep
@@ -147,7 +151,7 @@ struct ArtifactRow {
 // std::runtime_error naming the file.
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 11;
+  static constexpr int kSchemaVersion = 12;
   // How long a statement waits for another process's write to finish.
   static constexpr int kBusyTimeoutMs = 10000;
   // read_write: opens (creating if absent) and migrates; a read-only file is

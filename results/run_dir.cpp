@@ -189,6 +189,13 @@ void parse_summary_json(std::string_view text, RunDirContents& c) {
   s.pipeline_bubble = number(j, "pipeline_bubble");
   s.pipeline_bubble_theory = number(j, "pipeline_bubble_theory");
   s.moe_ep_imbalance = number(j, "moe_ep_imbalance");
+  if (auto q = j.find("quality"); q != j.end() && q->is_object()) {
+    s.seed = integer(*q, "seed");
+    s.validation_loss_final = number(*q, "final_validation_loss");
+    s.target_loss = number(*q, "target_loss");
+    s.tokens_to_target = number(*q, "tokens_to_target");
+    s.time_to_target_s = number(*q, "time_to_target_s");
+  }
   c.summary = s;
   if (auto it = j.find("comm_by_dim"); it != j.end() && it->is_object())
     for (auto d = it->begin(); d != it->end(); ++d)
@@ -237,10 +244,12 @@ void write_summary(sqlite3* db, const std::string& path, const SummaryRow& s) {
   Statement q(db, path,
               "INSERT OR REPLACE INTO summaries(run_id, tps_median, tps_p10, tps_p90, tflops, mfu, mem_peak_bytes, "
               "loss_final, compute_s, comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory, "
-              "moe_ep_imbalance) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)");
+              "moe_ep_imbalance, seed, validation_loss_final, target_loss, tokens_to_target, time_to_target_s) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)");
   q.bind_all(s.run_id, s.tps_median, s.tps_p10, s.tps_p90, s.tflops, s.mfu, s.mem_peak_bytes, s.loss_final,
              s.compute_s, s.comm_s, s.exposed_comm_s, s.idle_s, s.pipeline_bubble, s.pipeline_bubble_theory,
-             s.moe_ep_imbalance);
+             s.moe_ep_imbalance, s.seed, s.validation_loss_final, s.target_loss, s.tokens_to_target,
+             s.time_to_target_s);
   q.run();
 }
 
@@ -284,13 +293,14 @@ IngestReport ResultsDb::ingest_run_dir(int64_t run_id, const std::string& run_di
     step.reset();
   }
   Statement val(db_, path_,
-                "INSERT OR REPLACE INTO validation(run_id, step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes) "
-                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+                "INSERT OR REPLACE INTO validation(run_id, step, loss, perplexity, tokens, time_s, tps, mem_peak_bytes, "
+                "train_tokens, elapsed_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
   for (const nlohmann::json& j : c.validation) {
     val.bind_all(run_id, *results_detail::integer(j, "step"), results_detail::number(j, "validation_loss"),
                  results_detail::number(j, "validation_perplexity"), results_detail::integer(j, "validation_tokens"),
                  results_detail::number(j, "validation_time_s"), results_detail::number(j, "validation_tps"),
-                 results_detail::integer(j, "validation_mem_peak_bytes"));
+                 results_detail::integer(j, "validation_mem_peak_bytes"), results_detail::integer(j, "train_tokens"),
+                 results_detail::number(j, "elapsed_s"));
     val.run();
     val.reset();
   }

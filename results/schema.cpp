@@ -166,6 +166,18 @@ CREATE INDEX slurm_jobs_by_job ON slurm_jobs(job_id);
          "ALTER TABLE predictions ADD COLUMN tps_high REAL;"
          "ALTER TABLE predictions ADD COLUMN learned_from INTEGER;"
          "ALTER TABLE predictions ADD COLUMN tps_after REAL;"},
+    // Quality (issue 58): each validation pass's place on the run's clock
+    // (the global tokens trained so far, the wall clock from the first
+    // step to the pass's end) and the run's summary.json `quality`: its
+    // seed, last validation loss and, with a target loss, the tokens and
+    // time to reach it (NULL: not reached).
+    {12, "ALTER TABLE validation ADD COLUMN train_tokens INTEGER;"
+         "ALTER TABLE validation ADD COLUMN elapsed_s REAL;"
+         "ALTER TABLE summaries ADD COLUMN seed INTEGER;"
+         "ALTER TABLE summaries ADD COLUMN validation_loss_final REAL;"
+         "ALTER TABLE summaries ADD COLUMN target_loss REAL;"
+         "ALTER TABLE summaries ADD COLUMN tokens_to_target REAL;"
+         "ALTER TABLE summaries ADD COLUMN time_to_target_s REAL;"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 

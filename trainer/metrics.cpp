@@ -207,7 +207,8 @@ void MetricsLogger::log_interval() {
   opts_.monitor.reset_peak();
 }
 
-void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens, double seconds) {
+void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens, double seconds, int64_t train_tokens,
+                                   double elapsed_s) {
   const double perplexity = std::exp(loss);
   const double tps = seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0;
   const MemoryStats mem = opts_.monitor.memory();
@@ -226,7 +227,9 @@ void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens, do
                               {"validation_tokens", tokens},
                               {"validation_time_s", seconds},
                               {"validation_tps", tps},
-                              {"validation_mem_peak_bytes", mem.peak_bytes}};
+                              {"validation_mem_peak_bytes", mem.peak_bytes},
+                              {"train_tokens", train_tokens},
+                              {"elapsed_s", elapsed_s}};
     jsonl_.write(j.dump() + "\n");
   }
   if (tb_) {

@@ -91,7 +91,9 @@ class MetricsLogger {
   // {"step", "validation_loss", "validation_perplexity", ...} and TorchTitan's
   // validation_metrics/* TensorBoard scalars. Resets the memory peak, as
   // TorchTitan's log_validation does.
-  void log_validation(int64_t step, double loss, int64_t tokens, double seconds);
+  // `train_tokens`: the global batch's tokens trained through `step`;
+  // `elapsed_s`: the run's wall clock from its first step to this pass's end.
+  void log_validation(int64_t step, double loss, int64_t tokens, double seconds, int64_t train_tokens, double elapsed_s);
   // Adds key: value to the next metrics.jsonl line (e.g. float8 SQNR).
   void attach(const std::string& key, nlohmann::json value) { pending_[key] = std::move(value); }
   // summary.json: steady-state tps median/p10/p90, MFU, HFU, memory, final loss.

@@ -19,15 +19,18 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <fstream>
 #include <iostream>
 #include <thread>
 #include <tuple>
+#include <vector>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "common/errors.h"
 #include "common/file_io.h"
+#include "common/quality.h"
 #include "profiling/env_info.h"
 #include "profiling/memory.h"
 #include "profiling/profiler_session.h"
@@ -212,6 +215,7 @@ class TrainLoop {
   void save_checkpoint(int64_t step);
   bool validate(int64_t step);
   nlohmann::json summary_extra(int64_t resident_bytes);
+  nlohmann::json quality_json() const;
   void gather_rank_memory(nlohmann::json& extra, int64_t resident_bytes);
   void add_pipeline_bubble(nlohmann::json& extra);
 
@@ -237,6 +241,10 @@ class TrainLoop {
   int64_t comm_steps_ = 0;
   double ep_imbalance_ = 0;  // expert parallelism: the sum over the measured steps
   int64_t ep_steps_ = 0;
+  // [validation]: the run's clock from its first step (this process's: a
+  // resumed run's starts at the resume) and every pass, for summary.json's quality.
+  std::optional<Clock::time_point> first_step_t0_;
+  std::vector<EvalPoint> evals_;
 };
 
 TrainLoop::StepResult TrainLoop::step(int64_t step) {
@@ -339,7 +347,14 @@ bool TrainLoop::validate(int64_t step) {
   tm_.take_comm_times();
   if (v.interrupted) return false;
   if (!v.note.empty() && rt_.rank0()) std::cerr << "ctitan: " << v.note << std::endl;
-  metrics_->log_validation(step, v.loss, v.tokens / non_data_parallel_, v.seconds);
+  // Tokens trained through this step: the global batch's (every data-parallel rank's), from step 1.
+  const int64_t data_parallel = rt_.env.world_size / non_data_parallel_;
+  const int64_t train_tokens =
+      step * cfg_.training.local_batch_size * cfg_.training.seq_len * accum_ * data_parallel;
+  const double elapsed_s =
+      first_step_t0_ ? std::chrono::duration<double>(Clock::now() - *first_step_t0_).count() : 0.0;
+  metrics_->log_validation(step, v.loss, v.tokens / non_data_parallel_, v.seconds, train_tokens, elapsed_s);
+  evals_.push_back({static_cast<double>(train_tokens), elapsed_s, v.loss});
   return true;
 }
 
@@ -429,6 +444,7 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     ++step;
     profiler_->step_begin(step);
     const auto t0 = Clock::now();
+    if (!first_step_t0_) first_step_t0_ = t0;
     rt_.monitor.step_begin();
     StepResult r = this->step(step);
     // Waits for the step's queued work. On CUDA the step's time is the one
@@ -519,6 +535,22 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
   return 0;
 }
 
+// [validation]: the seed, the last pass's loss and, with
+// validation.target_loss, when the curve first reached it (common/quality.h).
+nlohmann::json TrainLoop::quality_json() const {
+  const double target = cfg_.validation.target_loss;
+  nlohmann::json q = {{"seed", cfg_.debug.seed},
+                      {"evaluations", evals_.size()},
+                      {"final_validation_loss", evals_.empty() ? nlohmann::json(nullptr) : nlohmann::json(evals_.back().loss)},
+                      {"target_loss", target > 0 ? nlohmann::json(target) : nlohmann::json(nullptr)}};
+  if (target <= 0) return q;
+  const TargetCrossing c = first_crossing(evals_, target);
+  q["reached"] = c.reached;
+  q["tokens_to_target"] = c.reached ? nlohmann::json(c.tokens) : nlohmann::json(nullptr);
+  q["time_to_target_s"] = c.reached ? nlohmann::json(c.seconds) : nlohmann::json(nullptr);
+  return q;
+}
+
 nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
   const Transformer& m = tm_.model();
   nlohmann::json extra = {{"flavor", cfg_.model.flavor},
@@ -542,6 +574,7 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
                           // categories are host memory, and named so (the GPU's is mem_peak_bytes).
                           {rt_.device.is_cuda() ? "host_mem_by_category" : "mem_by_category",
                            memory_by_category_json()}};
+  if (validator_.enabled()) extra["quality"] = quality_json();
   if (rt_.env.world_size > 1) {
     extra["data_parallel"] = tm_.describe();
     if (rt_.device.is_cuda()) {

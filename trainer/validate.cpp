@@ -22,8 +22,10 @@ Validator::Validator(const JobConfig& cfg, const ModelArgs& args, const Runtime&
   d.batch = cfg_.local_batch_size;
   d.seq_len = cfg_.seq_len;
   d.vocab_size = args.vocab_size;
-  // Not the training stream's seed: a synthetic validation set is other data.
+  // Not the training stream's seed: a synthetic validation set is other
+  // data. A markov one is other samples of the chain the model trains on.
   d.seed = static_cast<uint64_t>(cfg.debug.seed) ^ 0x76616C6964ull;
+  if (cfg_.dataset == "markov" && cfg.training.dataset == "markov") d.table_seed = static_cast<uint64_t>(cfg.debug.seed);
   d.dp_rank = rt.mesh->coord("batch");
   d.dp_world = rt.mesh->size("batch");
   loader_ = make_data_loader(d);

@@ -440,3 +440,58 @@ TEST(Sweep, BadInputIsOneLineAndLeavesTheDatabaseAlone) {
 }
 
 }  // namespace
+
+// [quality] end to end: every point runs once per seed (its runs, debug.seed
+// 0 and 1), validates every 2 steps, and records when it first reached its
+// target. Checked against numbers worked out apart from the trainer: the
+// tokens trained at each pass (steps x batch x seq x data-parallel ranks),
+// a target every pass meets (first pass: step 1's tokens) and one none
+// does (not reached, NULL).
+TEST(Sweep, QualitySeedsRunEachPointAndRecordTokensAndTimeToTarget) {
+  auto dir = fresh_dir("sweep_quality");
+  const fs::path spec = dir / "quality.toml";
+  std::ofstream(spec) << "[sweep]\nname = \"quality\"\nbase = \""
+                      << (fs::absolute(source_dir()) / "recipes/llama3_debugmodel_markov.toml").string() << "\"\n"
+                      << "world_sizes = [1, 2]\ntimeout_s = 120\nwarmup_steps = 1\n"
+                      << "[quality]\nseeds = 2\ntarget_loss = 1000\neval_every = 2\nsteps = 4\neval_batches = 1\n"
+                      << "[overrides]\nmodel.flavor = \"tiny\"\ntraining.seq_len = 32\ntraining.local_batch_size = 2\n"
+                      << "validation.dataset = \"markov\"\nvalidation.seq_len = 32\nvalidation.local_batch_size = 2\n"
+                      << "[grid]\nvalidation.target_loss = [1000, 0.001]\n";
+  const fs::path db = dir / "q.db";
+  const auto r = run_ctitan({"sweep", spec.string(), "--db", db.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ResultsDb rdb(db.string(), ResultsDb::Access::read_only);
+  const auto all = rdb.runs();
+  ASSERT_EQ(all.size(), 8u) << "2 targets x 2 world sizes x 2 seeds";
+  std::map<std::string, std::set<int64_t>> seeds_of_point;
+  for (const RunRow& run : all) {
+    ASSERT_EQ(run.status, "ok") << run.error;
+    const auto s = rdb.summary(run.id);
+    ASSERT_TRUE(s && s->seed) << run.id;
+    EXPECT_EQ(*s->seed, run.repeat) << "run r of a point trains on the point's seed + r";
+    EXPECT_NE(run.config_toml.find("seed = " + std::to_string(run.repeat)), std::string::npos);
+    seeds_of_point[run.point_key].insert(*s->seed);
+    // Passes at steps 1, 2 and 4: each one's global tokens, its clock rising.
+    const auto v = rdb.validation(run.id);
+    ASSERT_EQ(v.size(), 3u) << run.id;
+    const int64_t per_step = 2 * 32 * run.world_size;
+    double last_clock = 0;
+    for (const auto& pass : v) {
+      EXPECT_EQ(pass.at("train_tokens").get<int64_t>(), pass.at("step").get<int64_t>() * per_step);
+      EXPECT_GT(pass.at("elapsed_s").get<double>(), last_clock);
+      last_clock = pass.at("elapsed_s").get<double>();
+    }
+    ASSERT_TRUE(s->target_loss);
+    EXPECT_DOUBLE_EQ(*s->validation_loss_final, v.back().at("loss").get<double>());
+    if (*s->target_loss > 1) {  // met at the first pass: step 1's tokens, that pass's clock
+      ASSERT_TRUE(s->tokens_to_target && s->time_to_target_s) << run.id;
+      EXPECT_DOUBLE_EQ(*s->tokens_to_target, static_cast<double>(per_step));
+      EXPECT_DOUBLE_EQ(*s->time_to_target_s, v.front().at("elapsed_s").get<double>());
+    } else {
+      EXPECT_FALSE(s->tokens_to_target) << "a loss of 0.001 is below the markov data's entropy";
+      EXPECT_FALSE(s->time_to_target_s);
+    }
+  }
+  ASSERT_EQ(seeds_of_point.size(), 4u);
+  for (const auto& [key, seeds] : seeds_of_point) EXPECT_EQ(seeds, (std::set<int64_t>{0, 1})) << key;
+}

@@ -89,6 +89,8 @@ TEST(ConfigValidate, RejectsImpossibleValues) {
       {"training.mixed_precision_reduce", "bfloat16",
        "training.mixed_precision_reduce must be one of float32, got \"bfloat16\""},
       {"lr_scheduler.total_steps", "0", "lr_scheduler.total_steps must be > 0, got 0"},
+      {"validation.target_loss", "2.5",
+       "validation.target_loss is reached by validation passes: set validation.enable = true"},
   };
   for (const BadValue& b : cases) {
     JobConfig c;

@@ -140,7 +140,12 @@ TEST(ReliabilityDb, ReadOnlyOpenOfAnOlderFileReadsItAsItIs) {
             "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; ALTER TABLE sweeps DROP COLUMN spec_path; "
             "ALTER TABLE predictions DROP COLUMN tps_prior; ALTER TABLE predictions DROP COLUMN tps_low; "
             "ALTER TABLE predictions DROP COLUMN tps_high; ALTER TABLE predictions DROP COLUMN learned_from; "
-            "ALTER TABLE predictions DROP COLUMN tps_after; UPDATE schema_version SET version = 7;");
+            "ALTER TABLE predictions DROP COLUMN tps_after; "
+            "ALTER TABLE validation DROP COLUMN train_tokens; ALTER TABLE validation DROP COLUMN elapsed_s; "
+            "ALTER TABLE summaries DROP COLUMN seed; ALTER TABLE summaries DROP COLUMN validation_loss_final; "
+            "ALTER TABLE summaries DROP COLUMN target_loss; ALTER TABLE summaries DROP COLUMN tokens_to_target; "
+            "ALTER TABLE summaries DROP COLUMN time_to_target_s; "
+            "UPDATE schema_version SET version = 7;");
   const std::string before = file_bytes(path);
   {
     ResultsDb db(path.string(), ResultsDb::Access::read_only);

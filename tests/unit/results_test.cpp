@@ -541,7 +541,12 @@ TEST(Results, MigratesAVersion6DatabaseToSlurmJobs) {
             "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; DROP TABLE slurm_jobs; ALTER TABLE sweeps DROP COLUMN spec_path; "
             "ALTER TABLE predictions DROP COLUMN tps_prior; ALTER TABLE predictions DROP COLUMN tps_low; "
             "ALTER TABLE predictions DROP COLUMN tps_high; ALTER TABLE predictions DROP COLUMN learned_from; "
-            "ALTER TABLE predictions DROP COLUMN tps_after; UPDATE schema_version SET version = 6;");
+            "ALTER TABLE predictions DROP COLUMN tps_after; "
+            "ALTER TABLE validation DROP COLUMN train_tokens; ALTER TABLE validation DROP COLUMN elapsed_s; "
+            "ALTER TABLE summaries DROP COLUMN seed; ALTER TABLE summaries DROP COLUMN validation_loss_final; "
+            "ALTER TABLE summaries DROP COLUMN target_loss; ALTER TABLE summaries DROP COLUMN tokens_to_target; "
+            "ALTER TABLE summaries DROP COLUMN time_to_target_s; "
+            "UPDATE schema_version SET version = 6;");
   ResultsDb db(path.string());
   EXPECT_EQ(db.schema_version(), ResultsDb::kSchemaVersion);
   EXPECT_FALSE(db.slurm_job(run));
@@ -582,6 +587,10 @@ TEST(Results, MigratesAVersion5DatabaseToPredictions) {
             "ALTER TABLE steps DROP COLUMN moe_load_max; ALTER TABLE steps DROP COLUMN moe_ep_imbalance; "
             "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; "
             "DROP TABLE predictions; DROP TABLE slurm_jobs; ALTER TABLE sweeps DROP COLUMN spec_path; "
+            "ALTER TABLE validation DROP COLUMN train_tokens; ALTER TABLE validation DROP COLUMN elapsed_s; "
+            "ALTER TABLE summaries DROP COLUMN seed; ALTER TABLE summaries DROP COLUMN validation_loss_final; "
+            "ALTER TABLE summaries DROP COLUMN target_loss; ALTER TABLE summaries DROP COLUMN tokens_to_target; "
+            "ALTER TABLE summaries DROP COLUMN time_to_target_s; "
             "UPDATE schema_version SET version = 5;");
   ASSERT_EQ(sql_text(path, "SELECT count(*) FROM sqlite_master WHERE name = 'predictions'"), "0");
 
@@ -687,16 +696,16 @@ INSTANTIATE_TEST_SUITE_P(
                     "not a ctitan results database (tables: photos)"},
         ForeignFile{"newer_schema",
                     [](const fs::path& p) {
-                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (12);"
+                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (13);"
                              "CREATE TABLE runs(id INTEGER PRIMARY KEY, shiny_new_column TEXT);");
                     },
-                    "newer ctitan (results schema v12, this ctitan reads up to v11)"},
+                    "newer ctitan (results schema v13, this ctitan reads up to v12)"},
         ForeignFile{"newer_schema_in_wal_mode",
                     [](const fs::path& p) {
                       sql(p, "PRAGMA journal_mode=WAL; CREATE TABLE schema_version(version INTEGER);"
-                             "INSERT INTO schema_version VALUES (12);");
+                             "INSERT INTO schema_version VALUES (13);");
                     },
-                    "newer ctitan (results schema v12"},
+                    "newer ctitan (results schema v13"},
         ForeignFile{"empty_schema_version",
                     [](const fs::path& p) { sql(p, "CREATE TABLE schema_version(version INTEGER);"); },
                     "empty schema_version table"}),

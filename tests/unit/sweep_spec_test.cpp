@@ -95,6 +95,45 @@ TEST(SweepSpec, OverridesAndWarmupMeasureStepsApplyToEveryPoint) {
   }
 }
 
+TEST(SweepSpec, QualitySeedsAreThePointsRunsAndItsSettingsTheirValidation) {
+  const SweepSpec s = parse_sweep_spec(
+      spec("[quality]\nseeds = 3\ntarget_loss = 2.5\neval_every = 4\nsteps = 40\neval_batches = 2\n"
+           "[grid]\ncompile.enable = [false, true]\n",
+           "world_sizes = [1]\nwarmup_steps = 3\n"),
+      "t.toml");
+  ASSERT_TRUE(s.quality.has_value());
+  EXPECT_EQ(s.repeats, 3) << "a point runs once per seed";
+  const auto pts = plan_sweep(s, host_budget(int64_t{1} << 40));
+  ASSERT_EQ(pts.size(), 2u);
+  for (const auto& p : pts) {
+    EXPECT_TRUE(p.config.validation.enable);
+    EXPECT_EQ(p.config.validation.freq, 4);
+    EXPECT_DOUBLE_EQ(p.config.validation.target_loss, 2.5);
+    EXPECT_EQ(p.config.validation.steps, 2);
+    EXPECT_EQ(p.config.training.steps, 40) << "[quality] steps is the budget";
+    EXPECT_EQ(p.config.metrics.warmup_steps, 3);
+  }
+  // Bad input: one line naming the file and what to do.
+  const auto bad = [](const std::string& body, const std::string& sweep_extra = "world_sizes = [1]\n") {
+    return error_of([&] { parse_sweep_spec(spec(body, sweep_extra), "t.toml"); });
+  };
+  EXPECT_NE(bad("[quality]\nseeds = 2\n").find("needs eval_every"), std::string::npos);
+  EXPECT_NE(bad("[quality]\neval_every = 2\nseed = 3\n").find("unknown [quality] key 'seed'"), std::string::npos);
+  EXPECT_NE(bad("[quality]\neval_every = 2\nseeds = 0\n").find("seeds must be an integer in 1..1000"),
+            std::string::npos);
+  EXPECT_NE(bad("[quality]\neval_every = 2\ntarget_loss = -1\n").find("target_loss"), std::string::npos);
+  EXPECT_NE(bad("[quality]\neval_every = 2\nseeds = 2\n", "world_sizes = [1]\nrepeats = 3\n")
+                .find("give seeds only"),
+            std::string::npos);
+  EXPECT_NE(bad("[quality]\neval_every = 2\nsteps = 10\n", "world_sizes = [1]\nwarmup_steps = 1\nmeasure_steps = 4\n")
+                .find("both set training.steps"),
+            std::string::npos);
+  for (const std::string& what : {bad("[quality]\nseeds = 2\n"), bad("[quality]\neval_every = 2\nseed = 3\n")}) {
+    EXPECT_NE(what.find("t.toml"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
 TEST(SweepSpec, ListValuedAxesTakeArraysOrCommaStrings) {
   auto pts = plan(spec("[grid]\nmodel.converters = [[], [\"quantize.linear.float8\"], \"float8\"]\n",
                        "world_sizes = [1]\n"));

@@ -280,7 +280,7 @@ TEST(TensorBoardMetrics, ValidationGoesToConsoleJsonlAndTensorBoard) {
   ::testing::internal::CaptureStdout();
   {
     MetricsLogger m(logger_options(dump));
-    m.log_validation(20, 2.5, 4096, 2.0);
+    m.log_validation(20, 2.5, 4096, 2.0, 81920, 12.5);
   }
   const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_NE(out.find("validate step 20: loss  2.5000  perplexity 12.18"), std::string::npos) << out;

@@ -376,6 +376,9 @@ std::vector<FieldSpec> build_registry() {
             "validate at step 1 and every freq steps"),
       field("validation.steps", &C::validation, &ValidationSection::steps,
             "batches per validation pass; -1 = the whole set once"),
+      field("validation.target_loss", &C::validation, &ValidationSection::target_loss,
+            "validation loss whose first crossing summary.json's quality reports, in tokens and seconds "
+            "(0 = none; ctitan's key)"),
       // [debug]
       field("debug.seed", &C::debug, &DebugSection::seed, "base RNG seed"),
       field("debug.deterministic", &C::debug, &DebugSection::deterministic,

@@ -100,12 +100,16 @@ void check_training(const Checker& k, const TrainingSection& t) {
 }
 
 void check_validation(const Checker& k, const ValidationSection& v) {
+  if (v.target_loss > 0 && !v.enable)
+    k.bad("validation.target_loss", "validation.target_loss is reached by validation passes: set validation.enable = "
+                                    "true (and validation.freq), or drop the target");
   if (!v.enable) return;
   k.one_of("validation.dataset", v.dataset,
            {"c4_validation", "c4", "c4_test", "text", "bin", "markov", "synthetic"});
   k.positive("validation.local_batch_size", v.local_batch_size);
   k.seq_len("validation.seq_len", v.seq_len);
   k.positive("validation.freq", v.freq);
+  k.non_negative("validation.target_loss", v.target_loss);
   if (v.steps == 0 || v.steps < -1)
     k.bad("validation.steps", "validation.steps must be > 0, or -1 for the whole set, got " + std::to_string(v.steps));
   if (v.steps == -1 && (v.dataset == "markov" || v.dataset == "synthetic"))

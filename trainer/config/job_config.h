@@ -255,6 +255,9 @@ struct ValidationSection {                 // periodic validation loss
   int64_t seq_len = 2048;
   int64_t freq = 10;
   int64_t steps = -1;
+  // ctitan's key: the validation loss whose first crossing summary.json's
+  // `quality` reports (tokens and time to target); 0 = none.
+  double target_loss = 0;
 };
 
 struct JobConfig {

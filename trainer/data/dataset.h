@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct DataOptions {
   std::string tokenizer_path;                        // tokenizer.json or its folder (text)
   int64_t batch = 8, seq_len = 256, vocab_size = 0;  // vocab_size 0: unchecked (text, bin)
   uint64_t seed = 0;
+  // markov: the seed of the chain (its successor table); unset: `seed`. A
+  // validation set samples the training chain with a seed of its own.
+  std::optional<uint64_t> table_seed;
   int64_t dp_rank = 0, dp_world = 1;
 };
 

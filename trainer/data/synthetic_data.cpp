@@ -89,6 +89,8 @@ class SyntheticLoader : public DataLoader {
   std::string describe() const override {
     std::string d = kind() + ": vocab " + std::to_string(opts_.vocab_size) + ", seed " +
                     std::to_string(opts_.seed);
+    if (markov_ && opts_.table_seed && *opts_.table_seed != opts_.seed)
+      d += " (the chain of seed " + std::to_string(*opts_.table_seed) + ")";
     if (markov_)
       d += ", entropy " + std::to_string(markov_entropy_nats(opts_.vocab_size, opts_.seed)) +
            " nats";
@@ -108,7 +110,7 @@ class SyntheticLoader : public DataLoader {
       uint64_t draw = 0;
       for (int64_t j = 0; j < k;) {
         const auto cand =
-            static_cast<int64_t>(hash_counter(opts_.seed, kTableStream, t, draw++) % vocab);
+            static_cast<int64_t>(hash_counter(opts_.table_seed.value_or(opts_.seed), kTableStream, t, draw++) % vocab);
         if (std::find(row, row + j, cand) == row + j) row[j++] = cand;
       }
     }
