@@ -14,6 +14,7 @@
 #include "harness/report_command.h"
 #include "harness/sweep.h"
 #include "harness/sweep_spec.h"
+#include "reports/convergence.h"
 #include "reports/format.h"
 #include "reports/gate.h"
 #include "reports/stats.h"
@@ -28,6 +29,7 @@ struct GateArgs {
   std::string baseline, candidate, baseline_file, write_baseline_file;
   std::string md_out, json_out, format = "md";
   bool losses = false;  // loss parity instead of performance
+  bool bands = false;   // with losses: the seeds' tolerance bands instead of bit-identity
   GateRunArgs run;      // --run SPEC: paired A/B runs first
   std::string calibrate, calibrate_bin;  // --calibrate SPEC [--bin PATH]: A/A pairs → thresholds
   bool pairs_given = false;
@@ -107,6 +109,11 @@ struct GateCli {
                  "loss parity instead: are the losses bit-identical step by step (a refactor's check, as "
                  "TorchTitan's loss_compare.py --assert-equal)? Exit 0 identical, 1 differ (naming the first step), "
                  "3 missing");
+    app.add_flag("--bands", g.bands,
+                 "with --losses, for changes that are not bit-identical: each candidate seed's validation loss inside "
+                 "the band the baseline's seeds allow (t prediction interval, Bonferroni over the evaluations), and "
+                 "tokens to target not significantly more (Welch). Needs runs of a [quality] sweep, 3+ baseline "
+                 "seeds. Exit 0 inside, 1 outside or slower, 3 missing, too few seeds or suspiciously fast");
     app.add_option("--format", g.format, "stdout (default md: the PR comment)")
         ->type_name("md|json")
         ->check(one_of({"md", "json"}));
@@ -120,6 +127,7 @@ struct GateCli {
         "  ctitan gate --db FILE --calibrate SPEC [--bin PATH] [--pairs N] [--gate-pairs N]\n"
         "  ctitan gate --db FILE --baseline-file FILE --candidate SEL [options]\n"
         "  ctitan gate --db FILE --baseline SEL --write-baseline-file FILE\n"
+        "  ctitan gate --db FILE --baseline SEL --candidate SEL --losses [--bands]\n"
         "SEL: sweep:NAME (or NAME), sha:GITSHA (runs built at that commit), build:ID (runs of that build:\n"
         "     `ctitan version --json`), label:LABEL (that recipe label; two labels pair points by world size)\n"
         "Exit codes: 0 pass, 1 regression, 3 needs action (inconclusive, missing data, different environment),\n"
@@ -148,6 +156,7 @@ struct GateCli {
 
 GateArgs parse_gate_args(const std::vector<std::string>& args) {
   GateArgs g = GateCli().parse(args);
+  if (g.bands && !g.losses) throw InputError("gate: --bands goes with --losses (ctitan gate --losses --bands ...)");
   if (!g.calibrate.empty()) {  // A/A pairs of one build
     if (g.db.empty()) throw InputError("gate --calibrate needs --db FILE (the results database the A/A runs go into)");
     if (!g.run.spec.empty()) throw InputError("gate: --calibrate and --run are two different jobs; give one");
@@ -207,6 +216,15 @@ GateSide side_from_db(const std::string& db_path, const std::string& selection) 
 }
 
 void write_file(const std::string& path, const std::string& text) { write_output(path, text); }
+
+// The verdict: --md and --json written, stdout in --format (Markdown where
+// a mode has no JSON: loss parity); returns exit_code.
+int emit(const GateArgs& g, const std::string& md, const std::string& json, int exit_code) {
+  if (!g.md_out.empty()) write_file(g.md_out, md);
+  if (!g.json_out.empty() && !json.empty()) write_file(g.json_out, json);
+  std::cout << (g.format == "json" && !json.empty() ? json : md);
+  return exit_code;
+}
 
 // No output may be a file the gate reads: --write-baseline-file onto --db
 // replaced every stored run with JSON.
@@ -285,26 +303,25 @@ int gate_command(const std::vector<std::string>& args) {
   }
   g.opts.match_by_world_size = !g.baseline.empty() && parse_selection(g.baseline).kind == Selection::Kind::label &&
                                parse_selection(g.candidate).kind == Selection::Kind::label;
+  if (g.losses && g.bands) {
+    const auto base = points_from_db(g.baseline_db, g.baseline), cand = points_from_db(g.candidate_db, g.candidate);
+    const BandGateResult r =
+        band_gate(base, cand, side_description(g.baseline_db, g.baseline, base.size()),
+                  side_description(g.candidate_db, g.candidate, cand.size()), g.opts.match_by_world_size, g.opts.alpha);
+    return emit(g, band_gate_markdown(r), band_gate_json(r).dump(2) + "\n", r.exit_code);
+  }
   if (g.losses) {
     const auto base = points_from_db(g.baseline_db, g.baseline), cand = points_from_db(g.candidate_db, g.candidate);
     const LossParityResult r =
         compare_losses(base, cand, side_description(g.baseline_db, g.baseline, base.size()),
                        side_description(g.candidate_db, g.candidate, cand.size()), g.opts.match_by_world_size);
-    const std::string md = loss_parity_markdown(r);
-    if (!g.md_out.empty()) write_file(g.md_out, md);
-    std::cout << md;
-    return r.exit_code;
+    return emit(g, loss_parity_markdown(r), "", r.exit_code);
   }
   const GateSide base =
       g.baseline_file.empty() ? side_from_db(g.baseline_db, g.baseline) : read_baseline_file(g.baseline_file);
   const GateSide cand = side_from_db(g.candidate_db, g.candidate);
   const GateResult result = run_gate(base, cand, g.opts);
-  const std::string md = gate_markdown(result);
-  const std::string json = gate_json(result).dump(2) + "\n";
-  if (!g.md_out.empty()) write_file(g.md_out, md);
-  if (!g.json_out.empty()) write_file(g.json_out, json);
-  std::cout << (g.format == "json" ? json : md);
-  return result.exit_code;
+  return emit(g, gate_markdown(result), gate_json(result).dump(2) + "\n", result.exit_code);
 }
 
 }  // namespace ctitan

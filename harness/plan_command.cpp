@@ -217,20 +217,12 @@ int calibrate_published(const std::string& path, const std::string& hardware, co
     std::fprintf(stderr, "  fitted without table %s (%.0f s)\n", t.c_str(), since());
   }
   // Cross-validation: fold f leaves out rows i with i % folds == f.
-  std::vector<RunErrors> cv(runs.size());
-  for (size_t f = 0; f < folds; ++f) {
-    std::vector<MeasuredRun> others;
-    for (size_t i = 0; i < runs.size(); ++i)
-      if (i % folds != f) others.push_back(runs[i]);
-    refit.label = "fold " + std::to_string(f + 1) + "/" + std::to_string(folds);
-    const HardwareSpec without = fit_spec(all, others, refit);
-    for (size_t i = f; i < runs.size(); i += folds) cv[i] = run_errors(without, runs[i]);
-    if (!loo) {
-      std::fprintf(stderr, "  %s: fold %zu/%zu fitted (%.0f s)\n", cv_name.c_str(), f + 1, folds, since());
-      write_partial(all, "fitted to all rows; " + std::to_string(f + 1) + " of " + std::to_string(folds) +
-                             " cross-validation folds done");
-    }
-  }
+  const std::vector<RunErrors> cv = cross_validate(all, runs, folds, refit, [&](size_t f) {
+    if (loo) return;
+    std::fprintf(stderr, "  %s: fold %zu/%zu fitted (%.0f s)\n", cv_name.c_str(), f + 1, folds, since());
+    write_partial(all, "fitted to all rows; " + std::to_string(f + 1) + " of " + std::to_string(folds) +
+                           " cross-validation folds done");
+  });
   const std::string cv_col = loo ? "LOO err" : std::to_string(kFolds) + "-fold";
   char line[512];
   std::snprintf(line, sizeof line, "  %-62s %9s %9s %9s %9s %9s\n", "row", "fit err", cv_col.c_str(), "LOTO err",

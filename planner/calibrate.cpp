@@ -498,6 +498,21 @@ std::vector<bool> largest_runs(const std::vector<MeasuredRun>& runs, std::vector
 
 }  // namespace
 
+std::vector<RunErrors> cross_validate(const HardwareSpec& start, const std::vector<MeasuredRun>& runs, size_t folds,
+                                      FitOptions fit, const std::function<void(size_t)>& on_fold) {
+  std::vector<RunErrors> cv(runs.size());
+  for (size_t f = 0; f < folds; ++f) {
+    std::vector<MeasuredRun> train;
+    for (size_t i = 0; i < runs.size(); ++i)
+      if (i % folds != f) train.push_back(runs[i]);
+    fit.label = "fold " + std::to_string(f + 1) + "/" + std::to_string(folds);
+    const HardwareSpec without = fit_spec(start, train, fit);
+    for (size_t i = f; i < runs.size(); i += folds) cv[i] = run_errors(without, runs[i]);
+    if (on_fold) on_fold(f);
+  }
+  return cv;
+}
+
 bool three_fold(size_t runs) { return runs >= 6 && runs <= kThreeFoldMaxRuns; }
 
 std::string holdout_rule(Holdout holdout, size_t runs) {
@@ -528,23 +543,18 @@ CalibrationResult calibrate(const HardwareSpec& start, const std::vector<Measure
     // Every run is held out once: each third (every third run by id) is
     // predicted by a fit of the other two; the spec is then fitted on all.
     res.fit = runs;
-    for (int fold = 0; fold < 3; ++fold) {
-      std::vector<MeasuredRun> train, test;
-      for (size_t i = 0; i < runs.size(); ++i) (static_cast<int>(i % 3) == fold ? test : train).push_back(runs[i]);
-      FitOptions fold_fit;
-      fold_fit.prior = fit.prior;
-      fold_fit.rounds = fit.rounds;
-      fold_fit.progress = fit.progress;
-      fold_fit.label = "fold " + std::to_string(fold + 1) + "/3";
-      const HardwareSpec fold_spec = fit_spec(start, train, fold_fit);
-      for (const MeasuredRun& r : test) {
-        const RunErrors e = run_errors(fold_spec, r);
-        res.holdout.push_back(r);
+    FitOptions fold_fit;
+    fold_fit.prior = fit.prior;
+    fold_fit.rounds = fit.rounds;
+    fold_fit.progress = fit.progress;
+    const std::vector<RunErrors> cv = cross_validate(start, runs, 3, fold_fit);
+    for (size_t fold = 0; fold < 3; ++fold)  // held out fold by fold, as the folds ran
+      for (size_t i = fold; i < runs.size(); i += 3) {
+        res.holdout.push_back(runs[i]);
         res.holdout_why.push_back("fold " + std::to_string(fold + 1) + "/3");
-        res.holdout_time_err.push_back(e.step);
-        res.holdout_mem_err.push_back(e.mem);
+        res.holdout_time_err.push_back(cv[i].step);
+        res.holdout_mem_err.push_back(cv[i].mem);
       }
-    }
     res.rule = holdout_rule(holdout, runs.size());
   } else {
     for (size_t i = 0; i < runs.size(); ++i) {

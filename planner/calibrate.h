@@ -126,6 +126,14 @@ struct RunErrors {
   double step = 0, mem = 0;
 };
 RunErrors run_errors(const HardwareSpec& spec, const MeasuredRun& r);
+
+// k-fold cross-validation: fold f fits `start` (with `fit`, its label set
+// to "fold f/k") to the runs i with i % folds != f and predicts the runs it
+// left out. The errors of every run from the fit that did not see it, in
+// run order; `on_fold(f)` after each fold (progress lines, partial writes).
+// folds = runs.size() is leave-one-out.
+std::vector<RunErrors> cross_validate(const HardwareSpec& start, const std::vector<MeasuredRun>& runs, size_t folds,
+                                      FitOptions fit, const std::function<void(size_t)>& on_fold = {});
 double median_abs_error(const std::vector<double>& errors);  // NaNs left out
 
 // Runs the whole command: prints the per-run table (fit / held out), the

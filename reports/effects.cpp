@@ -167,7 +167,8 @@ std::vector<ChainStep> stack_chain(const SectionReport& sec,
           if (j != i && p.settings[chain[j].k] != (j < i ? chain[j].to : chain[j].from)) return false;
         return true;
       };
-      ChainStep s{effect(sec, chain[i].k, chain[i].from, chain[i].to, admit), 1, 1};
+      ChainStep s;
+      s.effect = effect(sec, chain[i].k, chain[i].from, chain[i].to, admit);
       s.effect.model = model;
       paired = paired || !s.effect.pairs.empty();
       if (s.effect.tps.n) tps *= s.effect.tps.median;

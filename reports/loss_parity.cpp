@@ -16,10 +16,6 @@ std::string exact(double v) {
   return buf;
 }
 
-std::string point_name(const PointData& p) {
-  return (p.label.empty() ? std::string("(base)") : p.label) + " ws=" + std::to_string(p.world_size);
-}
-
 const RunData* first_ok(const PointData& p) {
   const auto ok = p.ok_runs();
   return ok.empty() ? nullptr : ok.front();
@@ -67,36 +63,23 @@ LossParityResult compare_losses(const std::vector<PointData>& base, const std::v
   LossParityResult r;
   r.baseline = base_desc;
   r.candidate = cand_desc;
-  auto key = [&](const PointData& p) { return match_by_world_size ? std::to_string(p.world_size) : point_name(p); };
-  std::map<std::string, const PointData*> by_key;
-  for (const PointData& p : base) by_key.emplace(key(p), &p);
   bool differ = false, missing = false;
-  for (const PointData& c : cand) {
-    const auto it = by_key.find(key(c));
+  for (const MatchedPoint& m : match_points(base, cand, match_by_world_size)) {
     LossParityPoint pt;
-    pt.name = point_name(c);
-    const RunData* rb = it == by_key.end() ? nullptr : first_ok(*it->second);
-    const RunData* rc = first_ok(c);
-    if (it == by_key.end()) {
+    pt.name = m.name;
+    const RunData* rb = m.base ? first_ok(*m.base) : nullptr;
+    const RunData* rc = m.cand ? first_ok(*m.cand) : nullptr;
+    if (!m.base || !m.cand) {
       pt.verdict = "missing";
-      pt.reason = "only in the candidate";
+      pt.reason = m.base ? "only in the baseline" : "only in the candidate";
     } else if (!rb || !rc) {
       pt.verdict = "missing";
       pt.reason = std::string("no ok run in the ") + (!rb ? "baseline" : "candidate");
     } else {
       pt = compare_point(pt.name, *rb, *rc);
     }
-    if (it != by_key.end()) by_key.erase(it);
     differ |= pt.verdict == "differ";
     missing |= pt.verdict == "missing";
-    r.points.push_back(std::move(pt));
-  }
-  for (const auto& [k, p] : by_key) {
-    LossParityPoint pt;
-    pt.name = point_name(*p);
-    pt.verdict = "missing";
-    pt.reason = "only in the baseline";
-    missing = true;
     r.points.push_back(std::move(pt));
   }
   r.verdict = differ ? "differ" : missing ? "needs action" : "identical";

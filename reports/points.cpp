@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -55,6 +57,11 @@ RunData read_run(const ResultsDb& db, const RunRow& row) {
     if (const auto v = number(s, "mfu")) d.mfu.push_back(*v);
   }
   // No step rows (or none past warmup): the summary's median stands in.
+  for (const nlohmann::json& v : db.validation(row.id)) {
+    const auto loss = number(v, "loss"), tokens = number(v, "train_tokens"), elapsed = number(v, "elapsed_s");
+    // Schema v12 rows; a NaN loss is stored as NULL and stays NaN (never reaches a target).
+    if (tokens && elapsed) d.validation.push_back({*tokens, *elapsed, loss.value_or(std::nan(""))});
+  }
   if (d.tps.empty() && d.summary && d.summary->tps_median) d.tps.push_back(*d.summary->tps_median);
   if (d.tflops.empty() && d.summary && d.summary->tflops) d.tflops.push_back(*d.summary->tflops);
   if (d.mfu.empty() && d.summary && d.summary->mfu) d.mfu.push_back(*d.summary->mfu);
@@ -225,6 +232,29 @@ std::vector<PointData> load_points(const ResultsDb& db, const Selection& sel) {
   sorted.reserve(points.size());
   for (size_t i : idx) sorted.push_back(std::move(points[i]));
   return sorted;
+}
+
+std::string point_name(const PointData& p) {
+  return (p.label.empty() ? std::string("(base)") : p.label) + " ws=" + std::to_string(p.world_size);
+}
+
+std::vector<MatchedPoint> match_points(const std::vector<PointData>& base, const std::vector<PointData>& cand,
+                                       bool match_by_world_size) {
+  if (base.size() == 1 && cand.size() == 1) return {{point_name(cand.front()), &base.front(), &cand.front()}};
+  auto key = [&](const PointData& p) { return match_by_world_size ? std::to_string(p.world_size) : point_name(p); };
+  std::map<std::string, const PointData*> by_key;
+  for (const PointData& p : base) by_key.emplace(key(p), &p);
+  std::vector<MatchedPoint> out;
+  for (const PointData& c : cand) {
+    MatchedPoint m{point_name(c), nullptr, &c};
+    if (const auto it = by_key.find(key(c)); it != by_key.end()) {
+      m.base = it->second;
+      by_key.erase(it);
+    }
+    out.push_back(m);
+  }
+  for (const auto& [k, p] : by_key) out.push_back({point_name(*p), p, nullptr});
+  return out;
 }
 
 }  // namespace ctitan

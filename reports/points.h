@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/quality.h"
 #include "results/results_db.h"
 
 namespace ctitan {
@@ -48,6 +49,8 @@ struct RunData {
   std::vector<std::pair<int64_t, double>> loss;  // (step, loss) of every logged step
   std::map<std::string, std::string> env;        // env.json, flattened
   std::optional<PredictionRow> prediction;       // the planner's, stored by the sweep (schema v6)
+  // Its validation passes (schema v12: with training tokens and wall clock), in step order.
+  std::vector<EvalPoint> validation;
 };
 
 struct PointData {
@@ -73,6 +76,24 @@ struct PointData {
 // names a sweep that is not in the database (the message lists the ones
 // that are).
 std::vector<PointData> load_points(const ResultsDb& db, const Selection& sel);
+
+// A point's name in gate and parity tables: "LABEL ws=N" ("(base)" for an
+// empty label).
+std::string point_name(const PointData& p);
+
+// The candidate's points paired with the baseline's: by name, or by world
+// size alone (two label selections); two sides of one point each are paired
+// whatever their names (two recipes compared as such, e.g. FSDP 2 against
+// one process at the same global batch). Candidate order, then the points only
+// the baseline has; a side's pointer is null where the point is only on
+// the other side.
+struct MatchedPoint {
+  std::string name;  // the candidate's (the baseline's where only it has the point)
+  const PointData* base = nullptr;
+  const PointData* cand = nullptr;
+};
+std::vector<MatchedPoint> match_points(const std::vector<PointData>& base, const std::vector<PointData>& cand,
+                                       bool match_by_world_size);
 
 // metrics.warmup_steps of a stored config (the trainer's default when unset
 // or unreadable).

@@ -118,6 +118,11 @@ Table chain_table(const SectionReport& sec) {
   Table t;
   t.header = {"row", "technique", "pairs", "tokens/s step", "interval", "cumulative", "peak mem step", "cumulative"};
   t.right = {true, false, true, true, true, true, true, true};
+  const bool quality = !sec.quality.empty();
+  if (quality) {
+    t.header.insert(t.header.end(), {"speedup at equal quality", "quality"});
+    t.right.insert(t.right.end(), {true, false});
+  }
   add_model_column(t, sec);
   int row = 0;
   for (size_t i = 0; i < sec.chain.size(); ++i) {
@@ -127,6 +132,9 @@ Table chain_table(const SectionReport& sec) {
     t.rows.push_back({std::to_string(++row), "+" + e.label + " (from " + e.versus + ")", pairs_cell(e),
                       e.tps.n ? fmt::ratio(e.tps.median) : "-", ratio_interval(e.tps), fmt::ratio(s.cumulative_tps),
                       e.mem.n ? fmt::ratio(e.mem.median) : "-", fmt::ratio(s.cumulative_mem)});
+    if (quality)
+      t.rows.back().insert(t.rows.back().end(),
+                           {fmt::or_dash(s.quality_speedup, fmt::ratio), s.quality.empty() ? "-" : s.quality});
     if (sec.several_models()) t.rows.back().insert(t.rows.back().begin(), e.model);
   }
   return t;
@@ -213,6 +221,88 @@ Table points_table(const SectionReport& sec) {
     t.points.push_back(i);
   }
   return t;
+}
+
+namespace {
+
+std::string mean_cell(const stats::MeanInterval& m, size_t reached, size_t seeds, std::string (*f)(double)) {
+  if (reached == 0) return "not reached";
+  std::string out = f(m.mean);
+  if (m.n >= 2) out += " [" + f(m.lo) + ", " + f(m.hi) + "]";
+  if (reached < seeds) out += " (" + std::to_string(reached) + "/" + std::to_string(seeds) + " reached)";
+  return out;
+}
+
+std::string olympic_cell(const std::optional<double>& v, std::string (*f)(double)) {
+  if (!v) return "–";
+  return std::isfinite(*v) ? f(*v) : "not reached";
+}
+
+std::string tokens_text(double v) { return fmt::grouped(v); }
+std::string seconds_text(double v) { return fmt::fixed(v, 1) + " s"; }
+std::string loss_text(double v) { return fmt::fixed(v, 4); }
+
+}  // namespace
+
+Table quality_table(const SectionReport& sec) {
+  Table t;
+  if (sec.quality.empty()) return t;
+  t.header = {"#",           "point",         "seeds",         "tokens to target", "olympic",
+              "time to target", "olympic",    "final loss",    "vs baseline",      "speedup at equal quality",
+              "tokens/s ratio", "final loss Δ by seed"};
+  t.right = {true, false, true, true, true, true, true, true, false, true, true, true};
+  for (const QualityRow& q : sec.quality) {
+    const PointStats& p = sec.points[q.point];
+    const SeedSet& s = q.seeds;
+    std::string verdict = q.vs ? to_string(q.vs->verdict) : "baseline";
+    if (q.vs && q.vs->final_worse && q.vs->verdict != QualityVerdict::outside) verdict += ", worse final loss";
+    std::string diff = "–";
+    if (q.vs && q.vs->final_diff.n >= 2)
+      diff = fmt::fixed(q.vs->final_diff.mean, 4) + " [" + fmt::fixed(q.vs->final_diff.lo, 4) + ", " +
+             fmt::fixed(q.vs->final_diff.hi, 4) + "]";
+    t.rows.push_back({std::to_string(p.row), p.display_label.empty() ? p.short_label : p.display_label,
+                      std::to_string(s.seeds.size()),
+                      s.target ? mean_cell(s.tokens, s.reached, s.seeds.size(), tokens_text) : "–",
+                      olympic_cell(s.tokens_olympic, tokens_text),
+                      s.target ? mean_cell(s.seconds, s.reached, s.seeds.size(), seconds_text) : "–",
+                      olympic_cell(s.seconds_olympic, seconds_text), fmt::or_dash(s.final_loss, loss_text), verdict,
+                      q.vs ? fmt::or_dash(q.vs->speedup_at_quality, fmt::ratio) : "–",
+                      fmt::or_dash(q.tps_ratio, fmt::ratio), diff});
+  }
+  return t;
+}
+
+std::string quality_title(const SectionReport& sec) {
+  for (const QualityRow& q : sec.quality)
+    if (q.seeds.target) return "Quality: time to validation loss " + fmt::fixed(*q.seeds.target, 2);
+  return "Quality: validation loss over seeds";
+}
+
+std::string quality_note(const SectionReport& sec) {
+  std::string base;
+  for (const QualityRow& q : sec.quality)
+    if (!q.baseline) base += (base.empty() ? "" : "; ") + sec.points[q.point].short_label;
+  return "Each point ran once per seed (the spec's [quality] seeds: model initialisation and data order). Tokens and "
+         "time to target: the first crossing of the target by the validation loss (tokens interpolated between "
+         "evaluations, time at the end of the evaluation that met it, from the first step: MLPerf's clock), mean "
+         "over the seeds that reached it with its 95% t interval, and MLPerf's olympic mean (fastest and slowest "
+         "dropped; a seed that missed counts as the slowest). Against the baseline (" +
+         base +
+         "): inside = every evaluation of every seed inside the band the baseline's seeds allow (t prediction "
+         "interval, Bonferroni over the evaluations) and tokens to target not significantly different (Welch, "
+         "2.5% each way); suspiciously fast = below the band only, or significantly fewer tokens to target, which a faster kernel cannot "
+         "give. Speedup at equal quality = baseline's time to target / the point's; the tokens/s ratio beside it is "
+         "what the throughput tables say. Final loss Δ: the point's last validation loss minus the baseline's, seed "
+         "by seed (same initialisation and data order), mean [95% t interval].";
+}
+
+std::vector<std::string> quality_flags(const SectionReport& sec) {
+  std::vector<std::string> out;
+  for (const QualityRow& q : sec.quality) {
+    if (!q.vs || (q.vs->verdict == QualityVerdict::inside && !q.vs->final_worse)) continue;
+    out.push_back(sec.points[q.point].short_label + ": " + to_string(q.vs->verdict) + " — " + q.vs->reason);
+  }
+  return out;
 }
 
 Table learning_table(const SectionReport& sec) {

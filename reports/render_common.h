@@ -66,6 +66,15 @@ bool has_predictions(const SectionReport& sec);
 // spec's error, the error of the predictions made before each run, the
 // points they were refitted on, and interval coverage. Empty table
 // without learning.
+// The quality section of a [quality] sweep: per point its seeds, tokens and
+// time to target (mean [95 % t interval], olympic mean), final loss, and
+// against the quality baseline the verdict, the speedup at equal quality
+// beside the tokens/s ratio, and the final loss's paired difference by seed.
+Table quality_table(const SectionReport& sec);
+std::string quality_title(const SectionReport& sec);  // "Quality: validation loss 4.00 as the target"
+std::string quality_note(const SectionReport& sec);
+// The points outside the band, slower or suspiciously fast: one line each.
+std::vector<std::string> quality_flags(const SectionReport& sec);
 Table learning_table(const SectionReport& sec);
 std::string learning_note();
 std::string prediction_note(const SectionReport& sec);

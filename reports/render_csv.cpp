@@ -10,6 +10,10 @@
 // model, and the effect rows end with their model too. After a blank line, the effects (one row per setting
 // and value: knob_effects) and the spec's stacked chain (chain_step ≥ 1):
 // median paired ratios of tokens/s and peak memory with their intervals.
+// After another blank line, a [quality] sweep's points (one row each):
+// seeds, tokens and time to target (mean, 95 % t interval, olympic mean),
+// final loss, and against the quality baseline the verdict, the speedup at
+// equal quality, the tokens/s ratio and the final loss's paired difference.
 //
 // Text cells (sweep, labels, stack name, error, predicted_on) carry what a
 // spec or a run wrote: one starting with '=', '+', '-', '@', a tab or a CR
@@ -18,6 +22,7 @@
 // plain number ("-3", "-1.5e-3") is left as it is, and the number columns
 // are numbers: their negative values stay numbers.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -91,6 +96,38 @@ std::string render_csv(const Report& r) {
       effect_row(sec, sec.chain[i].effect, ++step, sec.chain[i].cumulative_tps, sec.chain[i].cumulative_mem);
     }
   }
+  // A [quality] sweep's points: seeds, tokens and time to target (mean,
+  // 95 % t interval, olympic mean; empty: not reached), and against the
+  // quality baseline the verdict and the speedup at equal quality.
+  bool quality_header = false;
+  for (const SectionReport& sec : r.sections)
+    for (const QualityRow& q : sec.quality) {
+      if (!quality_header) {
+        out << "\nsweep,point,name,seeds,reached,target_loss,tokens_to_target,tokens_lo,tokens_hi,tokens_olympic,"
+               "time_to_target_s,time_lo,time_hi,time_olympic_s,final_loss,baseline_point,verdict,"
+               "speedup_at_equal_quality,tps_ratio,final_loss_diff,final_loss_diff_lo,final_loss_diff_hi\n";
+        quality_header = true;
+      }
+      const SeedSet& s = q.seeds;
+      const auto mean = [&](const stats::MeanInterval& m) {
+        return s.reached ? num(m.mean) + "," + num(m.lo) + "," + num(m.hi) : std::string(",,");
+      };
+      const auto finite = [](const std::optional<double>& v) {
+        return v && std::isfinite(*v) ? v : std::optional<double>();
+      };
+      const PointStats& p = sec.points[q.point];
+      out << quote(sec.title) << "," << p.row << "," << quote(p.short_label) << "," << s.seeds.size() << ","
+          << s.reached << "," << num(s.target) << "," << mean(s.tokens) << "," << num(finite(s.tokens_olympic)) << ","
+          << mean(s.seconds) << "," << num(finite(s.seconds_olympic)) << "," << num(s.final_loss) << ","
+          << (q.baseline ? std::to_string(sec.points[*q.baseline].row) : "") << ","
+          << quote(q.vs ? to_string(q.vs->verdict) : "baseline") << ","
+          << num(q.vs ? q.vs->speedup_at_quality : std::nullopt) << "," << num(q.tps_ratio) << ",";
+      if (q.vs && q.vs->final_diff.n >= 2)
+        out << num(q.vs->final_diff.mean) << "," << num(q.vs->final_diff.lo) << "," << num(q.vs->final_diff.hi);
+      else
+        out << ",,";
+      out << "\n";
+    }
   return out.str();
 }
 

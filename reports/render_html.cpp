@@ -305,6 +305,41 @@ std::string loss_panels(const SectionReport& sec) {
   return out.str();
 }
 
+// A quality point's validation-loss band over seeds (median line, min–max
+// shaded) against its baseline's, over training tokens, with the target.
+std::string quality_panels(const SectionReport& sec) {
+  const auto series_of = [&](const QualityRow& q) {
+    svg::Series s{point_name(sec.points[q.point]) + " (" + std::to_string(q.seeds.seeds.size()) + " seeds)", {}};
+    for (const BandRow& b : q.seeds.band) {
+      if (!std::isfinite(b.median)) continue;
+      s.points.emplace_back(b.train_tokens, b.median);
+      s.band.emplace_back(b.train_tokens, b.min, b.max);
+    }
+    return s;
+  };
+  std::ostringstream out;
+  out << "<div class=\"panels\">";
+  for (const QualityRow& q : sec.quality) {
+    if (!q.baseline) continue;
+    const QualityRow* base = sec.quality_of(*q.baseline);
+    std::vector<svg::Series> series = {series_of(*base), series_of(q)};
+    if (q.seeds.target && !series[0].points.empty()) {
+      svg::Series target{"target " + fmt::fixed(*q.seeds.target, 2), {}};
+      double lo = series[0].points.front().first, hi = series[0].points.back().first;
+      for (const auto& [x, y] : series[1].points) lo = std::min(lo, x), hi = std::max(hi, x);
+      target.points = {{lo, *q.seeds.target}, {hi, *q.seeds.target}};
+      target.dashed = true;
+      series.push_back(std::move(target));
+    }
+    out << "<figure>"
+        << svg::line_chart(point_name(sec.points[q.point]) + ": " + to_string(q.vs->verdict), series,
+                           {"training tokens", "validation loss", false, false, 640, 220})
+        << "</figure>";
+  }
+  out << "</div>\n";
+  return out.str();
+}
+
 std::string scaling_chart(const SectionReport& sec) {
   std::vector<svg::Series> series;
   std::set<double> sizes;
@@ -406,6 +441,18 @@ void write_section(std::ostringstream& out, const SectionReport& sec, size_t ind
     write_table(out, render::chain_table(sec));
   }
   if (!sec.chain_note.empty()) out << "<p class=\"note\">No stacked chain: " << fmt::html_escape(sec.chain_note) << "</p>\n";
+  if (!sec.quality.empty()) {
+    h3("quality", render::quality_title(sec));
+    const std::vector<std::string> flags = render::quality_flags(sec);
+    if (!flags.empty()) {
+      out << "<ul class=\"warn\">";
+      for (const std::string& f : flags) out << "<li>" << fmt::html_escape(f) << "</li>";
+      out << "</ul>\n";
+    }
+    out << quality_panels(sec);
+    write_table(out, render::quality_table(sec));
+    out << "<p class=\"note\">" << fmt::html_escape(render::quality_note(sec)) << "</p>\n";
+  }
   h3("points", "All points");
   const render::Table points = render::points_table(sec);
   const std::string id = anchor(index, "table");

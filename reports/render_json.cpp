@@ -101,7 +101,21 @@ nlohmann::json render_json(const Report& r) {
       step["cumulative_mem"] = c.cumulative_mem;
       chain.push_back(step);
     }
+    nlohmann::json quality = nlohmann::json::array();
+    for (const QualityRow& q : sec.quality) {
+      nlohmann::json row = {{"point", q.point}, {"seeds", seed_set_json(q.seeds)}};
+      row["baseline"] = q.baseline ? nlohmann::json(*q.baseline) : nlohmann::json(nullptr);
+      row["vs_baseline"] = q.vs ? quality_comparison_json(*q.vs) : nlohmann::json(nullptr);
+      row["tps_ratio"] = q.tps_ratio ? nlohmann::json(*q.tps_ratio) : nlohmann::json(nullptr);
+      quality.push_back(std::move(row));
+    }
+    for (size_t i = 0; i < sec.chain.size(); ++i) {
+      chain[i]["quality_speedup"] =
+          sec.chain[i].quality_speedup ? nlohmann::json(*sec.chain[i].quality_speedup) : nlohmann::json(nullptr);
+      chain[i]["quality"] = sec.chain[i].quality;
+    }
     sections.push_back({{"title", sec.title},
+                        {"quality", quality},
                         {"common", sec.common},
                         {"models", sec.models},
                         {"summary", summary},

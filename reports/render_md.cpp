@@ -43,6 +43,13 @@ std::string render_markdown(const Report& r) {
       write_table(out, render::chain_table(sec));
     }
     if (!sec.chain_note.empty()) out << "<sub>No stacked chain: " << fmt::md_escape(sec.chain_note) << "</sub>\n\n";
+    if (!sec.quality.empty()) {
+      out << "#### " << fmt::md_escape(render::quality_title(sec)) << "\n\n";
+      for (const std::string& f : render::quality_flags(sec)) out << "> \u26a0\ufe0f " << fmt::md_escape(f) << "\n>\n";
+      if (!render::quality_flags(sec).empty()) out << "\n";
+      write_table(out, render::quality_table(sec));
+      out << "<sub>" << fmt::md_escape(render::quality_note(sec)) << "</sub>\n\n";
+    }
     out << "#### All points\n\n";
     write_table(out, render::points_table(sec));
     out << "<sub>tps/device: tokens/s per device, median over the steady-state steps (after warmup) of every ok "

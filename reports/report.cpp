@@ -227,6 +227,55 @@ void set_speedups(SectionReport& sec, const std::string& baseline) {
   }
 }
 
+// The quality rows of a section's points that have seeds' validation
+// curves: each against the first such point of its model (or the first
+// `baseline` names).
+void set_quality(SectionReport& sec, const std::vector<PointData>& points, const std::string& baseline) {
+  std::map<std::string, size_t> base_of_model;  // model key → index into sec.quality
+  for (size_t i = 0; i < points.size(); ++i) {
+    QualityRow row;
+    row.point = i;
+    row.seeds = seed_set(points[i]);
+    if (row.seeds.seeds.empty()) continue;
+    sec.quality.push_back(std::move(row));
+  }
+  for (size_t k = 0; k < sec.quality.size(); ++k) {
+    const PointStats& p = sec.points[sec.quality[k].point];
+    if (!base_of_model.count(p.model_key) && (baseline.empty() || matches_label(p, baseline)))
+      base_of_model[p.model_key] = k;
+  }
+  for (size_t k = 0; k < sec.quality.size(); ++k) {
+    QualityRow& row = sec.quality[k];
+    const PointStats& p = sec.points[row.point];
+    const auto b = base_of_model.find(p.model_key);
+    if (b == base_of_model.end() || b->second == k) continue;
+    const QualityRow& base = sec.quality[b->second];
+    row.baseline = base.point;
+    row.vs = compare_quality(base.seeds, row.seeds);
+    const PointStats& bp = sec.points[base.point];
+    if (p.tps.n > 0 && bp.tps.n > 0 && bp.tps.median > 0) row.tps_ratio = p.tps.median / bp.tps.median;
+  }
+}
+
+// A chain step's quality: its pairs' speedups at equal quality and the
+// worst verdict of its `to` points against their `from` points.
+void set_chain_quality(SectionReport& sec) {
+  for (ChainStep& step : sec.chain) {
+    std::vector<double> speedups;
+    int worst = -1;
+    for (const auto& [from, to] : step.effect.pairs) {
+      const QualityRow* a = sec.quality_of(from);
+      const QualityRow* b = sec.quality_of(to);
+      if (!a || !b) continue;
+      const QualityComparison q = compare_quality(a->seeds, b->seeds);
+      if (q.speedup_at_quality) speedups.push_back(*q.speedup_at_quality);
+      worst = std::max(worst, static_cast<int>(q.verdict));
+    }
+    if (!speedups.empty()) step.quality_speedup = stats::median(speedups);
+    if (worst >= 0) step.quality = to_string(static_cast<QualityVerdict>(worst));
+  }
+}
+
 void set_stacks_and_scaling(SectionReport& sec) {
   std::map<std::pair<std::string, int64_t>, size_t> stack_index;
   for (size_t i = 0; i < sec.points.size(); ++i) {
@@ -440,7 +489,14 @@ SectionReport build_section(const std::string& title, const std::vector<PointDat
   set_summary(sec, memory_budgets);
   sec.effects = knob_effects(sec);
   sec.learning = learning_groups(points);
+  set_quality(sec, points, baseline_label);
   return sec;
+}
+
+const QualityRow* SectionReport::quality_of(size_t point) const {
+  for (const QualityRow& q : quality)
+    if (q.point == point) return &q;
+  return nullptr;
 }
 
 double parse_memory_budget(const std::string& text) {
@@ -528,6 +584,7 @@ Report build_report(const ResultsDb& db, const ReportOptions& opts) {
       for (const auto& [key, to] : steps) sec.chain_keys.push_back(to.empty() ? key : key + "=" + to);
       try {
         if (!steps.empty()) sec.chain = stack_chain(sec, steps);
+        set_chain_quality(sec);
       } catch (const InputError& e) {  // the points cannot form the chain (failed runs): say so, report the rest
         sec.chain_note = e.what();
       }

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "reports/convergence.h"
 #include "reports/points.h"
 #include "reports/stats.h"
 
@@ -155,6 +156,24 @@ struct KnobEffect {
 struct ChainStep {
   KnobEffect effect;
   double cumulative_tps = 1, cumulative_mem = 1;  // product of the step medians so far
+  // A quality sweep's chain: the step's speedup at equal quality (the
+  // median over its pairs of the ratio of mean times to target, from / to)
+  // and the worst quality verdict of its `to` points against their `from`
+  // points; unset / "" where the points have no seeds or no target.
+  std::optional<double> quality_speedup;
+  std::string quality;
+};
+
+// A point of a quality sweep (`[quality] seeds`): its seeds' validation
+// curves (reports/convergence.h), against its quality baseline — the first
+// point with seeds of the same model in spec order, or the one `--baseline`
+// names — unless it is that baseline.
+struct QualityRow {
+  size_t point = 0;                       // index into SectionReport::points
+  std::optional<size_t> baseline;         // its baseline's index; unset for a baseline
+  SeedSet seeds;
+  std::optional<QualityComparison> vs;    // against the baseline
+  std::optional<double> tps_ratio;        // tokens/s per device, point / baseline (medians)
 };
 
 struct SectionReport;
@@ -198,6 +217,8 @@ struct SectionReport {
   std::vector<std::string> chain_keys;   // its entries as written
   std::string chain_note;                // why the chain could not be formed ("" when it was)
   std::vector<LearningGroup> learning;   // empty unless the sweep learned as it ran
+  std::vector<QualityRow> quality;       // points with seeds' validation curves, in point order
+  const QualityRow* quality_of(size_t point) const;  // nullptr when the point has none
 };
 
 struct Report {

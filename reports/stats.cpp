@@ -1,8 +1,12 @@
 #include "reports/stats.h"
 
+#include <boost/math/distributions/students_t.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 namespace ctitan::stats {
 namespace {
@@ -249,5 +253,79 @@ MedianInterval median_interval(std::vector<double> v, double alpha) {
 }
 
 double wilcoxon_min_p(size_t n) { return n == 0 ? 1.0 : std::min(1.0, 2.0 / std::ldexp(1.0, static_cast<int>(n))); }
+
+double student_t_quantile(double p, double df) {
+  return boost::math::quantile(boost::math::students_t_distribution<double>(df), p);
+}
+
+double student_t_cdf(double t, double df) {
+  return boost::math::cdf(boost::math::students_t_distribution<double>(df), t);
+}
+
+namespace {
+// Mean and sample standard deviation (n − 1).
+std::pair<double, double> mean_sd(const std::vector<double>& v) {
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  double ss = 0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  return {mean, v.size() > 1 ? std::sqrt(ss / static_cast<double>(v.size() - 1)) : 0.0};
+}
+}  // namespace
+
+MeanInterval mean_interval(const std::vector<double>& v, double alpha) {
+  MeanInterval m;
+  m.n = v.size();
+  if (v.empty()) return m;
+  std::tie(m.mean, m.sd) = mean_sd(v);
+  m.lo = m.hi = m.mean;
+  if (m.n < 2) return m;
+  const double h = student_t_quantile(1 - alpha / 2, static_cast<double>(m.n - 1)) * m.sd /
+                   std::sqrt(static_cast<double>(m.n));
+  m.lo = m.mean - h;
+  m.hi = m.mean + h;
+  return m;
+}
+
+Interval prediction_interval(const std::vector<double>& v, double alpha) {
+  if (v.empty()) return {std::nan(""), std::nan("")};
+  const auto [mean, sd] = mean_sd(v);
+  if (v.size() < 2) return {mean, mean};
+  const double n = static_cast<double>(v.size());
+  const double h = student_t_quantile(1 - alpha / 2, n - 1) * sd * std::sqrt(1 + 1 / n);
+  return {mean - h, mean + h};
+}
+
+namespace {
+struct Welch {
+  double diff = 0, se = 0, df = 1;  // mean(y) − mean(x), its standard error, Welch–Satterthwaite df
+};
+Welch welch(const std::vector<double>& x, const std::vector<double>& y) {
+  const auto [mx, sx] = mean_sd(x);
+  const auto [my, sy] = mean_sd(y);
+  const double vx = sx * sx / static_cast<double>(x.size()), vy = sy * sy / static_cast<double>(y.size());
+  Welch w;
+  w.diff = my - mx;
+  w.se = std::sqrt(vx + vy);
+  const double den = vx * vx / static_cast<double>(x.size() - 1) + vy * vy / static_cast<double>(y.size() - 1);
+  w.df = den > 0 ? (vx + vy) * (vx + vy) / den : 1;
+  return w;
+}
+}  // namespace
+
+double welch_less_p(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() < 2 || y.size() < 2) return 1;
+  const Welch w = welch(x, y);
+  if (w.se == 0) return w.diff < 0 ? 0.0 : (w.diff > 0 ? 1.0 : 0.5);
+  return student_t_cdf(w.diff / w.se, w.df);
+}
+
+Interval welch_difference_interval(const std::vector<double>& x, const std::vector<double>& y, double alpha) {
+  if (x.size() < 2 || y.size() < 2) return {std::nan(""), std::nan("")};
+  const Welch w = welch(x, y);
+  const double h = w.se > 0 ? student_t_quantile(1 - alpha / 2, w.df) * w.se : 0;
+  return {w.diff - h, w.diff + h};
+}
 
 }  // namespace ctitan::stats

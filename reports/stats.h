@@ -1,5 +1,6 @@
 // Statistics for reports and the regression gate: order statistics, the
-// Mann–Whitney U test and a bootstrap confidence interval.
+// Mann–Whitney U test, a bootstrap confidence interval and, for the seeds
+// of a quality comparison, Student's t intervals and Welch's test.
 //
 // All functions are pure and deterministic (the bootstrap has a fixed seed
 // and its own index generator, so a verdict never changes between runs or
@@ -100,5 +101,33 @@ MedianInterval median_interval(std::vector<double> v, double alpha = 0.05);
 
 // Standard normal survival function 1 − Φ(z).
 double normal_sf(double z);
+
+// Student's t (Boost.Math): the quantile t_{df}(p) and the CDF.
+double student_t_quantile(double p, double df);
+double student_t_cdf(double t, double df);
+
+// The mean of v with its t interval (level 1 − alpha): mean ± t_{n−1}(1 −
+// alpha/2) · s / √n. For seeds of one recipe, where the values are one
+// draw each and their spread is the whole story. n < 2: lo = hi = mean
+// and sd = 0 (no interval can be drawn from one value).
+struct MeanInterval {
+  size_t n = 0;
+  double mean = 0, sd = 0, lo = 0, hi = 0;
+};
+MeanInterval mean_interval(const std::vector<double>& v, double alpha = 0.05);
+
+// Where one more draw from v's (normal) distribution falls with
+// probability 1 − alpha: mean ± t_{n−1}(1 − alpha/2) · s · √(1 + 1/n), the
+// prediction interval. What a new seed of the same recipe may do; exact
+// coverage for normal values at any n ≥ 2 (n < 2: [mean, mean]).
+Interval prediction_interval(const std::vector<double>& v, double alpha);
+
+// Welch's t test, one-sided: the p-value of "mean(y) < mean(x)" (unequal
+// variances, Welch–Satterthwaite degrees of freedom). 0.5 when both samples
+// are constant and equal; 0 or 1 when constant and different. Needs two
+// values on each side (else 1: nothing can be shown).
+double welch_less_p(const std::vector<double>& x, const std::vector<double>& y);
+// The interval (level 1 − alpha) of mean(y) − mean(x) that goes with it.
+Interval welch_difference_interval(const std::vector<double>& x, const std::vector<double>& y, double alpha);
 
 }  // namespace ctitan::stats

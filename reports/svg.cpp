@@ -261,12 +261,14 @@ std::string line_chart(const std::string& title, const std::vector<Series>& seri
   const int width = opts.width;
   double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
   std::set<double> xs;
-  for (const Series& s : series)
+  for (const Series& s : series) {
     for (const auto& [px, py] : s.points) {
       x_lo = std::min(x_lo, px), x_hi = std::max(x_hi, px);
       y_lo = std::min(y_lo, py), y_hi = std::max(y_hi, py);
       xs.insert(px);
     }
+    for (const auto& [bx, blo, bhi] : s.band) y_lo = std::min(y_lo, blo), y_hi = std::max(y_hi, bhi);
+  }
   if (xs.empty()) return no_data(width, title);
   if (opts.y_from_zero) y_lo = std::min(0.0, y_lo);
   const std::vector<double> y_ticks = nice_ticks(y_lo, y_hi);
@@ -326,6 +328,13 @@ std::string line_chart(const std::string& title, const std::vector<Series>& seri
     const size_t k = static_cast<size_t>(std::find(legend.begin(), legend.end(), i) - legend.begin());
     const std::string c = s.faint ? "#c8c8c8" : s.dashed ? "#222" : color(k);
     const std::string d = s.dashed ? "6 4" : s.faint ? "" : dash(k);
+    if (!s.band.empty()) {  // the range: up along hi, back along lo
+      o << "<polygon fill=\"" << c << "\" fill-opacity=\"0.18\" stroke=\"none\" points=\"";
+      for (const auto& [bx, blo, bhi] : s.band) o << num(px(bx)) << "," << num(py(bhi)) << " ";
+      for (auto it = s.band.rbegin(); it != s.band.rend(); ++it)
+        o << num(px(std::get<0>(*it))) << "," << num(py(std::get<1>(*it))) << " ";
+      o << "\"/>";
+    }
     o << "<g><title>" << fmt::html_escape(s.name) << "</title><polyline fill=\"none\" stroke=\"" << c
       << "\" stroke-width=\"" << (s.faint ? 1 : 2) << "\"" << (d.empty() ? "" : " stroke-dasharray=\"" + d + "\"")
       << " points=\"";

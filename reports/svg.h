@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct Series {
   std::vector<std::pair<double, double>> points;  // (x, y), x ascending
   bool faint = false;   // drawn thin and grey, behind the others, not in the legend (context)
   bool dashed = false;  // a reference line (the ideal); drawn in black, dashed
+  // (x, lo, hi): a range shaded in the series' colour behind its line (the
+  // min–max over seeds of a loss curve); empty: none.
+  std::vector<std::tuple<double, double, double>> band = {};
 };
 
 struct LineChartOptions {

@@ -15,7 +15,7 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 debs=(build-essential cmake ninja-build ccache pkg-config git
       python3 python3-venv
       nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsqlite3-dev zlib1g-dev
-      libprotobuf-dev protobuf-compiler libisal-dev
+      libprotobuf-dev protobuf-compiler libisal-dev libboost-math-dev
       googletest libgtest-dev libbenchmark-dev libgloo-dev chromium
       clang libclang-rt-14-dev)  # the fuzz targets (ctest -L fuzz; docs/fuzzing.md)
 # The `slurm` tests start their own one-node cluster from these (as root, in a

@@ -13,6 +13,7 @@ ctitan_offline_debs=(
   zlib1g-dev zlib1g
   libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32
   libisal-dev libisal2
+  libboost1.74-dev
   libgtest-dev libgmock-dev
   libgloo-dev
 )

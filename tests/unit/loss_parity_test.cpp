@@ -61,6 +61,9 @@ TEST(LossParity, DifferentStepsAndMissingPointsAreNotIdentical) {
   EXPECT_NE(failed.points[0].reason.find("no ok run in the candidate"), std::string::npos);
   // Two label selections pair by world size.
   EXPECT_EQ(compare_losses({point("x", kLosses)}, {point("y", kLosses)}, "b", "c", true).exit_code, 0);
+  // One point on each side: compared as such, whatever their names.
+  EXPECT_EQ(compare_losses({point("x", kLosses)}, {point("y", kLosses)}, "b", "c", false).exit_code, 0);
+  EXPECT_EQ(compare_losses({point("x", kLosses), point("z", kLosses)}, {point("y", kLosses)}, "b", "c", false).exit_code, 3);
 }
 
 }  // namespace
