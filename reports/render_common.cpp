@@ -249,7 +249,7 @@ Table quality_table(const SectionReport& sec) {
   if (sec.quality.empty()) return t;
   t.header = {"#",           "point",         "seeds",         "tokens to target", "olympic",
               "time to target", "olympic",    "final loss",    "vs baseline",      "speedup at equal quality",
-              "tokens/s ratio", "final loss Δ by seed"};
+              "tokens/s ratio", "loss Δ at equal tokens, by seed"};
   t.right = {true, false, true, true, true, true, true, true, false, true, true, true};
   for (const QualityRow& q : sec.quality) {
     const PointStats& p = sec.points[q.point];
@@ -260,7 +260,7 @@ Table quality_table(const SectionReport& sec) {
     if (q.vs && q.vs->final_diff.n >= 2)
       diff = fmt::fixed(q.vs->final_diff.mean, 4) + " [" + fmt::fixed(q.vs->final_diff.lo, 4) + ", " +
              fmt::fixed(q.vs->final_diff.hi, 4) + "]";
-    t.rows.push_back({std::to_string(p.row), p.display_label.empty() ? p.short_label : p.display_label,
+    t.rows.push_back({std::to_string(p.row), p.short_label.empty() ? p.display_label : p.short_label,
                       std::to_string(s.seeds.size()),
                       s.target ? mean_cell(s.tokens, s.reached, s.seeds.size(), tokens_text) : "–",
                       olympic_cell(s.tokens_olympic, tokens_text),
@@ -291,9 +291,10 @@ std::string quality_note(const SectionReport& sec) {
          "): inside = every evaluation of every seed inside the band the baseline's seeds allow (t prediction "
          "interval, Bonferroni over the evaluations) and tokens to target not significantly different (Welch, "
          "2.5% each way); suspiciously fast = below the band only, or significantly fewer tokens to target, which a faster kernel cannot "
-         "give. Speedup at equal quality = baseline's time to target / the point's; the tokens/s ratio beside it is "
-         "what the throughput tables say. Final loss Δ: the point's last validation loss minus the baseline's, seed "
-         "by seed (same initialisation and data order), mean [95% t interval].";
+         "give. Speedup at equal quality = baseline's time to target / the point's; the tokens/s ratio beside it: "
+         "the whole job's tokens/s (per device × world size) against the baseline's, what the throughput tables say. "
+         "Loss Δ: the point's validation loss at its last evaluation the baseline's range holds minus the baseline's "
+         "at the same training tokens, seed by seed (same initialisation and data), mean [95% t interval].";
 }
 
 std::vector<std::string> quality_flags(const SectionReport& sec) {

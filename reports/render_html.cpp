@@ -376,6 +376,7 @@ void write_toc(std::ostringstream& out, const Report& r) {
     if (!sec.summary.empty()) parts.emplace_back("summary", "summary");
     if (!sec.effects.empty()) parts.emplace_back("effects", "what each setting buys");
     if (!sec.chain.empty()) parts.emplace_back("chain", "stacked chain");
+    if (!sec.quality.empty()) parts.emplace_back("quality", "quality");
     parts.emplace_back("points", "all points");
     if (render::has_predictions(sec)) parts.emplace_back("predicted", "predicted vs measured");
     if (!sec.paired.empty()) parts.emplace_back("paired", "paired speedup");

@@ -253,7 +253,10 @@ void set_quality(SectionReport& sec, const std::vector<PointData>& points, const
     row.baseline = base.point;
     row.vs = compare_quality(base.seeds, row.seeds);
     const PointStats& bp = sec.points[base.point];
-    if (p.tps.n > 0 && bp.tps.n > 0 && bp.tps.median > 0) row.tps_ratio = p.tps.median / bp.tps.median;
+    // The whole job's tokens/s: time to target is the whole job's too.
+    if (p.tps.n > 0 && bp.tps.n > 0 && bp.tps.median > 0)
+      row.tps_ratio = p.tps.median * static_cast<double>(p.world_size) /
+                      (bp.tps.median * static_cast<double>(bp.world_size));
   }
 }
 

@@ -173,7 +173,7 @@ struct QualityRow {
   std::optional<size_t> baseline;         // its baseline's index; unset for a baseline
   SeedSet seeds;
   std::optional<QualityComparison> vs;    // against the baseline
-  std::optional<double> tps_ratio;        // tokens/s per device, point / baseline (medians)
+  std::optional<double> tps_ratio;        // the whole job's tokens/s (per device × world size), point / baseline
 };
 
 struct SectionReport;

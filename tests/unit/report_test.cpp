@@ -39,6 +39,10 @@ struct FakeRun {
   std::string sha = "0123456789ab";
   std::optional<double> comm_s;
   std::string error;
+  // A [quality] run: validation passes (train_tokens, loss) at the run's
+  // tps (its wall clock), and the target in summary.json's quality.
+  std::vector<std::pair<double, double>> validation;
+  std::optional<double> target;
 
   explicit FakeRun(std::string l, int64_t ws = 1, int64_t rep = 0, double t = 1000)
       : label(std::move(l)), world_size(ws), repeat(rep), tps(t) {}
@@ -82,9 +86,17 @@ class ReportDb : public ::testing::Test {
                             {"mem_peak_bytes", f.mem}};
         metrics << j.dump() << "\n";
       }
+      for (size_t i = 0; i < f.validation.size(); ++i)
+        metrics << nlohmann::json{{"step", 10 * (i + 1)},
+                                  {"validation_loss", f.validation[i].second},
+                                  {"train_tokens", f.validation[i].first},
+                                  {"elapsed_s", f.validation[i].first / f.tps}}
+                       .dump()
+                << "\n";
       nlohmann::json summary = {{"status", "ok"},          {"tps_median", f.tps},
                                 {"mem_peak_bytes", f.mem}, {"loss_final", f.loss_final},
                                 {"tflops", f.tps * 1e-6},  {"mfu", f.tps * 1e-3}};
+      if (f.target) summary["quality"] = {{"seed", f.repeat}, {"target_loss", *f.target}};
       if (f.comm_s)
         summary.update({{"compute_s", 0.5}, {"comm_s", *f.comm_s}, {"exposed_comm_s", 0.01}, {"idle_s", 0.0}});
       std::ofstream(run_dir / "summary.json") << summary.dump();
@@ -461,6 +473,63 @@ TEST_F(ReportDb, TwoBuildsInOneSweepAreTwoNamedRows) {
   add(one, FakeRun("compile.enable=false", 1, 0, 1000));
   add(one, FakeRun("compile.enable=true", 1, 0, 1000));
   EXPECT_EQ(build_report(*db_, {"one", "", {}}).sections[0].varying_keys, (std::vector<std::string>{"compile.enable"}));
+}
+
+// A [quality] sweep: four seeds of a baseline, of a recipe that trains the
+// same at twice the speed, and of one whose loss ends 0.5 higher. Losses
+// 5 − 0.0004 · tokens (floored at 2) plus 0.01 per seed; target 3.0, met
+// at 5,000 tokens plus 25 per seed (1,000 tokens/s: a second per 1,000).
+TEST_F(ReportDb, QualitySectionBandsTimeToTargetAndVerdicts) {
+  const int64_t s = db_->upsert_sweep("quality", "");
+  for (int seed = 0; seed < 4; ++seed)
+    for (const auto& [label, tps, shift] : {std::tuple{"recipe=base", 1000.0, 0.0}, std::tuple{"recipe=fast", 2000.0, 0.0},
+                                            std::tuple{"recipe=worse", 1000.0, 0.5}}) {
+      FakeRun f(label, 1, seed, tps);
+      f.target = 3.0;
+      for (int i = 1; i <= 10; ++i) {
+        const double tokens = 1000.0 * i;
+        f.validation.emplace_back(tokens, std::max(2.0, 5 - 0.0004 * tokens) + 0.01 * seed + shift * i / 10);
+      }
+      add(s, f);
+    }
+  const Report r = build_report(*db_, {});
+  ASSERT_EQ(r.sections.size(), 1u);
+  const SectionReport& sec = r.sections[0];
+  ASSERT_EQ(sec.quality.size(), 3u);
+  const QualityRow& base = sec.quality[0];
+  EXPECT_FALSE(base.baseline);
+  EXPECT_EQ(base.seeds.seeds.size(), 4u);
+  ASSERT_EQ(base.seeds.reached, 4u);
+  // Crossing 3.0 between 5,000 and 6,000 tokens: 5,000 + 25 · seed (0.01 per seed / 0.0004 per token).
+  EXPECT_NEAR(base.seeds.tokens.mean, 5000 + 25 * 1.5, 1e-6);
+  // Seed 0 meets 3.0 exactly at the evaluation of 5,000 tokens (5 s), the others at 6,000 (6 s).
+  EXPECT_NEAR(base.seeds.seconds.mean, (5.0 + 6 + 6 + 6) / 4, 1e-9);
+  const auto by_label = [&](const std::string& l) -> const QualityRow& {
+    for (const QualityRow& q : sec.quality)
+      if (sec.points[q.point].label == l) return q;
+    throw std::runtime_error("no quality row " + l);
+  };
+  ASSERT_TRUE(by_label("recipe=fast").vs);
+  EXPECT_EQ(by_label("recipe=fast").vs->verdict, QualityVerdict::inside);
+  EXPECT_NEAR(*by_label("recipe=fast").tps_ratio, 2.0, 1e-9);
+  EXPECT_NEAR(*by_label("recipe=fast").vs->speedup_at_quality, 2.0, 1e-9);  // the same tokens in half the time
+  const QualityRow& worse = by_label("recipe=worse");
+  ASSERT_TRUE(worse.vs);
+  EXPECT_EQ(worse.vs->verdict, QualityVerdict::outside);
+  EXPECT_TRUE(worse.vs->final_worse);
+  EXPECT_NEAR(worse.vs->final_diff.mean, 0.5, 1e-9);
+
+  const std::string md = render_markdown(r);
+  EXPECT_NE(md.find("#### Quality: time to validation loss 3.00"), std::string::npos) << md;
+  EXPECT_NE(md.find("outside the band"), std::string::npos) << md;
+  EXPECT_NE(md.find("5,038 [4,986, 5,089]"), std::string::npos) << md;  // 5,037.5 ± t_3(0.975) · 32.27 / 2
+  const std::string html = render_html(r);
+  EXPECT_NE(html.find("id=\"s1-quality\""), std::string::npos);
+  EXPECT_NE(html.find("fill-opacity=\"0.18\""), std::string::npos) << "the seeds' band is shaded";
+  EXPECT_NE(render_csv(r).find("speedup_at_equal_quality"), std::string::npos);
+  const nlohmann::json j = render_json(r);
+  ASSERT_EQ(j["sections"][0]["quality"].size(), 3u);
+  EXPECT_EQ(j["sections"][0]["quality"][2]["vs_baseline"]["verdict"], "outside the band");
 }
 
 TEST_F(ReportDb, EmptyDatabaseOrUnknownSweepIsBadInput) {
