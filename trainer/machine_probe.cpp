@@ -20,6 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "common/errors.h"
 #include "common/file_io.h"
 #include "common/utc_time.h"
@@ -175,6 +178,36 @@ double gloo_oversubscription(int cores, const RingTimes& two) {
   return g[2];
 }
 
+// CPU seconds the whole machine spent busy (user, nice, system, irq,
+// softirq, steal: /proc/stat's first line) and its CPUs; {0, 0} where it
+// cannot be read.
+std::pair<double, int> machine_busy_seconds() {
+  std::ifstream in("/proc/stat");
+  std::string line, name;
+  double busy = 0;
+  int cpus = 0;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    fields >> name;
+    if (name == "cpu") {
+      double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+      fields >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+      busy = user + nice + system + irq + softirq + steal;
+    } else if (name.rfind("cpu", 0) == 0) {
+      ++cpus;
+    }
+  }
+  return {busy / static_cast<double>(sysconf(_SC_CLK_TCK)), cpus};
+}
+
+// This process's CPU seconds (every thread).
+double own_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 std::filesystem::path cache_file() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
@@ -218,7 +251,9 @@ std::string MachineProbe::describe() const {
          " GB/s; dispatch " + fmt("%.1f", dispatch_s * 1e6) + " us; Gloo loopback " +
          fmt("%.2f", link_bandwidth / 1e9) + " GB/s, " + fmt("%.0f", link_latency_s * 1e6) + " us" +
          (link_oversubscription >= 0 ? ", x(cores/ranks)^" + fmt("%.2f", link_oversubscription) + " oversubscribed"
-                                     : std::string());
+                                     : std::string()) +
+         (contended() ? " (other processes used " + fmt("%.0f", 100 * busy_others) + " % of the cores meanwhile)"
+                      : std::string());
 }
 
 nlohmann::json MachineProbe::to_json() const {
@@ -238,7 +273,8 @@ nlohmann::json MachineProbe::to_json() const {
           {"dispatch_s", dispatch_s},
           {"link_bandwidth", link_bandwidth},
           {"link_latency_s", link_latency_s},
-          {"link_oversubscription", link_oversubscription}};
+          {"link_oversubscription", link_oversubscription},
+          {"busy_others", busy_others}};
 }
 
 std::optional<MachineProbe> MachineProbe::from_json(const nlohmann::json& j) {
@@ -270,6 +306,7 @@ std::optional<MachineProbe> MachineProbe::from_json(const nlohmann::json& j) {
   // Probes before it measured the oversubscription exponent lack it (-1).
   if (double g = -1; j.contains("link_oversubscription") && (number("link_oversubscription", g) || g == 0))
     p.link_oversubscription = std::min(g, 1.0);
+  if (double b = -1; j.contains("busy_others") && (number("busy_others", b) || b == 0)) p.busy_others = std::min(b, 1.0);
   number("cores", cores);
   number("threads", threads);
   p.cores = static_cast<int>(cores);
@@ -284,6 +321,7 @@ std::optional<MachineProbe> MachineProbe::from_json(const nlohmann::json& j) {
 
 MachineProbe measure_machine() {
   const auto t0 = Clock::now();
+  const double busy0 = machine_busy_seconds().first, own0 = own_cpu_seconds();
   MachineProbe p;
   p.fingerprint = machine_fingerprint();
   p.measured_at = utc_now();
@@ -302,16 +340,22 @@ MachineProbe measure_machine() {
   std::tie(p.link_bandwidth, p.link_latency_s) = gloo_loopback(two);
   p.link_oversubscription = gloo_oversubscription(p.cores, two);
   p.seconds = since(t0);
+  const auto [busy1, cpus] = machine_busy_seconds();
+  if (cpus > 0 && p.seconds > 0)
+    p.busy_others = std::clamp((busy1 - busy0 - (own_cpu_seconds() - own0)) / (p.seconds * cpus), 0.0, 1.0);
   return p;
 }
+
+bool MachineProbe::contended() const { return busy_others > kProbeBusyLimit; }
 
 std::optional<MachineProbe> cached_machine_probe() {
   const nlohmann::json cache = read_cache();
   const auto it = cache.find(machine_fingerprint());
   if (it == cache.end()) return std::nullopt;
   auto probe = MachineProbe::from_json(*it);
-  // A cache written before the probe measured oversubscription is measured again.
-  if (probe && probe->link_oversubscription < 0) return std::nullopt;
+  // A cache written before the probe measured oversubscription, or what else
+  // ran meanwhile, is measured again.
+  if (probe && (probe->link_oversubscription < 0 || probe->busy_others < 0)) return std::nullopt;
   return probe;
 }
 
@@ -322,9 +366,18 @@ const MachineProbe& this_machine(bool refresh, bool* measured) {
   if (measured) *measured = false;
   if (!refresh && probe) return *probe;
   probe = refresh ? std::nullopt : cached_machine_probe();
-  if (probe) return *probe;
+  if (probe && !probe->contended()) return *probe;
+  const std::optional<MachineProbe> earlier = probe;
   probe = measure_machine();
   if (measured) *measured = true;
+  if (probe->contended()) {
+    // Two contended probes: the less contended one stands (and is cached).
+    if (earlier && earlier->busy_others < probe->busy_others) probe = earlier;
+    std::fprintf(stderr,
+                 "ctitan: the machine probe ran while other processes used %.0f %% of the cores, so its rates are "
+                 "low; plan on a quiet machine (`ctitan plan --probe` measures again)\n",
+                 100 * probe->busy_others);
+  }
   nlohmann::json cache = read_cache();
   cache[probe->fingerprint] = probe->to_json();
   std::error_code ec;

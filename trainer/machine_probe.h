@@ -8,6 +8,7 @@
 // - memory bandwidth: c = a + b over 64 MiB fp32 tensors (three streams);
 // - dispatch: one ATen op on a one-element tensor, what every kernel of a
 //   small model pays on a CPU;
+// - what else ran: the share of the cores other processes used meanwhile;
 // - Gloo over TCP on loopback between two ranks (threads of this process,
 //   the transport ctitan's process ranks use): an all-reduce of one float
 //   (latency) and of 4 MiB (bandwidth), in the ring law the planner charges
@@ -51,6 +52,15 @@ struct MachineProbe {
   // g in [0, 1]: with more ranks than cores a rank's collective bandwidth is
   // link_bandwidth · (cores / ranks)^g. -1: not measured (an older probe).
   double link_oversubscription = -1;
+  // The share of the machine's cores that other processes (and the
+  // hypervisor's steal) used while it measured, from /proc/stat less this
+  // process's own CPU time: a probe taken beside a build measures the
+  // build's leftovers. -1: not measured (an older probe).
+  double busy_others = -1;
+  // Other processes held more than kProbeBusyLimit of the cores: its rates
+  // are too low to plan with. this_machine() measures again rather than use
+  // such a cached probe, and says so when it has nothing better.
+  bool contended() const;
 
   // GEMM rate of the dtype a run multiplies in ("float32" or a 16-bit type).
   double gemm_flops(bool float32) const { return float32 ? gemm_fp32_flops : gemm_bf16_flops; }
@@ -66,6 +76,8 @@ struct MachineProbe {
   bool operator==(const MachineProbe&) const = default;
 };
 
+inline constexpr double kProbeBusyLimit = 0.2;
+
 // "Intel(R) Xeon(R) Processor|AVX512|amx_bf16 avx512_bf16|2 cores|torch 2.11.0".
 std::string machine_fingerprint();
 
@@ -73,9 +85,11 @@ std::string machine_fingerprint();
 MachineProbe measure_machine();
 
 // The probe of this machine: this process's, else the cache's for this
-// fingerprint, else measured and cached. `refresh` measures again and
-// replaces the cached one. `measured` (optional) says whether it was
-// measured in this call.
+// fingerprint (unless it was contended), else measured and cached.
+// `refresh` measures again and replaces the cached one. `measured`
+// (optional) says whether it was measured in this call. A contended probe
+// is still returned and cached (the next call measures again), with one
+// line on stderr.
 const MachineProbe& this_machine(bool refresh = false, bool* measured = nullptr);
 
 // The cached probe of this machine, without measuring (the trainer's env.json).

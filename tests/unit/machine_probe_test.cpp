@@ -4,7 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+#include <vector>
 
 #include <filesystem>
 #include <fstream>
@@ -53,6 +60,8 @@ TEST(MachineProbe, MeasuresEveryFigureOfThisMachineAndCachesIt) {
     EXPECT_GT(v, 0);
   EXPECT_GE(p.link_oversubscription, 0);
   EXPECT_LE(p.link_oversubscription, 1);
+  EXPECT_GE(p.busy_others, 0);
+  EXPECT_LE(p.busy_others, 1);
   EXPECT_EQ(p.fingerprint, machine_fingerprint());
   EXPECT_EQ(p.bf16_path, widen_gemm(at::empty({0}, at::kBFloat16)) ? "widened" : "native");
   EXPECT_EQ(p.measured_at.size(), 20u) << p.measured_at;
@@ -65,6 +74,10 @@ TEST(MachineProbe, MeasuresEveryFigureOfThisMachineAndCachesIt) {
   old_probe.erase("link_oversubscription");
   std::ofstream(dir / "ctitan" / "machine_probe.json") << nlohmann::json{{p.fingerprint, old_probe}}.dump();
   EXPECT_FALSE(cached_machine_probe().has_value());
+  old_probe = p.to_json();
+  old_probe.erase("busy_others");
+  std::ofstream(dir / "ctitan" / "machine_probe.json") << nlohmann::json{{p.fingerprint, old_probe}}.dump();
+  EXPECT_FALSE(cached_machine_probe().has_value()) << "nor what else ran meanwhile";
   // A damaged cache is measured again, not an error.
   std::ofstream(dir / "ctitan" / "machine_probe.json") << "{ not json";
   EXPECT_FALSE(cached_machine_probe().has_value());
@@ -73,6 +86,34 @@ TEST(MachineProbe, MeasuresEveryFigureOfThisMachineAndCachesIt) {
   else
     unsetenv("XDG_CACHE_HOME");
   std::filesystem::remove_all(dir);
+}
+
+// A probe beside busy processes says so: one busy loop per core in child
+// processes competes with its GEMMs, and /proc/stat less the probe's own
+// CPU time shows them. (Only the busy case is asserted: under ctest -j2 a
+// quiet machine is not guaranteed.)
+TEST(MachineProbe, AProbeBesideBusyProcessesSaysTheyUsedTheCores) {
+  std::vector<pid_t> children;
+  for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      volatile uint64_t x = 0;
+      for (;;) {
+        const uint64_t next = x + 1;
+        x = next;
+      }
+    }
+    children.push_back(pid);
+  }
+  const MachineProbe p = measure_machine();
+  for (pid_t pid : children) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  EXPECT_GT(p.busy_others, 0.3) << p.describe();
+  EXPECT_TRUE(p.contended());
+  EXPECT_NE(p.describe().find("other processes used"), std::string::npos) << p.describe();
 }
 
 TEST(MachineProbe, RoundTripsThroughJsonAndADatabasesTextValues) {
