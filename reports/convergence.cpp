@@ -107,15 +107,25 @@ SeedSet seed_set(const PointData& point, double alpha) {
   return seed_set(std::move(seeds), target, alpha);
 }
 
-std::optional<stats::Interval> band_at(const SeedSet& base, double train_tokens, double alpha) {
+namespace {
+// Every baseline seed's loss at `train_tokens`; nullopt outside a seed's
+// range (not every seed speaks for it) or without seeds.
+std::optional<std::vector<double>> losses_at(const SeedSet& base, double train_tokens) {
   std::vector<double> losses;
   for (const SeedCurve& c : base.seeds) {
     const auto l = loss_at(c.curve, train_tokens);
-    if (!l) return std::nullopt;  // outside a seed's range: not every seed speaks for it
+    if (!l) return std::nullopt;
     losses.push_back(*l);
   }
   if (losses.empty()) return std::nullopt;
-  return stats::prediction_interval(losses, alpha);
+  return losses;
+}
+}  // namespace
+
+std::optional<stats::Interval> band_at(const SeedSet& base, double train_tokens, double alpha) {
+  const auto losses = losses_at(base, train_tokens);
+  if (!losses) return std::nullopt;
+  return stats::prediction_interval(*losses, alpha);
 }
 
 std::string to_string(QualityVerdict v) {
@@ -145,11 +155,12 @@ QualityComparison compare_quality(const SeedSet& base, const SeedSet& cand, doub
   struct Check {
     int64_t seed;
     EvalPoint e;
+    std::vector<double> base_losses;  // the baseline seeds' at the same tokens
   };
   std::vector<Check> checks;
   for (const SeedCurve& c : cand.seeds)
     for (const EvalPoint& e : c.curve)
-      if (band_at(base, e.train_tokens, alpha)) checks.push_back({c.seed, e});
+      if (auto losses = losses_at(base, e.train_tokens)) checks.push_back({c.seed, e, std::move(*losses)});
   q.checked = checks.size();
   if (checks.empty()) {
     q.verdict = QualityVerdict::too_few;
@@ -159,7 +170,7 @@ QualityComparison compare_quality(const SeedSet& base, const SeedSet& cand, doub
   const double level_alpha = alpha / static_cast<double>(checks.size());
   q.band_level = 1 - level_alpha;
   for (const Check& c : checks) {
-    const stats::Interval b = *band_at(base, c.e.train_tokens, level_alpha);
+    const stats::Interval b = stats::prediction_interval(c.base_losses, level_alpha);
     if (!(c.e.loss >= b.lo && c.e.loss <= b.hi)) q.outside.push_back({c.seed, c.e.train_tokens, c.e.loss, b.lo, b.hi});
   }
 
@@ -337,6 +348,9 @@ nlohmann::json quality_comparison_json(const QualityComparison& q) {
           {"outside", outside},
           {"tokens_slower_p", num(q.slower_p)},
           {"tokens_faster_p", num(q.faster_p)},
+          {"tokens_to_target_difference",
+           q.tokens_diff ? nlohmann::json{{"lo", num(q.tokens_diff->lo)}, {"hi", num(q.tokens_diff->hi)}}
+                         : nlohmann::json(nullptr)},
           {"final_loss_worse", q.final_worse},
           {"final_loss_paired_difference", interval(q.final_diff)},
           {"speedup_at_equal_quality", opt(q.speedup_at_quality)}};

@@ -108,7 +108,7 @@ struct QualityComparison {
   // candidate − baseline (means over the seeds that reached).
   double slower_p = std::numeric_limits<double>::quiet_NaN();
   double faster_p = std::numeric_limits<double>::quiet_NaN();
-  std::optional<stats::Interval> tokens_diff;
+  std::optional<stats::Interval> tokens_diff;  // 95 %; JSON tokens_to_target_difference
   size_t cand_missed = 0;  // candidate seeds that never reached the target the baseline's all reached
   // Final loss: the candidate's median above the baseline's band at their
   // last shared evaluation; the paired difference (candidate − baseline,

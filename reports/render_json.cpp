@@ -99,6 +99,8 @@ nlohmann::json render_json(const Report& r) {
       nlohmann::json step = effect_json(c.effect);
       step["cumulative_tps"] = c.cumulative_tps;
       step["cumulative_mem"] = c.cumulative_mem;
+      step["quality_speedup"] = opt(c.quality_speedup);
+      step["quality"] = c.quality;
       chain.push_back(step);
     }
     nlohmann::json quality = nlohmann::json::array();
@@ -106,13 +108,8 @@ nlohmann::json render_json(const Report& r) {
       nlohmann::json row = {{"point", q.point}, {"seeds", seed_set_json(q.seeds)}};
       row["baseline"] = q.baseline ? nlohmann::json(*q.baseline) : nlohmann::json(nullptr);
       row["vs_baseline"] = q.vs ? quality_comparison_json(*q.vs) : nlohmann::json(nullptr);
-      row["tps_ratio"] = q.tps_ratio ? nlohmann::json(*q.tps_ratio) : nlohmann::json(nullptr);
+      row["tps_ratio"] = opt(q.tps_ratio);
       quality.push_back(std::move(row));
-    }
-    for (size_t i = 0; i < sec.chain.size(); ++i) {
-      chain[i]["quality_speedup"] =
-          sec.chain[i].quality_speedup ? nlohmann::json(*sec.chain[i].quality_speedup) : nlohmann::json(nullptr);
-      chain[i]["quality"] = sec.chain[i].quality;
     }
     sections.push_back({{"title", sec.title},
                         {"quality", quality},
