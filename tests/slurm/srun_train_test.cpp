@@ -11,6 +11,7 @@
 // Slurm job, and ingest puts it into the env table as Slurm wrote it.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,8 +19,10 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "harness/slurm.h"
 #include "results/results_db.h"
 #include "tests/integration/process.h"
 #include "tests/slurm/slurm_cluster.h"
@@ -160,9 +163,20 @@ TEST_F(SrunTrain, TwoTasksMatchLaunchNproc2) {
   EXPECT_EQ(env.value("slurm_job_nodelist", ""), cluster_->node());
   EXPECT_EQ(env.value("slurm_cluster_name", ""), "ctitantest");
   EXPECT_EQ(env.value("slurm_partition", ""), "debug");
-  const ProcessResult shown = cluster_->client("scontrol", {"show", "job", job});
+  // srun returns when the tasks have ended; Slurm may still be running the
+  // job's epilogue (COMPLETING) for a moment after, so wait for the final
+  // state as the sweep driver does (slurm_state_is_final), for at most 60 s.
+  ProcessResult shown;
+  std::string state;
+  for (int i = 0; i < 120; ++i) {
+    shown = cluster_->client("scontrol", {"show", "job", job});
+    const size_t at = shown.out.find("JobState=");
+    state = at == std::string::npos ? "" : shown.out.substr(at + 9, shown.out.find_first_of(" \n", at) - at - 9);
+    if (state.empty() || slurm_state_is_final(state)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
   EXPECT_NE(shown.out.find("JobId=" + job + " "), std::string::npos) << shown.out << shown.err;
-  EXPECT_NE(shown.out.find("JobState=COMPLETED"), std::string::npos) << shown.out;
+  EXPECT_EQ(state, "COMPLETED") << shown.out;
   const auto launch_env = read_json(launched / "env.json");
   EXPECT_EQ(launch_env.value("launcher", ""), "torchrun");
   EXPECT_FALSE(launch_env.contains("slurm_job_id"));
