@@ -333,9 +333,22 @@ int probe_command(const std::string& hardware, const std::string& out, bool json
   if (json)
     std::cout << p.to_json().dump(2) << "\n";
   else
-    std::cout << p.describe() << "\n  measured in " << std::fixed << std::setprecision(1) << p.seconds
-              << " s; GEMM at 512^3: bf16 " << std::setprecision(2) << p.gemm_bf16_small_flops / 1e12 << ", fp32 "
-              << p.gemm_fp32_small_flops / 1e12 << " TFLOP/s\n  machine " << p.fingerprint << "\n";
+  {
+    std::cout << p.describe() << "\n  measured in " << std::fixed << std::setprecision(1) << p.seconds << " s\n";
+    // The rates by size a plan interpolates a GEMM's rate on (by its smallest dimension).
+    std::cout << "  GEMM TFLOP/s at n^3, n =" << std::setprecision(2);
+    for (const auto& g : p.gemm_sizes) std::cout << std::setw(7) << static_cast<int>(g.n);
+    const auto row = [&](const char* what, double MachineProbe::GemmAt::*rate) {
+      std::cout << "\n    " << std::left << std::setw(22) << what << std::right;
+      for (const auto& g : p.gemm_sizes) std::cout << std::setw(7) << g.*rate / 1e12;
+    };
+    const std::string all = std::to_string(p.threads) + " thread" + (p.threads == 1 ? "" : "s");
+    row(("bf16, " + all).c_str(), &MachineProbe::GemmAt::bf16);
+    row("bf16, 1 thread", &MachineProbe::GemmAt::bf16_1t);
+    row(("fp32, " + all).c_str(), &MachineProbe::GemmAt::fp32);
+    row("fp32, 1 thread", &MachineProbe::GemmAt::fp32_1t);
+    std::cout << "\n  machine " << p.fingerprint << "\n";
+  }
   if (!out.empty()) {
     apply_probe(spec, p);
     spec.probed.clear();  // written in: the file now describes this machine wherever it is read

@@ -90,6 +90,16 @@ struct HardwareSpec {
   // (cores / ranks)^oversubscription of the link's rate: the applied probe's
   // exponent, else 1 (the ranks split the cores evenly).
   double oversubscription = 1;
+  // cpu: the applied probe's GEMM rates by size (MachineProbe::gemm_sizes):
+  // n, then FLOP/s in bf16 and fp32 on all `probe_threads` and on one.
+  // Empty: no probe, or one from before it measured sizes (the spec's
+  // gemm_half_size law applies).
+  struct ProbedGemm {
+    double n = 0, bf16 = 0, fp32 = 0, bf16_1t = 0, fp32_1t = 0;
+    bool operator==(const ProbedGemm&) const = default;
+  };
+  std::vector<ProbedGemm> probed_gemms;
+  int probe_threads = 0;
 
   Efficiency eff;
   std::string calibration;  // "uncalibrated: ..." or "calibrated from <db> (N runs, hold-out median error x %)"

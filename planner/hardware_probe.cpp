@@ -23,6 +23,12 @@ void apply_probe(HardwareSpec& s, const MachineProbe& p) {
   }
   s.dispatch_s = p.dispatch_s;
   s.oversubscription = p.link_oversubscription >= 0 ? p.link_oversubscription : 1.0;
+  // The rates by size stand in for the peaks only where the peaks are the
+  // probe's (not a value the file or a caller set).
+  s.probed_gemms.clear();
+  if (s.peak_bf16_flops == p.gemm_bf16_flops && s.peak_fp32_flops == p.gemm_fp32_flops)
+    for (const MachineProbe::GemmAt& g : p.gemm_sizes) s.probed_gemms.push_back({g.n, g.bf16, g.fp32, g.bf16_1t, g.fp32_1t});
+  s.probe_threads = p.threads;
   s.probe = p.describe();
 }
 

@@ -552,6 +552,9 @@ HardwareSpec spec_from_run(const HardwareSpec& start, const TraceSamples& traced
     d = efficiency_from_samples(samples, start_eff, rates.peak_flops, rates.bandwidth);
   }
   hw.eff = d.eff;
+  // Its GEMM efficiency is the peak's under the half-size law it fitted,
+  // not a ratio to the probe's rate by size.
+  hw.probed_gemms.clear();
   // A measured per-op cost replaces the probe's dispatch multiple.
   if (has("kernel_overhead_s")) hw.eff.dispatch = 0;
   std::vector<std::string> measured = d.measured;

@@ -90,6 +90,7 @@ Env rank_env(const PlanRequest& req, const HardwareSpec& hw, const MeshShape& sh
   env.fp8_peak_flops = rates.fp8_peak_flops;
   env.bandwidth = rates.bandwidth;
   env.overhead_mult = rates.overhead_mult;
+  env.gemm_by_size = rates.gemm_by_size;
   if (hw.kind == "cpu")
     notes.push_back("ranks share " + std::to_string(static_cast<int>(rates.cores)) + " cores: each gets 1/" +
                     std::to_string(req.world_size) + " of the GEMM rate");
@@ -294,6 +295,17 @@ void fill_step_time(TimeBreakdown& time, const StepParts& parts) {
 
 }  // namespace
 
+double gemm_rate_at(const std::vector<std::pair<double, double>>& by_size, double n) {
+  if (by_size.empty()) return 0;
+  if (n <= by_size.front().first) return by_size.front().second * n / by_size.front().first;
+  for (size_t i = 1; i < by_size.size(); ++i) {
+    const auto& [n0, r0] = by_size[i - 1];
+    const auto& [n1, r1] = by_size[i];
+    if (n <= n1) return r0 * std::pow(r1 / r0, std::log(n / n0) / std::log(n1 / n0));
+  }
+  return by_size.back().second;
+}
+
 RankRates rank_rates(const HardwareSpec& hw, const JobConfig& cfg, int64_t world_size) {
   RankRates rates;
   if (hw.kind == "cpu") {
@@ -309,6 +321,20 @@ RankRates rank_rates(const HardwareSpec& hw, const JobConfig& cfg, int64_t world
     rates.peak_flops = peak / ranks * thread_factor;
     rates.bandwidth = hw.memory_bandwidth / ranks * thread_factor;
     rates.overhead_mult = std::max(1.0, ranks / rates.cores);
+    // A rank runs cores / world threads (ctitan launch's OMP_NUM_THREADS),
+    // at least one; more ranks than cores time-share them. Its rate at a
+    // size is the probe's at that thread count: all threads' or one's, and
+    // geometrically between for a count in between.
+    const bool fp32 = uses_float32(cfg) || hw.peak_bf16_flops <= 0;
+    const double threads = std::max(1.0, std::floor(rates.cores / ranks));
+    const double all = std::max(1, hw.probe_threads), share = std::min(1.0, rates.cores / (ranks * threads));
+    for (const HardwareSpec::ProbedGemm& g : hw.probed_gemms) {
+      const double many = fp32 ? g.fp32 : g.bf16, one = fp32 ? g.fp32_1t : g.bf16_1t;
+      const double at = threads >= all || all <= 1 ? many
+                        : threads <= 1             ? one
+                                                   : one * std::pow(many / one, std::log(threads) / std::log(all));
+      rates.gemm_by_size.emplace_back(g.n, at * share * thread_factor);
+    }
   } else {
     rates.peak_flops =
         uses_float32(cfg) ? (hw.peak_fp32_flops > 0 ? hw.peak_fp32_flops : hw.peak_bf16_flops / 2) : hw.peak_bf16_flops;

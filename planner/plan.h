@@ -34,7 +34,15 @@ namespace ctitan {
 // is when ranks outnumber cores.
 struct RankRates {
   double peak_flops = 0, fp8_peak_flops = 0, bandwidth = 0, overhead_mult = 1, cores = 0;
+  // cpu with a probe that measured GEMM sizes: (n, this rank's FLOP/s for an
+  // n³ GEMM in the compute dtype), its threads and its share of the cores
+  // applied. Empty: GEMMs follow the spec's gemm_half_size law.
+  std::vector<std::pair<double, double>> gemm_by_size;
 };
+// The rate of a GEMM whose smallest dimension is `n` on a rank's probed
+// curve: log-log between the probed sizes, the largest's beyond them, and
+// falling in proportion below the smallest.
+double gemm_rate_at(const std::vector<std::pair<double, double>>& by_size, double n);
 RankRates rank_rates(const HardwareSpec& hw, const JobConfig& cfg, int64_t world_size);
 
 // Seconds one unit (a TransformerBlock, the embedding, the norm and output

@@ -13,10 +13,15 @@
 namespace ctitan::planner_detail {
 namespace {
 
+// A GEMM's seconds: at the probed rate of its smallest dimension where the
+// machine's probe measured sizes (a cpu), else at the peak times the
+// saturation x / (x + gemm_half_size) of its smallest dimension x.
 double gemm_s(const Env& env, double M, double N, double K, bool fp8) {
   const double smallest = std::min({M, N, K});
-  const double saturation = smallest / (smallest + env.hw.eff.gemm_half_size);
   const double flops = 2 * M * N * K;
+  if (!env.gemm_by_size.empty() && !(fp8 && env.fp8_peak_flops > 0))
+    return flops / (gemm_rate_at(env.gemm_by_size, smallest) * env.hw.eff.gemm);
+  const double saturation = smallest / (smallest + env.hw.eff.gemm_half_size);
   if (fp8 && env.fp8_peak_flops > 0) return flops / (env.fp8_peak_flops * env.hw.eff.fp8_gemm * saturation);
   return flops / (env.peak_flops * env.hw.eff.gemm * saturation);
 }

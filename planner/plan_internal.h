@@ -30,6 +30,9 @@ struct Env {
   double fp8_peak_flops = 0;  // 0: float8 GEMMs run at `peak_flops` (emulated)
   double bandwidth = 0;       // memory bytes/s of one rank
   double overhead_mult = 1;   // cpu: ranks beyond the cores queue for them
+  // cpu: the probe's GEMM rate by size for this rank (RankRates::gemm_by_size;
+  // empty: the spec's gemm_half_size law)
+  std::vector<std::pair<double, double>> gemm_by_size = {};
   bool float8 = false, compiled = false;
   double attn_density = 1;  // block_causal: the attention work over causal's
 };

@@ -243,11 +243,17 @@ std::string machine_fingerprint() {
 }
 
 std::string MachineProbe::describe() const {
+  // ", 256³ 0.20" where sizes were measured.
+  const auto at256 = [this](bool bf16) {
+    for (const GemmAt& g : gemm_sizes)
+      if (g.n == 256) return ", 256³ " + fmt("%.2f", (bf16 ? g.bf16 : g.fp32) / 1e12);
+    return std::string();
+  };
   std::string date = measured_at;
   if (date.size() >= 16) date = date.substr(0, 10) + " " + date.substr(11, 5) + " UTC";
   return "machine probe of " + date + " (" + cpu_model + ", " + isa + ", " + std::to_string(cores) +
-         " cores): GEMM bf16 " + fmt("%.2f", gemm_bf16_flops / 1e12) + " TFLOP/s (" + bf16_path + "), fp32 " +
-         fmt("%.2f", gemm_fp32_flops / 1e12) + " TFLOP/s; memory " + fmt("%.1f", memory_bandwidth / 1e9) +
+         " cores): GEMM bf16 " + fmt("%.2f", gemm_bf16_flops / 1e12) + " TFLOP/s (" + bf16_path + at256(true) +
+         "), fp32 " + fmt("%.2f", gemm_fp32_flops / 1e12) + " TFLOP/s" + (gemm_sizes.empty() ? "" : " (" + at256(false).substr(2) + ")") + "; memory " + fmt("%.1f", memory_bandwidth / 1e9) +
          " GB/s; dispatch " + fmt("%.1f", dispatch_s * 1e6) + " us; Gloo loopback " +
          fmt("%.2f", link_bandwidth / 1e9) + " GB/s, " + fmt("%.0f", link_latency_s * 1e6) + " us" +
          (link_oversubscription >= 0 ? ", x(cores/ranks)^" + fmt("%.2f", link_oversubscription) + " oversubscribed"
@@ -257,7 +263,7 @@ std::string MachineProbe::describe() const {
 }
 
 nlohmann::json MachineProbe::to_json() const {
-  return {{"fingerprint", fingerprint},
+  nlohmann::json j = {{"fingerprint", fingerprint},
           {"measured_at", measured_at},
           {"seconds", seconds},
           {"cpu_model", cpu_model},
@@ -275,6 +281,16 @@ nlohmann::json MachineProbe::to_json() const {
           {"link_latency_s", link_latency_s},
           {"link_oversubscription", link_oversubscription},
           {"busy_others", busy_others}};
+  // Flat keys ("gemm_bf16_256_flops", "gemm_bf16_256_1t_flops"): a results
+  // database stores env.json's keys flattened, one value each.
+  for (const GemmAt& g : gemm_sizes) {
+    const std::string n = std::to_string(static_cast<int>(g.n));
+    j["gemm_bf16_" + n + "_flops"] = g.bf16;
+    j["gemm_fp32_" + n + "_flops"] = g.fp32;
+    j["gemm_bf16_" + n + "_1t_flops"] = g.bf16_1t;
+    j["gemm_fp32_" + n + "_1t_flops"] = g.fp32_1t;
+  }
+  return j;
 }
 
 std::optional<MachineProbe> MachineProbe::from_json(const nlohmann::json& j) {
@@ -303,6 +319,17 @@ std::optional<MachineProbe> MachineProbe::from_json(const nlohmann::json& j) {
   number("gemm_fp32_small_flops", p.gemm_fp32_small_flops);
   number("gemm_bf16_small_flops", p.gemm_bf16_small_flops);
   number("seconds", p.seconds);
+  for (const int n : kGemmProbeSizes) {
+    MachineProbe::GemmAt g;
+    g.n = n;
+    const std::string k = "gemm_%_" + std::to_string(n) + "_flops", k1 = "gemm_%_" + std::to_string(n) + "_1t_flops";
+    const auto key = [](std::string pattern, const char* dtype) { return pattern.replace(pattern.find('%'), 1, dtype); };
+    if (number(key(k, "bf16").c_str(), g.bf16) && number(key(k, "fp32").c_str(), g.fp32) &&
+        number(key(k1, "bf16").c_str(), g.bf16_1t) && number(key(k1, "fp32").c_str(), g.fp32_1t))
+      p.gemm_sizes.push_back(g);
+  }
+  // A partial set of sizes (a hand-edited cache) is no curve.
+  if (p.gemm_sizes.size() != std::size(kGemmProbeSizes)) p.gemm_sizes.clear();
   // Probes before it measured the oversubscription exponent lack it (-1).
   if (double g = -1; j.contains("link_oversubscription") && (number("link_oversubscription", g) || g == 0))
     p.link_oversubscription = std::min(g, 1.0);
@@ -332,8 +359,23 @@ MachineProbe measure_machine() {
   p.threads = at::get_num_threads();
   p.gemm_fp32_flops = gemm_rate(at::kFloat, 2048, 0.3);
   p.gemm_bf16_flops = gemm_rate(at::kBFloat16, 2048, 0.3);
-  p.gemm_fp32_small_flops = gemm_rate(at::kFloat, 512, 0.1);
-  p.gemm_bf16_small_flops = gemm_rate(at::kBFloat16, 512, 0.1);
+  const int threads = at::get_num_threads();
+  for (const int n : kGemmProbeSizes) {
+    MachineProbe::GemmAt g;
+    g.n = n;
+    const bool peak = n == 2048;  // measured above
+    g.fp32 = peak ? p.gemm_fp32_flops : gemm_rate(at::kFloat, n, 0.05);
+    g.bf16 = peak ? p.gemm_bf16_flops : gemm_rate(at::kBFloat16, n, 0.05);
+    at::set_num_threads(1);
+    g.fp32_1t = threads == 1 ? g.fp32 : gemm_rate(at::kFloat, n, 0.05);
+    g.bf16_1t = threads == 1 ? g.bf16 : gemm_rate(at::kBFloat16, n, 0.05);
+    at::set_num_threads(threads);
+    if (n == 512) {
+      p.gemm_fp32_small_flops = g.fp32;
+      p.gemm_bf16_small_flops = g.bf16;
+    }
+    p.gemm_sizes.push_back(g);
+  }
   p.memory_bandwidth = memory_bandwidth();
   p.dispatch_s = dispatch_seconds();
   const RingTimes two = gloo_ring(2, 9);
@@ -353,9 +395,10 @@ std::optional<MachineProbe> cached_machine_probe() {
   const auto it = cache.find(machine_fingerprint());
   if (it == cache.end()) return std::nullopt;
   auto probe = MachineProbe::from_json(*it);
-  // A cache written before the probe measured oversubscription, or what else
-  // ran meanwhile, is measured again.
-  if (probe && (probe->link_oversubscription < 0 || probe->busy_others < 0)) return std::nullopt;
+  // A cache written before the probe measured oversubscription, what else
+  // ran meanwhile or the GEMM rate by size is measured again.
+  if (probe && (probe->link_oversubscription < 0 || probe->busy_others < 0 || probe->gemm_sizes.empty()))
+    return std::nullopt;
   return probe;
 }
 

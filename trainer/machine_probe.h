@@ -4,7 +4,8 @@
 // What it measures, each in well under a second:
 // - the GEMM rate of the paths ctitan's linears take (trainer/model/gemm.h):
 //   fp32, and bf16 as ctitan multiplies it here (natively with AVX-512/AMX,
-//   widened to fp32 without), at 512³ and 2048³, on all threads;
+//   widened to fp32 without), at n³ for n from 64 to 2048, on all threads
+//   and on one (a rank of a world as large as the cores has one);
 // - memory bandwidth: c = a + b over 64 MiB fp32 tensors (three streams);
 // - dispatch: one ATen op on a one-element tensor, what every kernel of a
 //   small model pays on a CPU;
@@ -29,6 +30,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ctitan {
 
@@ -45,6 +47,16 @@ struct MachineProbe {
   double gemm_bf16_flops = 0;        // 2048³ on ctitan's bf16 path
   double gemm_fp32_small_flops = 0;  // 512³
   double gemm_bf16_small_flops = 0;  // 512³
+  // The GEMM rate at n³ for n in kGemmProbeSizes, per dtype, on all
+  // `threads` and on one: a small model's GEMMs (256 tokens × 256 features)
+  // run at the rate of their size, which is 19 % of the 2048³ rate on one
+  // CPU (AMX) and all of it on another (AVX-512 without AMX). Empty: a probe
+  // from before it measured sizes.
+  struct GemmAt {
+    double n = 0, bf16 = 0, fp32 = 0, bf16_1t = 0, fp32_1t = 0;
+    bool operator==(const GemmAt&) const = default;
+  };
+  std::vector<GemmAt> gemm_sizes = {};
   double memory_bandwidth = 0;       // bytes/s
   double dispatch_s = 0;             // per ATen op
   double link_bandwidth = 0;         // bytes/s, Gloo loopback, one direction per rank
@@ -77,6 +89,8 @@ struct MachineProbe {
 };
 
 inline constexpr double kProbeBusyLimit = 0.2;
+// The sizes n of the n³ GEMMs whose rates the probe measures (MachineProbe::gemm_sizes).
+inline constexpr int kGemmProbeSizes[] = {64, 128, 256, 512, 1024, 2048};
 
 // "Intel(R) Xeon(R) Processor|AVX512|amx_bf16 avx512_bf16|2 cores|torch 2.11.0".
 std::string machine_fingerprint();
