@@ -76,11 +76,29 @@ double gemm_rate(at::ScalarType dtype, int64_t n, double seconds) {
   return best_rate(2.0 * n * n * n, seconds, [&] { (void)gemm_mm(a, b); });
 }
 
+// Median rate of `op` over at least 7 calls and about `seconds`: what a run
+// meets, where the best call of a few varies by a third between probes.
+template <typename Op>
+double median_rate(double work, double seconds, Op op) {
+  op();  // warm-up
+  std::vector<double> rates;
+  double total = 0;
+  for (int i = 0; i < 7 || total < seconds; ++i) {
+    const auto t0 = Clock::now();
+    op();
+    const double dt = since(t0);
+    total += dt;
+    rates.push_back(work / dt);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
 double memory_bandwidth() {
   constexpr int64_t n = 16 << 20;  // 64 MiB of fp32 per tensor: far beyond any cache
   const at::Tensor a = at::rand({n}), b = at::rand({n});
   at::Tensor c = at::empty({n});
-  return best_rate(3.0 * 4 * n, 0.25, [&] { at::add_out(c, a, b); });
+  return median_rate(3.0 * 4 * n, 0.25, [&] { at::add_out(c, a, b); });
 }
 
 double dispatch_seconds() {
@@ -96,7 +114,7 @@ double dispatch_seconds() {
 }
 
 // Gloo's ring all-reduce among `n` thread ranks on loopback: one float's
-// (mean of 100) and 4 MiB's (best and median of `reps`).
+// (median of 100) and 16 MiB's (best and median of `reps`).
 struct RingTimes {
   double small_s = 0, big_best_s = 0, big_median_s = 0;
   static constexpr double kBigBytes = 16.0 * (1 << 20);
@@ -117,13 +135,20 @@ RingTimes gloo_ring(int n, int reps) {
       at::Tensor one = at::ones({1}), big = at::ones({static_cast<int64_t>(RingTimes::kBigBytes / 4)});
       comm->all_reduce(one)->wait();
       comm->all_reduce(big)->wait();
+      // Each small all-reduce timed alone, the median kept: their mean
+      // moved 56-205 us between probes as the two cores were scheduled.
       constexpr int kSmall = 100;
-      auto t0 = Clock::now();
-      for (int i = 0; i < kSmall; ++i) comm->all_reduce(one)->wait();
-      const double s = since(t0) / kSmall;
+      std::vector<double> small;
+      for (int i = 0; i < kSmall; ++i) {
+        const auto t = Clock::now();
+        comm->all_reduce(one)->wait();
+        small.push_back(since(t));
+      }
+      std::sort(small.begin(), small.end());
+      const double s = small[small.size() / 2];
       std::vector<double> b;
       for (int i = 0; i < reps; ++i) {
-        t0 = Clock::now();
+        const auto t0 = Clock::now();
         comm->all_reduce(big)->wait();
         b.push_back(since(t0));
       }
@@ -154,7 +179,8 @@ double ring_seconds_per_byte(const RingTimes& t, int n) {
 // ring law the planner charges (two ranks: t = bytes / bandwidth + 2 · latency).
 std::pair<double, double> gloo_loopback(const RingTimes& two) {
   const double latency = two.small_s / 2;
-  const double bandwidth = RingTimes::kBigBytes / std::max(two.big_best_s - two.small_s, 1e-9);
+  // The median 16 MiB ring: the best of nine moved 1.3-2.0 GB/s between probes.
+  const double bandwidth = RingTimes::kBigBytes / std::max(two.big_median_s - two.small_s, 1e-9);
   return {bandwidth, latency};
 }
 
@@ -263,7 +289,8 @@ std::string MachineProbe::describe() const {
 }
 
 nlohmann::json MachineProbe::to_json() const {
-  nlohmann::json j = {{"fingerprint", fingerprint},
+  nlohmann::json j = {{"version", version},
+                      {"fingerprint", fingerprint},
           {"measured_at", measured_at},
           {"seconds", seconds},
           {"cpu_model", cpu_model},
@@ -319,6 +346,7 @@ std::optional<MachineProbe> MachineProbe::from_json(const nlohmann::json& j) {
   number("gemm_fp32_small_flops", p.gemm_fp32_small_flops);
   number("gemm_bf16_small_flops", p.gemm_bf16_small_flops);
   number("seconds", p.seconds);
+  if (double v = 0; number("version", v)) p.version = static_cast<int>(v);
   for (const int n : kGemmProbeSizes) {
     MachineProbe::GemmAt g;
     g.n = n;
@@ -350,6 +378,7 @@ MachineProbe measure_machine() {
   const auto t0 = Clock::now();
   const double busy0 = machine_busy_seconds().first, own0 = own_cpu_seconds();
   MachineProbe p;
+  p.version = kProbeVersion;
   p.fingerprint = machine_fingerprint();
   p.measured_at = utc_now();
   p.cpu_model = cpu_model();
@@ -378,7 +407,7 @@ MachineProbe measure_machine() {
   }
   p.memory_bandwidth = memory_bandwidth();
   p.dispatch_s = dispatch_seconds();
-  const RingTimes two = gloo_ring(2, 9);
+  const RingTimes two = gloo_ring(2, 15);
   std::tie(p.link_bandwidth, p.link_latency_s) = gloo_loopback(two);
   p.link_oversubscription = gloo_oversubscription(p.cores, two);
   p.seconds = since(t0);
@@ -396,8 +425,10 @@ std::optional<MachineProbe> cached_machine_probe() {
   if (it == cache.end()) return std::nullopt;
   auto probe = MachineProbe::from_json(*it);
   // A cache written before the probe measured oversubscription, what else
-  // ran meanwhile or the GEMM rate by size is measured again.
-  if (probe && (probe->link_oversubscription < 0 || probe->busy_others < 0 || probe->gemm_sizes.empty()))
+  // ran meanwhile, or by an older version (GEMM rates by size, medians) is
+  // measured again.
+  if (probe && (probe->link_oversubscription < 0 || probe->busy_others < 0 || probe->gemm_sizes.empty() ||
+                probe->version < kProbeVersion))
     return std::nullopt;
   return probe;
 }

@@ -6,13 +6,15 @@
 //   fp32, and bf16 as ctitan multiplies it here (natively with AVX-512/AMX,
 //   widened to fp32 without), at n³ for n from 64 to 2048, on all threads
 //   and on one (a rank of a world as large as the cores has one);
-// - memory bandwidth: c = a + b over 64 MiB fp32 tensors (three streams);
+// - memory bandwidth: c = a + b over 64 MiB fp32 tensors (three streams),
+//   the median call;
 // - dispatch: one ATen op on a one-element tensor, what every kernel of a
 //   small model pays on a CPU;
 // - what else ran: the share of the cores other processes used meanwhile;
 // - Gloo over TCP on loopback between two ranks (threads of this process,
 //   the transport ctitan's process ranks use): an all-reduce of one float
-//   (latency) and of 4 MiB (bandwidth), in the ring law the planner charges
+//   (latency, the median of 100) and of 16 MiB (bandwidth, the median of 15),
+//   in the ring law the planner charges
 //   (t = bytes / bandwidth + 2 · latency for two ranks); and the same ring
 //   with as many thread ranks as cores and with twice as many, whose ratio
 //   says how a rank's collective bandwidth falls once ranks outnumber the
@@ -35,6 +37,7 @@
 namespace ctitan {
 
 struct MachineProbe {
+  int version = 0;           // kProbeVersion when measured; 0: a probe before versions
   std::string fingerprint;   // machine_fingerprint() where it was measured
   std::string measured_at;   // ISO 8601 UTC, "2026-11-29T21:50:00Z"
   double seconds = 0;        // how long measuring took
@@ -89,6 +92,9 @@ struct MachineProbe {
 };
 
 inline constexpr double kProbeBusyLimit = 0.2;
+// What the probe measures and how: a cached probe of an older version is
+// measured again. 1: GEMM rates by size; medians of the link and memory.
+inline constexpr int kProbeVersion = 1;
 // The sizes n of the n³ GEMMs whose rates the probe measures (MachineProbe::gemm_sizes).
 inline constexpr int kGemmProbeSizes[] = {64, 128, 256, 512, 1024, 2048};
 

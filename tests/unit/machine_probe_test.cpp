@@ -26,7 +26,8 @@ namespace ctitan {
 namespace {
 
 MachineProbe made_up_probe() {
-  return {.fingerprint = "test cpu|AVX512|avx512_bf16|2 cores|torch x",
+  return {.version = kProbeVersion,
+          .fingerprint = "test cpu|AVX512|avx512_bf16|2 cores|torch x",
           .measured_at = "2026-11-29T21:50:07Z",
           .seconds = 1.5,
           .cpu_model = "test cpu",
@@ -114,6 +115,11 @@ TEST(MachineProbe, MeasuresEveryFigureOfThisMachineAndCachesIt) {
   old_probe.erase("gemm_bf16_256_1t_flops");
   std::ofstream(dir / "ctitan" / "machine_probe.json") << nlohmann::json{{p.fingerprint, old_probe}}.dump();
   EXPECT_FALSE(cached_machine_probe().has_value()) << "nor the GEMM rates by size";
+  old_probe = p.to_json();
+  old_probe.erase("version");
+  std::ofstream(dir / "ctitan" / "machine_probe.json") << nlohmann::json{{p.fingerprint, old_probe}}.dump();
+  EXPECT_FALSE(cached_machine_probe().has_value()) << "nor a probe of an older version";
+  EXPECT_EQ(p.version, kProbeVersion);
   // A damaged cache is measured again, not an error.
   std::ofstream(dir / "ctitan" / "machine_probe.json") << "{ not json";
   EXPECT_FALSE(cached_machine_probe().has_value());
