@@ -83,7 +83,8 @@ TEST(PlanCli, BadInputIsOneLineExit2) {
 
 // The CPU spec's calibration, redone from the committed sweep database
 // (recipes/sweeps/calibrate_cpu.toml, 47 runs measured on a 2-core Intel
-// Xeon with AMX, each with its machine probe): 3-fold, so every run is
+// Xeon with AVX-512 bf16 and no AMX, each with its machine probe and its
+// GEMM rates by size): 3-fold, so every run is
 // predicted by a fit that did not see it, within 15 % (median) in step time
 // and 10 % in peak memory. (A single every-third split of 15 runs measured
 // 6 % on one sweep of this machine and 16.6 % on the next: the split, not
