@@ -49,6 +49,15 @@
 //   [calibration]
 //   source = "uncalibrated: maker's figures with default efficiencies"
 //
+//   [gemm_by_size]                    # optional, cpu with its peaks written in (`ctitan plan
+//                                     #   --probe --out`): the probe's GEMM rate at n³
+//   n = [64, 128, 256, 512, 1024, 2048]   # increasing
+//   threads = 2                       # the threads the first rows ran on
+//   bf16_flops = [...]                # one per n, FLOP/s, on `threads`
+//   bf16_1t_flops = [...]             # on one thread
+//   fp32_flops = [...]
+//   fp32_1t_flops = [...]
+//
 // hardware_toml writes the first spelling of each quantity, or the SI one
 // where the scaled value would not read back bit for bit.
 #include "planner/hardware.h"
@@ -280,6 +289,35 @@ class TableReader {
     return unit->to_si(v);
   }
 
+  // An array of numbers, each in `range` (SI after `scale`), `size` of them (0: any, at least one).
+  std::vector<double> numbers(const char* key, const SpecRange& range, double scale, size_t size,
+                              const char* meaning) {
+    const toml::node* n = take(key, true, meaning);
+    const toml::array* a = n->as_array();
+    const std::string want = size ? cat("an array of ", std::to_string(size), " numbers") : std::string("an array of numbers");
+    if (!a || a->empty() || (size && a->size() != size))
+      r_.fail(n->source(), cat("'", dotted(key), "' must be ", want, " (", meaning, "), got ", shown(*n)));
+    std::vector<double> out;
+    for (const toml::node& e : *a) {
+      double v = std::numeric_limits<double>::quiet_NaN();
+      if (auto i = e.as_integer()) v = static_cast<double>(i->get());
+      if (auto d = e.as_floating_point()) v = d->get();
+      if (!range.contains(v * scale))
+        r_.fail(e.source(), cat("'", dotted(key), "' holds ", shown(e), "; each must be ", range_text(range, scale),
+                                " (", meaning, ")"));
+      out.push_back(v * scale);
+    }
+    return out;
+  }
+  // A table that may be left out (nullptr then).
+  const toml::table* optional_table(const char* key) {
+    const toml::node* n = take(key, false, "");
+    if (!n) return nullptr;
+    auto t = n->as_table();
+    if (!t) r_.fail(n->source(), cat("'", dotted(key), "' must be a table: write [", dotted(key), "]"));
+    return t;
+  }
+
   const toml::table& table(const char* key, const char* meaning) {
     const toml::node* n = take(key, true, meaning);
     auto t = n->as_table();
@@ -476,7 +514,8 @@ HardwareSpec parse_hardware(const std::string& toml_text, const std::string& whe
                       .add("intra_node")
                       .add("inter_node")
                       .add("efficiency")
-                      .add("calibration"));
+                      .add("calibration")
+                      .add("gemm_by_size"));
   HardwareSpec s;
   s.path = where;
   s.name = top.string("name", false, fs::path(where).stem().string());
@@ -510,6 +549,24 @@ HardwareSpec parse_hardware(const std::string& toml_text, const std::string& whe
                                     "the mean of log(measured / predicted tokens/s) over the held-out runs");
       s.tps_error.sd = cal.number("tps_log_error_sd", SpecRange{0, 5}, "their standard deviation");
     }
+  }
+
+  if (const toml::table* g = top.optional_table("gemm_by_size")) {
+    if (!cpu)
+      r.fail(root.get("gemm_by_size")->source(),
+             "[gemm_by_size] is a cpu spec's probed GEMM rates; a gpu spec has its peaks and gemm_half_size");
+    TableReader t(r, *g, "gemm_by_size",
+                  Keys().add("n").add("threads").add("bf16_flops").add("bf16_1t_flops").add("fp32_flops").add(
+                      "fp32_1t_flops"));
+    const std::vector<double> n = t.numbers("n", SpecRange{1, 1 << 20}, 1, 0, "GEMM sizes, increasing");
+    if (!std::is_sorted(n.begin(), n.end(), std::less_equal<double>()))
+      r.fail(g->get("n")->source(), "'gemm_by_size.n' must increase (each size once)");
+    s.probe_threads = static_cast<int>(t.integer("threads", 1, 1 << 20, true, 0));
+    const SpecRange rate = spec_range("peak_flops", false);
+    const auto rates = [&](const char* key) { return t.numbers(key, rate, 1, n.size(), "FLOP/s, one per size"); };
+    const std::vector<double> bf16 = rates("bf16_flops"), bf16_1t = rates("bf16_1t_flops"),
+                              fp32 = rates("fp32_flops"), fp32_1t = rates("fp32_1t_flops");
+    for (size_t i = 0; i < n.size(); ++i) s.probed_gemms.push_back({n[i], bf16[i], fp32[i], bf16_1t[i], fp32_1t[i]});
   }
 
   if (cpu && s.memory_bytes == 0) {
@@ -605,6 +662,24 @@ std::string hardware_toml(const HardwareSpec& s) {
     out += cat("tps_log_error_n = ", std::to_string(s.tps_error.n), "\n");
     out += cat("tps_log_error_mean = ", number_text(s.tps_error.mean), "\n");
     out += cat("tps_log_error_sd = ", number_text(s.tps_error.sd), "\n");
+  }
+  // The GEMM rates by size where the peaks are written in (a probe's are
+  // the machine's that reads the file, as its peaks are).
+  const bool peaks_probed = figure("peak_bf16_flops", 1) == 0 || figure("peak_fp32_flops", 1) == 0;
+  if (!s.probed_gemms.empty() && !peaks_probed) {
+    const auto row = [&](const char* key, double HardwareSpec::ProbedGemm::*v) {
+      std::string line = cat(key, " = [");
+      for (size_t i = 0; i < s.probed_gemms.size(); ++i)
+        line += cat(i ? ", " : "", number_text(s.probed_gemms[i].*v));
+      return line + "]\n";
+    };
+    out += "\n[gemm_by_size]\n";
+    out += row("n", &HardwareSpec::ProbedGemm::n);
+    out += cat("threads = ", std::to_string(s.probe_threads), "\n");
+    out += row("bf16_flops", &HardwareSpec::ProbedGemm::bf16);
+    out += row("bf16_1t_flops", &HardwareSpec::ProbedGemm::bf16_1t);
+    out += row("fp32_flops", &HardwareSpec::ProbedGemm::fp32);
+    out += row("fp32_1t_flops", &HardwareSpec::ProbedGemm::fp32_1t);
   }
   return out;
 }

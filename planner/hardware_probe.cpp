@@ -3,6 +3,8 @@
 // LibTorch or the trainer.
 #include "planner/hardware.h"
 
+#include <algorithm>
+
 namespace ctitan {
 
 void apply_probe(HardwareSpec& s, const MachineProbe& p) {
@@ -24,11 +26,16 @@ void apply_probe(HardwareSpec& s, const MachineProbe& p) {
   s.dispatch_s = p.dispatch_s;
   s.oversubscription = p.link_oversubscription >= 0 ? p.link_oversubscription : 1.0;
   // The rates by size stand in for the peaks only where the peaks are the
-  // probe's (not a value the file or a caller set).
-  s.probed_gemms.clear();
-  if (s.peak_bf16_flops == p.gemm_bf16_flops && s.peak_fp32_flops == p.gemm_fp32_flops)
-    for (const MachineProbe::GemmAt& g : p.gemm_sizes) s.probed_gemms.push_back({g.n, g.bf16, g.fp32, g.bf16_1t, g.fp32_1t});
-  s.probe_threads = p.threads;
+  // probe's: not a value a caller set since (a test's fixed peak), and a
+  // file that wrote its peaks in keeps its own [gemm_by_size].
+  const auto probed = [&s](const char* key) { return std::find(s.probed.begin(), s.probed.end(), key) != s.probed.end(); };
+  if (probed("peak_bf16_flops") && probed("peak_fp32_flops")) {
+    s.probed_gemms.clear();
+    if (s.peak_bf16_flops == p.gemm_bf16_flops && s.peak_fp32_flops == p.gemm_fp32_flops) {
+      for (const MachineProbe::GemmAt& g : p.gemm_sizes) s.probed_gemms.push_back({g.n, g.bf16, g.fp32, g.bf16_1t, g.fp32_1t});
+      s.probe_threads = p.threads;
+    }
+  }
   s.probe = p.describe();
 }
 

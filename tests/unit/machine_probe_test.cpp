@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/errors.h"
 #include "planner/hardware.h"
 #include "planner/plan.h"
 #include "trainer/machine_probe.h"
@@ -245,6 +246,49 @@ TEST(MachineProbe, AModelsGemmsRunAtTheProbedRateOfTheirSize) {
   q.world_size = 1;
   EXPECT_TRUE(resolved_for_plan(fixed, &*q.machine).probed_gemms.empty());
   EXPECT_TRUE(resolved_for_plan(cpu, &*q.machine).probed_gemms.size() == std::size(kGemmProbeSizes));
+}
+
+// `ctitan plan --probe --out`: the probe's figures written in, its GEMM
+// rates by size as [gemm_by_size], read back the same; planning with
+// another machine's probe keeps the file's rates, and bad tables are one
+// line naming the file, line and key.
+TEST(MachineProbe, AWrittenSpecKeepsTheGemmRatesBySize) {
+  const MachineProbe p = with_sizes(made_up_probe());
+  HardwareSpec s = load_hardware("cpu");
+  apply_probe(s, p);
+  ASSERT_EQ(s.probed_gemms.size(), std::size(kGemmProbeSizes));
+  EXPECT_EQ(hardware_toml(s).find("[gemm_by_size]"), std::string::npos) << "a probe's rates are not the file's";
+  s.probed.clear();  // as plan --probe --out: the figures are written in
+  const std::string text = hardware_toml(s);
+  ASSERT_NE(text.find("\n[gemm_by_size]\nn = [64, 128, 256, 512, 1024, 2048]\nthreads = 2\n"), std::string::npos)
+      << text;
+  const HardwareSpec back = parse_hardware(text, "mine.toml");
+  EXPECT_EQ(back.probed_gemms, s.probed_gemms);
+  EXPECT_EQ(back.probe_threads, 2);
+  MachineProbe other = with_sizes(made_up_probe());
+  for (auto& g : other.gemm_sizes) g.bf16 *= 3;
+  EXPECT_EQ(resolved_for_plan(back, &other).probed_gemms, s.probed_gemms);
+  const auto error_of = [](const std::string& t) {
+    try {
+      parse_hardware(t, "mine.toml");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return error_of(t);
+  };
+  EXPECT_NE(with("n = [64, 128,", "n = [128, 64,").find("'gemm_by_size.n' must increase"), std::string::npos);
+  EXPECT_NE(with("bf16_flops = [", "bf16_flops = [1e11, ").find("'gemm_by_size.bf16_flops' must be an array of 6 numbers"),
+            std::string::npos);
+  EXPECT_NE(with("fp32_1t_flops = [", "fp32_1t_flops = [-1, ").find("mine.toml:"), std::string::npos);
+  EXPECT_NE(with("threads = 2", "threads = 2\nthread = 2").find("unknown key 'gemm_by_size.thread'"), std::string::npos);
+  std::string gpu = hardware_toml(load_hardware("h100_sxm")) + text.substr(text.find("\n[gemm_by_size]"));
+  EXPECT_NE(error_of(gpu).find("a cpu spec's probed GEMM rates"), std::string::npos) << error_of(gpu);
+  EXPECT_EQ(error_of(gpu).find('\n'), std::string::npos);
 }
 
 TEST(MachineProbe, ACpuSpecsZerosAreTheProbesFiguresAndStayZerosInItsFile) {
