@@ -18,6 +18,7 @@
 #include "planner/calibrate.h"
 #include "planner/op_costs.h"
 #include "planner/plan.h"
+#include "profiling/gpu_probe.h"
 #include "trainer/distributed/mesh.h"
 #include "trainer/machine_probe.h"
 #include "trainer/config/config_loader.h"
@@ -325,9 +326,42 @@ int64_t plan_world_size(int ngpu, int nodes, int per_node, const HardwareSpec& h
 // with --out the spec with the probe's figures written in.
 int probe_command(const std::string& hardware, const std::string& out, bool json) {
   HardwareSpec spec = load_hardware(hardware.empty() ? "cpu" : hardware);
-  if (spec.kind != "cpu")
-    throw InputError("ctitan plan --probe measures this machine's CPU for a kind = \"cpu\" spec; " + spec.name +
-                     " is a GPU spec (its figures are the maker's: edit the file, or calibrate it)");
+  if (spec.kind != "cpu") {
+    // A GPU spec: its peaks stay the maker's; the node's GEMMs and copy set
+    // its gemm, gemm_half_size and memory efficiencies.
+    require_cuda_device();
+    std::cerr << "probing this node's GPU 0 (a few seconds) ..." << std::endl;
+    const GpuProbe p = measure_gpu();
+    const Efficiency before = spec.eff;
+    apply_gpu_probe(spec, p);
+    if (json) {
+      nlohmann::json rates = nlohmann::json::array();
+      for (const auto& [n, r] : p.gemm_bf16) rates.push_back({{"n", n}, {"flops", r}});
+      std::cout << nlohmann::json{{"device", p.device_name},
+                                  {"measured_at", p.measured_at},
+                                  {"devices", p.devices},
+                                  {"seconds", p.seconds},
+                                  {"gemm_bf16", rates},
+                                  {"gemm_fp32_flops", p.gemm_fp32},
+                                  {"hbm_bandwidth", p.hbm_bandwidth},
+                                  {"efficiency", {{"gemm", spec.eff.gemm},
+                                                  {"gemm_half_size", spec.eff.gemm_half_size},
+                                                  {"memory", spec.eff.memory}}}}
+                       .dump(2)
+                << "\n";
+    } else {
+      std::cout << p.describe() << "\n  measured in " << std::fixed << std::setprecision(1) << p.seconds << " s\n"
+                << std::setprecision(3) << "  " << spec.name << ": gemm " << before.gemm << " -> " << spec.eff.gemm
+                << ", gemm_half_size " << std::setprecision(0) << before.gemm_half_size << " -> "
+                << spec.eff.gemm_half_size << std::setprecision(3) << ", memory " << before.memory << " -> "
+                << spec.eff.memory << " (peaks, links and the other efficiencies stay the spec's; NCCL is not measured)\n";
+    }
+    if (!out.empty()) {
+      save_hardware(spec, out);
+      if (!json) std::cout << "wrote " << out << "\n";
+    }
+    return 0;
+  }
   std::cerr << "probing this machine (a few seconds) ..." << std::endl;
   const MachineProbe& p = this_machine(/*refresh=*/true);
   if (json)

@@ -125,6 +125,20 @@ void apply_probe(HardwareSpec& spec, const MachineProbe& probe);
 // a cpu with Efficiency::dispatch, its per-kernel cost from the dispatch.
 HardwareSpec resolved_for_plan(const HardwareSpec& spec, const MachineProbe* probe = nullptr);
 
+// The law `rate = a · x / (x + half)` fitted to GEMM rates by size
+// ((x, FLOP/s) pairs, at least two): the half size on a log grid from 1
+// to 65,536, `a` in closed form for each (least squares on the relative
+// error). Returns {a, half}.
+std::pair<double, double> fit_gemm_saturation(const std::vector<std::pair<double, double>>& rates);
+
+// A GPU spec's efficiencies from a probe of its node (profiling/gpu_probe.h):
+// `gemm` and `gemm_half_size` from the bf16 rates by size over the bf16
+// peak, `memory` from the copy's bandwidth over the spec's, each in its
+// range (a node above its datasheet gets 1); the peaks, links and every
+// other efficiency stay the spec's. Its source and calibration say so.
+struct GpuProbe;
+void apply_gpu_probe(HardwareSpec& spec, const GpuProbe& probe);
+
 // The folder of hardware specs: $CTITAN_HARDWARE_DIR, else the source
 // tree's recipes/hardware.
 // The range a spec value may take, in SI units (bytes, seconds, FLOP/s,

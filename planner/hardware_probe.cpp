@@ -3,7 +3,11 @@
 // LibTorch or the trainer.
 #include "planner/hardware.h"
 
+#include "profiling/gpu_probe.h"
+
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 namespace ctitan {
 
@@ -37,6 +41,40 @@ void apply_probe(HardwareSpec& s, const MachineProbe& p) {
     }
   }
   s.probe = p.describe();
+}
+
+std::pair<double, double> fit_gemm_saturation(const std::vector<std::pair<double, double>>& rates) {
+  double best_err = INFINITY, best_a = 0, best_h = 0;
+  for (double h = 1; h <= 65536; h *= 1.01) {
+    // rate_i ≈ a · u_i with u_i = x / (x + h): minimise Σ (a u_i / r_i − 1)².
+    double num = 0, den = 0;
+    for (const auto& [x, r] : rates) {
+      const double u = x / (x + h);
+      num += u / r, den += u * u / (r * r);
+    }
+    const double a = num / den;
+    double err = 0;
+    for (const auto& [x, r] : rates) {
+      const double e = a * x / (x + h) / r - 1;
+      err += e * e;
+    }
+    if (err < best_err) best_err = err, best_a = a, best_h = h;
+  }
+  return {best_a, best_h};
+}
+
+void apply_gpu_probe(HardwareSpec& s, const GpuProbe& p) {
+  const auto [a, half] = fit_gemm_saturation(p.gemm_bf16);
+  const SpecRange gemm = spec_range("gemm", false), memory = spec_range("memory", false),
+                  half_size = spec_range("gemm_half_size", false);
+  s.eff.gemm = gemm.clamp(a / s.peak_bf16_flops);
+  s.eff.gemm_half_size = half_size.clamp(half);
+  s.eff.memory = memory.clamp(p.hbm_bandwidth / s.memory_bandwidth);
+  char what[160];
+  std::snprintf(what, sizeof what, "gemm %.3f, gemm_half_size %.0f, memory %.3f measured by `ctitan plan --probe` on %s",
+                s.eff.gemm, s.eff.gemm_half_size, s.eff.memory, p.device_name.c_str());
+  s.calibration = std::string(what) + " (" + p.measured_at + "); the rest: " + s.calibration;
+  s.source = "peaks: " + s.source + "; efficiencies probed on the node (" + p.describe() + ")";
 }
 
 HardwareSpec resolved_for_plan(const HardwareSpec& spec, const MachineProbe* probe) {

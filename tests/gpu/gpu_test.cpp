@@ -13,7 +13,9 @@
 #include <chrono>
 #include <filesystem>
 
+#include "planner/hardware.h"
 #include "profiling/gpu_info.h"
+#include "profiling/gpu_probe.h"
 #include "profiling/gpu_tracer.h"
 #include "tests/integration/process.h"
 #include "trainer/models/llama3.h"
@@ -611,6 +613,26 @@ TEST(GpuDocuments, VarlenFlashMatchesTheMaskedSoftmax) {
   const VarlenDocuments d = varlen_documents(starts);
   EXPECT_TRUE(torch::equal(d.cu_seqlens.cpu(), torch::tensor({0, 1, 2, 65, 201, 256, 387, 512}, torch::kInt)));
   EXPECT_EQ(d.max_len, 136);
+}
+
+// `ctitan plan --probe --hardware h200` on the node: every rate measured,
+// the bf16 GEMM faster at 8192³ than at 512³, and the spec's efficiencies
+// from it in range.
+TEST(GpuProbe, MeasuresTheNodesGemmsAndHbm) {
+  CTITAN_REQUIRE_GPU();
+  const GpuProbe p = measure_gpu();
+  ASSERT_EQ(p.gemm_bf16.size(), std::size(kGpuGemmSizes));
+  for (const auto& [n, r] : p.gemm_bf16) EXPECT_GT(r, 0) << n;
+  EXPECT_GT(p.gemm_bf16.back().second, p.gemm_bf16.front().second);
+  EXPECT_GT(p.gemm_fp32, 0);
+  EXPECT_GT(p.hbm_bandwidth, 0);
+  HardwareSpec h = load_hardware("h200");
+  apply_gpu_probe(h, p);
+  EXPECT_GT(h.eff.gemm, 0);
+  EXPECT_LE(h.eff.gemm, 1);
+  EXPECT_LE(h.eff.memory, 1);
+  std::printf("%s\n  h200: gemm %.3f, gemm_half_size %.0f, memory %.3f\n", p.describe().c_str(), h.eff.gemm,
+              h.eff.gemm_half_size, h.eff.memory);
 }
 
 TEST(GpuInfo, InventoryNamesEveryGpu) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/cuda.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include "common/errors.h"
 #include "planner/hardware.h"
 #include "planner/plan.h"
+#include "profiling/gpu_probe.h"
 #include "trainer/machine_probe.h"
 #include "trainer/model/gemm.h"
 #include "trainer/models/registry.h"
@@ -289,6 +291,49 @@ TEST(MachineProbe, AWrittenSpecKeepsTheGemmRatesBySize) {
   std::string gpu = hardware_toml(load_hardware("h100_sxm")) + text.substr(text.find("\n[gemm_by_size]"));
   EXPECT_NE(error_of(gpu).find("a cpu spec's probed GEMM rates"), std::string::npos) << error_of(gpu);
   EXPECT_EQ(error_of(gpu).find('\n'), std::string::npos);
+}
+
+// A GPU node's probe sets a GPU spec's gemm, gemm_half_size and memory:
+// the saturation law is recovered from rates by size made from it by hand
+// (700 TFLOP/s asymptote, half size 600), the efficiency is that over the
+// bf16 peak, and a node above its datasheet is clamped to 1.
+TEST(MachineProbe, AGpuProbeSetsTheSpecsGemmAndMemoryEfficiencies) {
+  GpuProbe p;
+  p.device_name = "test gpu";
+  p.measured_at = "2026-11-30T10:00:00Z";
+  p.devices = 1;
+  for (const int n : kGpuGemmSizes) p.gemm_bf16.emplace_back(n, 700e12 * n / (n + 600.0));
+  p.hbm_bandwidth = 2.68e12;
+  const auto [a, half] = fit_gemm_saturation(p.gemm_bf16);
+  EXPECT_NEAR(a, 700e12, 0.01 * 700e12);
+  EXPECT_NEAR(half, 600, 0.02 * 600);
+  HardwareSpec h = load_hardware("h100_sxm");
+  const HardwareSpec before = h;
+  apply_gpu_probe(h, p);
+  EXPECT_NEAR(h.eff.gemm, a / h.peak_bf16_flops, 1e-12);
+  EXPECT_DOUBLE_EQ(h.eff.gemm_half_size, half);
+  EXPECT_DOUBLE_EQ(h.eff.memory, 2.68e12 / h.memory_bandwidth);
+  EXPECT_EQ(h.peak_bf16_flops, before.peak_bf16_flops) << "the datasheet peak stays MFU's denominator";
+  EXPECT_EQ(h.eff.comm, before.eff.comm);
+  EXPECT_NE(h.calibration.find("measured by `ctitan plan --probe` on test gpu"), std::string::npos) << h.calibration;
+  EXPECT_NE(h.source.find("GPU probe of 2026-11-30 10:00 UTC (test gpu, 1 on the node): GEMM bf16 512³ 322, 1024³ 441"),
+            std::string::npos)
+      << h.source;
+  EXPECT_NE(h.source.find("TFLOP/s, fp32 8192³ 0.0 TFLOP/s; HBM 2.68 TB/s"), std::string::npos) << h.source;
+  // Written and read back, the spec is the same.
+  EXPECT_EQ(parse_hardware(hardware_toml(h), "probed.toml").eff, h.eff);
+  for (auto& [n, r] : p.gemm_bf16) r *= 10;
+  HardwareSpec fast = load_hardware("h100_sxm");
+  apply_gpu_probe(fast, p);
+  EXPECT_EQ(fast.eff.gemm, 1) << "no spec runs above its datasheet";
+  if (torch::cuda::device_count() == 0) {
+    try {
+      measure_gpu();
+      ADD_FAILURE() << "measured a GPU where LibTorch sees none";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("LibTorch sees no CUDA device here"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(MachineProbe, ACpuSpecsZerosAreTheProbesFiguresAndStayZerosInItsFile) {
