@@ -300,8 +300,6 @@ nlohmann::json MachineProbe::to_json() const {
           {"threads", threads},
           {"gemm_fp32_flops", gemm_fp32_flops},
           {"gemm_bf16_flops", gemm_bf16_flops},
-          {"gemm_fp32_small_flops", gemm_fp32_small_flops},
-          {"gemm_bf16_small_flops", gemm_bf16_small_flops},
           {"memory_bandwidth", memory_bandwidth},
           {"dispatch_s", dispatch_s},
           {"link_bandwidth", link_bandwidth},
@@ -343,8 +341,6 @@ std::optional<MachineProbe> MachineProbe::from_json(const nlohmann::json& j) {
                   number("memory_bandwidth", p.memory_bandwidth) && number("dispatch_s", p.dispatch_s) &&
                   number("link_bandwidth", p.link_bandwidth) && number("link_latency_s", p.link_latency_s);
   if (!ok) return std::nullopt;
-  number("gemm_fp32_small_flops", p.gemm_fp32_small_flops);
-  number("gemm_bf16_small_flops", p.gemm_bf16_small_flops);
   number("seconds", p.seconds);
   if (double v = 0; number("version", v)) p.version = static_cast<int>(v);
   for (const int n : kGemmProbeSizes) {
@@ -399,10 +395,6 @@ MachineProbe measure_machine() {
     g.fp32_1t = threads == 1 ? g.fp32 : gemm_rate(at::kFloat, n, 0.05);
     g.bf16_1t = threads == 1 ? g.bf16 : gemm_rate(at::kBFloat16, n, 0.05);
     at::set_num_threads(threads);
-    if (n == 512) {
-      p.gemm_fp32_small_flops = g.fp32;
-      p.gemm_bf16_small_flops = g.bf16;
-    }
     p.gemm_sizes.push_back(g);
   }
   p.memory_bandwidth = memory_bandwidth();

@@ -48,8 +48,6 @@ struct MachineProbe {
   int threads = 0;           // ATen threads the GEMMs and copies ran on
   double gemm_fp32_flops = 0;        // 2048³, best of several
   double gemm_bf16_flops = 0;        // 2048³ on ctitan's bf16 path
-  double gemm_fp32_small_flops = 0;  // 512³
-  double gemm_bf16_small_flops = 0;  // 512³
   // The GEMM rate at n³ for n in kGemmProbeSizes, per dtype, on all
   // `threads` and on one: a small model's GEMMs (256 tokens × 256 features)
   // run at the rate of their size, which is 19 % of the 2048³ rate on one

@@ -40,8 +40,6 @@ MachineProbe made_up_probe() {
           .threads = 2,
           .gemm_fp32_flops = 4e11,
           .gemm_bf16_flops = 2e12,
-          .gemm_fp32_small_flops = 3e11,
-          .gemm_bf16_small_flops = 1e12,
           .memory_bandwidth = 3e10,
           .dispatch_s = 5e-7,
           .link_bandwidth = 1e9,
@@ -83,7 +81,7 @@ TEST(MachineProbe, MeasuresEveryFigureOfThisMachineAndCachesIt) {
   bool measured = false;
   const MachineProbe p = this_machine(/*refresh=*/true, &measured);
   EXPECT_TRUE(measured);
-  for (const double v : {p.gemm_fp32_flops, p.gemm_bf16_flops, p.gemm_fp32_small_flops, p.gemm_bf16_small_flops,
+  for (const double v : {p.gemm_fp32_flops, p.gemm_bf16_flops,
                          p.memory_bandwidth, p.dispatch_s, p.link_bandwidth, p.link_latency_s, p.seconds})
     EXPECT_GT(v, 0);
   EXPECT_GE(p.link_oversubscription, 0);
@@ -100,7 +98,6 @@ TEST(MachineProbe, MeasuresEveryFigureOfThisMachineAndCachesIt) {
     for (const double v : {g.bf16, g.fp32, g.bf16_1t, g.fp32_1t}) EXPECT_GT(v, 0) << "n " << g.n;
   }
   EXPECT_EQ(p.gemm_sizes.back().bf16, p.gemm_bf16_flops) << "2048³ on all threads is the peak";
-  EXPECT_EQ(p.gemm_sizes[3].fp32, p.gemm_fp32_small_flops) << "and 512³ the small figure";
   const auto cached = cached_machine_probe();
   ASSERT_TRUE(cached.has_value()) << "written under " << dir;
   EXPECT_EQ(*cached, p);
