@@ -198,6 +198,9 @@ void MetricsLogger::log_interval() {
     // Attached numbers (the MoE expert load, ...) under moe/..., by key.
     for (const char* key : {"moe_load_cv", "moe_load_min", "moe_load_max", "moe_ep_imbalance"})
       if (j.contains(key) && j[key].is_number()) tb_->add_scalar(std::string("moe/") + (key + 4), j[key].get<double>(), s);
+    // metrics.rank_timing (multi-rank runs): the spread of the ranks' busy time.
+    for (const char* key : {"rank_busy_s_min", "rank_busy_s_median", "rank_busy_s_max", "straggler_share", "slowest_rank"})
+      if (j.contains(key) && j[key].is_number()) tb_->add_scalar(std::string("stragglers/") + key, j[key].get<double>(), s);
     if (j.contains("attention_density") && j["attention_density"].is_number())
       tb_->add_scalar("attention/density", j["attention_density"].get<double>(), s);
     tb_->flush();

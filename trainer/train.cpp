@@ -31,6 +31,7 @@
 #include "common/errors.h"
 #include "common/file_io.h"
 #include "common/quality.h"
+#include "common/run_timing.h"
 #include "profiling/env_info.h"
 #include "profiling/memory.h"
 #include "profiling/profiler_session.h"
@@ -182,14 +183,16 @@ void configure_threads() {
 class TrainLoop {
  public:
   TrainLoop(const JobConfig& cfg, Runtime& rt, TrainModel& tm, AdamW& opt, DataLoader& loader,
-            Checkpointer& ckpt, Validator& validator, int64_t accum)
+            Checkpointer& ckpt, Validator& validator, int64_t accum, double checkpoint_load_s)
       : cfg_(cfg), rt_(rt), tm_(tm), opt_(opt), loader_(loader), ckpt_(ckpt), validator_(validator), accum_(accum),
         non_data_parallel_(rt.shape.tp * rt.shape.cp * rt.shape.pp),
         schedule_(cfg.lr_scheduler.total_steps.value_or(cfg.training.steps), cfg.lr_scheduler.warmup_steps,
                   cfg.lr_scheduler.decay_ratio,
                   cfg.lr_scheduler.decay_type, cfg.lr_scheduler.min_lr_factor),
         save_pieces_(tm.checkpoint_pieces(opt, true)),
-        stager_(rt.device, cfg.training.local_batch_size, cfg.training.seq_len) {}
+        stager_(rt.device, cfg.training.local_batch_size, cfg.training.seq_len) {
+    goodput_.checkpoint_load_s = checkpoint_load_s;
+  }
 
   int run(int64_t step, int64_t resident_bytes);
 
@@ -218,6 +221,12 @@ class TrainLoop {
   nlohmann::json quality_json() const;
   void gather_rank_memory(nlohmann::json& extra, int64_t resident_bytes);
   void add_pipeline_bubble(nlohmann::json& extra);
+  bool slowed_here() const { return cfg_.debug.slow_rank < 0 || cfg_.debug.slow_rank == rt_.env.rank; }
+  double& save_seconds() {  // goodput's part for checkpoint saves of this run's async_mode
+    return cfg_.checkpoint.async_mode == "disabled" ? goodput_.checkpoint_save_sync_s : goodput_.checkpoint_save_async_s;
+  }
+  bool rank_timing() const { return cfg_.metrics.rank_timing && rt_.env.world_size > 1; }
+  void gather_rank_times(int64_t step, const RankStepTime& mine, bool steady, bool flush);
 
   const JobConfig& cfg_;
   Runtime& rt_;
@@ -245,11 +254,25 @@ class TrainLoop {
   // resumed run's starts at the resume) and every pass, for summary.json's quality.
   std::optional<Clock::time_point> first_step_t0_;
   std::vector<EvalPoint> evals_;
+  // metrics.rank_timing: this rank's times not yet gathered, and (every
+  // rank) the steady steps' times of all ranks, gathered at log steps.
+  struct UnsentTime {
+    int64_t step;
+    RankStepTime t;
+    bool steady;
+  };
+  std::vector<UnsentTime> unsent_times_;
+  std::vector<std::vector<RankStepTime>> rank_times_;
+  std::vector<int64_t> rank_time_steps_;
+  Goodput goodput_;  // where this process's wall clock went (summary.json's goodput)
 };
 
 TrainLoop::StepResult TrainLoop::step(int64_t step) {
   StepResult r;
   r.lr = cfg_.optimizer.lr * schedule_.factor(step - 1);
+  const auto start = Clock::now();
+  const auto sleep_ms = [](double ms) { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); };
+  if (cfg_.debug.step_delay_ms > 0 && slowed_here()) sleep_ms(cfg_.debug.step_delay_ms);
   try {
     for (int64_t micro = 0; micro < accum_; ++micro) {
       const auto td = Clock::now();
@@ -257,6 +280,7 @@ TrainLoop::StepResult TrainLoop::step(int64_t step) {
       {
         TraceRange tr(trace_cat::kData, "data");
         loader_.next(batch_);
+        if (cfg_.debug.data_stall_ms > 0 && slowed_here()) sleep_ms(cfg_.debug.data_stall_ms);
         std::tie(inputs, labels) = stager_.stage(batch_);
       }
       r.data_s += seconds_since(td);
@@ -272,6 +296,10 @@ TrainLoop::StepResult TrainLoop::step(int64_t step) {
     opt_.step(r.lr, clip);
     MemoryCategoryScope mem(MemoryCategory::kParameters);  // FSDP: this step's compute copy of the shard
     tm_.begin_step(/*after_optimizer_step=*/true);
+    if (cfg_.debug.step_slowdown > 0 && slowed_here()) {
+      rt_.monitor.step_end();  // the step's queued work is part of what the share is of
+      sleep_ms(1e3 * cfg_.debug.step_slowdown * seconds_since(start));
+    }
   } catch (const c10::OutOfMemoryError& e) {
     r.oom = e.what_without_backtrace();
   } catch (const std::bad_alloc& e) {
@@ -440,11 +468,18 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
   auto old_term = std::signal(SIGTERM, on_stop_signal);
   std::string status = "ok";
   const int64_t first_step = step + 1;
+  const int64_t data_parallel = rt_.env.world_size / non_data_parallel_;
+  const auto seconds_between = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   while (step < cfg_.training.steps) {
     ++step;
     profiler_->step_begin(step);
     const auto t0 = Clock::now();
-    if (!first_step_t0_) first_step_t0_ = t0;
+    if (!first_step_t0_) {
+      first_step_t0_ = t0;
+      goodput_.init_s = process_age_s() - goodput_.checkpoint_load_s;  // before the first step
+    }
     rt_.monitor.step_begin();
     StepResult r = this->step(step);
     // Waits for the step's queued work. On CUDA the step's time is the one
@@ -459,6 +494,10 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     }
     const auto t1 = Clock::now();
     const double step_time = device_step_s >= 0 ? device_step_s : std::chrono::duration<double>(t1 - t0).count();
+    const bool steady = step - first_step >= cfg_.metrics.warmup_steps;
+    (steady ? goodput_.steady_steps_s : goodput_.warmup_steps_s) += seconds_between(t0, t1) - r.data_s;
+    goodput_.data_s += r.data_s;
+    goodput_.tokens += B * S * accum_ * data_parallel;
     profiler_->record_step(step, ns_of(t0), ns_of(t1));
     if (profiler_->last_gpu_busy_s() >= 0) metrics_->attach("gpu_busy_s", profiler_->last_gpu_busy_s());
     const CommTimes ct = tm_.take_comm_times();
@@ -478,6 +517,10 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     const bool stop = v.stop;
     if (stop) stopped_by = v;
     const bool last = step == cfg_.training.steps || stop || v.nonfinite;
+    if (rank_timing())
+      gather_rank_times(step, {step_time, r.data_s, ct.exposed_comm_s}, steady, metrics_->logs_step(step, last));
+    // The collectives between steps (the verdict, the rank times) are not the next step's.
+    tm_.take_comm_times();
     // The loss is read (and averaged over the ranks) on log steps only.
     const bool read_loss = metrics_->logs_step(step, last) || step == first_step;
     const double loss = read_loss ? tm_.mean_loss(r.loss) : std::nan("");
@@ -509,19 +552,32 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
       profiler_->finish(step);
       return fail_nonfinite(step, loss, r.grad_norm);
     }
+    const auto t2 = Clock::now();
+    goodput_.logging_s += seconds_between(t1, t2);
     const bool stopped_in_validation = !stop && !validate(step);
+    const auto t3 = Clock::now();
+    goodput_.validation_s += seconds_between(t2, t3);
     save_checkpoint(step);
+    const auto t4 = Clock::now();
+    save_seconds() += seconds_between(t3, t4);
     profiler_->step_end(step, step_time);
+    goodput_.logging_s += seconds_since(t4);
     if (stop || stopped_in_validation) {
       status = "interrupted";
       break;
     }
   }
+  const auto loop_end = Clock::now();
   ckpt_.wait_for_save();  // checkpoint.async_mode: the last save in flight, also after a signal
+  save_seconds() += seconds_since(loop_end);
+  const auto teardown_t0 = Clock::now();
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
   profiler_->finish(step);
-  const nlohmann::json extra = summary_extra(resident_bytes);
+  nlohmann::json extra = summary_extra(resident_bytes);
+  goodput_.teardown_s = seconds_since(teardown_t0);
+  goodput_.wall_s = process_age_s();
+  extra["goodput"] = goodput_.to_json();
   if (rt_.rank0()) metrics_->write_summary(status, extra);
   if (status == "interrupted") {
     // Every rank stops at the step one rank's signal was seen (the verdict);
@@ -608,7 +664,54 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
   }
   if (rt_.env.world_size > 1) gather_rank_memory(extra, resident_bytes);
   if (tm_.pipeline().on()) add_pipeline_bubble(extra);
+  if (!rank_times_.empty()) extra["stragglers"] = stragglers_json(straggler_figures(rank_times_), rank_times_, rank_time_steps_);
   return extra;
+}
+
+// metrics.rank_timing: this step's times join the unsent ones; at a log
+// step one all-gather brings every rank's, and the log line gets the
+// interval's spread over the ranks (means over its steps of each step's
+// min, median and max busy time), each rank's mean busy time and the rank
+// slowest in most of its steps. Steady steps are kept for summary.json.
+void TrainLoop::gather_rank_times(int64_t step, const RankStepTime& mine, bool steady, bool flush) {
+  unsent_times_.push_back({step, mine, steady});
+  if (!flush) return;
+  const int64_t n = static_cast<int64_t>(unsent_times_.size()), ws = rt_.env.world_size;
+  at::Tensor in = torch::empty({n * 3}, torch::kDouble);
+  double* p = in.data_ptr<double>();
+  for (int64_t i = 0; i < n; ++i) {
+    p[3 * i] = unsent_times_[i].t.step_s;
+    p[3 * i + 1] = unsent_times_[i].t.data_s;
+    p[3 * i + 2] = unsent_times_[i].t.exposed_comm_s;
+  }
+  at::Tensor all = torch::empty({ws * n * 3}, torch::kDouble);
+  rt_.mesh->group("world").all_gather(all, in)->wait();
+  const double* a = all.data_ptr<double>();
+  double lo = 0, mid = 0, hi = 0, share = 0;
+  std::vector<double> busy(ws, 0.0);
+  std::vector<int64_t> slowest(ws, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<RankStepTime> ranks;
+    for (int64_t r = 0; r < ws; ++r) {
+      const double* q = a + (r * n + i) * 3;
+      ranks.push_back({q[0], q[1], q[2]});
+      busy[r] += ranks.back().busy_s() / static_cast<double>(n);
+    }
+    const StepSpread s = step_spread(ranks);
+    lo += s.min_s / n, mid += s.median_s / n, hi += s.max_s / n, share += s.straggler_share / n;
+    ++slowest[s.slowest_rank];
+    if (unsent_times_[i].steady) {
+      rank_times_.push_back(std::move(ranks));
+      rank_time_steps_.push_back(unsent_times_[i].step);
+    }
+  }
+  metrics_->attach("rank_busy_s_min", lo);
+  metrics_->attach("rank_busy_s_median", mid);
+  metrics_->attach("rank_busy_s_max", hi);
+  metrics_->attach("straggler_share", share);
+  metrics_->attach("slowest_rank", std::max_element(slowest.begin(), slowest.end()) - slowest.begin());
+  metrics_->attach("rank_busy_s", busy);
+  unsent_times_.clear();
 }
 
 // Memory per rank, gathered so that rank 0's summary shows every rank.
@@ -676,6 +779,10 @@ int train(const JobConfig& cfg) {
   // allocation, as the layout checks in parallelize_model).
   if (cfg.checkpoint.initial_load_in_hf || cfg.checkpoint.last_save_in_hf) check_hf_checkpoint_family(args);
   const int64_t accum = accumulation_steps(cfg, rt);
+  if (cfg.debug.slow_rank >= rt.env.world_size)
+    throw InputError("debug.slow_rank " + std::to_string(cfg.debug.slow_rank) + " is not a rank of this run (world size " +
+                     std::to_string(rt.env.world_size) + "); use 0.." + std::to_string(rt.env.world_size - 1) +
+                     " or -1 for every rank");
   std::unique_ptr<TrainModel> tm = parallelize_model(args, rt, cfg);
 
   AdamW optimizer(tm->params(), tm->grads(), adamw_options(cfg));
@@ -699,9 +806,11 @@ int train(const JobConfig& cfg) {
   checkpointer.check_model();  // another model than the checkpoint's is one line, before anything is written
   checkpointer.check_resumable();
   const TensorPieces load_pieces = tm->checkpoint_pieces(optimizer, false);
+  const auto load_t0 = Clock::now();
   const int64_t step = initial_load_hf(cfg, checkpointer, args, load_pieces, rt.rank0())
                            ? 0
                            : resume(checkpointer, load_pieces, *loader, rt);
+  const double checkpoint_load_s = seconds_since(load_t0);
   if (step >= cfg.training.steps) {  // said, and the finished run's files left as they are
     if (rt.rank0())
       std::cerr << "ctitan: nothing to train: the checkpoint is at step " << step << " and training.steps is "
@@ -750,7 +859,7 @@ int train(const JobConfig& cfg) {
     if (const auto probe = cached_machine_probe()) env["machine_probe"] = probe->to_json();
     write_file_atomic((dump / "env.json").string(), env.dump(2) + "\n");
   }
-  TrainLoop loop(cfg, rt, *tm, optimizer, *loader, checkpointer, validator, accum);
+  TrainLoop loop(cfg, rt, *tm, optimizer, *loader, checkpointer, validator, accum, checkpoint_load_s);
   return loop.run(step, resident_bytes);
 }
 

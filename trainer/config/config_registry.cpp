@@ -91,6 +91,9 @@ std::vector<FieldSpec> build_registry() {
             "peak TFLOPs per device for MFU; 0 = measure (CPU) / table (GPU)"),
       field("metrics.warmup_steps", &C::metrics, &MetricsSection::warmup_steps,
             "steps left out of summary.json statistics"),
+      field("metrics.rank_timing", &C::metrics, &MetricsSection::rank_timing,
+            "gather every rank's step, data and exposed-communication time at log steps for the straggler "
+            "figures (multi-rank runs; ctitan's key)"),
       // [model]
       field("model.name", &C::model, &ModelSection::name, "model family"),
       field("model.flavor", &C::model, &ModelSection::flavor, "model size (debugmodel, 8B, ...)"),
@@ -387,6 +390,15 @@ std::vector<FieldSpec> build_registry() {
             "warn instead of failing on nondeterministic ops"),
       field("debug.moe_force_load_balance", &C::debug, &DebugSection::moe_force_load_balance,
             "MoE debugging: route tokens to experts round-robin"),
+      field("debug.slow_rank", &C::debug, &DebugSection::slow_rank,
+            "the rank debug.step_delay_ms, step_slowdown and data_stall_ms slow down; -1 = every rank (ctitan's key)"),
+      field("debug.step_delay_ms", &C::debug, &DebugSection::step_delay_ms,
+            "a known straggler: sleep this long at the start of every step (0 = off; ctitan's key)"),
+      field("debug.step_slowdown", &C::debug, &DebugSection::step_slowdown,
+            "a known slowdown: after each step's work, sleep this share of it, e.g. 0.1 for 10 % (0 = off; "
+            "ctitan's key)"),
+      field("debug.data_stall_ms", &C::debug, &DebugSection::data_stall_ms,
+            "a known data stall: sleep this long in every batch fetch (0 = off; ctitan's key)"),
   };
   add_dataloader_keys(r, "training", &C::training_dataloader);
   add_dataloader_keys(r, "validation", &C::validation_dataloader);

@@ -201,6 +201,12 @@ void check_observability(const Checker& k, const JobConfig& c) {
   k.positive("metrics.log_freq", c.metrics.log_freq);
   k.non_negative("metrics.warmup_steps", c.metrics.warmup_steps);
   k.non_negative("metrics.peak_tflops", c.metrics.peak_tflops);
+  k.non_negative("debug.step_delay_ms", c.debug.step_delay_ms);
+  k.non_negative("debug.step_slowdown", c.debug.step_slowdown);
+  k.non_negative("debug.data_stall_ms", c.debug.data_stall_ms);
+  if (c.debug.slow_rank < -1)
+    k.bad("debug.slow_rank", "debug.slow_rank must be a rank (>= 0) or -1 for every rank, got " +
+                                 std::to_string(c.debug.slow_rank));
   k.positive("profiling.profile_freq", c.profiling.profile_freq);
   k.positive("profiling.profiler_active", c.profiling.profiler_active);
   k.non_negative("profiling.profiler_warmup", c.profiling.profiler_warmup);

@@ -47,6 +47,9 @@ struct MetricsSection {
   double peak_tflops = 0.0;
   // ctitan: steps excluded from summary.json's steady-state statistics.
   int64_t warmup_steps = kDefaultMetricsWarmupSteps;
+  // ctitan: every rank's step, data and exposed-communication time, gathered
+  // at log steps (one small all-gather; multi-rank runs only).
+  bool rank_timing = true;
 };
 
 struct ModelSection {
@@ -223,6 +226,12 @@ struct DebugSection {
   bool deterministic = false;
   bool deterministic_warn_only = false;
   bool moe_force_load_balance = false;      // MoE: round-robin routing (debugging)
+  // ctitan's known slowdowns, off by default: for checking the straggler
+  // figures, the goodput split and the gate's power against a known answer.
+  int64_t slow_rank = -1;                   // the rank the delays below apply to; -1: every rank
+  double step_delay_ms = 0;                 // sleep this long at the start of each step
+  double step_slowdown = 0;                 // then sleep this share of the step's own work
+  double data_stall_ms = 0;                 // sleep this long in each batch fetch
 };
 
 // Sections ctitan does not implement. They exist so that a TorchTitan recipe

@@ -65,7 +65,7 @@ struct CommTimes {      // since the last take_comm_times(), seconds
   double comm_s = 0;          // some collective in flight (union of issue→completion intervals)
   double exposed_comm_s = 0;  // the training thread blocked waiting for one
   // The same per group: a mesh dimension ("dp_shard", "tp", ...) or "world"
-  // (gradient clipping, the stop check); a flattened group counts under the
+  // (gradient clipping; the stop check between steps is dropped); a flattened group counts under the
   // dimension whose communicator it shares.
   std::map<std::string, double> comm_by_dim, exposed_by_dim;
 };
