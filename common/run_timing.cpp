@@ -83,26 +83,47 @@ nlohmann::json stragglers_json(const StragglerFigures& f, const std::vector<std:
   return j;
 }
 
-const std::vector<std::string>& goodput_part_names() {
-  static const std::vector<std::string> names = {
-      "init_s",         "checkpoint_load_s",      "warmup_steps_s",          "steady_steps_s",
-      "data_s",         "validation_s",           "checkpoint_save_sync_s",  "checkpoint_save_async_s",
-      "logging_s",      "teardown_s"};
-  return names;
-}
-
 namespace {
 
-std::vector<double> goodput_parts(const Goodput& g) {
-  return {g.init_s,       g.checkpoint_load_s,      g.warmup_steps_s,          g.steady_steps_s, g.data_s,
-          g.validation_s, g.checkpoint_save_sync_s, g.checkpoint_save_async_s, g.logging_s,      g.teardown_s};
+// Every part, by name, in the order summary.json and the database keep them.
+const std::vector<std::pair<std::string, double Goodput::*>>& goodput_parts() {
+  static const std::vector<std::pair<std::string, double Goodput::*>> parts = {
+      {"init_s", &Goodput::init_s},
+      {"checkpoint_load_s", &Goodput::checkpoint_load_s},
+      {"warmup_steps_s", &Goodput::warmup_steps_s},
+      {"steady_steps_s", &Goodput::steady_steps_s},
+      {"data_s", &Goodput::data_s},
+      {"validation_s", &Goodput::validation_s},
+      {"checkpoint_save_sync_s", &Goodput::checkpoint_save_sync_s},
+      {"checkpoint_save_async_s", &Goodput::checkpoint_save_async_s},
+      {"logging_s", &Goodput::logging_s},
+      {"teardown_s", &Goodput::teardown_s}};
+  return parts;
 }
 
 }  // namespace
 
+const std::vector<std::string>& goodput_part_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& [name, field] : goodput_parts()) out.push_back(name);
+    return out;
+  }();
+  return names;
+}
+
+bool Goodput::set_part(const std::string& name, double seconds) {
+  for (const auto& [part, field] : goodput_parts())
+    if (part == name) {
+      this->*field = seconds;
+      return true;
+    }
+  return false;
+}
+
 double Goodput::parts_s() const {
   double sum = 0;
-  for (double p : goodput_parts(*this)) sum += p;
+  for (const auto& [name, field] : goodput_parts()) sum += this->*field;
   return sum;
 }
 
@@ -114,9 +135,7 @@ double Goodput::time_to_tokens_s(double n) const {
 
 nlohmann::json Goodput::to_json() const {
   nlohmann::json j = {{"wall_s", wall_s}};
-  const std::vector<double> parts = goodput_parts(*this);
-  const auto& names = goodput_part_names();
-  for (size_t i = 0; i < names.size(); ++i) j[names[i]] = parts[i];
+  for (const auto& [name, field] : goodput_parts()) j[name] = this->*field;
   j["unaccounted_s"] = unaccounted_s();
   j["tokens"] = tokens;
   // Goodput: the share of the wall clock spent in steady training steps.

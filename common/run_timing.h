@@ -80,6 +80,8 @@ struct Goodput {
   double teardown_s = 0;               // after the last step to summary.json
   int64_t tokens = 0;                  // the global batch's tokens trained in this process
 
+  // Sets the part named `name` (goodput_part_names()); false for another name.
+  bool set_part(const std::string& name, double seconds);
   double parts_s() const;
   double unaccounted_s() const { return wall_s - parts_s(); }
   // The wall clock a run of `tokens` tokens would take at this run's rates:

@@ -93,4 +93,9 @@ PeakFlops DeviceMonitor::peak_flops(at::ScalarType dtype, double override_tflops
   return {override_tflops * 1e12, override_tflops > 0 ? "override" : "unknown", ""};
 }
 
+PeakFlops DeviceMonitor::fp8_peak_flops() const {
+  if (device_.is_cuda()) return resolve_gpu_fp8_peak_flops(cuda_device_name(device_));
+  return {0.0, "unknown", ""};
+}
+
 }  // namespace ctitan

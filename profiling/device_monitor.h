@@ -46,6 +46,9 @@ class DeviceMonitor {
   void step_begin();
   double step_end();
   PeakFlops peak_flops(at::ScalarType dtype, double override_tflops) const;
+  // The dense fp8 peak: a GPU's from the table; none elsewhere (a CPU has
+  // no fp8 units: Float8 is emulated in the compute dtype there).
+  PeakFlops fp8_peak_flops() const;
 
  private:
   c10::Device device_;

@@ -87,24 +87,36 @@ std::optional<GpuPeak> gpu_table_peak_flops(const std::string& name) {
   // part TorchTitan's "H200" entry means: NVIDIA's H200 datasheet gives BF16
   // Tensor Core 1,979 TFLOPS (SXM) and 1,671 TFLOPS (NVL), both with
   // sparsity, so 989 and 835 dense — the H100 NVL's figure.
-  static const std::vector<std::pair<std::string, double>> table = {
-      {"A100", 312e12},  {"H100 NVL", 835e12}, {"H100 PCIe", 756e12}, {"H100", 989e12},
-      {"H200 NVL", 835e12}, {"H200", 989e12},  {"B200", 2.25e15},     {"MI355X", 2500e12},
-      {"MI300X", 1300e12},  {"MI325X", 1300e12}, {"MI250X", 191.5e12}, {"L40S", 362e12},
+  //
+  // The dense fp8 peaks (ctitan's; TorchTitan has none) are the makers'
+  // "with sparsity" figures halved, as recipes/hardware/*.toml state them:
+  // H100/H200 SXM 3,958, H100 PCIe 3,026, H100/H200 NVL 3,341, HGX B200
+  // 9,000, MI300X/MI325X 5,229.8, L40S 1,466 TFLOPS. 0 where the part has no
+  // fp8 tensor cores (A100, MI250X) or no figure is kept here (MI355X): a
+  // Float8 run there gets no fp8-aware MFU.
+  struct Row {
+    std::string key;
+    double bf16, fp8;
+  };
+  static const std::vector<Row> table = {
+      {"A100", 312e12, 0},           {"H100 NVL", 835e12, 1670.5e12}, {"H100 PCIe", 756e12, 1513e12},
+      {"H100", 989e12, 1978.9e12},   {"H200 NVL", 835e12, 1670.5e12}, {"H200", 989e12, 1978.9e12},
+      {"B200", 2.25e15, 4.5e15},     {"MI355X", 2500e12, 0},          {"MI300X", 1300e12, 2614.9e12},
+      {"MI325X", 1300e12, 2614.9e12}, {"MI250X", 191.5e12, 0},        {"L40S", 362e12, 733e12},
   };
   auto lower = [](std::string s) {
     for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return s;
   };
   const std::string n = lower(name);
-  for (const auto& [key, flops] : table) {
+  for (const auto& [key, flops, fp8] : table) {
     const size_t space = key.find(' ');
     if (space != std::string::npos) {  // "H100 NVL": both words, anywhere in the name
       if (n.find(lower(key.substr(0, space))) != std::string::npos &&
           n.find(lower(key.substr(space + 1))) != std::string::npos)
-        return GpuPeak{key, flops};
+        return GpuPeak{key, flops, fp8};
     } else if (n.find(lower(key)) != std::string::npos) {
-      return GpuPeak{key == "H100" || key == "H200" ? key + " SXM" : key, flops};
+      return GpuPeak{key == "H100" || key == "H200" ? key + " SXM" : key, flops, fp8};
     }
   }
   return std::nullopt;
@@ -116,6 +128,12 @@ PeakFlops resolve_gpu_peak_flops(const std::string& device_name, double override
   return {0.0, "unknown",
           "no peak FLOPs known for GPU '" + device_name +
               "'; MFU and HFU are not reported: pass --metrics.peak_tflops <dense bf16 TFLOPs of one device>"};
+}
+
+PeakFlops resolve_gpu_fp8_peak_flops(const std::string& device_name) {
+  const auto p = gpu_table_peak_flops(device_name);
+  if (p && p->fp8_flops > 0) return {p->fp8_flops, "table:" + p->entry + " fp8", ""};
+  return {0.0, "unknown", "no fp8 peak known for GPU '" + device_name + "'"};
 }
 
 std::string host_fingerprint() {

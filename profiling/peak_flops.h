@@ -41,6 +41,7 @@ double measure_cpu_gemm_half_size(at::ScalarType dtype);
 struct GpuPeak {
   std::string entry;  // the table entry that matched ("H100 PCIe")
   double flops = 0;
+  double fp8_flops = 0;  // dense fp8; 0: no fp8 tensor cores, or no figure kept
 };
 // Dense bf16 peak of a GPU by its device name ("NVIDIA H100 80GB HBM3");
 // nullopt if the name matches no entry. Case-insensitive.
@@ -50,6 +51,9 @@ std::optional<GpuPeak> gpu_table_peak_flops(const std::string& device_name);
 PeakFlops resolve_cpu_peak_flops(at::ScalarType dtype, double override_tflops);
 // Resolves the peak of a GPU by name (override, else the table, else unknown with a warning).
 PeakFlops resolve_gpu_peak_flops(const std::string& device_name, double override_tflops);
+// The dense fp8 peak of a GPU by its name (the table's fp8 column); 0 and
+// source "unknown" where the table has none.
+PeakFlops resolve_gpu_fp8_peak_flops(const std::string& device_name);
 
 std::string host_fingerprint();  // hostname|cpu model|threads|torch version
 

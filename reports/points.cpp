@@ -46,6 +46,8 @@ RunData read_run(const ResultsDb& db, const RunRow& row) {
   d.warmup_steps = warmup_steps_of(row.config_toml);
   for (const auto& [k, v] : db.env(row.id)) d.env[k] = v;
   d.prediction = db.prediction(row.id);
+  d.goodput = db.goodput(row.id);
+  d.rank_steps = db.rank_steps(row.id);
   for (const nlohmann::json& s : db.steps(row.id)) {
     if (s.value("rank", 0) != 0) continue;
     const int64_t step = s.value("step", int64_t{0});

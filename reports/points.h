@@ -51,6 +51,10 @@ struct RunData {
   std::optional<PredictionRow> prediction;       // the planner's, stored by the sweep (schema v6)
   // Its validation passes (schema v12: with training tokens and wall clock), in step order.
   std::vector<EvalPoint> validation;
+  // Schema v13: its wall clock's parts (common/run_timing.h order) and, for
+  // a multi-rank run, every rank's times per steady step.
+  std::vector<std::pair<std::string, double>> goodput;
+  std::vector<RankStepRow> rank_steps;
 };
 
 struct PointData {

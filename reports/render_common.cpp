@@ -193,6 +193,15 @@ Table points_table(const SectionReport& sec) {
     t.header.push_back(title);
     t.right.push_back(true);
   }
+  // MFU at each dtype's peak, and over the visible attention pairs, where a point differs from TorchTitan's.
+  const bool dtype_mfu = std::any_of(sec.points.begin(), sec.points.end(), [](const PointStats& p) {
+    return p.mfu_by_dtype && (!p.mfu || std::abs(*p.mfu_by_dtype - *p.mfu) > 0.01 * *p.mfu);
+  });
+  const bool useful_mfu = std::any_of(sec.points.begin(), sec.points.end(),
+                                      [](const PointStats& p) { return p.useful_mfu.has_value(); });
+  if (dtype_mfu) t.header.push_back("MFU by dtype");
+  if (useful_mfu) t.header.push_back("useful MFU");
+  t.right.resize(t.header.size(), true);
   t.header.insert(t.header.end(), {"status", "speedup"});
   t.right.insert(t.right.end(), {false, true});
   // What a laptop screen shows by default: the name, ws, throughput, MFU,
@@ -209,12 +218,15 @@ Table points_table(const SectionReport& sec) {
     row.insert(row.end(), {std::to_string(p.world_size), tps_cell(p), std::to_string(p.tps.n)});
     if (predicted)
       row.insert(row.end(), {fmt::or_dash(p.pred_tps, fmt::grouped), fmt::or_dash(p.pred_tps_error(), pct)});
-    row.insert(row.end(), {fmt::or_dash(p.tflops, tflops), fmt::or_dash(p.mfu, fmt::mfu_percent),
-                           fmt::or_dash(p.mem_peak_bytes, fmt::bytes)});
+    // No peak, no MFU: said so, rather than a dash that could mean "not measured".
+    const std::string mfu = !p.mfu && p.peak_source == "unknown" ? "unknown peak" : fmt::or_dash(p.mfu, fmt::mfu_percent);
+    row.insert(row.end(), {fmt::or_dash(p.tflops, tflops), mfu, fmt::or_dash(p.mem_peak_bytes, fmt::bytes)});
     if (predicted)
       row.insert(row.end(), {fmt::or_dash(p.pred_mem_peak_bytes, fmt::bytes), fmt::or_dash(p.pred_mem_error(), pct)});
     row.push_back(fmt::or_dash(p.loss_final, loss));
     for (Field f : shown) row.push_back(fmt::or_dash(p.*f, fmt::seconds));
+    if (dtype_mfu) row.push_back(fmt::or_dash(p.mfu_by_dtype, fmt::mfu_percent));
+    if (useful_mfu) row.push_back(fmt::or_dash(p.useful_mfu, fmt::mfu_percent));
     row.push_back(status_cell(p));
     row.push_back(p.baseline ? "1.00\u00d7 (baseline)" : fmt::or_dash(p.speedup, fmt::ratio));
     t.rows.push_back(std::move(row));
@@ -243,6 +255,107 @@ std::string seconds_text(double v) { return fmt::fixed(v, 1) + " s"; }
 std::string loss_text(double v) { return fmt::fixed(v, 4); }
 
 }  // namespace
+
+const std::vector<std::pair<std::string, std::string>>& goodput_columns() {
+  static const std::vector<std::pair<std::string, std::string>> cols = {
+      {"init_s", "init"},          {"checkpoint_load_s", "ckpt load"}, {"warmup_steps_s", "warm-up"},
+      {"steady_steps_s", "steady"}, {"data_s", "data"},               {"validation_s", "validation"},
+      {"checkpoint_save_sync_s", "ckpt save"}, {"checkpoint_save_async_s", "ckpt async"},
+      {"logging_s", "logging"},    {"teardown_s", "teardown"}};
+  return cols;
+}
+
+bool has_goodput(const SectionReport& sec) {
+  return std::any_of(sec.points.begin(), sec.points.end(),
+                     [](const PointStats& p) { return p.row > 0 && !p.goodput_parts.empty() && p.wall_s; });
+}
+
+Table goodput_table(const SectionReport& sec) {
+  Table t;
+  t.header = {"#", "point", "wall clock", "goodput"};
+  // Only the parts some point spent time in (a run without checkpoints has no save column).
+  std::vector<std::pair<std::string, std::string>> shown;
+  for (const auto& [part, name] : goodput_columns()) {
+    const bool any = std::any_of(sec.points.begin(), sec.points.end(), [&](const PointStats& p) {
+      for (const auto& [n, s] : p.goodput_parts)
+        if (n == part && p.wall_s && s > 0.001 * *p.wall_s) return true;
+      return false;
+    });
+    if (!any) continue;
+    shown.emplace_back(part, name);
+    t.header.push_back(name);
+  }
+  t.header.push_back("time to 1B tokens");
+  t.right.assign(t.header.size(), true);
+  t.right[1] = false;
+  for (size_t i = 0; i < sec.points.size(); ++i) {
+    const PointStats& p = sec.points[i];
+    if (p.row == 0 || p.goodput_parts.empty() || !p.wall_s || *p.wall_s <= 0) continue;
+    std::vector<std::string> row = {std::to_string(p.row), p.short_label, fmt::seconds(*p.wall_s),
+                                    fmt::or_dash(p.goodput, [](double g) { return fmt::fixed(100 * g, 1) + "%"; })};
+    for (const auto& [part, name] : shown) {
+      double v = 0;
+      for (const auto& [n, s] : p.goodput_parts)
+        if (n == part) v = s;
+      row.push_back(fmt::fixed(100 * v / *p.wall_s, 1) + "%");
+    }
+    row.push_back(fmt::or_dash(p.time_to_tokens_s(kGoodputTokens), [](double s) {
+      return s >= 3600 ? fmt::fixed(s / 3600, 1) + " h" : fmt::seconds(s);
+    }));
+    t.rows.push_back(std::move(row));
+    t.points.push_back(i);
+  }
+  return t;
+}
+
+std::string goodput_note() {
+  return "Each run's wall clock from its process's start to summary.json, split into parts each timed on its own "
+         "(summary.json's goodput; medians over ok repeats); goodput = the steady steps' share. Steps are less "
+         "their data loading (the data column). Time to 1B tokens: the fixed parts (init, checkpoint load, warm-up, "
+         "teardown) plus the others per token, at the point's rates.";
+}
+
+bool has_rank_timing(const SectionReport& sec) {
+  return std::any_of(sec.points.begin(), sec.points.end(),
+                     [](const PointStats& p) { return p.row > 0 && p.straggler_share.has_value(); });
+}
+
+Table ranks_table(const SectionReport& sec) {
+  Table t;
+  t.header = {"#", "point", "ws", "slowest rank", "slowest in", "others wait", "busy spread", "marked"};
+  t.right = {true, false, true, true, true, true, true, false};
+  for (size_t i = 0; i < sec.points.size(); ++i) {
+    const PointStats& p = sec.points[i];
+    if (p.row == 0 || !p.straggler_share) continue;
+    t.rows.push_back({std::to_string(p.row), p.short_label, std::to_string(p.world_size),
+                      p.straggler_rank ? std::to_string(*p.straggler_rank) : "\u2013",
+                      fmt::or_dash(p.straggler_persistence, [](double v) { return fmt::fixed(100 * v, 0) + "% of steps"; }),
+                      fmt::fixed(100 * *p.straggler_share, 1) + "% of a step",
+                      fmt::or_dash(p.straggler_spread_s, fmt::seconds), p.straggler_marked ? "yes" : ""});
+    t.points.push_back(i);
+  }
+  return t;
+}
+
+std::string ranks_note() {
+  return "Per rank and steady step, the busy time is the step less the time the rank was blocked in collectives "
+         "(the fast ranks wait for the slow one there). Slowest rank: the most busy in the most steps; others wait: "
+         "the median of (max \u2212 median busy) / step; busy spread: the median max \u2212 min. Marked: one rank "
+         "slowest in \u2265 75% of steps and the others waiting \u2265 10% of a step \u2014 the point's figures "
+         "are that rank's; exclude or rerun it. The run with the largest share of each point is shown.";
+}
+
+std::vector<std::string> straggler_flags(const SectionReport& sec) {
+  std::vector<std::string> out;
+  for (const PointStats& p : sec.points) {
+    if (p.row == 0 || !p.straggler_marked || !p.straggler_rank || !p.straggler_share) continue;
+    out.push_back("#" + std::to_string(p.row) + " " + p.short_label + ": rank " + std::to_string(*p.straggler_rank) +
+                  " was the slowest in " + fmt::fixed(100 * p.straggler_persistence.value_or(0), 0) +
+                  "% of the steps and the others waited " + fmt::fixed(100 * *p.straggler_share, 0) +
+                  "% of a step for it: its tokens/s are that rank's, not the recipe's (exclude or rerun the point)");
+  }
+  return out;
+}
 
 Table quality_table(const SectionReport& sec) {
   Table t;

@@ -75,6 +75,22 @@ std::string quality_title(const SectionReport& sec);  // "Quality: validation lo
 std::string quality_note(const SectionReport& sec);
 // The points outside the band, slower or suspiciously fast: one line each.
 std::vector<std::string> quality_flags(const SectionReport& sec);
+// Where the wall clock went (schema v13): one row per ok point with goodput:
+// wall clock, goodput (the steady steps' share), each part's share, the
+// projected wall clock to kGoodputTokens tokens.
+inline constexpr double kGoodputTokens = 1e9;
+bool has_goodput(const SectionReport& sec);
+Table goodput_table(const SectionReport& sec);
+std::string goodput_note();
+// The parts a goodput bar shows, in order, with their short names ("init", "warm-up", ...).
+const std::vector<std::pair<std::string, std::string>>& goodput_columns();
+// Multi-rank points with rank timing: slowest rank, how often, the share of
+// a step the others waited, the busy-time spread, marked or not.
+bool has_rank_timing(const SectionReport& sec);
+Table ranks_table(const SectionReport& sec);
+std::string ranks_note();
+// One line per marked point: which rank, how often, how long the others waited.
+std::vector<std::string> straggler_flags(const SectionReport& sec);
 Table learning_table(const SectionReport& sec);
 std::string learning_note();
 std::string prediction_note(const SectionReport& sec);

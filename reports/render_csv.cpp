@@ -53,7 +53,8 @@ std::string render_csv(const Report& r) {
   out << "sweep,label,recipe,world_size,repeats,ok_runs,status,tps_median,tps_p10,tps_p90,tps_q1,tps_q3,tps_n,"
          "tflops,mfu_pct,mem_peak_bytes,loss_final,compute_s,comm_s,exposed_comm_s,idle_s,speedup,baseline,"
          "stack_index,stack_name,point_key,error,pred_tps,pred_tps_err_pct,pred_mem_peak_bytes,pred_mem_err_pct,"
-         "predicted_on,name,layout"
+         "predicted_on,name,layout,wall_s,goodput,time_to_1b_tokens_s,straggler_rank,straggler_share,straggler_marked,"
+         "mfu_by_dtype_pct,useful_mfu_pct,peak_flops_source"
       << (models ? ",model" : "") << "\n";
   for (const SectionReport& sec : r.sections) {
     for (const PointStats& p : sec.points) {
@@ -67,7 +68,11 @@ std::string render_csv(const Report& r) {
           << (p.baseline ? "true" : "false") << "," << p.stack_index << "," << quote(p.stack_name) << "," << quote(p.point_key)
           << "," << quote(p.error) << "," << num(p.pred_tps) << "," << pct(p.pred_tps_error()) << ","
           << num(p.pred_mem_peak_bytes) << "," << pct(p.pred_mem_error()) << "," << quote(p.predicted_on) << ","
-          << quote(p.short_label) << "," << quote(p.layout);
+          << quote(p.short_label) << "," << quote(p.layout) << "," << num(p.wall_s) << "," << num(p.goodput) << ","
+          << num(p.time_to_tokens_s(1e9)) << ","
+          << (p.straggler_rank ? std::to_string(*p.straggler_rank) : "") << "," << num(p.straggler_share) << ","
+          << (p.straggler_share ? (p.straggler_marked ? "true" : "false") : "") << "," << num(p.mfu_by_dtype) << ","
+          << num(p.useful_mfu) << "," << quote(p.peak_source);
       if (models) out << "," << quote(p.model);
       out << "\n";
     }

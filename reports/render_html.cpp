@@ -367,6 +367,52 @@ std::string anchor(size_t section, const std::string& part) {
   return "s" + std::to_string(section + 1) + (part.empty() ? "" : "-" + part);
 }
 
+// Where each point's wall clock went: one 100 % bar per point, the goodput table's parts.
+std::string goodput_bars(const SectionReport& sec) {
+  std::vector<std::string> names;
+  for (const auto& [part, name] : render::goodput_columns()) names.push_back(name);
+  std::vector<svg::StackedRow> rows;
+  for (const PointStats& p : sec.points) {
+    if (p.row == 0 || p.goodput_parts.empty() || !p.wall_s) continue;
+    svg::StackedRow r{point_name(p), {}, fmt::seconds(*p.wall_s)};
+    for (const auto& [part, name] : render::goodput_columns()) {
+      double v = 0;
+      for (const auto& [n, s] : p.goodput_parts)
+        if (n == part) v = s;
+      r.values.push_back(v);
+    }
+    rows.push_back(std::move(r));
+  }
+  // Steady steps green (the good part), stalls and waits warm, bookkeeping grey.
+  static const std::vector<std::string> colors = {"#999999", "#56B4E9", "#E69F00", "#009E73", "#D55E00",
+                                                  "#CC79A7", "#0072B2", "#7FB8DA", "#F0E442", "#555555"};
+  return svg::stacked_shares("Where the wall clock went: each run's parts, as shares of its wall clock", names, rows,
+                             1000, colors);
+}
+
+// Each multi-rank point's busy time per rank and steady step (its worst run).
+std::string rank_heat_maps(const SectionReport& sec) {
+  std::ostringstream out;
+  out << "<div class=\"panels\">";
+  for (const PointStats& p : sec.points) {
+    if (p.row == 0 || p.rank_busy.empty()) continue;
+    const size_t ranks = p.rank_busy.front().size();
+    std::vector<std::string> rows, cols;
+    std::vector<std::vector<double>> grid(ranks);
+    for (size_t r = 0; r < ranks; ++r) rows.push_back("rank " + std::to_string(r));
+    for (size_t i = 0; i < p.rank_busy.size(); ++i) {
+      cols.push_back(std::to_string(p.rank_busy_steps[i]));
+      for (size_t r = 0; r < ranks; ++r) grid[r].push_back(r < p.rank_busy[i].size() ? p.rank_busy[i][r] : std::nan(""));
+    }
+    out << "<figure>"
+        << svg::heat_map(point_name(p) + ": busy time per rank and step" + (p.straggler_marked ? " (marked)" : ""),
+                         rows, cols, grid, fmt::seconds, 480)
+        << "</figure>";
+  }
+  out << "</div>\n";
+  return out.str();
+}
+
 void write_toc(std::ostringstream& out, const Report& r) {
   out << "<nav class=\"toc\"><b>Contents</b><ol>";
   for (size_t i = 0; i < r.sections.size(); ++i) {
@@ -380,6 +426,8 @@ void write_toc(std::ostringstream& out, const Report& r) {
     parts.emplace_back("points", "all points");
     if (render::has_predictions(sec)) parts.emplace_back("predicted", "predicted vs measured");
     if (!sec.paired.empty()) parts.emplace_back("paired", "paired speedup");
+    if (render::has_goodput(sec)) parts.emplace_back("goodput", "wall clock");
+    if (render::has_rank_timing(sec)) parts.emplace_back("ranks", "ranks");
     parts.emplace_back("charts", "charts");
     if (!sec.stacks.empty()) parts.emplace_back("stacks", "stacked tables");
     if (!sec.scaling.empty()) parts.emplace_back("scaling", "scaling");
@@ -429,6 +477,11 @@ void write_section(std::ostringstream& out, const SectionReport& sec, size_t ind
     }
     out << "<p class=\"note\">" << fmt::html_escape(render::summary_note()) << "</p>\n";
     if (sec.several_models()) out << "<p class=\"note\">" << fmt::html_escape(render::models_note(sec)) << "</p>\n";
+  }
+  if (const std::vector<std::string> flags = render::straggler_flags(sec); !flags.empty()) {
+    out << "<ul class=\"warn\">";
+    for (const std::string& f : flags) out << "<li>" << fmt::html_escape(f) << "</li>";
+    out << "</ul>\n";
   }
   if (!sec.effects.empty()) {
     h3("effects", "What each setting buys");
@@ -488,6 +541,18 @@ void write_section(std::ostringstream& out, const SectionReport& sec, size_t ind
     h3("paired", render::paired_title(sec));
     write_table(out, render::paired_table(sec));
     out << "<p class=\"note\">" << fmt::html_escape(render::paired_note()) << "</p>\n";
+  }
+  if (render::has_goodput(sec)) {
+    h3("goodput", "Where the wall clock went");
+    out << "<figure>" << goodput_bars(sec) << "</figure>\n";
+    write_table(out, render::goodput_table(sec));
+    out << "<p class=\"note\">" << fmt::html_escape(render::goodput_note()) << "</p>\n";
+  }
+  if (render::has_rank_timing(sec)) {
+    h3("ranks", "Ranks: who the others waited for");
+    out << rank_heat_maps(sec);
+    write_table(out, render::ranks_table(sec));
+    out << "<p class=\"note\">" << fmt::html_escape(render::ranks_note()) << "</p>\n";
   }
   h3("charts", "Throughput and memory by world size");
   out << "<div class=\"panels\">";

@@ -14,6 +14,27 @@ nlohmann::json point_json(const PointStats& p) {
   if (p.tps.n > 0)
     tps = {{"n", p.tps.n},   {"median", p.tps.median}, {"p10", p.tps.p10}, {"p90", p.tps.p90},
            {"q1", p.tps.q1}, {"q3", p.tps.q3},         {"min", p.tps.min}, {"max", p.tps.max}};
+  // Where the wall clock went (schema v13): the median parts, goodput, the projection to 1B tokens.
+  nlohmann::json wall = nullptr;
+  if (p.wall_s) {
+    nlohmann::json parts = nlohmann::json::object();
+    for (const auto& [name, seconds] : p.goodput_parts) parts[name] = seconds;
+    wall = {{"wall_s", *p.wall_s}, {"goodput", opt(p.goodput)}, {"tokens", opt(p.tokens)}, {"parts", parts},
+            {"time_to_1b_tokens_s", opt(p.time_to_tokens_s(1e9))}};
+  }
+  // Multi-rank points with rank timing: the worst run's figures and busy time per rank and step.
+  nlohmann::json stragglers = nullptr;
+  if (p.straggler_share) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (size_t i = 0; i < p.rank_busy.size(); ++i)
+      steps.push_back({{"step", p.rank_busy_steps[i]}, {"busy_s", p.rank_busy[i]}});
+    stragglers = {{"slowest_rank", p.straggler_rank ? nlohmann::json(*p.straggler_rank) : nlohmann::json(nullptr)},
+                  {"persistence", opt(p.straggler_persistence)},
+                  {"share", opt(p.straggler_share)},
+                  {"spread_s", opt(p.straggler_spread_s)},
+                  {"marked", p.straggler_marked},
+                  {"by_step", steps}};
+  }
   nlohmann::json predicted = nullptr;  // the planner's, stored by the sweep; errors: predicted / measured - 1
   if (!p.predicted_on.empty())
     predicted = {{"on", p.predicted_on},
@@ -46,7 +67,12 @@ nlohmann::json point_json(const PointStats& p) {
           {"stack_index", p.stack_index},
           {"stack_name", p.stack_name},
           {"loss_curve", loss},
-          {"predicted", predicted}};
+          {"predicted", predicted},
+          {"mfu_by_dtype_pct", opt(p.mfu_by_dtype)},
+          {"useful_mfu_pct", opt(p.useful_mfu)},
+          {"peak_flops_source", p.peak_source.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.peak_source)},
+          {"wall_clock", wall},
+          {"stragglers", stragglers}};
 }
 
 nlohmann::json ratio_json(const PairedRatio& r) {

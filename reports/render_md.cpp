@@ -33,6 +33,7 @@ std::string render_markdown(const Report& r) {
     }
     if (!sec.summary.empty()) out << "<sub>" << render::summary_note() << "</sub>\n\n";
     if (sec.several_models()) out << "<sub>" << fmt::md_escape(render::models_note(sec)) << "</sub>\n\n";
+    for (const std::string& f : render::straggler_flags(sec)) out << "> \u26a0\ufe0f " << fmt::md_escape(f) << "\n\n";
     if (!sec.effects.empty()) {
       out << "#### What each setting buys\n\n";
       write_table(out, render::effects_table(sec));
@@ -60,6 +61,16 @@ std::string render_markdown(const Report& r) {
         << " at the same world size.";
     if (render::has_predictions(sec)) out << " " << fmt::md_escape(render::prediction_note(sec));
     out << "</sub>\n\n";
+    if (render::has_goodput(sec)) {
+      out << "#### Where the wall clock went\n\n";
+      write_table(out, render::goodput_table(sec));
+      out << "<sub>" << fmt::md_escape(render::goodput_note()) << "</sub>\n\n";
+    }
+    if (render::has_rank_timing(sec)) {
+      out << "#### Ranks: who the others waited for\n\n";
+      write_table(out, render::ranks_table(sec));
+      out << "<sub>" << fmt::md_escape(render::ranks_note()) << "</sub>\n\n";
+    }
     if (!sec.learning.empty()) {
       out << "#### How the planner learned over the sweep\n\n";
       write_table(out, render::learning_table(sec));

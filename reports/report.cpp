@@ -1,5 +1,7 @@
 #include "reports/report.h"
 
+#include "common/run_timing.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -54,6 +56,44 @@ std::optional<double> median_over_runs(const std::vector<const RunData*>& runs, 
   return median_of(v);
 }
 
+// Goodput, stragglers and the MFU's peak of a point's ok runs (schema v13).
+void add_timing(PointStats& s, const std::vector<const RunData*>& ok) {
+  std::map<std::string, std::vector<double>> parts;
+  for (const RunData* r : ok)
+    for (const auto& [name, seconds] : r->goodput) parts[name].push_back(seconds);
+  for (const std::string& name : goodput_part_names())
+    if (auto it = parts.find(name); it != parts.end()) s.goodput_parts.emplace_back(name, stats::median(it->second));
+  s.wall_s = median_over_runs(ok, [](const SummaryRow& r) { return r.wall_s; });
+  s.goodput = median_over_runs(ok, [](const SummaryRow& r) { return r.goodput; });
+  s.tokens = median_over_runs(ok, [](const SummaryRow& r) -> std::optional<double> {
+    return r.tokens ? std::optional<double>(static_cast<double>(*r.tokens)) : std::nullopt;
+  });
+  s.mfu_by_dtype = median_over_runs(ok, [](const SummaryRow& r) { return r.mfu_by_dtype; });
+  s.useful_mfu = median_over_runs(ok, [](const SummaryRow& r) { return r.useful_mfu; });
+  const RunData* worst = nullptr;
+  for (const RunData* r : ok) {
+    if (!r->summary) continue;
+    if (s.peak_source.empty() && r->summary->peak_flops_source) s.peak_source = *r->summary->peak_flops_source;
+    if (r->summary->straggler_marked.value_or(false)) s.straggler_marked = true;
+    if (r->summary->straggler_share &&
+        (!worst || *r->summary->straggler_share > *worst->summary->straggler_share))
+      worst = r;
+  }
+  if (!worst) return;
+  const SummaryRow& w = *worst->summary;
+  s.straggler_rank = w.straggler_rank;
+  s.straggler_share = w.straggler_share;
+  s.straggler_persistence = w.straggler_persistence;
+  s.straggler_spread_s = w.straggler_spread_s;
+  for (const RankStepRow& row : worst->rank_steps) {
+    if (s.rank_busy_steps.empty() || s.rank_busy_steps.back() != row.step) {
+      s.rank_busy_steps.push_back(row.step);
+      s.rank_busy.emplace_back();
+    }
+    s.rank_busy.back().push_back(row.busy_s.value_or(std::nan("")));
+  }
+}
+
 PointStats point_stats(const PointData& p) {
   PointStats s;
   s.sweep = p.sweep;
@@ -93,6 +133,7 @@ PointStats point_stats(const PointData& p) {
   s.comm_s = median_over_runs(ok, [](const SummaryRow& r) { return r.comm_s; });
   s.exposed_comm_s = median_over_runs(ok, [](const SummaryRow& r) { return r.exposed_comm_s; });
   s.idle_s = median_over_runs(ok, [](const SummaryRow& r) { return r.idle_s; });
+  add_timing(s, ok);
   for (const RunData& r : p.runs) {  // the newest run's prediction (repeat order)
     if (!r.prediction || r.prediction->hardware.empty()) continue;
     const PredictionRow& pr = *r.prediction;
@@ -351,6 +392,15 @@ std::string build_of(const PointData& p) {
 }
 
 }  // namespace
+
+std::optional<double> PointStats::time_to_tokens_s(double n) const {
+  if (goodput_parts.empty() || !tokens || *tokens <= 0 || !wall_s) return std::nullopt;
+  Goodput g;
+  g.tokens = static_cast<int64_t>(*tokens);
+  g.wall_s = *wall_s;
+  for (const auto& [name, seconds] : goodput_parts) g.set_part(name, seconds);
+  return g.time_to_tokens_s(n);
+}
 
 std::optional<double> PointStats::pred_tps_error() const {
   if (!pred_tps || tps.n == 0 || tps.median <= 0) return std::nullopt;

@@ -64,6 +64,25 @@ struct PointStats {
   std::optional<double> pred_tps_prior, pred_tps_low, pred_tps_high;
   int64_t learned_from = 0;
   std::string predicted_on;
+  // Where the wall clock went (schema v13): each goodput part's median over
+  // the ok runs (common/run_timing.h's order), the wall clock's, the
+  // steady steps' share and the tokens trained.
+  std::vector<std::pair<std::string, double>> goodput_parts;
+  std::optional<double> wall_s, goodput, tokens;
+  // The wall clock `n` tokens would take at the point's rates
+  // (Goodput::time_to_tokens_s over the median parts); none without goodput.
+  std::optional<double> time_to_tokens_s(double n) const;
+  // Multi-rank points with rank timing: the figures of the ok run whose
+  // straggler share is largest (the worst), and that run's busy time per
+  // steady step and rank (rank_busy[i][r] at step rank_busy_steps[i]).
+  std::optional<int64_t> straggler_rank;
+  std::optional<double> straggler_share, straggler_persistence, straggler_spread_s;
+  bool straggler_marked = false;  // any ok run marked
+  std::vector<std::vector<double>> rank_busy;
+  std::vector<int64_t> rank_busy_steps;
+  // MFU's peak: where it came from ("unknown": no MFU), and the MFUs that name theirs.
+  std::string peak_source;
+  std::optional<double> mfu_by_dtype, useful_mfu;
   std::optional<double> pred_tps_error() const;
   std::optional<double> pred_mem_error() const;
 };

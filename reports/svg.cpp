@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <sstream>
 
@@ -518,6 +519,106 @@ std::string forest_plot(const std::string& title, const std::vector<std::string>
   }
   o << "<text x=\"" << num(label_w) << "\" y=\"" << num(bottom + 30) << "\" fill=\"#555\">"
     << "ratio to the setting's first value (log scale); the line is the interval, the mark the median</text></svg>";
+  return o.str();
+}
+
+std::string stacked_shares(const std::string& title, const std::vector<std::string>& parts,
+                           const std::vector<StackedRow>& rows, int width, const std::vector<std::string>& colors) {
+  const auto paint = [&colors](size_t k) { return k < colors.size() ? colors[k] : color(k); };
+  std::vector<const StackedRow*> shown;
+  for (const StackedRow& r : rows) {
+    double total = 0;
+    for (double v : r.values) total += std::max(v, 0.0);
+    if (total > 0) shown.push_back(&r);
+  }
+  if (shown.empty()) return no_data(width, title);
+  const int top = 30 + title_extra(width, title), legend = 22, label_w = 190, text_w = 80;
+  const int plot_w = width - label_w - text_w - 16;
+  std::vector<std::vector<std::string>> labels;
+  int height = top + legend + 8;
+  for (const StackedRow* r : shown) {
+    labels.push_back(wrap(r->label, static_cast<size_t>((label_w - 12) / kCharWidth)));
+    height += std::max(kRowHeight, static_cast<int>(labels.back().size()) * kLineHeight + 8);
+  }
+  std::ostringstream o;
+  o << open_svg(width, height + 8, title);
+  double lx = 8;  // the legend: a swatch and the part's name each
+  for (size_t k = 0; k < parts.size(); ++k) {
+    o << "<rect x=\"" << num(lx) << "\" y=\"" << top + 4 << "\" width=\"10\" height=\"10\" fill=\"" << paint(k)
+      << "\"/><text x=\"" << num(lx + 14) << "\" y=\"" << top + 13 << "\" fill=\"#222\">" << fmt::html_escape(parts[k])
+      << "</text>";
+    lx += 30 + 7.2 * static_cast<double>(parts[k].size());
+  }
+  double y = top + legend + 8;
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const StackedRow& r = *shown[i];
+    const int row_h = std::max(kRowHeight, static_cast<int>(labels[i].size()) * kLineHeight + 8);
+    o << text_lines(labels[i], label_w - 6, y + 15, "end", "label");
+    double total = 0;
+    for (double v : r.values) total += std::max(v, 0.0);
+    double x = label_w;
+    for (size_t k = 0; k < r.values.size() && k < parts.size(); ++k) {
+      const double w = plot_w * std::max(r.values[k], 0.0) / total;
+      if (w <= 0) continue;
+      const std::string tip =
+          r.label + ": " + parts[k] + " " + fmt::seconds(r.values[k]) + " (" + fmt::fixed(100 * r.values[k] / total, 1) + "%)";
+      o << "<rect x=\"" << num(x) << "\" y=\"" << num(y + 3) << "\" width=\"" << num(w) << "\" height=\"" << row_h - 8
+        << "\" fill=\"" << paint(k) << "\"><title>" << fmt::html_escape(tip) << "</title></rect>";
+      x += w;
+    }
+    o << "<text x=\"" << label_w + plot_w + 6 << "\" y=\"" << num(y + 15) << "\" fill=\"#222\">"
+      << fmt::html_escape(r.text) << "</text>";
+    y += row_h;
+  }
+  o << "</svg>";
+  return o.str();
+}
+
+std::string heat_map(const std::string& title, const std::vector<std::string>& row_labels,
+                     const std::vector<std::string>& column_labels, const std::vector<std::vector<double>>& values,
+                     std::string (*format)(double), int width) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& row : values)
+    for (double v : row)
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (values.empty() || column_labels.empty() || !std::isfinite(lo)) return no_data(width, title);
+  const int top = 30 + title_extra(width, title), label_w = 70, cell_h = 18;
+  const int cols = static_cast<int>(column_labels.size());
+  const double cell_w = static_cast<double>(width - label_w - 16) / cols;
+  const int height = top + cell_h * static_cast<int>(values.size()) + 48;
+  // Light to dark blue; equal values all mid-tone.
+  const auto shade = [&](double v) {
+    const double t = hi > lo ? (v - lo) / (hi - lo) : 0.5;
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "#%02x%02x%02x", static_cast<int>(std::lround(235 - t * 227)),
+                  static_cast<int>(std::lround(243 - t * 174)), static_cast<int>(std::lround(251 - t * 103)));
+    return std::string(buf);
+  };
+  std::ostringstream o;
+  o << open_svg(width, height, title);
+  for (size_t r = 0; r < values.size(); ++r) {
+    const double y = top + cell_h * static_cast<double>(r);
+    const std::string row = r < row_labels.size() ? row_labels[r] : "";
+    o << "<text x=\"" << label_w - 6 << "\" y=\"" << num(y + 13) << "\" text-anchor=\"end\" fill=\"#222\">"
+      << fmt::html_escape(row) << "</text>";
+    for (int c = 0; c < cols && c < static_cast<int>(values[r].size()); ++c) {
+      const double v = values[r][c];
+      if (!std::isfinite(v)) continue;
+      o << "<rect x=\"" << num(label_w + cell_w * c) << "\" y=\"" << num(y) << "\" width=\"" << num(cell_w + 0.3)
+        << "\" height=\"" << cell_h << "\" fill=\"" << shade(v) << "\"><title>"
+        << fmt::html_escape(row + ", step " + column_labels[c] + ": " + format(v)) << "</title></rect>";
+    }
+  }
+  const double axis_y = top + cell_h * static_cast<double>(values.size());
+  const int every = std::max(1, (cols + 19) / 20);
+  for (int c = 0; c < cols; c += every)
+    o << "<text x=\"" << num(label_w + cell_w * (c + 0.5)) << "\" y=\"" << num(axis_y + 14)
+      << "\" text-anchor=\"middle\" fill=\"#444\" font-size=\"10\">" << fmt::html_escape(column_labels[c]) << "</text>";
+  o << "<rect x=\"" << label_w << "\" y=\"" << num(axis_y + 24) << "\" width=\"12\" height=\"12\" fill=\"" << shade(lo)
+    << "\"/><text x=\"" << label_w + 16 << "\" y=\"" << num(axis_y + 34) << "\" fill=\"#444\">"
+    << fmt::html_escape(format(lo)) << "</text><rect x=\"" << label_w + 110 << "\" y=\"" << num(axis_y + 24)
+    << "\" width=\"12\" height=\"12\" fill=\"" << shade(hi) << "\"/><text x=\"" << label_w + 126 << "\" y=\""
+    << num(axis_y + 34) << "\" fill=\"#444\">" << fmt::html_escape(format(hi)) << "</text></svg>";
   return o.str();
 }
 

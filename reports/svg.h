@@ -102,6 +102,28 @@ std::string forest_plot(const std::string& title, const std::vector<std::string>
 // The i-th colour of a palette readable on white and by most colour-blind
 // readers (Okabe–Ito), and the i-th dash pattern ("" solid) and marker
 // shape (circle, square, triangle, diamond) that go with it.
+// One horizontal bar per row, each split into its parts' shares of the
+// row's total (a 100 % stacked bar), a legend of `parts` above; hovering a
+// segment shows the part, its seconds and share. Rows whose total is not
+// positive are left out; none left: "no data". `colors`: one per part
+// (empty: the palette's).
+struct StackedRow {
+  std::string label;
+  std::vector<double> values;  // one per part, >= 0
+  std::string text;            // printed after the bar (e.g. the total)
+};
+std::string stacked_shares(const std::string& title, const std::vector<std::string>& parts,
+                           const std::vector<StackedRow>& rows, int width = 1000,
+                           const std::vector<std::string>& colors = {});
+
+// A grid of cells, rows[r][c] shaded from light (the smallest value) to dark
+// (the largest), row and column labels on the axes (at most ~20 column
+// labels are printed), the scale's ends under it; NaN cells are blank.
+// Hovering a cell shows its row, column and value (`format`).
+std::string heat_map(const std::string& title, const std::vector<std::string>& row_labels,
+                     const std::vector<std::string>& column_labels, const std::vector<std::vector<double>>& values,
+                     std::string (*format)(double), int width = 640);
+
 std::string color(size_t i);
 std::string dash(size_t i);
 std::string marker(size_t i, double x, double y, double r, const std::string& fill, const std::string& stroke);

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <stdexcept>
 
 #include "common/build_identity.h"
+#include "common/run_timing.h"
 #include "ctitan/build_info.h"
 #include "results/run_dir.h"
 #include "results/schema.h"
@@ -291,7 +293,9 @@ std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
   Statement q(db_, path_,
               "SELECT run_id, tps_median, tps_p10, tps_p90, tflops, mfu, mem_peak_bytes, loss_final, compute_s, "
               "comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory, moe_ep_imbalance, seed, "
-              "validation_loss_final, target_loss, tokens_to_target, time_to_target_s FROM summaries WHERE run_id = ?1");
+              "validation_loss_final, target_loss, tokens_to_target, time_to_target_s, straggler_rank, "
+              "straggler_persistence, straggler_share, straggler_spread_s, straggler_marked, wall_s, goodput, peak_flops, "
+              "peak_flops_source, mfu_by_dtype, useful_mfu, tokens FROM summaries WHERE run_id = ?1");
   q.bind_all(run_id);
   if (!q.step()) return std::nullopt;
   SummaryRow s;
@@ -315,7 +319,40 @@ std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
   s.target_loss = q.opt_real(17);
   s.tokens_to_target = q.opt_real(18);
   s.time_to_target_s = q.opt_real(19);
+  s.straggler_rank = q.opt_int64(20);
+  s.straggler_persistence = q.opt_real(21);
+  s.straggler_share = q.opt_real(22);
+  s.straggler_spread_s = q.opt_real(23);
+  if (const auto marked = q.opt_int64(24)) s.straggler_marked = *marked != 0;
+  s.wall_s = q.opt_real(25);
+  s.goodput = q.opt_real(26);
+  s.peak_flops = q.opt_real(27);
+  if (!q.is_null(28)) s.peak_flops_source = q.text(28);
+  s.mfu_by_dtype = q.opt_real(29);
+  s.useful_mfu = q.opt_real(30);
+  s.tokens = q.opt_int64(31);
   return s;
+}
+
+std::vector<std::pair<std::string, double>> ResultsDb::goodput(int64_t run_id) const {
+  Statement q(db_, path_, "SELECT part, seconds FROM goodput WHERE run_id = ?1 AND seconds IS NOT NULL");
+  q.bind_all(run_id);
+  std::map<std::string, double> stored;
+  while (q.step()) stored[q.text(0)] = q.real(1);
+  std::vector<std::pair<std::string, double>> out;
+  for (const std::string& part : goodput_part_names())
+    if (auto it = stored.find(part); it != stored.end()) out.emplace_back(part, it->second);
+  return out;
+}
+
+std::vector<RankStepRow> ResultsDb::rank_steps(int64_t run_id) const {
+  Statement q(db_, path_,
+              "SELECT step, rank, busy_s, data_s, exposed_comm_s FROM rank_steps WHERE run_id = ?1 ORDER BY step, rank");
+  q.bind_all(run_id);
+  std::vector<RankStepRow> out;
+  while (q.step())
+    out.push_back({q.int64(0), static_cast<int>(q.int64(1)), q.opt_real(2), q.opt_real(3), q.opt_real(4)});
+  return out;
 }
 
 std::vector<nlohmann::json> ResultsDb::steps(int64_t run_id) const {

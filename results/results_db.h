@@ -95,6 +95,26 @@ struct SummaryRow {
   // loss, the target and when it was first reached (unset: not reached).
   std::optional<int64_t> seed;
   std::optional<double> validation_loss_final, target_loss, tokens_to_target, time_to_target_s;
+  // summary.json's stragglers (multi-rank runs with metrics.rank_timing).
+  std::optional<int64_t> straggler_rank;
+  std::optional<double> straggler_persistence, straggler_share, straggler_spread_s;
+  std::optional<bool> straggler_marked;
+  // summary.json's goodput: the process's wall clock, steady steps' share of it.
+  std::optional<double> wall_s, goodput;
+  std::optional<int64_t> tokens;  // the global batch's tokens the run's process trained
+  // The peak MFU divides by (none: unknown, and no MFU) and its source
+  // ("table:H100 SXM", "measured", "override", "unknown"); the MFU with
+  // each GEMM at its dtype's peak; the MFU of the visible attention pairs.
+  std::optional<double> peak_flops;
+  std::optional<std::string> peak_flops_source;
+  std::optional<double> mfu_by_dtype, useful_mfu;
+};
+
+// One rank's times in one steady step (summary.json's stragglers.by_step).
+struct RankStepRow {
+  int64_t step = 0;
+  int rank = 0;
+  std::optional<double> busy_s, data_s, exposed_comm_s;
 };
 
 // The planner's prediction for a run (planner/plan.h), stored by a sweep
@@ -151,7 +171,7 @@ struct ArtifactRow {
 // std::runtime_error naming the file.
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 12;
+  static constexpr int kSchemaVersion = 13;
   // How long a statement waits for another process's write to finish.
   static constexpr int kBusyTimeoutMs = 10000;
   // read_write: opens (creating if absent) and migrates; a read-only file is
@@ -207,6 +227,9 @@ class ResultsDb {
   std::optional<SummaryRow> summary(int64_t run_id) const;
   std::vector<nlohmann::json> steps(int64_t run_id) const;  // one object per row
   std::vector<nlohmann::json> validation(int64_t run_id) const;  // one object per validation pass, by step
+  // summary.json's goodput parts ("init_s", ... in common/run_timing.h's order), empty when none.
+  std::vector<std::pair<std::string, double>> goodput(int64_t run_id) const;
+  std::vector<RankStepRow> rank_steps(int64_t run_id) const;  // by step, then rank
   std::vector<std::pair<std::string, std::string>> env(int64_t run_id) const;  // sorted by key
   std::vector<ArtifactRow> artifacts(int64_t run_id) const;                  // sorted by path
 

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/run_timing.h"
 #include "results/sqlite_stmt.h"
 
 namespace fs = std::filesystem;
@@ -166,6 +167,51 @@ void parse_metrics_jsonl(std::string_view text, RunDirContents& c) {
   }
 }
 
+namespace {
+
+// The i-th number of the array j[key], if it is one.
+std::optional<double> nth(const nlohmann::json& j, const char* key, size_t i) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array() || i >= it->size() || !(*it)[i].is_number()) return std::nullopt;
+  return (*it)[i].get<double>();
+}
+
+// summary.json's stragglers, goodput and the MFU's peak (issue 59).
+void read_timing(const nlohmann::json& j, SummaryRow& s, RunDirContents& c) {
+  s.peak_flops = number(j, "peak_flops");
+  if (s.peak_flops && *s.peak_flops <= 0) s.peak_flops.reset();  // 0: no peak known
+  if (auto it = j.find("peak_flops_source"); it != j.end() && it->is_string()) s.peak_flops_source = it->get<std::string>();
+  s.mfu_by_dtype = number(j, "mfu_by_dtype");
+  s.useful_mfu = number(j, "useful_mfu");
+  if (auto st = j.find("stragglers"); st != j.end() && st->is_object()) {
+    s.straggler_rank = integer(*st, "slowest_rank");
+    s.straggler_persistence = number(*st, "persistence");
+    s.straggler_share = number(*st, "share");
+    s.straggler_spread_s = number(*st, "spread_s");
+    if (auto m = st->find("marked"); m != st->end() && m->is_boolean()) s.straggler_marked = m->get<bool>();
+    if (auto rows = st->find("by_step"); rows != st->end() && rows->is_array()) {
+      for (const nlohmann::json& row : *rows) {
+        const std::optional<int64_t> step = row.is_object() ? integer(row, "step") : std::nullopt;
+        if (!step) continue;
+        const auto busy = row.find("busy_s");
+        const size_t ranks = busy != row.end() && busy->is_array() ? std::min<size_t>(busy->size(), 4096) : 0;
+        for (size_t r = 0; r < ranks; ++r)
+          c.rank_steps.push_back({*step, static_cast<int>(r), nth(row, "busy_s", r), nth(row, "data_s", r),
+                                  nth(row, "exposed_comm_s", r)});
+      }
+    }
+  }
+  if (auto g = j.find("goodput"); g != j.end() && g->is_object()) {
+    s.wall_s = number(*g, "wall_s");
+    s.goodput = number(*g, "goodput");
+    s.tokens = integer(*g, "tokens");
+    for (const std::string& part : goodput_part_names())
+      if (const auto v = number(*g, part.c_str())) c.goodput.emplace_back(part, *v);
+  }
+}
+
+}  // namespace
+
 void parse_summary_json(std::string_view text, RunDirContents& c) {
   const std::optional<nlohmann::json> parsed = parse_bounded(text);
   if (!parsed || !parsed->is_object()) {
@@ -196,6 +242,7 @@ void parse_summary_json(std::string_view text, RunDirContents& c) {
     s.tokens_to_target = number(*q, "tokens_to_target");
     s.time_to_target_s = number(*q, "time_to_target_s");
   }
+  read_timing(j, s, c);
   c.summary = s;
   if (auto it = j.find("comm_by_dim"); it != j.end() && it->is_object())
     for (auto d = it->begin(); d != it->end(); ++d)
@@ -244,12 +291,17 @@ void write_summary(sqlite3* db, const std::string& path, const SummaryRow& s) {
   Statement q(db, path,
               "INSERT OR REPLACE INTO summaries(run_id, tps_median, tps_p10, tps_p90, tflops, mfu, mem_peak_bytes, "
               "loss_final, compute_s, comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory, "
-              "moe_ep_imbalance, seed, validation_loss_final, target_loss, tokens_to_target, time_to_target_s) "
-              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)");
+              "moe_ep_imbalance, seed, validation_loss_final, target_loss, tokens_to_target, time_to_target_s, "
+              "straggler_rank, straggler_persistence, straggler_share, straggler_spread_s, straggler_marked, wall_s, "
+              "goodput, peak_flops, peak_flops_source, mfu_by_dtype, useful_mfu, tokens) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, "
+              "?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)");
   q.bind_all(s.run_id, s.tps_median, s.tps_p10, s.tps_p90, s.tflops, s.mfu, s.mem_peak_bytes, s.loss_final,
              s.compute_s, s.comm_s, s.exposed_comm_s, s.idle_s, s.pipeline_bubble, s.pipeline_bubble_theory,
              s.moe_ep_imbalance, s.seed, s.validation_loss_final, s.target_loss, s.tokens_to_target,
-             s.time_to_target_s);
+             s.time_to_target_s, s.straggler_rank, s.straggler_persistence, s.straggler_share, s.straggler_spread_s,
+             s.straggler_marked ? std::optional<int64_t>(*s.straggler_marked ? 1 : 0) : std::nullopt, s.wall_s,
+             s.goodput, s.peak_flops, s.peak_flops_source, s.mfu_by_dtype, s.useful_mfu, s.tokens);
   q.run();
 }
 
@@ -270,7 +322,8 @@ IngestReport ResultsDb::ingest_run_dir(int64_t run_id, const std::string& run_di
   }
   for (const char* sql : {"DELETE FROM steps WHERE run_id = ?1", "DELETE FROM summaries WHERE run_id = ?1",
                           "DELETE FROM env WHERE run_id = ?1", "DELETE FROM artifacts WHERE run_id = ?1",
-                          "DELETE FROM comm_dims WHERE run_id = ?1", "DELETE FROM validation WHERE run_id = ?1"}) {
+                          "DELETE FROM comm_dims WHERE run_id = ?1", "DELETE FROM validation WHERE run_id = ?1",
+                          "DELETE FROM goodput WHERE run_id = ?1", "DELETE FROM rank_steps WHERE run_id = ?1"}) {
     Statement del(db_, path_, sql);
     del.bind_all(run_id).run();
   }
@@ -313,6 +366,18 @@ IngestReport ResultsDb::ingest_run_dir(int64_t run_id, const std::string& run_di
   for (const auto& [dim, comm, exposed] : c.comm_dims) {
     dims.bind_all(run_id, dim, comm, exposed).run();
     dims.reset();
+  }
+  Statement part(db_, path_, "INSERT OR REPLACE INTO goodput(run_id, part, seconds) VALUES (?1, ?2, ?3)");
+  for (const auto& [name, seconds] : c.goodput) {
+    part.bind_all(run_id, name, seconds).run();
+    part.reset();
+  }
+  Statement rank_step(db_, path_,
+                      "INSERT OR REPLACE INTO rank_steps(run_id, step, rank, busy_s, data_s, exposed_comm_s) "
+                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+  for (const RankStepRow& r : c.rank_steps) {
+    rank_step.bind_all(run_id, r.step, static_cast<int64_t>(r.rank), r.busy_s, r.data_s, r.exposed_comm_s).run();
+    rank_step.reset();
   }
   Statement env(db_, path_, "INSERT OR REPLACE INTO env(run_id, key, value) VALUES (?1, ?2, ?3)");
   for (const auto& [key, value] : c.env) {

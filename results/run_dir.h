@@ -27,6 +27,8 @@ struct RunDirContents {
   std::vector<std::tuple<std::string, std::optional<double>, std::optional<double>>> comm_dims;
   std::vector<std::pair<std::string, std::optional<std::string>>> env;  // dotted keys
   std::vector<ArtifactRow> artifacts;
+  std::vector<std::pair<std::string, double>> goodput;  // summary.json's goodput parts
+  std::vector<RankStepRow> rank_steps;                 // summary.json's stragglers.by_step
   IngestReport report;  // partial, notes, summary_status (counts are set when written)
 };
 

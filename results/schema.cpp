@@ -178,6 +178,39 @@ CREATE INDEX slurm_jobs_by_job ON slurm_jobs(job_id);
          "ALTER TABLE summaries ADD COLUMN target_loss REAL;"
          "ALTER TABLE summaries ADD COLUMN tokens_to_target REAL;"
          "ALTER TABLE summaries ADD COLUMN time_to_target_s REAL;"},
+    // Issue 59: summary.json's stragglers (the rank slowest in most steady
+    // steps, that share of the steps, the others' median wait for it as a
+    // share of the step, the median max - min busy time, marked), goodput
+    // (the wall clock from the process's start, steady steps' share of it,
+    // and each part as a row), the peak MFU divides by and where it came
+    // from, the MFU with each GEMM at its dtype's peak and the MFU of the
+    // attention pairs the masks leave visible; each rank's busy, data and
+    // exposed-communication time per steady step.
+    {13, R"sql(
+ALTER TABLE summaries ADD COLUMN straggler_rank INTEGER;
+ALTER TABLE summaries ADD COLUMN straggler_persistence REAL;
+ALTER TABLE summaries ADD COLUMN straggler_share REAL;
+ALTER TABLE summaries ADD COLUMN straggler_spread_s REAL;
+ALTER TABLE summaries ADD COLUMN straggler_marked INTEGER;
+ALTER TABLE summaries ADD COLUMN wall_s REAL;
+ALTER TABLE summaries ADD COLUMN goodput REAL;
+ALTER TABLE summaries ADD COLUMN tokens INTEGER;
+ALTER TABLE summaries ADD COLUMN peak_flops REAL;
+ALTER TABLE summaries ADD COLUMN peak_flops_source TEXT;
+ALTER TABLE summaries ADD COLUMN mfu_by_dtype REAL;
+ALTER TABLE summaries ADD COLUMN useful_mfu REAL;
+CREATE TABLE goodput(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  part TEXT NOT NULL,
+  seconds REAL,
+  PRIMARY KEY(run_id, part));
+CREATE TABLE rank_steps(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  busy_s REAL, data_s REAL, exposed_comm_s REAL,
+  PRIMARY KEY(run_id, step, rank));
+)sql"},
 };
 static_assert(std::size(kMigrations) == ResultsDb::kSchemaVersion + 1, "one migration step per schema version");
 
@@ -259,7 +292,8 @@ std::string why_not_writable(const std::string& path) {
 void check_tables(sqlite3* db, const std::string& path) {
   static const char* const kTables[] = {"schema_version", "sweeps",     "runs",        "steps",
                                         "summaries",      "env",        "hardware",    "artifacts",
-                                        "comm_dims",      "validation", "predictions", "slurm_jobs"};
+                                        "comm_dims",      "validation", "predictions", "slurm_jobs",
+                                        "goodput",        "rank_steps"};
   Statement q(db, path, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1");
   for (const char* table : kTables) {
     q.reset();

@@ -247,6 +247,30 @@ void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens, do
   opts_.monitor.reset_peak();
 }
 
+std::optional<double> mfu_at_peaks(double tps, const std::vector<FlopsAtPeak>& shares) {
+  double seconds_at_peak = 0;  // per token
+  for (const FlopsAtPeak& s : shares) {
+    if (s.flops_per_token <= 0) continue;
+    if (s.peak_flops <= 0) return std::nullopt;
+    seconds_at_peak += s.flops_per_token / s.peak_flops;
+  }
+  return 100.0 * tps * seconds_at_peak;
+}
+
+double useful_flops_per_token(const ModelArgs& a, int64_t seq_len, double density) {
+  const double all = flops_per_token(a, seq_len), attention = all - flops_per_token(a, 0);
+  const double S = static_cast<double>(seq_len);
+  return all - attention + attention * (S + 1) / (2 * S) * density;
+}
+
+std::optional<double> MetricsLogger::steady_tps_median() const {
+  std::vector<double> tps;
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(opts_.warmup_steps, 0)); i < all_.size(); ++i)
+    tps.push_back(all_[i].tokens / all_[i].step_time_s);
+  if (tps.empty()) return std::nullopt;
+  return quantile(tps, 0.5);
+}
+
 nlohmann::json MetricsLogger::summary(const std::string& status) const {
   std::vector<double> tps, step_times;
   const auto skip = static_cast<size_t>(std::max<int64_t>(opts_.warmup_steps, 0));

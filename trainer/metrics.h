@@ -25,6 +25,7 @@
 #include "common/file_io.h"
 #include <limits>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -47,6 +48,22 @@ class TensorBoardWriter;
 // element-wise ops (norms, RoPE, SwiGLU), which are a rounding error in FLOPs.
 double hardware_flops_per_token(const ModelArgs& a, int64_t seq_len, const ActivationCheckpointPolicy& ac,
                                 bool attention_kept);
+
+// MFU that names its peaks: FLOPs per token that run at one peak each
+// (the compute dtype's GEMMs and attention at its peak, the float8 GEMMs at
+// the fp8 peak); 100 · tps · Σ flops / peak. nullopt when a share with
+// FLOPs has no known peak (0): no MFU rather than a guessed one.
+struct FlopsAtPeak {
+  double flops_per_token = 0;
+  double peak_flops = 0;
+};
+std::optional<double> mfu_at_peaks(double tps, const std::vector<FlopsAtPeak>& shares);
+
+// TorchTitan's flops_per_token with attention counted over the (query,
+// key) pairs it computes: its attention term (which counts every pair of
+// the S x S square) times the causal share (S + 1) / 2S and `density`, the
+// share of causal pairs the document mask leaves (1 without documents).
+double useful_flops_per_token(const ModelArgs& a, int64_t seq_len, double density);
 
 struct StepRecord {
   int64_t step = 0;
@@ -99,6 +116,9 @@ class MetricsLogger {
   // summary.json: steady-state tps median/p10/p90, MFU, HFU, memory, final loss.
   nlohmann::json summary(const std::string& status) const;
   void write_summary(const std::string& status, const nlohmann::json& extra) const;
+  // The steady steps' median tokens/s per device (summary.json's tps_median); nullopt before any.
+  std::optional<double> steady_tps_median() const;
+  double flops_per_token() const { return opts_.flops_per_token; }
   // This process's peak of live tensor bytes over the run (each logged
   // interval resets the monitor's peak).
   int64_t run_peak_bytes() const { return std::max(run_peak_bytes_, opts_.monitor.memory().peak_bytes); }

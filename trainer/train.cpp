@@ -227,6 +227,7 @@ class TrainLoop {
   }
   bool rank_timing() const { return cfg_.metrics.rank_timing && rt_.env.world_size > 1; }
   void gather_rank_times(int64_t step, const RankStepTime& mine, bool steady, bool flush);
+  void add_mfu_by_dtype(nlohmann::json& extra);
 
   const JobConfig& cfg_;
   Runtime& rt_;
@@ -265,6 +266,9 @@ class TrainLoop {
   std::vector<std::vector<RankStepTime>> rank_times_;
   std::vector<int64_t> rank_time_steps_;
   Goodput goodput_;  // where this process's wall clock went (summary.json's goodput)
+  PeakFlops peak_;   // MFU's denominator (TorchTitan's: the compute dtype's peak)
+  double density_sum_ = 0;  // block_causal: attention_density over the logged steady steps
+  int64_t density_n_ = 0;
 };
 
 TrainLoop::StepResult TrainLoop::step(int64_t step) {
@@ -455,10 +459,9 @@ void TrainLoop::start_metrics(const PeakFlops& peak) {
 
 int TrainLoop::run(int64_t step, int64_t resident_bytes) {
   const int64_t B = cfg_.training.local_batch_size, S = cfg_.training.seq_len;
-  const PeakFlops peak =
-      rt_.monitor.peak_flops(gemm_dtype(tm_.model().compute_dtype(), rt_.device), cfg_.metrics.peak_tflops);
-  print_header(peak, resident_bytes);
-  start_metrics(peak);
+  peak_ = rt_.monitor.peak_flops(gemm_dtype(tm_.model().compute_dtype(), rt_.device), cfg_.metrics.peak_tflops);
+  print_header(peak_, resident_bytes);
+  start_metrics(peak_);
   rt_.monitor.reset_peak();
   reset_memory_category_peaks();
 
@@ -535,8 +538,11 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
       metrics_->attach("moe_load_max", r.experts.max);
       if (tm_.model().expert_parallel().on()) metrics_->attach("moe_ep_imbalance", r.experts.ep_imbalance);
     }
-    if (tm_.model().args().block_causal() && metrics_->logs_step(step, last))
-      metrics_->attach("attention_density", tm_.attention_density());  // this rank's last micro-batch
+    if (tm_.model().args().block_causal() && metrics_->logs_step(step, last)) {
+      const double density = tm_.attention_density();  // this rank's last micro-batch
+      metrics_->attach("attention_density", density);
+      if (steady && std::isfinite(density)) density_sum_ += density, ++density_n_;
+    }
     if (tm_.model().expert_parallel().on() && step > cfg_.metrics.warmup_steps) {
       ep_imbalance_ += r.experts.ep_imbalance;
       ++ep_steps_;
@@ -616,8 +622,7 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
                           {"activation_checkpoint", m.activation_checkpointing().describe()},
                           {"techniques", m.techniques()},
                           {"tokens_per_step", cfg_.training.local_batch_size * cfg_.training.seq_len * accum_},
-                          {"peak_flops_source",
-                           rt_.monitor.peak_flops(gemm_dtype(m.compute_dtype(), rt_.device), cfg_.metrics.peak_tflops).source},
+                          {"peak_flops_source", peak_.source},
                           {"world_size", rt_.env.world_size},
                           {"mesh", rt_.shape.describe()},
                           // Expert parallelism: the busiest rank's routed rows over the ep
@@ -631,6 +636,7 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
                           {rt_.device.is_cuda() ? "host_mem_by_category" : "mem_by_category",
                            memory_by_category_json()}};
   if (validator_.enabled()) extra["quality"] = quality_json();
+  add_mfu_by_dtype(extra);
   if (rt_.env.world_size > 1) {
     extra["data_parallel"] = tm_.describe();
     if (rt_.device.is_cuda()) {
@@ -666,6 +672,45 @@ nlohmann::json TrainLoop::summary_extra(int64_t resident_bytes) {
   if (tm_.pipeline().on()) add_pipeline_bubble(extra);
   if (!rank_times_.empty()) extra["stragglers"] = stragglers_json(straggler_figures(rank_times_), rank_times_, rank_time_steps_);
   return extra;
+}
+
+// MFU that names its peaks (summary.json): the model FLOPs per token split
+// by the peak they run at — the float8 GEMMs at the fp8 peak on a GPU with
+// fp8 tensor cores (emulated Float8 runs in the compute dtype, at its
+// peak), the rest at the compute dtype's — and the FLOPs of the attention
+// pairs the masks leave (useful_flops_per_token). Each MFU is null where a
+// peak it needs is unknown; TorchTitan's mfu stays as it is.
+void TrainLoop::add_mfu_by_dtype(nlohmann::json& extra) {
+  const Transformer& m = tm_.model();
+  const int64_t S = cfg_.training.seq_len;
+  double fp8 = m.float8_flops_per_token();
+  if (rt_.shape.pp > 1) {  // each rank counts its stage's layers: the sum over one copy of every stage
+    at::Tensor t = torch::full({1}, fp8, torch::kDouble);
+    rt_.mesh->group("world").all_reduce(t)->wait();
+    fp8 = t.item<double>() * static_cast<double>(rt_.shape.pp) / rt_.env.world_size;
+  }
+  const double total = metrics_->flops_per_token();
+  const double density = density_n_ > 0 ? density_sum_ / static_cast<double>(density_n_) : 1.0;
+  const double useful = useful_flops_per_token(m.args(), S, density);
+  // Float8 emulated (float8.emulate, or a CPU: no fp8 units) runs its GEMMs in the compute dtype.
+  const bool emulated = m.float8().emulate() || !rt_.device.is_cuda();
+  const PeakFlops fp8_peak = emulated || fp8 == 0 ? peak_ : rt_.monitor.fp8_peak_flops();
+  const std::string compute = m.compute_dtype() == at::kFloat ? "float32" : "bfloat16";
+  extra["flops_by_dtype"] = {{compute, total - fp8}, {"float8", fp8}};
+  extra["peak_flops_by_dtype"] = {{compute, peak_.flops > 0 ? nlohmann::json(peak_.flops) : nlohmann::json(nullptr)},
+                                  {"float8", fp8 > 0 && fp8_peak.flops > 0 ? nlohmann::json(fp8_peak.flops)
+                                                                          : nlohmann::json(nullptr)}};
+  if (fp8 > 0) extra["float8_peak_source"] = emulated ? "emulated: " + peak_.source : fp8_peak.source;
+  extra["useful_flops_per_token"] = useful;
+  extra["attention_visible_fraction"] = (S + 1.0) / (2.0 * S) * density;
+  const std::optional<double> tps = metrics_->steady_tps_median();
+  const auto mfu = [&](double compute_flops) -> nlohmann::json {
+    if (!tps) return nullptr;
+    const auto v = mfu_at_peaks(*tps, {{compute_flops, peak_.flops}, {fp8, fp8_peak.flops}});
+    return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  };
+  extra["mfu_by_dtype"] = mfu(total - fp8);
+  extra["useful_mfu"] = mfu(useful - fp8);
 }
 
 // metrics.rank_timing: this step's times join the unsent ones; at a log

@@ -8,6 +8,8 @@
 // not run, `pragma integrity_check` = ok, and once the fault is removed a
 // rerun completes the sweep. Runs use the `tiny` flavor and two steps.
 #include <gtest/gtest.h>
+
+#include "tests/schema_undo.h"
 #include <sqlite3.h>
 #include <sys/mount.h>
 
@@ -253,6 +255,7 @@ TEST(ReliabilitySweep, ReadOnlyDatabaseIsReadAndASweepIsRefusedInOneLine) {
             "ALTER TABLE predictions DROP COLUMN tps_high; ALTER TABLE predictions DROP COLUMN learned_from; "
             "ALTER TABLE predictions DROP COLUMN tps_after; "
             "ALTER TABLE validation DROP COLUMN train_tokens; ALTER TABLE validation DROP COLUMN elapsed_s; "
+            + std::string(ctitan::testing::kUndoSchemaV13) +
             "ALTER TABLE summaries DROP COLUMN seed; ALTER TABLE summaries DROP COLUMN validation_loss_final; "
             "ALTER TABLE summaries DROP COLUMN target_loss; ALTER TABLE summaries DROP COLUMN tokens_to_target; "
             "ALTER TABLE summaries DROP COLUMN time_to_target_s; UPDATE schema_version SET version = 7;");

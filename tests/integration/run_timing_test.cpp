@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "results/results_db.h"
 #include "tests/integration/process.h"
 
 namespace fs = std::filesystem;
@@ -62,6 +63,28 @@ TEST(RunTiming, ADelayedRankIsNamedAndItsDelayMeasured) {
     EXPECT_EQ(line["rank_busy_s"].size(), 4u);
   }
   EXPECT_EQ(logged, 5);  // steps 3, 6, 9, 12 and the last
+
+  // The results database keeps the figures, every rank's steady steps and the goodput parts.
+  ctitan::ResultsDb db((dir.parent_path() / "r.db").string());
+  ctitan::RunRow row;
+  row.status = "ok";
+  row.world_size = 4;
+  row.run_dir = dir.string();
+  const int64_t id = db.insert_run(row);
+  db.ingest_run_dir(id, dir.string());
+  const auto sum = db.summary(id);
+  ASSERT_TRUE(sum);
+  EXPECT_EQ(sum->straggler_rank, 2);
+  EXPECT_EQ(sum->straggler_marked, true);
+  EXPECT_EQ(sum->straggler_spread_s, st["spread_s"].get<double>());
+  EXPECT_EQ(sum->wall_s, s["goodput"]["wall_s"].get<double>());
+  const auto rows = db.rank_steps(id);
+  ASSERT_EQ(rows.size(), 12u * 4u);
+  EXPECT_EQ(rows[2].rank, 2);
+  EXPECT_EQ(rows[2].busy_s, st["by_step"][0]["busy_s"][2].get<double>());
+  const auto parts = db.goodput(id);
+  ASSERT_EQ(parts.size(), 10u);
+  EXPECT_EQ(parts.front().first, "init_s");
 }
 
 // Without a delay no rank is marked, and metrics.rank_timing = false

@@ -4,6 +4,8 @@
 // sweep row leaves the file as it was, and CSV text cells that a spreadsheet
 // would run as formulas are neutralised while numbers stay numbers.
 #include <gtest/gtest.h>
+
+#include "tests/schema_undo.h"
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -142,6 +144,7 @@ TEST(ReliabilityDb, ReadOnlyOpenOfAnOlderFileReadsItAsItIs) {
             "ALTER TABLE predictions DROP COLUMN tps_high; ALTER TABLE predictions DROP COLUMN learned_from; "
             "ALTER TABLE predictions DROP COLUMN tps_after; "
             "ALTER TABLE validation DROP COLUMN train_tokens; ALTER TABLE validation DROP COLUMN elapsed_s; "
+            + std::string(ctitan::testing::kUndoSchemaV13) +
             "ALTER TABLE summaries DROP COLUMN seed; ALTER TABLE summaries DROP COLUMN validation_loss_final; "
             "ALTER TABLE summaries DROP COLUMN target_loss; ALTER TABLE summaries DROP COLUMN tokens_to_target; "
             "ALTER TABLE summaries DROP COLUMN time_to_target_s; "
@@ -212,6 +215,7 @@ TEST(ReliabilityDb, CsvNeutralisesFormulaCellsAndKeepsNegativeNumbers) {
   p.status = "ok";
   p.loss_final = -1.5;
   p.speedup = -0.25;
+  p.peak_source = "=1+1";
   sec.points.push_back(p);
   r.sections.push_back(sec);
   const std::string csv = ctitan::render_csv(r);
@@ -222,7 +226,8 @@ TEST(ReliabilityDb, CsvNeutralisesFormulaCellsAndKeepsNegativeNumbers) {
   EXPECT_NE(row.find(",-1.5,"), std::string::npos) << row;  // loss_final: a number
   EXPECT_NE(row.find(",-0.25,"), std::string::npos) << row;  // speedup: a number
   EXPECT_NE(row.find(",-1.5,"), std::string::npos) << row;  // predicted_on "-1.5": a plain number, kept
-  EXPECT_NE(row.find(",\"'=HYPERLINK(\"\"x\"\")\",\n"), std::string::npos) << row;  // name, then the empty layout
+  EXPECT_NE(row.find(",\"'=HYPERLINK(\"\"x\"\")\",,"), std::string::npos) << row;  // name, then the empty layout
+  EXPECT_NE(row.find(",\"'=1+1\"\n"), std::string::npos) << row;  // the peak's source, last
   EXPECT_EQ(row.find(",'-1.5"), std::string::npos) << row;
 }
 

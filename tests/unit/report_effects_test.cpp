@@ -242,8 +242,8 @@ TEST(ReportEffects, CsvAndJsonCarryTheNamesAndTheEffectRows) {
   r.sections.push_back(build_section("synthetic", synthetic_sweep(2, 0.0), ""));
   r.sections[0].chain = stack_chain(r.sections[0], {{"compile.enable", ""}});
   const std::string csv = render_csv(r);
-  EXPECT_NE(csv.find(",predicted_on,name,layout\n"), std::string::npos);
-  EXPECT_NE(csv.find(",compile f8 ac=full b2,fsdp2\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",predicted_on,name,layout,wall_s,goodput,time_to_1b_tokens_s,straggler_rank,straggler_share,straggler_marked,mfu_by_dtype_pct,useful_mfu_pct,peak_flops_source\n"), std::string::npos);
+  EXPECT_NE(csv.find(",compile f8 ac=full b2,fsdp2,"), std::string::npos) << csv;
   EXPECT_NE(csv.find("\nsynthetic,0,compile.enable,false,true,compile,eager,16,16,1.3"), std::string::npos) << csv;
   EXPECT_NE(csv.find("\nsynthetic,1,compile.enable,false,true,compile,eager,16,16,1.3,1.3,1.3,1,1,1,0.97872924804687489,1.3,1\n"), std::string::npos) << csv;
   const nlohmann::json j = render_json(r);

@@ -185,7 +185,7 @@ TEST_F(ReportModels, RenderersGiveEachModelItsOwnSummary) {
   EXPECT_EQ(html.find("World size 2: "), std::string::npos);
 
   const std::string csv = render_csv(r);
-  EXPECT_NE(csv.find(",name,layout,model\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",name,layout,wall_s,goodput,time_to_1b_tokens_s,straggler_rank,straggler_share,straggler_marked,mfu_by_dtype_pct,useful_mfu_pct,peak_flops_source,model\n"), std::string::npos) << csv;
   // DeepSeek's row: its own baseline (speedup 1), named by its model.
   EXPECT_NE(csv.find(",1,true,0,,key-model.name=deepseek_v3"), std::string::npos) << csv;
   EXPECT_NE(csv.find(",deepseek_v3 debugmodel\n"), std::string::npos) << csv;
@@ -243,7 +243,7 @@ TEST_F(ReportModels, OneModelReadsAsBefore) {
   EXPECT_EQ(md.find("| model |"), std::string::npos) << md;
   EXPECT_EQ(md.find("of the same model"), std::string::npos) << md;
   EXPECT_EQ(md.find("debugmodel_moe"), std::string::npos) << md;
-  EXPECT_NE(render_csv(r).find(",name,layout\n"), std::string::npos);
+  EXPECT_NE(render_csv(r).find(",name,layout,wall_s,goodput,time_to_1b_tokens_s,straggler_rank,straggler_share,straggler_marked,mfu_by_dtype_pct,useful_mfu_pct,peak_flops_source\n"), std::string::npos);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "common/errors.h"
 #include "reports/gate.h"
 #include "reports/points.h"
+#include "reports/render_common.h"
 #include "reports/svg.h"
 #include "results/results_db.h"
 
@@ -43,6 +44,9 @@ struct FakeRun {
   // tps (its wall clock), and the target in summary.json's quality.
   std::vector<std::pair<double, double>> validation;
   std::optional<double> target;
+  // summary.json keys of issue 59 (goodput, stragglers, peaks) merged in; no_peak: no MFU anywhere.
+  nlohmann::json timing = nlohmann::json::object();
+  bool no_peak = false;
 
   explicit FakeRun(std::string l, int64_t ws = 1, int64_t rep = 0, double t = 1000)
       : label(std::move(l)), world_size(ws), repeat(rep), tps(t) {}
@@ -84,6 +88,7 @@ class ReportDb : public ::testing::Test {
         nlohmann::json j = {{"step", step},           {"loss", 5.0 - 0.25 * step}, {"tps", tps},
                             {"tflops", tps * 1e-6},   {"mfu", tps * 1e-3},         {"step_time_s", 2048 / tps},
                             {"mem_peak_bytes", f.mem}};
+        if (f.no_peak) j["mfu"] = nullptr;
         metrics << j.dump() << "\n";
       }
       for (size_t i = 0; i < f.validation.size(); ++i)
@@ -97,6 +102,8 @@ class ReportDb : public ::testing::Test {
                                 {"mem_peak_bytes", f.mem}, {"loss_final", f.loss_final},
                                 {"tflops", f.tps * 1e-6},  {"mfu", f.tps * 1e-3}};
       if (f.target) summary["quality"] = {{"seed", f.repeat}, {"target_loss", *f.target}};
+      if (f.no_peak) summary["mfu"] = nullptr;
+      summary.update(f.timing);
       if (f.comm_s)
         summary.update({{"compute_s", 0.5}, {"comm_s", *f.comm_s}, {"exposed_comm_s", 0.01}, {"idle_s", 0.0}});
       std::ofstream(run_dir / "summary.json") << summary.dump();
@@ -332,7 +339,7 @@ TEST_F(ReportDb, PredictedColumnsBesideTheMeasuredOnesInSpecOrder) {
             std::string::npos);
 
   const std::string csv = render_csv(r);
-  EXPECT_NE(csv.find(",pred_tps,pred_tps_err_pct,pred_mem_peak_bytes,pred_mem_err_pct,predicted_on,name,layout\n"),
+  EXPECT_NE(csv.find(",pred_tps,pred_tps_err_pct,pred_mem_peak_bytes,pred_mem_err_pct,predicted_on,name,layout,wall_s,goodput,time_to_1b_tokens_s,straggler_rank,straggler_share,straggler_marked,mfu_by_dtype_pct,useful_mfu_pct,peak_flops_source\n"),
             std::string::npos)
       << csv;
   EXPECT_NE(csv.find(",1100,10.0000000000000"), std::string::npos) << csv;
@@ -530,6 +537,76 @@ TEST_F(ReportDb, QualitySectionBandsTimeToTargetAndVerdicts) {
   const nlohmann::json j = render_json(r);
   ASSERT_EQ(j["sections"][0]["quality"].size(), 3u);
   EXPECT_EQ(j["sections"][0]["quality"][2]["vs_baseline"]["verdict"], "outside the band");
+}
+
+// Issue 59: where each point's wall clock went, the ranks of a multi-rank
+// point with a marked straggler, and a point whose device had no known peak
+// (summary.json as the trainer writes them; numbers worked by hand).
+TEST_F(ReportDb, WallClockRanksAndUnknownPeaks) {
+  const int64_t s = db_->upsert_sweep("timing", "");
+  FakeRun a("training.local_batch_size=1");
+  a.timing = {{"peak_flops_source", "measured"},
+              {"mfu_by_dtype", 1.0},
+              {"goodput",
+               {{"wall_s", 10.0}, {"init_s", 2.0}, {"warmup_steps_s", 1.0}, {"steady_steps_s", 6.0}, {"data_s", 0.5},
+                {"logging_s", 0.5}, {"teardown_s", 0.0}, {"tokens", 1000}, {"goodput", 0.6}}}};
+  add(s, a);
+  FakeRun b("training.local_batch_size=1", 4);
+  nlohmann::json by_step = nlohmann::json::array();
+  for (int step : {3, 4, 5})
+    by_step.push_back({{"step", step}, {"busy_s", {0.10, 0.11, 0.30, 0.10}}, {"data_s", {0, 0, 0, 0}},
+                       {"exposed_comm_s", {0.2, 0.19, 0.0, 0.2}}});
+  b.timing = {{"stragglers",
+               {{"slowest_rank", 2}, {"persistence", 1.0}, {"share", 0.62}, {"spread_s", 0.2}, {"marked", true},
+                {"by_step", by_step}}}};
+  add(s, b);
+  FakeRun c("training.local_batch_size=2");
+  c.no_peak = true;
+  c.timing = {{"peak_flops_source", "unknown"}, {"peak_flops", 0}};
+  add(s, c);
+  const Report r = build_report(*db_, ReportOptions{"timing", "", {}});
+  const SectionReport& sec = r.sections.at(0);
+  const PointStats& pa = find(sec, "local_batch_size=1", 1);
+  ASSERT_TRUE(pa.time_to_tokens_s(1e9));
+  EXPECT_DOUBLE_EQ(*pa.time_to_tokens_s(1e9), 3.0 + 1e9 * 7.0 / 1000);  // fixed 2+1+0 s, then 7 s per 1000 tokens
+  const render::Table g = render::goodput_table(sec);
+  ASSERT_EQ(g.rows.size(), 1u);
+  const auto cell = [](const render::Table& t, size_t row, const std::string& col) {
+    const size_t i = std::find(t.header.begin(), t.header.end(), col) - t.header.begin();
+    return i < t.header.size() ? t.rows.at(row).at(i) : std::string("(no column " + col + ")");
+  };
+  EXPECT_EQ(cell(g, 0, "goodput"), "60.0%");
+  EXPECT_EQ(cell(g, 0, "init"), "20.0%");
+  EXPECT_EQ(cell(g, 0, "data"), "5.0%");
+  EXPECT_EQ(cell(g, 0, "time to 1B tokens"), "1944.4 h");
+  EXPECT_EQ(std::find(g.header.begin(), g.header.end(), "validation"), g.header.end()) << "no run validated";
+  const render::Table ranks = render::ranks_table(sec);
+  ASSERT_EQ(ranks.rows.size(), 1u);
+  EXPECT_EQ(cell(ranks, 0, "slowest rank"), "2");
+  EXPECT_EQ(cell(ranks, 0, "slowest in"), "100% of steps");
+  EXPECT_EQ(cell(ranks, 0, "marked"), "yes");
+  const std::vector<std::string> flags = render::straggler_flags(sec);
+  ASSERT_EQ(flags.size(), 1u);
+  EXPECT_NE(flags[0].find("rank 2 was the slowest in 100% of the steps"), std::string::npos) << flags[0];
+  const PointStats& pb = find(sec, "local_batch_size=1", 4);
+  ASSERT_EQ(pb.rank_busy.size(), 3u);
+  EXPECT_EQ(pb.rank_busy[1][2], 0.30);
+  const render::Table points = render::points_table(sec);
+  bool unknown = false;
+  for (size_t i = 0; i < points.rows.size(); ++i)
+    if (sec.points[points.points[i]].label == "training.local_batch_size=2")
+      unknown = cell(points, i, "MFU") == "unknown peak";
+  EXPECT_TRUE(unknown);
+  const std::string html = render_html(r), md = render_markdown(r);
+  EXPECT_NE(html.find("busy time per rank and step (marked)"), std::string::npos);
+  EXPECT_NE(html.find("Where the wall clock went: each run"), std::string::npos);
+  EXPECT_NE(md.find("\u26a0\ufe0f #2"), std::string::npos) << md;
+  const nlohmann::json j = render_json(r);
+  bool projected = false;
+  for (const auto& p : j["sections"][0]["points"])
+    if (p["wall_clock"].is_object()) projected = p["wall_clock"]["time_to_1b_tokens_s"].get<double>() > 7e6;
+  EXPECT_TRUE(projected);
+  EXPECT_NE(render_csv(r).find(",unknown"), std::string::npos);
 }
 
 TEST_F(ReportDb, EmptyDatabaseOrUnknownSweepIsBadInput) {

@@ -3,6 +3,8 @@
 // older file, files that are not ours left byte-identical, and two
 // processes writing one file at once.
 #include <gtest/gtest.h>
+
+#include "tests/schema_undo.h"
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -543,6 +545,7 @@ TEST(Results, MigratesAVersion6DatabaseToSlurmJobs) {
             "ALTER TABLE predictions DROP COLUMN tps_high; ALTER TABLE predictions DROP COLUMN learned_from; "
             "ALTER TABLE predictions DROP COLUMN tps_after; "
             "ALTER TABLE validation DROP COLUMN train_tokens; ALTER TABLE validation DROP COLUMN elapsed_s; "
+            + std::string(ctitan::testing::kUndoSchemaV13) +
             "ALTER TABLE summaries DROP COLUMN seed; ALTER TABLE summaries DROP COLUMN validation_loss_final; "
             "ALTER TABLE summaries DROP COLUMN target_loss; ALTER TABLE summaries DROP COLUMN tokens_to_target; "
             "ALTER TABLE summaries DROP COLUMN time_to_target_s; "
@@ -588,6 +591,7 @@ TEST(Results, MigratesAVersion5DatabaseToPredictions) {
             "ALTER TABLE summaries DROP COLUMN moe_ep_imbalance; "
             "DROP TABLE predictions; DROP TABLE slurm_jobs; ALTER TABLE sweeps DROP COLUMN spec_path; "
             "ALTER TABLE validation DROP COLUMN train_tokens; ALTER TABLE validation DROP COLUMN elapsed_s; "
+            + std::string(ctitan::testing::kUndoSchemaV13) +
             "ALTER TABLE summaries DROP COLUMN seed; ALTER TABLE summaries DROP COLUMN validation_loss_final; "
             "ALTER TABLE summaries DROP COLUMN target_loss; ALTER TABLE summaries DROP COLUMN tokens_to_target; "
             "ALTER TABLE summaries DROP COLUMN time_to_target_s; "
@@ -696,16 +700,16 @@ INSTANTIATE_TEST_SUITE_P(
                     "not a ctitan results database (tables: photos)"},
         ForeignFile{"newer_schema",
                     [](const fs::path& p) {
-                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (13);"
+                      sql(p, "CREATE TABLE schema_version(version INTEGER); INSERT INTO schema_version VALUES (14);"
                              "CREATE TABLE runs(id INTEGER PRIMARY KEY, shiny_new_column TEXT);");
                     },
-                    "newer ctitan (results schema v13, this ctitan reads up to v12)"},
+                    "newer ctitan (results schema v14, this ctitan reads up to v13)"},
         ForeignFile{"newer_schema_in_wal_mode",
                     [](const fs::path& p) {
                       sql(p, "PRAGMA journal_mode=WAL; CREATE TABLE schema_version(version INTEGER);"
-                             "INSERT INTO schema_version VALUES (13);");
+                             "INSERT INTO schema_version VALUES (14);");
                     },
-                    "newer ctitan (results schema v13"},
+                    "newer ctitan (results schema v14"},
         ForeignFile{"empty_schema_version",
                     [](const fs::path& p) { sql(p, "CREATE TABLE schema_version(version INTEGER);"); },
                     "empty schema_version table"}),

@@ -219,6 +219,19 @@ void Transformer::set_documents(const at::Tensor& starts) {
               : starts.to(device(), at::kLong).contiguous();
 }
 
+double Transformer::float8_flops_per_token() const {
+  if (!float8().on()) return 0.0;
+  const double per_element = float8().recipe() == Float8Recipe::kRowwiseWithGwHp ? 4.0 : 6.0;
+  double elements = 0;
+  for (const Float8Gemm& g : float8().gemms())
+    for (size_t slot : g.slots) {
+      double n = 1;
+      for (int64_t d : slots().at(slot).global_shape) n *= static_cast<double>(d);
+      elements += n;
+    }
+  return per_element * elements;
+}
+
 Float8Gemms::Sqnr Transformer::float8_sqnr(const at::Tensor& tokens) {
   Float8Gemms::Sqnr out;
   if (!float8().on()) return out;

@@ -129,6 +129,11 @@ class Transformer {
   // its float8 output against the same GEMM in the compute dtype. A no-grad
   // forward, run at log steps only. Empty without float8.
   Float8Gemms::Sqnr float8_sqnr(const at::Tensor& tokens);
+  // Model FLOPs per token of the GEMMs that run in float8, over the whole
+  // weights (global shapes) of this rank's layers (a pipeline stage's
+  // only): 6 per weight element (forward, input and weight gradients), 4
+  // under rowwise_with_gw_hp (its weight gradient stays in high precision).
+  double float8_flops_per_token() const;
 
   // --- what the model is ----------------------------------------------------
   const ActivationCheckpointPolicy& activation_checkpointing() const { return ac_policy_; }
