@@ -390,8 +390,12 @@ std::string goodput_bars(const SectionReport& sec) {
                              1000, colors);
 }
 
-// Each multi-rank point's busy time per rank and steady step (its worst run).
+// Each multi-rank point's busy time per rank and steady step (its worst
+// run), as a ratio to that step's median over the ranks on one scale for
+// every panel (1x light to 1.5x dark): an even run stays pale, a straggler
+// is a dark row.
 std::string rank_heat_maps(const SectionReport& sec) {
+  const auto ratio = [](double r) { return fmt::fixed(r, 2) + "\u00d7"; };
   std::ostringstream out;
   out << "<div class=\"panels\">";
   for (const PointStats& p : sec.points) {
@@ -402,11 +406,17 @@ std::string rank_heat_maps(const SectionReport& sec) {
     for (size_t r = 0; r < ranks; ++r) rows.push_back("rank " + std::to_string(r));
     for (size_t i = 0; i < p.rank_busy.size(); ++i) {
       cols.push_back(std::to_string(p.rank_busy_steps[i]));
-      for (size_t r = 0; r < ranks; ++r) grid[r].push_back(r < p.rank_busy[i].size() ? p.rank_busy[i][r] : std::nan(""));
+      std::vector<double> finite;
+      for (double b : p.rank_busy[i])
+        if (std::isfinite(b)) finite.push_back(b);
+      const double median = finite.empty() ? std::nan("") : stats::median(finite);
+      for (size_t r = 0; r < ranks; ++r)
+        grid[r].push_back(r < p.rank_busy[i].size() && median > 0 ? p.rank_busy[i][r] / median : std::nan(""));
     }
     out << "<figure>"
-        << svg::heat_map(point_name(p) + ": busy time per rank and step" + (p.straggler_marked ? " (marked)" : ""),
-                         rows, cols, grid, fmt::seconds, 480)
+        << svg::heat_map(point_name(p) + ": busy time, \u00d7 the step's median" +
+                             (p.straggler_marked ? " (marked)" : ""),
+                         rows, cols, grid, ratio, 1.0, 1.5, 480)
         << "</figure>";
   }
   out << "</div>\n";

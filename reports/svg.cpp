@@ -576,19 +576,18 @@ std::string stacked_shares(const std::string& title, const std::vector<std::stri
 
 std::string heat_map(const std::string& title, const std::vector<std::string>& row_labels,
                      const std::vector<std::string>& column_labels, const std::vector<std::vector<double>>& values,
-                     std::string (*format)(double), int width) {
-  double lo = INFINITY, hi = -INFINITY;
-  for (const auto& row : values)
-    for (double v : row)
-      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
-  if (values.empty() || column_labels.empty() || !std::isfinite(lo)) return no_data(width, title);
+                     std::string (*format)(double), double lo, double hi, int width) {
+  const bool any = std::any_of(values.begin(), values.end(), [](const std::vector<double>& row) {
+    return std::any_of(row.begin(), row.end(), [](double v) { return std::isfinite(v); });
+  });
+  if (!any || column_labels.empty()) return no_data(width, title);
   const int top = 30 + title_extra(width, title), label_w = 70, cell_h = 18;
   const int cols = static_cast<int>(column_labels.size());
   const double cell_w = static_cast<double>(width - label_w - 16) / cols;
   const int height = top + cell_h * static_cast<int>(values.size()) + 48;
   // Light to dark blue; equal values all mid-tone.
   const auto shade = [&](double v) {
-    const double t = hi > lo ? (v - lo) / (hi - lo) : 0.5;
+    const double t = hi > lo ? std::clamp((v - lo) / (hi - lo), 0.0, 1.0) : 0.5;
     char buf[8];
     std::snprintf(buf, sizeof buf, "#%02x%02x%02x", static_cast<int>(std::lround(235 - t * 227)),
                   static_cast<int>(std::lround(243 - t * 174)), static_cast<int>(std::lround(251 - t * 103)));
@@ -611,13 +610,14 @@ std::string heat_map(const std::string& title, const std::vector<std::string>& r
   }
   const double axis_y = top + cell_h * static_cast<double>(values.size());
   const int every = std::max(1, (cols + 19) / 20);
+  const double hi_x = label_w + 16 + 7.2 * static_cast<double>(format(lo).size()) + 20;  // the scale's second swatch
   for (int c = 0; c < cols; c += every)
     o << "<text x=\"" << num(label_w + cell_w * (c + 0.5)) << "\" y=\"" << num(axis_y + 14)
       << "\" text-anchor=\"middle\" fill=\"#444\" font-size=\"10\">" << fmt::html_escape(column_labels[c]) << "</text>";
   o << "<rect x=\"" << label_w << "\" y=\"" << num(axis_y + 24) << "\" width=\"12\" height=\"12\" fill=\"" << shade(lo)
     << "\"/><text x=\"" << label_w + 16 << "\" y=\"" << num(axis_y + 34) << "\" fill=\"#444\">"
-    << fmt::html_escape(format(lo)) << "</text><rect x=\"" << label_w + 110 << "\" y=\"" << num(axis_y + 24)
-    << "\" width=\"12\" height=\"12\" fill=\"" << shade(hi) << "\"/><text x=\"" << label_w + 126 << "\" y=\""
+    << fmt::html_escape(format(lo)) << "</text><rect x=\"" << num(hi_x) << "\" y=\"" << num(axis_y + 24)
+    << "\" width=\"12\" height=\"12\" fill=\"" << shade(hi) << "\"/><text x=\"" << num(hi_x + 16) << "\" y=\""
     << num(axis_y + 34) << "\" fill=\"#444\">" << fmt::html_escape(format(hi)) << "</text></svg>";
   return o.str();
 }

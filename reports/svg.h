@@ -116,13 +116,13 @@ std::string stacked_shares(const std::string& title, const std::vector<std::stri
                            const std::vector<StackedRow>& rows, int width = 1000,
                            const std::vector<std::string>& colors = {});
 
-// A grid of cells, rows[r][c] shaded from light (the smallest value) to dark
-// (the largest), row and column labels on the axes (at most ~20 column
-// labels are printed), the scale's ends under it; NaN cells are blank.
-// Hovering a cell shows its row, column and value (`format`).
+// A grid of cells, rows[r][c] shaded from light (`lo`) to dark (`hi`;
+// values beyond are clamped), row and column labels on the axes (at most
+// ~20 column labels are printed), the scale's ends under it; NaN cells are
+// blank. Hovering a cell shows its row, column and value (`format`).
 std::string heat_map(const std::string& title, const std::vector<std::string>& row_labels,
                      const std::vector<std::string>& column_labels, const std::vector<std::vector<double>>& values,
-                     std::string (*format)(double), int width = 640);
+                     std::string (*format)(double), double lo, double hi, int width = 640);
 
 std::string color(size_t i);
 std::string dash(size_t i);

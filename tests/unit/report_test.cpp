@@ -598,7 +598,8 @@ TEST_F(ReportDb, WallClockRanksAndUnknownPeaks) {
       unknown = cell(points, i, "MFU") == "unknown peak";
   EXPECT_TRUE(unknown);
   const std::string html = render_html(r), md = render_markdown(r);
-  EXPECT_NE(html.find("busy time per rank and step (marked)"), std::string::npos);
+  EXPECT_NE(html.find("busy time, \u00d7 the step&#39;s median (marked)"), std::string::npos);
+  EXPECT_NE(html.find("rank 2, step 4: 2.86\u00d7"), std::string::npos);  // 0.30 / 0.105
   EXPECT_NE(html.find("Where the wall clock went: each run"), std::string::npos);
   EXPECT_NE(md.find("\u26a0\ufe0f #2"), std::string::npos) << md;
   const nlohmann::json j = render_json(r);
