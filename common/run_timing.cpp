@@ -30,6 +30,16 @@ StepSpread step_spread(const std::vector<RankStepTime>& ranks) {
   return s;
 }
 
+double binomial_tail(int64_t k, int64_t n, double p) {
+  if (k <= 0) return 1.0;
+  if (k > n) return 0.0;
+  double sum = 0;
+  for (int64_t i = k; i <= n; ++i)
+    sum += std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) + i * std::log(p) +
+                    (n - i) * std::log1p(-p));
+  return std::min(1.0, sum);
+}
+
 StragglerFigures straggler_figures(const std::vector<std::vector<RankStepTime>>& steps) {
   StragglerFigures f;
   if (steps.empty() || steps.front().empty()) return f;
@@ -50,7 +60,10 @@ StragglerFigures straggler_figures(const std::vector<std::vector<RankStepTime>>&
   f.share = quantile(shares, 0.5);
   f.spread_s = quantile(spreads, 0.5);
   for (const auto& b : busy) f.busy_median_s.push_back(quantile(b, 0.5));
-  f.marked = f.ranks > 1 && f.persistence >= kStragglerPersistence && f.share >= kStragglerShare;
+  if (f.ranks > 1)
+    f.chance_p = std::min(1.0, f.ranks * binomial_tail(f.slowest_steps[f.rank], f.steps, 1.0 / f.ranks));
+  f.marked = f.ranks > 1 && f.persistence >= kStragglerPersistence && f.chance_p <= kStragglerAlpha &&
+             f.share >= kStragglerShare;
   return f;
 }
 
@@ -60,6 +73,7 @@ nlohmann::json stragglers_json(const StragglerFigures& f, const std::vector<std:
                       {"ranks", f.ranks},
                       {"slowest_rank", f.rank},
                       {"persistence", f.persistence},
+                      {"chance_p", f.chance_p},
                       {"share", f.share},
                       {"spread_s", f.spread_s},
                       {"marked", f.marked},
@@ -129,7 +143,7 @@ double Goodput::parts_s() const {
 
 double Goodput::time_to_tokens_s(double n) const {
   const double fixed = init_s + checkpoint_load_s + warmup_steps_s + teardown_s;
-  const double per_token = tokens > 0 ? (parts_s() - fixed) / static_cast<double>(tokens) : NAN;
+  const double per_token = steady_tokens > 0 ? (parts_s() - fixed) / static_cast<double>(steady_tokens) : NAN;
   return fixed + n * per_token;
 }
 
@@ -137,7 +151,7 @@ nlohmann::json Goodput::to_json() const {
   nlohmann::json j = {{"wall_s", wall_s}};
   for (const auto& [name, field] : goodput_parts()) j[name] = this->*field;
   j["unaccounted_s"] = unaccounted_s();
-  j["tokens"] = tokens;
+  j["steady_tokens"] = steady_tokens;
   // Goodput: the share of the wall clock spent in steady training steps.
   j["goodput"] = wall_s > 0 ? steady_steps_s / wall_s : 0.0;
   return j;

@@ -37,9 +37,18 @@ struct StepSpread {
 StepSpread step_spread(const std::vector<RankStepTime>& ranks);
 
 // A point is marked when one rank is the slowest in at least this share of
-// the steady steps and the others wait for it at least this share of a step.
+// the steady steps, more often than chance explains (the chance that any
+// rank is the slowest that often with every rank equally likely each step
+// is at most kStragglerAlpha: a one-sided binomial test, Bonferroni over
+// the ranks), and the others wait for it at least this share of a step.
+// Short runs cannot be marked: 5 steps of 2 ranks all one way happen by
+// chance one time in 16.
 inline constexpr double kStragglerPersistence = 0.75;
 inline constexpr double kStragglerShare = 0.10;
+inline constexpr double kStragglerAlpha = 0.05;
+
+// P(X >= k) for X ~ Binomial(n, p).
+double binomial_tail(int64_t k, int64_t n, double p);
 
 // The run's straggler figures over its steady steps (steps[i][r]: step i,
 // rank r; every step has the same ranks).
@@ -48,9 +57,10 @@ struct StragglerFigures {
   int ranks = 0;
   int rank = -1;             // the rank slowest in the most steps
   double persistence = 0;    // the share of steps it was the slowest in (1/ranks: chance)
+  double chance_p = 1;       // how likely any rank is the slowest that often by chance (Bonferroni)
   double share = 0;          // median over steps of StepSpread::straggler_share
   double spread_s = 0;       // median over steps of max − min busy time
-  bool marked = false;       // persistence >= kStragglerPersistence and share >= kStragglerShare
+  bool marked = false;       // persistence, chance_p and share past their thresholds above
   std::vector<double> busy_median_s;  // per rank, median over steps
   std::vector<int64_t> slowest_steps;  // per rank, the steps it was the slowest in
 };
@@ -78,14 +88,15 @@ struct Goodput {
   double checkpoint_save_async_s = 0;  // async: what the loop waited (staging, an earlier save, the last)
   double logging_s = 0;                // between steps: the stop verdict, losses, metrics lines, rank times
   double teardown_s = 0;               // after the last step to summary.json
-  int64_t tokens = 0;                  // the global batch's tokens trained in this process
+  int64_t steady_tokens = 0;           // the global batch's tokens of the steady steps
 
   // Sets the part named `name` (goodput_part_names()); false for another name.
   bool set_part(const std::string& name, double seconds);
   double parts_s() const;
   double unaccounted_s() const { return wall_s - parts_s(); }
   // The wall clock a run of `tokens` tokens would take at this run's rates:
-  // its fixed parts (start-up, warm-up, load, teardown) plus the rest per token.
+  // its fixed parts (start-up, checkpoint load, warm-up, teardown) plus the
+  // rest at its share per steady-step token.
   double time_to_tokens_s(double tokens) const;
   nlohmann::json to_json() const;
 };

@@ -36,6 +36,9 @@ int report_command(const std::vector<std::string>& args) {
                  "the row speedups are relative to (a label, or some of its key=value settings); default: the "
                  "first point at each world size")
       ->type_name("LABEL");
+  app.add_flag("--exclude-marked", opts.exclude_marked,
+               "leave out runs whose straggler figures were marked (one rank the slowest in most steps, the others "
+               "waiting a tenth of a step): their tokens/s are that rank's");
   app.add_option("--memory-budget", budgets,
                  "per rank (80GiB, 512MiB; a bare number is GiB): the summary names the fastest point within it at "
                  "each world size; repeat for more budgets")

@@ -26,8 +26,8 @@ bool same_sha(const std::string& a, const std::string& b) {
 }
 
 int severity(const std::string& status) {
-  static const std::array<const char*, 8> kOrder = {"ok",        "infeasible", "pending", "running",
-                                                    "cancelled", "failed",     "timeout", "oom"};
+  static const std::array<const char*, 9> kOrder = {"ok",      "infeasible", "straggler", "pending", "running",
+                                                    "cancelled", "failed",   "timeout",   "oom"};
   for (size_t i = 0; i < kOrder.size(); ++i)
     if (status == kOrder[i]) return static_cast<int>(i);
   return static_cast<int>(kOrder.size());
@@ -157,6 +157,22 @@ std::string PointData::first_error() const {
   for (const RunData& r : runs)
     if (r.run.status != "ok" && !r.run.error.empty()) return r.run.error.substr(0, r.run.error.find('\n'));
   return "";
+}
+
+size_t exclude_marked_runs(std::vector<PointData>& points) {
+  size_t n = 0;
+  for (PointData& p : points)
+    for (RunData& r : p.runs) {
+      if (r.run.status != "ok" || !r.summary || !r.summary->straggler_marked.value_or(false)) continue;
+      const SummaryRow& s = *r.summary;
+      r.run.status = "straggler";
+      r.run.error = "excluded (--exclude-marked): rank " + std::to_string(s.straggler_rank.value_or(-1)) +
+                    " was the slowest in " + std::to_string(std::lround(100 * s.straggler_persistence.value_or(0))) +
+                    "% of the steps and the others waited " +
+                    std::to_string(std::lround(100 * s.straggler_share.value_or(0))) + "% of a step for it";
+      ++n;
+    }
+  return n;
 }
 
 std::vector<PointData> load_points(const ResultsDb& db, const Selection& sel) {

@@ -81,6 +81,12 @@ struct PointData {
 // that are).
 std::vector<PointData> load_points(const ResultsDb& db, const Selection& sel);
 
+// `--exclude-marked`: every ok run whose straggler figures were marked
+// (summaries.straggler_marked: one rank slowest in most steps, the others
+// waiting a tenth of a step) becomes status "straggler" — left out of every
+// statistic as a failed run is, its error naming the rank. Returns how many.
+size_t exclude_marked_runs(std::vector<PointData>& points);
+
 // A point's name in gate and parity tables: "LABEL ws=N" ("(base)" for an
 // empty label).
 std::string point_name(const PointData& p);

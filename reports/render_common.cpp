@@ -341,7 +341,8 @@ std::string ranks_note() {
   return "Per rank and steady step, the busy time is the step less the time the rank was blocked in collectives "
          "(the fast ranks wait for the slow one there). Slowest rank: the most busy in the most steps; others wait: "
          "the median of (max \u2212 median busy) / step; busy spread: the median max \u2212 min. Marked: one rank "
-         "slowest in \u2265 75% of steps and the others waiting \u2265 10% of a step \u2014 the point's figures "
+         "slowest in \u2265 75% of steps (beyond chance: binomial, 5%) and the others waiting \u2265 10% of a step "
+         "\u2014 the point's figures "
          "are that rank's; exclude or rerun it. The run with the largest share of each point is shown.";
 }
 

@@ -19,7 +19,7 @@ nlohmann::json point_json(const PointStats& p) {
   if (p.wall_s) {
     nlohmann::json parts = nlohmann::json::object();
     for (const auto& [name, seconds] : p.goodput_parts) parts[name] = seconds;
-    wall = {{"wall_s", *p.wall_s}, {"goodput", opt(p.goodput)}, {"tokens", opt(p.tokens)}, {"parts", parts},
+    wall = {{"wall_s", *p.wall_s}, {"goodput", opt(p.goodput)}, {"steady_tokens", opt(p.steady_tokens)}, {"parts", parts},
             {"time_to_1b_tokens_s", opt(p.time_to_tokens_s(1e9))}};
   }
   // Multi-rank points with rank timing: the worst run's figures and busy time per rank and step.

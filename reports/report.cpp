@@ -65,8 +65,8 @@ void add_timing(PointStats& s, const std::vector<const RunData*>& ok) {
     if (auto it = parts.find(name); it != parts.end()) s.goodput_parts.emplace_back(name, stats::median(it->second));
   s.wall_s = median_over_runs(ok, [](const SummaryRow& r) { return r.wall_s; });
   s.goodput = median_over_runs(ok, [](const SummaryRow& r) { return r.goodput; });
-  s.tokens = median_over_runs(ok, [](const SummaryRow& r) -> std::optional<double> {
-    return r.tokens ? std::optional<double>(static_cast<double>(*r.tokens)) : std::nullopt;
+  s.steady_tokens = median_over_runs(ok, [](const SummaryRow& r) -> std::optional<double> {
+    return r.steady_tokens ? std::optional<double>(static_cast<double>(*r.steady_tokens)) : std::nullopt;
   });
   s.mfu_by_dtype = median_over_runs(ok, [](const SummaryRow& r) { return r.mfu_by_dtype; });
   s.useful_mfu = median_over_runs(ok, [](const SummaryRow& r) { return r.useful_mfu; });
@@ -394,9 +394,9 @@ std::string build_of(const PointData& p) {
 }  // namespace
 
 std::optional<double> PointStats::time_to_tokens_s(double n) const {
-  if (goodput_parts.empty() || !tokens || *tokens <= 0 || !wall_s) return std::nullopt;
+  if (goodput_parts.empty() || !steady_tokens || *steady_tokens <= 0 || !wall_s) return std::nullopt;
   Goodput g;
-  g.tokens = static_cast<int64_t>(*tokens);
+  g.steady_tokens = static_cast<int64_t>(*steady_tokens);
   g.wall_s = *wall_s;
   for (const auto& [name, seconds] : goodput_parts) g.set_part(name, seconds);
   return g.time_to_tokens_s(n);
@@ -627,8 +627,9 @@ Report build_report(const ResultsDb& db, const ReportOptions& opts) {
   }
   for (const auto& [sweep, paired_with] : sections) {
     const Selection sel{sweep.empty() ? Selection::Kind::outside_sweeps : Selection::Kind::sweep, sweep};
-    const std::vector<PointData> points = load_points(db, sel);
+    std::vector<PointData> points = load_points(db, sel);
     if (points.empty()) continue;
+    if (opts.exclude_marked) exclude_marked_runs(points);
     r.sections.push_back(build_section(sweep.empty() ? "runs outside any sweep" : sweep, points, opts.baseline,
                                        opts.memory_budgets));
     if (const auto row = sweep.empty() ? std::nullopt : db.sweep(sweep)) {

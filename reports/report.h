@@ -66,9 +66,9 @@ struct PointStats {
   std::string predicted_on;
   // Where the wall clock went (schema v13): each goodput part's median over
   // the ok runs (common/run_timing.h's order), the wall clock's, the
-  // steady steps' share and the tokens trained.
+  // steady steps' share and the tokens of the steady steps.
   std::vector<std::pair<std::string, double>> goodput_parts;
-  std::optional<double> wall_s, goodput, tokens;
+  std::optional<double> wall_s, goodput, steady_tokens;
   // The wall clock `n` tokens would take at the point's rates
   // (Goodput::time_to_tokens_s over the median parts); none without goodput.
   std::optional<double> time_to_tokens_s(double n) const;
@@ -249,6 +249,7 @@ struct ReportOptions {
   std::string sweep;     // "": every sweep (one section each)
   std::string baseline;  // label of the baseline rows; "": the first point at each world size
   std::vector<double> memory_budgets;  // bytes per rank (--memory-budget): the fastest within each, per world size
+  bool exclude_marked = false;         // --exclude-marked: runs with a marked straggler count as not ok
 };
 
 // "80GiB", "512 MiB", "1.5GB", "24" (GiB) → bytes; InputError naming the

@@ -295,7 +295,7 @@ std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
               "comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory, moe_ep_imbalance, seed, "
               "validation_loss_final, target_loss, tokens_to_target, time_to_target_s, straggler_rank, "
               "straggler_persistence, straggler_share, straggler_spread_s, straggler_marked, wall_s, goodput, peak_flops, "
-              "peak_flops_source, mfu_by_dtype, useful_mfu, tokens FROM summaries WHERE run_id = ?1");
+              "peak_flops_source, mfu_by_dtype, useful_mfu, steady_tokens FROM summaries WHERE run_id = ?1");
   q.bind_all(run_id);
   if (!q.step()) return std::nullopt;
   SummaryRow s;
@@ -330,7 +330,7 @@ std::optional<SummaryRow> ResultsDb::summary(int64_t run_id) const {
   if (!q.is_null(28)) s.peak_flops_source = q.text(28);
   s.mfu_by_dtype = q.opt_real(29);
   s.useful_mfu = q.opt_real(30);
-  s.tokens = q.opt_int64(31);
+  s.steady_tokens = q.opt_int64(31);
   return s;
 }
 

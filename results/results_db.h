@@ -101,7 +101,7 @@ struct SummaryRow {
   std::optional<bool> straggler_marked;
   // summary.json's goodput: the process's wall clock, steady steps' share of it.
   std::optional<double> wall_s, goodput;
-  std::optional<int64_t> tokens;  // the global batch's tokens the run's process trained
+  std::optional<int64_t> steady_tokens;  // the global batch's tokens of its steady steps
   // The peak MFU divides by (none: unknown, and no MFU) and its source
   // ("table:H100 SXM", "measured", "override", "unknown"); the MFU with
   // each GEMM at its dtype's peak; the MFU of the visible attention pairs.

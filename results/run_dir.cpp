@@ -204,7 +204,7 @@ void read_timing(const nlohmann::json& j, SummaryRow& s, RunDirContents& c) {
   if (auto g = j.find("goodput"); g != j.end() && g->is_object()) {
     s.wall_s = number(*g, "wall_s");
     s.goodput = number(*g, "goodput");
-    s.tokens = integer(*g, "tokens");
+    s.steady_tokens = integer(*g, "steady_tokens");
     for (const std::string& part : goodput_part_names())
       if (const auto v = number(*g, part.c_str())) c.goodput.emplace_back(part, *v);
   }
@@ -293,7 +293,7 @@ void write_summary(sqlite3* db, const std::string& path, const SummaryRow& s) {
               "loss_final, compute_s, comm_s, exposed_comm_s, idle_s, pipeline_bubble, pipeline_bubble_theory, "
               "moe_ep_imbalance, seed, validation_loss_final, target_loss, tokens_to_target, time_to_target_s, "
               "straggler_rank, straggler_persistence, straggler_share, straggler_spread_s, straggler_marked, wall_s, "
-              "goodput, peak_flops, peak_flops_source, mfu_by_dtype, useful_mfu, tokens) "
+              "goodput, peak_flops, peak_flops_source, mfu_by_dtype, useful_mfu, steady_tokens) "
               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, "
               "?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)");
   q.bind_all(s.run_id, s.tps_median, s.tps_p10, s.tps_p90, s.tflops, s.mfu, s.mem_peak_bytes, s.loss_final,
@@ -301,7 +301,7 @@ void write_summary(sqlite3* db, const std::string& path, const SummaryRow& s) {
              s.moe_ep_imbalance, s.seed, s.validation_loss_final, s.target_loss, s.tokens_to_target,
              s.time_to_target_s, s.straggler_rank, s.straggler_persistence, s.straggler_share, s.straggler_spread_s,
              s.straggler_marked ? std::optional<int64_t>(*s.straggler_marked ? 1 : 0) : std::nullopt, s.wall_s,
-             s.goodput, s.peak_flops, s.peak_flops_source, s.mfu_by_dtype, s.useful_mfu, s.tokens);
+             s.goodput, s.peak_flops, s.peak_flops_source, s.mfu_by_dtype, s.useful_mfu, s.steady_tokens);
   q.run();
 }
 

@@ -194,7 +194,7 @@ ALTER TABLE summaries ADD COLUMN straggler_spread_s REAL;
 ALTER TABLE summaries ADD COLUMN straggler_marked INTEGER;
 ALTER TABLE summaries ADD COLUMN wall_s REAL;
 ALTER TABLE summaries ADD COLUMN goodput REAL;
-ALTER TABLE summaries ADD COLUMN tokens INTEGER;
+ALTER TABLE summaries ADD COLUMN steady_tokens INTEGER;
 ALTER TABLE summaries ADD COLUMN peak_flops REAL;
 ALTER TABLE summaries ADD COLUMN peak_flops_source TEXT;
 ALTER TABLE summaries ADD COLUMN mfu_by_dtype REAL;

@@ -10,7 +10,7 @@ inline constexpr const char* kUndoSchemaV13 =
     "ALTER TABLE summaries DROP COLUMN straggler_rank; ALTER TABLE summaries DROP COLUMN straggler_persistence; "
     "ALTER TABLE summaries DROP COLUMN straggler_share; ALTER TABLE summaries DROP COLUMN straggler_spread_s; "
     "ALTER TABLE summaries DROP COLUMN straggler_marked; ALTER TABLE summaries DROP COLUMN wall_s; "
-    "ALTER TABLE summaries DROP COLUMN goodput; ALTER TABLE summaries DROP COLUMN tokens; ALTER TABLE summaries DROP COLUMN peak_flops; "
+    "ALTER TABLE summaries DROP COLUMN goodput; ALTER TABLE summaries DROP COLUMN steady_tokens; ALTER TABLE summaries DROP COLUMN peak_flops; "
     "ALTER TABLE summaries DROP COLUMN peak_flops_source; ALTER TABLE summaries DROP COLUMN mfu_by_dtype; "
     "ALTER TABLE summaries DROP COLUMN useful_mfu; DROP TABLE goodput; DROP TABLE rank_steps; ";
 

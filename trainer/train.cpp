@@ -500,7 +500,7 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
     const bool steady = step - first_step >= cfg_.metrics.warmup_steps;
     (steady ? goodput_.steady_steps_s : goodput_.warmup_steps_s) += seconds_between(t0, t1) - r.data_s;
     goodput_.data_s += r.data_s;
-    goodput_.tokens += B * S * accum_ * data_parallel;
+    if (steady) goodput_.steady_tokens += B * S * accum_ * data_parallel;
     profiler_->record_step(step, ns_of(t0), ns_of(t1));
     if (profiler_->last_gpu_busy_s() >= 0) metrics_->attach("gpu_busy_s", profiler_->last_gpu_busy_s());
     const CommTimes ct = tm_.take_comm_times();

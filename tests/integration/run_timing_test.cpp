@@ -33,12 +33,13 @@ std::vector<std::string> with(std::vector<std::string> args, const std::vector<s
 
 }  // namespace
 
-// Four ranks over Gloo, rank 2 sleeping 150 ms at the start of every step:
+// Four ranks over Gloo, rank 2 sleeping 300 ms at the start of every step
+// (large beside the jitter of four ranks sharing two cores with another test):
 // the others wait for it in the gradient all-reduce, so their busy time is
 // their work and rank 2's is its work plus the delay.
 TEST(RunTiming, ADelayedRankIsNamedAndItsDelayMeasured) {
   const fs::path dir = fresh_dir("straggler") / "run";
-  const double delay_s = 0.150;
+  const double delay_s = 0.300;
   auto r = run_ctitan(with(tiny_run(dir, 14), {"--nproc", "4", "--debug.slow_rank", "2", "--debug.step_delay_ms",
                                                std::to_string(delay_s * 1e3)}));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -51,6 +52,7 @@ TEST(RunTiming, ADelayedRankIsNamedAndItsDelayMeasured) {
   EXPECT_GE(st["slowest_steps"][2].get<int>(), 11) << "rank 2 slowest in >= 90 % of 12 steps";
   EXPECT_NEAR(st["spread_s"].get<double>(), delay_s, 0.1 * delay_s) << "max - min busy time against the delay";
   EXPECT_TRUE(st["marked"].get<bool>());
+  EXPECT_LT(st["chance_p"].get<double>(), 1e-5);  // 4 x (1/4)^12 for 12 of 12
   ASSERT_EQ(st["by_step"].size(), 12u);
   EXPECT_EQ(st["by_step"][0]["busy_s"].size(), 4u);
   // Each log line carries the interval's spread and names the rank.
@@ -87,11 +89,13 @@ TEST(RunTiming, ADelayedRankIsNamedAndItsDelayMeasured) {
   EXPECT_EQ(parts.front().first, "init_s");
 }
 
-// Without a delay no rank is marked, and metrics.rank_timing = false
-// gathers nothing.
+// Without a delay no rank is marked — on tiny steps a couple of
+// milliseconds of jitter are a tenth of a step, but one rank is not the
+// slowest in 12 steps beyond what chance gives — and metrics.rank_timing =
+// false gathers nothing.
 TEST(RunTiming, EvenRanksAreNotMarkedAndTheGatherCanBeOff) {
   const fs::path base = fresh_dir("even_ranks");
-  auto on = run_ctitan(with(tiny_run(base / "on", 8), {"--nproc", "2"}));
+  auto on = run_ctitan(with(tiny_run(base / "on", 14), {"--nproc", "2"}));
   ASSERT_EQ(on.exit_code, 0) << on.out << on.err;
   const nlohmann::json st = read_json(base / "on" / "summary.json")["stragglers"];
   EXPECT_FALSE(st["marked"].get<bool>()) << st.dump(2);
@@ -102,14 +106,14 @@ TEST(RunTiming, EvenRanksAreNotMarkedAndTheGatherCanBeOff) {
     EXPECT_FALSE(line.contains("rank_busy_s_max")) << line.dump();
 }
 
-// A loader that stalls 40 ms per batch: the data part is the stall.
+// A loader that stalls 100 ms per batch: the data part is the stall.
 TEST(RunTiming, AStalledLoaderIsTheDataPart) {
   const fs::path dir = fresh_dir("stall") / "run";
-  const int steps = 10;
-  auto r = run_ctitan(with(tiny_run(dir, steps), {"--debug.data_stall_ms", "40"}));
+  const int steps = 8;
+  auto r = run_ctitan(with(tiny_run(dir, steps), {"--debug.data_stall_ms", "100"}));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const nlohmann::json g = read_json(dir / "summary.json")["goodput"];
-  EXPECT_NEAR(g["data_s"].get<double>(), steps * 0.040, 0.1 * steps * 0.040) << g.dump(2);
+  EXPECT_NEAR(g["data_s"].get<double>(), steps * 0.100, 0.1 * steps * 0.100) << g.dump(2);
   EXPECT_NEAR(g["unaccounted_s"].get<double>(), 0.0, 0.01 * g["wall_s"].get<double>()) << g.dump(2);
 }
 
@@ -143,7 +147,7 @@ TEST(RunTiming, GoodputPartsSumToTheWallClock) {
     EXPECT_GT(g["validation_s"].get<double>(), 0.0);
     EXPECT_GT(g[mode == "disabled" ? "checkpoint_save_sync_s" : "checkpoint_save_async_s"].get<double>(), 0.0);
     EXPECT_EQ(g[mode == "disabled" ? "checkpoint_save_async_s" : "checkpoint_save_sync_s"].get<double>(), 0.0);
-    EXPECT_EQ(g["tokens"], 9 * 2 * 32);
+    EXPECT_EQ(g["steady_tokens"], (9 - 2) * 2 * 32);  // 2 warm-up steps
   }
 }
 

@@ -549,7 +549,7 @@ TEST_F(ReportDb, WallClockRanksAndUnknownPeaks) {
               {"mfu_by_dtype", 1.0},
               {"goodput",
                {{"wall_s", 10.0}, {"init_s", 2.0}, {"warmup_steps_s", 1.0}, {"steady_steps_s", 6.0}, {"data_s", 0.5},
-                {"logging_s", 0.5}, {"teardown_s", 0.0}, {"tokens", 1000}, {"goodput", 0.6}}}};
+                {"logging_s", 0.5}, {"teardown_s", 0.0}, {"steady_tokens", 1000}, {"goodput", 0.6}}}};
   add(s, a);
   FakeRun b("training.local_batch_size=1", 4);
   nlohmann::json by_step = nlohmann::json::array();
@@ -608,6 +608,17 @@ TEST_F(ReportDb, WallClockRanksAndUnknownPeaks) {
     if (p["wall_clock"].is_object()) projected = p["wall_clock"]["time_to_1b_tokens_s"].get<double>() > 7e6;
   EXPECT_TRUE(projected);
   EXPECT_NE(render_csv(r).find(",unknown"), std::string::npos);
+
+  // --exclude-marked: the marked run counts as not ok, and says why.
+  ReportOptions excluding{"timing", "", {}};
+  excluding.exclude_marked = true;
+  const Report x = build_report(*db_, excluding);
+  const PointStats& xb = find(x.sections.at(0), "local_batch_size=1", 4);
+  EXPECT_EQ(xb.status, "straggler");
+  EXPECT_EQ(xb.tps.n, 0u);
+  EXPECT_EQ(xb.error, "excluded (--exclude-marked): rank 2 was the slowest in 100% of the steps and the others "
+                      "waited 62% of a step for it");
+  EXPECT_EQ(find(x.sections.at(0), "local_batch_size=1", 1).status, "ok");
 }
 
 TEST_F(ReportDb, EmptyDatabaseOrUnknownSweepIsBadInput) {
