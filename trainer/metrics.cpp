@@ -263,20 +263,25 @@ double useful_flops_per_token(const ModelArgs& a, int64_t seq_len, double densit
   return all - attention + attention * (S + 1) / (2 * S) * density;
 }
 
+std::vector<const StepRecord*> MetricsLogger::steady_steps() const {
+  std::vector<const StepRecord*> out;
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(opts_.warmup_steps, 0)); i < all_.size(); ++i)
+    out.push_back(&all_[i]);
+  return out;
+}
+
 std::optional<double> MetricsLogger::steady_tps_median() const {
   std::vector<double> tps;
-  for (size_t i = static_cast<size_t>(std::max<int64_t>(opts_.warmup_steps, 0)); i < all_.size(); ++i)
-    tps.push_back(all_[i].tokens / all_[i].step_time_s);
+  for (const StepRecord* r : steady_steps()) tps.push_back(r->tokens / r->step_time_s);
   if (tps.empty()) return std::nullopt;
   return quantile(tps, 0.5);
 }
 
 nlohmann::json MetricsLogger::summary(const std::string& status) const {
   std::vector<double> tps, step_times;
-  const auto skip = static_cast<size_t>(std::max<int64_t>(opts_.warmup_steps, 0));
-  for (size_t i = skip; i < all_.size(); ++i) {
-    tps.push_back(all_[i].tokens / all_[i].step_time_s);
-    step_times.push_back(all_[i].step_time_s);
+  for (const StepRecord* r : steady_steps()) {
+    tps.push_back(r->tokens / r->step_time_s);
+    step_times.push_back(r->step_time_s);
   }
   nlohmann::json s;
   s["status"] = status;

@@ -125,6 +125,7 @@ class MetricsLogger {
 
  private:
   void log_interval();
+  std::vector<const StepRecord*> steady_steps() const;  // the records after metrics.warmup_steps
   // TorchTitan's memory/* scalars under `prefix` (empty or "validation_metrics/").
   void add_memory_scalars(const std::string& prefix, const MemoryStats& mem, int64_t step);
   double hardware_flops() const {
