@@ -79,6 +79,7 @@ std::vector<BlockGemm> block_gemms(const ModelDesc& model, bool moe_layer, int64
   for (size_t i = 0; i < specs.size(); ++i) {
     const std::vector<int64_t>& shape = specs[i].global_shape;
     if (shape.size() < 2) continue;  // norms and biases
+    if (specs[i].name.find(".moe.experts.b") != std::string::npos) continue;  // the experts' biases [E, n]
     BlockGemm gemm;
     gemm.param = specs[i].name;
     gemm.output_projection = projection_dims[i] == 1;

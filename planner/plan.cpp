@@ -17,6 +17,7 @@
 #include "planner/plan_internal.h"
 #include "trainer/kernels/documents.h"
 #include "trainer/kernels/fused_ops.h"
+#include "trainer/kernels/sink_attention.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/parallel/context_parallel.h"
 #include "trainer/parallel/pipeline.h"
@@ -111,6 +112,16 @@ void apply_document_masks(Env& env, const ModelArgs& args, std::vector<std::stri
                   "% of causal's work at seq " + std::to_string(seq_len) +
                   " (assumed: packed C4-like documents, mean 427 tokens; the data's own "
                   "lengths are not read)");
+}
+
+// Sliding windows (GPT-OSS), priced as window_attention_share says.
+void apply_sliding_window(Env& env, const ModelArgs& args, std::vector<std::string>& notes) {
+  const double share = planner_detail::window_attention_share(args, env.cfg.training.seq_len);
+  if (share >= 1.0) return;
+  env.attn_density *= share;
+  notes.push_back("sliding window " + std::to_string(args.sliding_window) + " on every other layer: attention does " +
+                  std::to_string(static_cast<int>(100 * share + 0.5)) + "% of causal's work at seq " +
+                  std::to_string(env.cfg.training.seq_len));
 }
 
 // Gradient accumulation over local batches, pipeline micro-batches inside one.
@@ -369,6 +380,7 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& spec) {
       ActivationCheckpointPolicy::parse(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option);
   const ModelArgs args = model_args_of(req.model);
   apply_document_masks(env, args, prediction.notes);
+  apply_sliding_window(env, args, prediction.notes);
   UnitCosts units = planner_detail::analytic_unit_costs(env, args, batch.tokens);
   if (args.moe.num_experts > 0) prediction.notes.emplace_back(kMoeTimingNote);
   if (req.measured)
@@ -431,5 +443,16 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& spec) {
   prediction.fits = prediction.memory.total <= hw.memory_bytes || hw.memory_bytes <= 0;
   return prediction;
 }
+
+namespace planner_detail {
+
+double window_attention_share(const ModelArgs& args, int64_t seq_len) {
+  if (args.sliding_window <= 0 || args.n_layers <= 0) return 1.0;
+  double pairs = 0;
+  for (int64_t l = 0; l < args.n_layers; ++l) pairs += window_visible_pairs(seq_len, args.window_of(l));
+  return pairs / (static_cast<double>(args.n_layers) * window_visible_pairs(seq_len, 0));
+}
+
+}  // namespace planner_detail
 
 }  // namespace ctitan

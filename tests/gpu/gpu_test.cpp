@@ -73,6 +73,18 @@ TEST(GpuModel, ForwardBackwardMatchesTheCpuFp32Result) {
   expect_gpu_matches_cpu_fp32(llama3_flavor("debugmodel"));
 }
 
+// GPT-OSS on CUDA: sinks and the sliding window run the eager chain
+// (sink_window_attention) there, with the biased experts and the clamped
+// SwiGLU, against the CPU in fp32 at seq 64 (the tiny flavor's window of 8
+// cuts it; debugmodel's 64 heads of 64 with their sinks, two layers).
+TEST(GpuModel, GptOssMatchesTheCpuFp32Result) {
+  CTITAN_REQUIRE_GPU();
+  expect_gpu_matches_cpu_fp32(model_flavor("gpt_oss", "tiny"));
+  ModelArgs debug = model_flavor("gpt_oss", "debugmodel");
+  debug.n_layers = 2;
+  expect_gpu_matches_cpu_fp32(debug);
+}
+
 std::vector<double> losses_of(const fs::path& dir) {
   std::vector<double> out;
   for (const auto& j : read_jsonl(dir / "metrics.jsonl"))

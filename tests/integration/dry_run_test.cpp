@@ -87,6 +87,41 @@ TEST(DryRun, DeepSeekV3671BAtExpertParallel64On512Ranks) {
   EXPECT_NEAR(state_gib(r.out), expected, 0.01 * expected) << r.out;
 }
 
+// GPT-OSS 20b at the layouts TorchTitan's gpt_oss parallelize takes: FSDP
+// over 64 fake ranks with EP 8 (4 of the 32 experts per rank, their biases
+// with them, FSDP over their hidden dimension as 64 ranks outnumber the
+// experts), and FSDP 8 × TP 2 with expert TP 2 (the sinks and q/k/v
+// biases Shard(0) with their heads, b2 whole on each tp rank). Parameters:
+// 20,914,757,184 (OpenAI's 20.91B), 4,187,440,704 active.
+TEST(DryRun, GptOss20bAtFsdpEpAndTpEtp) {
+  {
+    ScopedNgpu ngpu("64");
+    const auto r = run_ctitan({"train", "--model.name", "gpt_oss", "--model.flavor", "20b", "--comm.mode",
+                               "fake_backend", "--parallelism.expert_parallel_degree", "8", "--training.seq_len",
+                               "4096", "--training.local_batch_size", "1"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("20,914,757,184 parameters (4,187,440,704 active)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("layers.0.moe.experts.b1  global [32, 2880]  local [4, 360]  Shard(0) over ep 8, Shard(1) "
+                         "over dp_shard_mod_ep 8"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("one forward and backward on the meta device checked every shape"), std::string::npos) << r.out;
+  }
+  ScopedNgpu ngpu("16");
+  const auto r = run_ctitan({"train", "--model.name", "gpt_oss", "--model.flavor", "20b", "--comm.mode", "fake_backend",
+                             "--parallelism.tensor_parallel_degree", "2", "--parallelism.expert_parallel_degree", "8",
+                             "--parallelism.expert_tensor_parallel_degree", "2", "--training.seq_len", "4096",
+                             "--training.local_batch_size", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("layers.0.attention.sinks  global [64]  local [4]  Shard(0) over tp 2, Shard(0) over dp_shard 8"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("layers.0.moe.experts.b2  global [32, 2880]  local [4, 2880]  Shard(0) over ep 8, "
+                       "Replicate() over tp 2"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("one forward and backward on the meta device checked every shape"), std::string::npos) << r.out;
+}
+
 TEST(DryRun, HsdpLayoutReplicatesAndShards) {
   ScopedNgpu ngpu("8");
   const auto r = run_ctitan({"train", "--comm.mode", "fake_backend", "--parallelism.data_parallel_replicate_degree",

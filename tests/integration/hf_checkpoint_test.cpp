@@ -291,6 +291,49 @@ TEST_F(HfCheckpoint, DeepSeekV3BothWaysWithTransformersLogits) {
       "model_type = \"deepseek_v3\" but model.name \"qwen3\"");
 }
 
+// GPT-OSS (transformers' GptOssForCausalLM): a random transformers model
+// loads into ctitan with transformers' logits over 48 tokens — past the
+// window (8, layer 0), with the sinks, the q/k/v/o and router biases, the
+// stacked experts with their biases and the clamped SwiGLU, YaRN at every
+// length; ctitan's export of an FSDP 2 run loads into transformers with
+// ctitan's logits (stacked experts, gate_up_proj interleaving gate and up).
+// Load balancing is off in the run: transformers routes without the
+// aux-loss-free bias, which the export drops (as TorchTitan's adapter).
+TEST_F(HfCheckpoint, GptOssBothWaysWithTransformersLogits) {
+  SKIP_WITHOUT_TRANSFORMERS();
+  const fs::path root = fresh_dir("hf_gpt_oss");
+  std::string log;
+  ASSERT_EQ(run_tool({"random", "gpt_oss:tiny", (root / "tiny").string(), "23"}, log), 0) << log;
+  expect_same_logits("gpt_oss:tiny", root / "tiny", 48);
+
+  const fs::path dump = root / "export";
+  const auto r = run_ctitan(train_args(dump, 2, 2, 3,
+                                       {"--model.name", "gpt_oss", "--checkpoint.last_save_in_hf",
+                                        "--parallelism.data_parallel_shard_degree", "2",
+                                        "--model.moe_load_balance_coeff", "0"},
+                                       "tiny"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const fs::path step = dump / "checkpoint" / "step-3";
+  {
+    SafetensorsFile f((step / "model.safetensors").string());
+    const auto* gate_up = f.find("model.layers.1.mlp.experts.gate_up_proj");
+    ASSERT_TRUE(gate_up);
+    EXPECT_EQ(gate_up->shape, (std::vector<int64_t>{4, 48, 32}));
+    EXPECT_FALSE(f.find("model.layers.1.mlp.experts.3.down_proj.weight")) << "stacked, not per expert";
+    EXPECT_TRUE(f.find("model.layers.0.self_attn.sinks"));
+    const auto config = nlohmann::json::parse(std::ifstream(step / "config.json"));
+    EXPECT_EQ(config["layer_types"], nlohmann::json({"sliding_attention", "full_attention"}));
+    EXPECT_EQ(config["rope_parameters"]["rope_type"], "yarn");
+  }
+  expect_same_logits("gpt_oss:tiny", step);
+  expect_one_line_exit2(
+      run_ctitan(train_args(root / "into_qwen3", 1, 1, 1,
+                            {"--model.name", "qwen3", "--checkpoint.initial_load_in_hf",
+                             "--checkpoint.initial_load_path", (root / "tiny").string()},
+                            "tiny_moe")),
+      "model_type = \"gpt_oss\" but model.name \"qwen3\"");
+}
+
 // (d) Bad input: one line naming the problem, exit 2.
 TEST_F(HfCheckpoint, LyingHeaderAndAnotherModelSizeAreOneLineExit2) {
   SKIP_WITHOUT_TRANSFORMERS();

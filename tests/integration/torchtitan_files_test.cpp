@@ -155,7 +155,10 @@ INSTANTIATE_TEST_SUITE_P(V022, TorchTitanRecipe,
                                            // (BOS + text + EOS each, packed): block_causal.
                                            Recipe{"debug_model.toml", 1, false, "debugmodel_flex_attn"},
                                            Recipe{"debug_model.toml", 2, false, "debugmodel_varlen_attn"},
-                                           Recipe{"deepseek_v3_debug_model.toml", 1, false, "debugmodel_flex_attn"}),
+                                           Recipe{"deepseek_v3_debug_model.toml", 1, false, "debugmodel_flex_attn"},
+                                           // GPT-OSS (sinks, the window on layers 0 and 2, biased
+                                           // experts, YaRN): its vocabulary of 201,088 at dim 256.
+                                           Recipe{"gpt_oss_debug_model.toml", 1, false}),
                          [](const auto& info) {
                            std::string n = info.param.file.substr(0, info.param.file.rfind('.'));
                            if (info.param.flavor != "debugmodel" && info.param.flavor != "debugmodel_moe")

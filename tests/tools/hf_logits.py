@@ -6,12 +6,13 @@
                                             Qwen3ForCausalLM / Qwen3MoeForCausalLM for FLAVOR
                                             qwen3:tiny | qwen3:tiny_moe | qwen3:debugmodel, or a
                                             random DeepseekV3ForCausalLM for deepseek_v3:tiny (with
-                                            a random e_score_correction_bias); save_pretrained
+                                            a random e_score_correction_bias), or a random
+                                            GptOssForCausalLM for gpt_oss:tiny; save_pretrained
   hf_logits.py logits MODEL_DIR OUT B S     load MODEL_DIR in float32, run a fixed [B, S] token
                                             batch, save {"tokens", "logits"} as safetensors
 
 The flavors' numbers are written out here from trainer/models/llama3.cpp,
-qwen3.cpp and deepseek_v3.cpp (TorchTitan's definitions), not read from ctitan, so a wrong
+qwen3.cpp, deepseek_v3.cpp and gpt_oss.cpp (TorchTitan's definitions), not read from ctitan, so a wrong
 config.json or a wrong name/permutation on ctitan's side shows up as different
 logits.
 """
@@ -19,8 +20,9 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, LlamaConfig,
-                          LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+from transformers import (AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, GptOssConfig,
+                          GptOssForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 # dim, layers, heads, kv heads, vocab, ffn hidden (TorchTitan's rule), as ctitan's flavors.
 FLAVORS = {
@@ -71,8 +73,23 @@ DEEPSEEK_V3 = {
                                   "mscale": 1.0, "mscale_all_dim": 1.0}),
 }
 
+# GPT-OSS, ctitan's tiny flavor: 4 heads of 16 at dim 48, 2 KV heads, biases
+# on q/k/v/o, sinks, a window of 8 on layer 0, RoPE θ 150000 with YaRN (factor
+# 32, β 32/1, original 4096, unrounded) in rotate_half's layout, 4 experts top
+# 2 with biases, SwiGLU clamped at 0.05 (α 1.702), norm eps 1e-5.
+GPT_OSS = {
+    "tiny": dict(vocab_size=64, hidden_size=48, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
+                 layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.05, swiglu_alpha=1.702,
+                 rms_norm_eps=1e-5, attention_bias=True, tie_word_embeddings=False, max_position_embeddings=131072,
+                 rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                                  "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4096}),
+}
+
 
 def build(flavor):
+    if flavor.startswith("gpt_oss:"):
+        return GptOssForCausalLM(GptOssConfig(**GPT_OSS[flavor[len("gpt_oss:"):]]))
     if flavor.startswith("deepseek_v3:"):
         return DeepseekV3ForCausalLM(DeepseekV3Config(**DEEPSEEK_V3[flavor[len("deepseek_v3:"):]]))
     if flavor.startswith("qwen3:"):

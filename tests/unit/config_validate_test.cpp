@@ -31,8 +31,8 @@ struct BadValue {
 TEST(ConfigValidate, RejectsImpossibleValues) {
   const std::vector<BadValue> cases = {
       {"training.steps", "-5", "training.steps must be > 0, got -5"},
-      {"model.name", "no_such_family", "model.name \"no_such_family\" is not a model family; ctitan's families: \"llama3\", \"qwen3\", \"deepseek_v3\""},
-      {"model.name", "llama4", "model.name \"llama4\" is a TorchTitan model family ctitan does not have yet"},
+      {"model.name", "no_such_family", "model.name \"no_such_family\" is not a model family; ctitan's families: \"llama3\", \"qwen3\", \"deepseek_v3\", \"gpt_oss\""},
+      {"model.name", "llama4", "model.name \"llama4\" is TorchTitan v0.2.2's Llama 4, which TorchTitan's later main removed"},
       {"model.n_layers", "-1", "model.n_layers must be in [0, 4096] (0 = the flavor's count), got -1"},
       {"model.n_layers", "5000", "model.n_layers must be in [0, 4096]"},
       {"training.seq_len", "0", "training.seq_len must be > 0, got 0"},

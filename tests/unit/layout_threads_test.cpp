@@ -50,7 +50,12 @@ struct Layout {
   int world() const { return static_cast<int>(replicate * shard * tp * cp * pp); }
 };
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
-int64_t seq_of(const Layout& l) { return std::string(l.model) == "deepseek_v3" ? 48 : 16; }
+// GPT-OSS's tiny flavor 32: its window (8, layer 0) leaves whole 16-key
+// blocks behind the last rows, which the compiled kernel skips.
+int64_t seq_of(const Layout& l) {
+  const std::string m = l.model;
+  return m == "deepseek_v3" ? 48 : m == "gpt_oss" ? 32 : 16;
+}
 
 JobConfig tiny_config(const Layout& l) {
   JobConfig cfg;
@@ -405,6 +410,36 @@ INSTANTIATE_TEST_SUITE_P(
                       docs(Layout{"docs_4d_fsdp2_tp2_cp2_pp2", 1, 2, "llama3", "tiny", 2, 2, 2}),
                       docs(Layout{"docs_deepseek_pp2_fsdp2_tp2", 1, 2, "deepseek_v3", "tiny", 2, 1, 2}),
                       docs(ep_layout("docs_qwen3_fsdp2_ep2", "qwen3", 2, 2))),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// GPT-OSS's tiny flavor: attention sinks (Shard(0) over tp with the heads),
+// the window on layer 0, biases on wq/wk/wv (with their heads) and wo
+// (summed over tp under SP), a router bias, biased experts with the clamped
+// SwiGLU (b2 added once over ETP's partial sums), YaRN on every length. CP
+// attends over gathered keys with the window and sinks; compile runs the
+// fused kernel's window and sinks.
+Layout gpt_oss_layout(const char* name, int64_t replicate, int64_t shard, int64_t tp = 1, int64_t cp = 1,
+                      int64_t pp = 1, const char* ac = "none", bool compile = false) {
+  return Layout{name, replicate, shard, "gpt_oss", "tiny", tp, cp, pp, ac, compile};
+}
+Layout gpt_oss_tp2_float8() {
+  Layout l = gpt_oss_layout("gptoss_tp2_float8", 1, 1, 2);
+  l.float8 = true;
+  return l;
+}
+INSTANTIATE_TEST_SUITE_P(
+    GptOss, ThreadRanks,
+    ::testing::Values(gpt_oss_layout("gptoss_fsdp2", 1, 2), gpt_oss_layout("gptoss_hsdp2x2_ac_full", 2, 2, 1, 1, 1, "full"),
+                      gpt_oss_layout("gptoss_tp2", 1, 1, 2), gpt_oss_layout("gptoss_cp2", 1, 1, 1, 2),
+                      gpt_oss_layout("gptoss_pp2_fsdp2", 1, 2, 1, 1, 2),
+                      gpt_oss_layout("gptoss_ddp2_ac_op_compile", 2, 1, 1, 1, 1, "selective", true),
+                      gpt_oss_layout("gptoss_fsdp2_tp2_ac_full", 1, 2, 2, 1, 1, "full"),
+                      gpt_oss_layout("gptoss_pp2_fsdp2_tp2_compile", 1, 2, 2, 1, 2, "none", true),
+                      gpt_oss_layout("gptoss_fsdp2_cp2_compile", 1, 2, 1, 2, 1, "none", true), gpt_oss_tp2_float8(),
+                      ep_layout("gptoss_ep2", "gpt_oss", 2, 2), ep_layout("gptoss_ep2_tp2", "gpt_oss", 1, 2, 2),
+                      ep_layout("gptoss_fsdp2_ep2_tp2_etp2", "gpt_oss", 2, 2, 2, 1, 2),
+                      docs(gpt_oss_layout("docs_gptoss_cp2", 1, 1, 1, 2)),
+                      docs(gpt_oss_layout("docs_gptoss_fsdp2_tp2_compile", 1, 2, 2, 1, 1, "none", true))),
     [](const auto& info) { return std::string(info.param.name); });
 
 // block_causal on batches that are one document each is causal attention:

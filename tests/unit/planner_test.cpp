@@ -174,6 +174,39 @@ TEST(Planner, BlockCausalAttentionScalesWithTheAssumedDocuments) {
   EXPECT_TRUE(noted);
 }
 
+// GPT-OSS's sliding window: at seq 4096 a layer with window 128 sees
+// 128·129/2 + 3968·128 = 516,160 pairs, a causal one 4096·4097/2 =
+// 8,390,656; half the layers of each, so attention does (516,160 +
+// 8,390,656) / (2 · 8,390,656) of the windowless model's work, the GEMMs
+// unchanged, and the plan says so.
+TEST(Planner, SlidingWindowAttentionFollowsTheVisiblePairs) {
+  const double share = (516160.0 + 8390656.0) / (2 * 8390656.0);
+  const ModelArgs args = model_flavor("gpt_oss", "20b");
+  EXPECT_NEAR(planner_detail::window_attention_share(args, 4096), share, 1e-12);
+  ModelArgs full = args;
+  full.sliding_window = 0;
+  EXPECT_EQ(planner_detail::window_attention_share(full, 4096), 1.0);
+  EXPECT_EQ(planner_detail::window_attention_share(args, 128), 1.0);  // the window covers the sequence
+  const auto request = [](bool windowed) {
+    PlanRequest q;
+    q.cfg.model.name = "gpt_oss";
+    q.cfg.model.flavor = "20b";
+    q.cfg.training.seq_len = 4096;
+    q.cfg.training.local_batch_size = 1;
+    q.cfg.parallelism.expert_parallel_degree = 8;
+    q.model = model_from_config(q.cfg.model);
+    if (!windowed) q.model.flavor_args->sliding_window = 0;
+    q.world_size = 8;
+    return q;
+  };
+  const Prediction w = predict(request(true), gpu_spec()), f = predict(request(false), gpu_spec());
+  EXPECT_NEAR(w.time.attention, share * f.time.attention, 1e-9 * f.time.attention);
+  EXPECT_DOUBLE_EQ(w.time.gemm, f.time.gemm);
+  bool noted = false;
+  for (const auto& n : w.notes) noted = noted || n.find("sliding window 128 on every other layer") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
 TEST(Planner, PublishedModelSizes) {
   // Llama 3 facts (shared/published) and GPT-3 175B (Brown et al. 2020: 96
   // layers, d 12288, 96 heads, vocab 50257, context 2048; 175 B with a tied

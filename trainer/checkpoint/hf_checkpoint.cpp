@@ -237,18 +237,36 @@ std::string map_name(const std::string& name, bool to_hf, const HfNames& family_
     if (name == (to_hf ? tt : hf)) return to_hf ? hf : tt;
   const std::string from = to_hf ? "layers." : "model.layers.", to = to_hf ? "model.layers." : "layers.";
   if (const auto layer = split_layer(name, from)) {
-    for (const HfNames* table : {&common_layer_names(), &family_names})
+    for (const HfNames* table : {&family_names, &common_layer_names()})  // the family's own names first
       for (const auto& [tt, hf] : *table)
         if (layer->second == (to_hf ? tt : hf)) return to + layer->first + "." + (to_hf ? hf : tt);
   }
   return "";
 }
 
+// The family's part (HfAdapter::layer_parts) a layer parameter or Hugging
+// Face tensor name is, with the name on the other side; nullopt when none.
+std::optional<std::pair<const HfPart*, std::string>> part_of(const std::string& name, bool to_hf, const ModelArgs& args) {
+  const auto layer = split_layer(name, to_hf ? "layers." : "model.layers.");
+  if (!layer) return std::nullopt;
+  for (const HfPart& p : hf_adapter(args).layer_parts)
+    if (layer->second == (to_hf ? p.fqn_suffix : p.hf_suffix))
+      return std::make_pair(&p, (to_hf ? "model.layers." : "layers.") + layer->first + "." +
+                                    (to_hf ? p.hf_suffix : p.fqn_suffix));
+  return std::nullopt;
+}
+
+// ctitan's tensor as a view of the Hugging Face tensor `hf` it is a part of.
+at::Tensor part_view(const at::Tensor& hf, const HfPart& p) {
+  at::Tensor t = p.interleaved >= 0 ? hf.slice(-1, p.interleaved, std::nullopt, 2) : hf;
+  return p.transposed ? t.transpose(-2, -1) : t;
+}
+
 // "layers.N.moe.experts.w1" and expert e → "model.layers.N.mlp.experts.e.gate_proj.weight";
-// "" when fqn is no routed-expert tensor.
-std::string expert_hf_name(const std::string& fqn, int64_t e) {
+// "" when fqn is no routed-expert tensor (or the family holds it as a part).
+std::string expert_hf_name(const std::string& fqn, int64_t e, const ModelArgs& args) {
   const auto layer = split_layer(fqn, "layers.");
-  if (!layer) return "";
+  if (!layer || part_of(fqn, true, args)) return "";
   for (const auto& [tt, hf] : expert_names())
     if (layer->second == tt) return "model.layers." + layer->first + ".mlp.experts." + std::to_string(e) + "." + hf;
   return "";
@@ -265,21 +283,31 @@ std::optional<std::pair<std::string, int64_t>> expert_of_hf(const std::string& h
   return std::nullopt;
 }
 
-// One Hugging Face tensor of a ctitan parameter: the whole parameter, or
-// expert `expert` of a routed-expert tensor (its dim-0 slice).
+// One Hugging Face tensor of a ctitan parameter: the whole parameter,
+// expert `expert` of a routed-expert tensor (its dim-0 slice), or the
+// parameter is a part of it (`part`).
 struct HfTensor {
   std::string name;
   int64_t expert = -1;
+  const HfPart* part = nullptr;
 };
 
 std::vector<HfTensor> hf_tensors_of(const ParamSpec& p, const ModelArgs& args) {
-  if (expert_hf_name(p.name, 0).empty()) return {{hf_name_of(p.name, args), -1}};
+  if (const auto part = part_of(p.name, true, args)) return {{part->second, -1, part->first}};
+  if (expert_hf_name(p.name, 0, args).empty()) return {{hf_name_of(p.name, args), -1}};
   std::vector<HfTensor> out;
-  for (int64_t e = 0; e < p.global_shape.at(0); ++e) out.push_back({expert_hf_name(p.name, e), e});
+  for (int64_t e = 0; e < p.global_shape.at(0); ++e) out.push_back({expert_hf_name(p.name, e, args), e});
   return out;
 }
 
+// The Hugging Face tensor's shape.
 std::vector<int64_t> hf_shape(const ParamSpec& p, const HfTensor& t) {
+  if (t.part) {
+    std::vector<int64_t> s = p.global_shape;
+    if (t.part->transposed) std::swap(s[s.size() - 1], s[s.size() - 2]);
+    if (t.part->interleaved >= 0) s.back() *= 2;
+    return s;
+  }
   if (t.expert < 0) return p.global_shape;
   return std::vector<int64_t>(p.global_shape.begin() + 1, p.global_shape.end());
 }
@@ -321,6 +349,7 @@ std::string hf_name_of(const std::string& fqn, const ModelArgs& args) {
   return map_name(fqn, true, hf_adapter(args).layer_names);
 }
 std::string fqn_of_hf(const std::string& hf_name, const ModelArgs& args) {
+  if (const auto part = part_of(hf_name, false, args)) return part->second;  // the first parameter it holds
   if (const auto e = expert_of_hf(hf_name)) return e->first;
   return map_name(hf_name, false, hf_adapter(args).layer_names);
 }
@@ -414,17 +443,30 @@ void write_hf_checkpoint(const std::string& dir_in, const ModelArgs& args,
   const std::vector<ParamSpec> params = hf_param_specs(args);
   // One entry per Hugging Face tensor (a routed-expert tensor gives one per
   // expert), in model order.
+  // A tensor of parts (HfAdapter::layer_parts) is one entry with a source
+  // per part.
+  struct Source {
+    size_t param;
+    int64_t expert;  // or -1
+    const HfPart* part;
+  };
   std::vector<SafetensorsWriter::Spec> specs;
-  std::vector<std::pair<size_t, int64_t>> source;  // (params index, expert or -1)
+  std::vector<std::vector<Source>> source;
+  std::map<std::string, size_t> entry_of;  // a parts tensor's name → its entry
   int64_t total = 0;
   for (size_t i = 0; i < params.size(); ++i)
     for (const HfTensor& h : hf_tensors_of(params[i], args)) {
+      if (h.part && entry_of.count(h.name)) {
+        source[entry_of[h.name]].push_back({i, -1, h.part});
+        continue;
+      }
+      if (h.part) entry_of[h.name] = specs.size();
       // The expert bias stays fp32, as transformers keeps it (a bf16 bias
       // would round away the ±coeff steps it accumulates).
       specs.push_back({h.name, is_expert_bias(params[i].name) ? at::kFloat : opts.dtype, hf_shape(params[i], h)});
-      source.emplace_back(i, h.expert);
-      total += SafetensorsWriter::nbytes(specs.back());
+      source.push_back({{i, h.expert, h.part}});
     }
+  for (const auto& s : specs) total += SafetensorsWriter::nbytes(s);
   const auto shards = plan_shards(specs, opts.max_shard_bytes);
 
   const fs::path tmp = dir.parent_path() / ("." + dir.filename().string() + ".hf.tmp");
@@ -440,16 +482,24 @@ void write_hf_checkpoint(const std::string& dir_in, const ModelArgs& args,
     for (size_t i : shards[k]) in_shard.push_back(specs[i]);
     SafetensorsWriter out((tmp / file).string(), in_shard);
     for (size_t i : shards[k]) {
-      const auto [pi, expert] = source[i];
-      if (pi != held) {
-        t = whole(params[pi].name);
-        held = pi;
-        if (t.sizes().vec() != params[pi].global_shape)
-          throw std::logic_error("hf export: '" + params[pi].name + "' is " + dims_text(t.sizes().vec()) +
-                                 ", expected " + dims_text(params[pi].global_shape));
-        t = to_hf_layout(params[pi].name, t.cpu(), args);
+      at::Tensor parts;  // the entry's tensor, when it is made of parts
+      for (const auto& [pi, expert, part] : source[i]) {
+        if (pi != held) {
+          t = whole(params[pi].name);
+          held = pi;
+          if (t.sizes().vec() != params[pi].global_shape)
+            throw std::logic_error("hf export: '" + params[pi].name + "' is " + dims_text(t.sizes().vec()) +
+                                   ", expected " + dims_text(params[pi].global_shape));
+          t = to_hf_layout(params[pi].name, t.cpu(), args);
+        }
+        if (!part) {
+          out.add((expert < 0 ? t : t[expert]).to(specs[i].dtype));
+          continue;
+        }
+        if (!parts.defined()) parts = at::zeros(specs[i].shape, at::TensorOptions().dtype(specs[i].dtype));
+        part_view(parts, *part).copy_(t);
       }
-      out.add((expert < 0 ? t : t[expert]).to(specs[i].dtype));
+      if (parts.defined()) out.add(parts);
       weight_map[specs[i].name] = file;
     }
     out.finish();
@@ -582,7 +632,10 @@ void load_hf_checkpoint(const std::string& dir_in, const ModelArgs& args, const 
       const std::string& name;  // the Hugging Face tensor `from` is a box of
     };
     std::vector<Copy> copies;
-    if (hfs.front().expert >= 0) {
+    if (hfs.front().part) {
+      const std::string& name = hfs.front().name;
+      copies.push_back({dst, box_of(part_view(folder.file_of(name)->tensor(name), *hfs.front().part), dst, 0), name});
+    } else if (hfs.front().expert >= 0) {
       // This box's experts, one Hugging Face tensor each.
       for (int64_t e = 0; e < dst.size(0); ++e) {
         const std::string& name = hfs.at(lo[0] + e).name;
@@ -640,7 +693,7 @@ bool initial_load_hf(const JobConfig& cfg, const Checkpointer& ckpt, const Model
     } catch (const std::exception&) {
     }
     const bool named = c.is_object() && hf_yarn_of(c) != nullptr;
-    const bool applied = args.yarn.enabled && cfg.training.seq_len > args.yarn.original_seq_len;
+    const bool applied = args.yarn.active(cfg.training.seq_len);
     if (named != applied)
       std::cerr << "ctitan: warning: " << dir << "/config.json " << (named ? "names" : "does not name")
                 << " YaRN RoPE scaling, but this run (training.seq_len " << cfg.training.seq_len << ", original length "

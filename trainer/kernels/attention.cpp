@@ -27,6 +27,7 @@
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/kernels/vec.h"
 #include "trainer/kernels/documents.h"
+#include "trainer/kernels/sink_attention.h"
 
 #include <cmath>
 #include <limits>
@@ -69,11 +70,24 @@ inline __mmask16 document_lanes(int64_t start, int64_t jb) {
   return n <= 0 ? __mmask16(0xFFFF) : n >= kLanes ? __mmask16(0) : static_cast<__mmask16>(0xFFFFu << n);
 }
 
-// The lanes query row i sees in key block jb: causal, and from its
-// document's start when `st` (the sample's starts) is given.
-inline __mmask16 visible_lanes(const int64_t* st, int64_t i, int64_t jb) {
+// What a row sees beyond causal: its sample's document starts (or null)
+// and the sliding window (0: none).
+struct RowMask {
+  const int64_t* st = nullptr;
+  int64_t window = 0;
+  // The first key row i may see.
+  int64_t first_key(int64_t i) const {
+    int64_t j = st ? st[i] : 0;
+    if (window > 0) j = std::max(j, i - window + 1);
+    return j;
+  }
+  bool any() const { return st != nullptr || window > 0; }
+};
+
+// The lanes query row i sees in key block jb: causal, from its first key on.
+inline __mmask16 visible_lanes(const RowMask& m, int64_t i, int64_t jb) {
   const __mmask16 causal = causal_lanes(i, jb);
-  return st ? static_cast<__mmask16>(causal & document_lanes(st[i], jb)) : causal;
+  return m.any() ? static_cast<__mmask16>(causal & document_lanes(m.first_key(i), jb)) : causal;
 }
 
 // xt[d·Sp + j] = x(b, h, j)[d], zero-padded to Sp (a multiple of 16) keys.
@@ -146,8 +160,8 @@ inline void pv_accumulate(const float* p, int64_t Sp, const float* v, int64_t vs
 // Forward of one (batch, kv head): every query head of its group.
 // lse2 (log2 units, [B,H,S]) is saved for backward.
 template <int NV>
-void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o, float* lse2, const int64_t* st,
-                  int64_t b, int64_t g, int64_t H, int64_t G, int64_t S, float scale) {
+void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o, float* lse2, const RowMask& mask,
+                  const float* sinks, int64_t b, int64_t g, int64_t H, int64_t G, int64_t S, float scale) {
   constexpr int64_t Dh = 16 * NV;
   const int64_t Sp = (S + kLanes - 1) / kLanes * kLanes;
   std::vector<float> kt(Dh * Sp), sbuf(kRows * Sp);
@@ -156,14 +170,14 @@ void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o,
   for (int64_t h = g * (H / G); h < (g + 1) * (H / G); ++h) {
     for (int64_t i0 = 0; i0 < S; i0 += kRows) {
       const int64_t nk = std::min(S, i0 + kRows);  // keys this block can see
-      const int64_t jb0 = st ? st[i0] / kLanes * kLanes : 0;  // its first key block
+      const int64_t jb0 = mask.first_key(i0) / kLanes * kLanes;  // its first key block
       const float* qr[kRows];
       for (int r = 0; r < kRows; ++r) qr[r] = q.at(b, h, std::min(i0 + r, S - 1));
       fVec mx[kRows], acc[2][kRows];
       for (int r = 0; r < kRows; ++r) mx[r] = fVec(-std::numeric_limits<float>::infinity());
       auto scores = [&](int64_t jb, const fVec* a) {
         for (int r = 0; r < kRows; ++r) {
-          const __mmask16 lanes = visible_lanes(st, std::min(i0 + r, S - 1), jb);  // padding rows: the last row's
+          const __mmask16 lanes = visible_lanes(mask, std::min(i0 + r, S - 1), jb);  // padding rows: the last row's
           const __m512 s = _mm512_mask_blend_ps(lanes, _mm512_set1_ps(-INFINITY), a[r] * fVec(c));
           mx[r] = at::vec::maximum(mx[r], fVec(s));
           store(sbuf.data() + r * Sp + jb, fVec(s));
@@ -180,9 +194,14 @@ void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o,
         scores(jb, acc[0]);
       }
       // p = exp(s − m) in place, the rows interleaved (independent exps).
+      // A sink is one more logit in the max and the sum, whose value row is 0.
       fVec m[kRows], sum[kRows];
+      const float sink2 = sinks ? sinks[h] * kLog2e : 0.f;
+      float sink_part[kRows] = {};
       for (int r = 0; r < kRows; ++r) {
-        m[r] = fVec(mx[r].reduce_max());
+        const float row_max = mx[r].reduce_max();
+        m[r] = fVec(sinks ? std::max(row_max, sink2) : row_max);
+        if (sinks) sink_part[r] = std::exp2(sink2 - m[r].reduce_max());
         sum[r] = fVec(0.f);
       }
       for (int64_t jb = jb0; jb < nk; jb += kLanes)
@@ -194,7 +213,7 @@ void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o,
         }
       float inv_l[kRows];
       for (int r = 0; r < kRows; ++r) {
-        const float l = sum[r].reduce_add();
+        const float l = sum[r].reduce_add() + sink_part[r];
         inv_l[r] = 1.f / l;
         if (i0 + r < S) lse2[(b * H + h) * S + i0 + r] = m[r].reduce_max() + std::log2(l);
       }
@@ -210,10 +229,11 @@ void forward_task(const Rows& q, const Rows& k, const Rows& v, const MutRows& o,
 // Backward of one (batch, kv head), flash-attention style: p recomputed from
 // the saved lse, dp = dO·Vᵀ, ds = p·(dp − Σ dO∘O), dq = scale·ds·K,
 // dk = scale·dsᵀ·q, dv = pᵀ·dO; dk/dv summed over the group's query heads.
+// With sinks, dsink[h] (this batch's part) = −Σ_i p_sink,i · Σ dO_i∘O_i.
 template <int NV>
 void backward_task(const Rows& q, const Rows& k, const Rows& v, const Rows& o, const Rows& dout, const float* lse2,
-                   const MutRows& dq, const MutRows& dk, const MutRows& dv, const int64_t* st, int64_t b, int64_t g,
-                   int64_t H, int64_t G, int64_t S, float scale) {
+                   const MutRows& dq, const MutRows& dk, const MutRows& dv, const RowMask& mask, const float* sinks,
+                   float* dsink, int64_t b, int64_t g, int64_t H, int64_t G, int64_t S, float scale) {
   constexpr int64_t Dh = 16 * NV;
   const int64_t Sp = (S + kLanes - 1) / kLanes * kLanes;
   std::vector<float> kt(Dh * Sp), vt(Dh * Sp), dk_acc(S * Dh, 0.f), dv_acc(S * Dh, 0.f);
@@ -224,7 +244,7 @@ void backward_task(const Rows& q, const Rows& k, const Rows& v, const Rows& o, c
   for (int64_t h = g * (H / G); h < (g + 1) * (H / G); ++h) {
     for (int64_t i0 = 0; i0 < S; i0 += kRows) {
       const int64_t nk = std::min(S, i0 + kRows);
-      const int64_t jb0 = st ? st[i0] / kLanes * kLanes : 0;
+      const int64_t jb0 = mask.first_key(i0) / kLanes * kLanes;
       const float *qr[kRows], *dor[kRows];
       // q and dO rows stay in registers: the dV/dK updates below would
       // otherwise reload them after every store (they may alias, to g++).
@@ -242,13 +262,15 @@ void backward_task(const Rows& q, const Rows& k, const Rows& v, const Rows& o, c
           dqa[r][u] = fVec(0.f);
         }
         delta[r] = fVec(dd.reduce_add());
+        if (sinks && i0 + r < S)
+          dsink[h] -= std::exp2(sinks[h] * kLog2e - lse2[(b * H + h) * S + i]) * dd.reduce_add();
       }
       for (int64_t jb = jb0; jb < nk; jb += kLanes) {
         fVec s[1][kRows], dp[1][kRows];
         dot_blocks<NV, 1>(qr, kt.data(), Sp, jb, s);
         dot_blocks<NV, 1>(dor, vt.data(), Sp, jb, dp);
         for (int r = 0; r < kRows; ++r) {
-          const __mmask16 lanes = i0 + r < S ? visible_lanes(st, i0 + r, jb) : __mmask16(0);
+          const __mmask16 lanes = i0 + r < S ? visible_lanes(mask, i0 + r, jb) : __mmask16(0);
           const fVec p = _mm512_maskz_mov_ps(lanes, kernels::exp2(at::vec::fmadd(s[0][r], fVec(c), neg_lse[r])));
           store(pbuf[r], p);
           store(dsbuf[r], p * (dp[0][r] - delta[r]));
@@ -288,38 +310,44 @@ void dispatch_nv(int64_t Dh, const F& f) {
   else f(std::integral_constant<int, 4>{});
 }
 
-// starts: int64 [B,S] contiguous (documents), or undefined (causal).
+// starts: int64 [B,S] contiguous (documents), or undefined (causal);
+// window 0: none; sinks fp32 [H] or empty.
 void forward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& starts,
-                    at::Tensor& o, at::Tensor& lse2) {
+                    int64_t window, const at::Tensor& sinks, at::Tensor& o, at::Tensor& lse2) {
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), G = k.size(1);
   const float scale = 1.f / std::sqrt(static_cast<float>(q.size(3)));
   const Rows qr = rows_of(q), kr = rows_of(k), vr = rows_of(v);
   const MutRows orr = rows_of(o);
   float* l = lse2.mutable_data_ptr<float>();
   const int64_t* st = starts.defined() ? starts.const_data_ptr<int64_t>() : nullptr;
+  const float* sk = sinks.numel() > 0 ? sinks.const_data_ptr<float>() : nullptr;
   dispatch_nv(q.size(3), [&](auto nv) {
     parallel_rows(B * G, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        forward_task<decltype(nv)::value>(qr, kr, vr, orr, l, st ? st + t / G * S : nullptr, t / G, t % G, H, G, S,
-                                          scale);
+        forward_task<decltype(nv)::value>(qr, kr, vr, orr, l, RowMask{st ? st + t / G * S : nullptr, window}, sk,
+                                          t / G, t % G, H, G, S, scale);
     });
   });
 }
 
+// dsink: fp32 [B,H] zeros (each batch's part), or empty without sinks.
 void backward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
-                     const at::Tensor& dout, const at::Tensor& lse2, const at::Tensor& starts, at::Tensor& dq,
-                     at::Tensor& dk, at::Tensor& dv) {
+                     const at::Tensor& dout, const at::Tensor& lse2, const at::Tensor& starts, int64_t window,
+                     const at::Tensor& sinks, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, at::Tensor& dsink) {
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), G = k.size(1);
   const float scale = 1.f / std::sqrt(static_cast<float>(q.size(3)));
   const Rows qr = rows_of(q), kr = rows_of(k), vr = rows_of(v), orr = rows_of(o), dor = rows_of(dout);
   const MutRows dqr = rows_of(dq), dkr = rows_of(dk), dvr = rows_of(dv);
   const float* l = lse2.const_data_ptr<float>();
   const int64_t* st = starts.defined() ? starts.const_data_ptr<int64_t>() : nullptr;
+  const float* sk = sinks.numel() > 0 ? sinks.const_data_ptr<float>() : nullptr;
+  float* ds = sk ? dsink.mutable_data_ptr<float>() : nullptr;
   dispatch_nv(q.size(3), [&](auto nv) {
     parallel_rows(B * G, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        backward_task<decltype(nv)::value>(qr, kr, vr, orr, dor, l, dqr, dkr, dvr, st ? st + t / G * S : nullptr,
-                                           t / G, t % G, H, G, S, scale);
+        backward_task<decltype(nv)::value>(qr, kr, vr, orr, dor, l, dqr, dkr, dvr,
+                                           RowMask{st ? st + t / G * S : nullptr, window}, sk,
+                                           ds ? ds + t / G * H : nullptr, t / G, t % G, H, G, S, scale);
     });
   });
 }
@@ -336,15 +364,19 @@ at::Tensor dense_rows(const at::Tensor& t) { return t.stride(3) == 1 ? t : t.con
 
 class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttention> {
  public:
+  // sinks: fp32 [H], or [0] for none (an autograd input, which an
+  // undefined tensor may not be).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
-                            const at::Tensor& v_in, const at::Tensor* starts_in) {
+                            const at::Tensor& v_in, const at::Tensor& sinks, const at::Tensor* starts_in,
+                            int64_t window) {
     const at::Tensor starts = *starts_in;  // not an autograd input (an undefined tensor may not be one)
     const at::Tensor q = dense_rows(q_in), k = dense_rows(k_in), v = dense_rows(v_in);
     at::Tensor o = empty_bshd(q);
     at::Tensor lse2 = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
-    forward_kernel(q, k, v, starts, o, lse2);
-    ctx->save_for_backward({q, k, v, o, lse2});
+    forward_kernel(q, k, v, starts, window, sinks, o, lse2);
+    ctx->save_for_backward({q, k, v, o, lse2, sinks});
     if (starts.defined()) ctx->saved_data["starts"] = starts;
+    ctx->saved_data["window"] = window;
     return o;
   }
 
@@ -352,33 +384,45 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
     const auto s = ctx->get_saved_variables();
     const at::Tensor dout = dense_rows(grad_out[0]);
     at::Tensor dq = empty_bshd(s[0]), dk = empty_bshd(s[1]), dv = empty_bshd(s[2]);
+    const at::Tensor& sinks = s[5];
+    at::Tensor dsink = sinks.numel() > 0 ? at::zeros({s[0].size(0), sinks.size(0)}, sinks.options()) : at::Tensor();
     const auto st = ctx->saved_data.find("starts");
     backward_kernel(s[0], s[1], s[2], s[3], dout, s[4], st == ctx->saved_data.end() ? at::Tensor() : st->second.toTensor(),
-                    dq, dk, dv);
-    return {dq, dk, dv, at::Tensor()};
+                    ctx->saved_data["window"].toInt(), sinks, dq, dk, dv, dsink);
+    return {dq, dk, dv, dsink.defined() ? dsink.sum(0) : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
+bool fused_attention_runs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t Dh = q.size(3);
+  return fused_kernels_available() && q.device().is_cpu() && q.scalar_type() == at::kFloat &&
+         k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat && (Dh == 16 || Dh == 32 || Dh == 64) &&
+         v.size(3) == Dh;
+}
+
 at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const at::Tensor& starts_in) {
+                                  const at::Tensor& starts_in, const AttentionExtras& extras) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
                   q.size(2) == k.size(2) && q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "fused_causal_attention: q [B,H,S,Dh], k/v [B,G,S,Dh] with H a multiple of G expected, got ",
               q.sizes(), ", ", k.sizes(), ", ", v.sizes());
-  const int64_t Dh = q.size(3);
-  const bool fp32 = q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat;
   const bool documents = starts_in.defined();
   TORCH_CHECK(!documents || (starts_in.dim() == 2 && starts_in.size(0) == q.size(0) && starts_in.size(1) == q.size(2)),
               "fused_causal_attention: starts [B,S] expected, got ", starts_in.sizes());
-  if (!fused_kernels_available() || !q.device().is_cpu() || !fp32 || (Dh != 16 && Dh != 32 && Dh != 64)) {
+  TORCH_CHECK(!extras.sinks.defined() || (extras.sinks.dim() == 1 && extras.sinks.size(0) == q.size(1)),
+              "fused_causal_attention: sinks [H] expected, got ", extras.sinks.sizes());
+  if (!fused_attention_runs(q, k, v)) {
+    if (extras.any()) return sink_window_attention(q, k, v, starts_in, extras);
     if (documents) return document_attention_sdpa(q, k, v, starts_in);
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/k.size(1) != q.size(1));
   }
   const at::Tensor starts = documents ? starts_in.to(at::kLong).contiguous() : at::Tensor();
-  return FusedCausalAttention::apply(q, k, v, &starts);
+  const at::Tensor sinks = extras.sinks.defined() ? extras.sinks.to(at::kFloat).contiguous()
+                                                  : at::empty({0}, q.options());
+  return FusedCausalAttention::apply(q, k, v, sinks, &starts, extras.window);
 }
 
 }  // namespace ctitan

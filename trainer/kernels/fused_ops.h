@@ -27,6 +27,8 @@
 #include <ATen/Version.h>
 #include <torch/torch.h>
 
+#include "trainer/kernels/sink_attention.h"
+
 namespace ctitan {
 
 // True when ATen runs this CPU at AVX512. Below it, ATen's bf16 GEMM is a
@@ -68,8 +70,14 @@ at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& freqs_cis, at::Scal
 // With `starts` (int64 [B,S], documents.h) the attention is block_causal:
 // row i sees keys [starts[b,i], i], and the kernel skips the key blocks
 // before a row block's document (elsewhere: document_attention_sdpa).
+// With `extras` (sink_attention.h) the rows also keep to the sliding
+// window — the key blocks before a row block's window are skipped too — and
+// each head's sink joins the softmax (its gradient comes back); where the
+// kernel cannot run, sink_window_attention.
 at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const at::Tensor& starts = {});
+                                  const at::Tensor& starts = {}, const AttentionExtras& extras = {});
+// Whether the kernel above runs q, k, v (else its fallbacks do).
+bool fused_attention_runs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 // Mean token cross-entropy, at::cross_entropy_loss(logits.float(), labels):
 // logits [N,V] bf16/fp32, labels [N] int64 in [0,V). One pass per row with an

@@ -6,6 +6,7 @@
 
 #include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
+#include "trainer/kernels/sink_attention.h"
 
 namespace ctitan {
 
@@ -43,21 +44,31 @@ at::Tensor precompute_yarn_freqs_cis(int64_t rope_dim, int64_t seq_len, double t
   // DeepSeek-V3's precompute_freqs_cis: freqs[i] = θ^(-2i/d) in fp32; past
   // original_seq_len, blended towards freqs[i]/factor between the correction
   // dims of beta_fast and beta_slow rotations (a linear ramp over i).
+  // GPT-OSS's variant (TorchTitan's gpt_oss precompute_rope_cache): at
+  // every length when factor > 1, the bounds unrounded, and cos and sin
+  // times the concentration 0.1·ln(factor) + 1 (the table's magnitude).
   const int64_t half = rope_dim / 2;
   at::Tensor freqs = 1.0 / at::pow(theta, torch::arange(0, rope_dim, 2, torch::kFloat) / static_cast<double>(rope_dim));
-  if (y.enabled && seq_len > y.original_seq_len) {
+  const bool active = y.active(seq_len);
+  double magnitude = 1.0;
+  if (active) {
     const auto correction_dim = [&](double rotations) {
       return rope_dim * std::log(y.original_seq_len / (rotations * 2 * M_PI)) / (2 * std::log(theta));
     };
-    const double low = std::max(std::floor(correction_dim(y.beta_fast)), 0.0);
-    double high = std::min(std::ceil(correction_dim(y.beta_slow)), static_cast<double>(rope_dim - 1));
-    if (low == high) high += 0.001;
+    double low = correction_dim(y.beta_fast), high = correction_dim(y.beta_slow);
+    if (y.gpt_oss) {
+      magnitude = 0.1 * std::log(y.factor) + 1.0;
+    } else {
+      low = std::max(std::floor(low), 0.0);
+      high = std::min(std::ceil(high), static_cast<double>(rope_dim - 1));
+      if (low == high) high += 0.001;
+    }
     const at::Tensor ramp = ((torch::arange(half, torch::kFloat) - low) / (high - low)).clamp(0, 1);
     const at::Tensor smooth = 1 - ramp;
     freqs = freqs / y.factor * (1 - smooth) + freqs * smooth;
   }
   const at::Tensor angles = torch::outer(torch::arange(seq_len, torch::kFloat), freqs);
-  return torch::polar(torch::ones_like(angles), angles);
+  return torch::polar(torch::full_like(angles, magnitude), angles);
 }
 
 namespace {
@@ -88,12 +99,16 @@ at::Tensor meta_table(int64_t max_seq_len, int64_t dim, c10::Device device) {
 // copy that both casts and lays out [B,S,H,Dv] for the GEMM. (.to aliases a
 // same-dtype tensor whose suggested format is "contiguous" — the ring's
 // [B,H,S,Dh] output transposed — so contiguous() makes sure.)
-at::Tensor output_projection(const BlockOps& ops, int64_t layer, const at::Tensor& o, const at::Tensor& wo) {
+// `bo` (attention_bias): added to the whole (or, under SP, this rank's
+// part of the) output, so its gradient is summed over tp under SP.
+at::Tensor output_projection(const BlockOps& ops, int64_t layer, const at::Tensor& o, const at::Tensor& wo,
+                             const at::Tensor& bo = {}) {
   const at::Tensor laid = o.transpose(1, 2)
                               .to(ops.compute_dtype(), /*non_blocking=*/false, /*copy=*/false,
                                   at::MemoryFormat::Contiguous)
                               .contiguous();
-  return ops.row_gemm(laid.view({o.size(0), o.size(2), -1}), wo, layer, "attention.wo");
+  const at::Tensor out = ops.row_gemm(laid.view({o.size(0), o.size(2), -1}), wo, layer, "attention.wo");
+  return bo.defined() ? out + ops.norm_weight(bo).to(out.scalar_type()) : out;
 }
 
 // Llama 3 / Qwen3: q, k, v from one fused GEMM over wq|wk|wv, heads of
@@ -115,10 +130,17 @@ class GroupedQueryAttention final : public Attention {
       w.q_norm = st.leaf(p + "attention.q_norm.weight", st.slot(p + "attention.q_norm.weight").shape);
       w.k_norm = st.leaf(p + "attention.k_norm.weight", st.slot(p + "attention.k_norm.weight").shape);
     }
+    if (args_.attention_bias) {  // wq, wk, wv's biases adjacent: one view, as the weights
+      w.bqkv = st.leaf(p + "attention.wq.bias", {wq[0] + wk[0] + wv[0]});
+      w.bo = st.leaf(p + "attention.wo.bias", st.slot(p + "attention.wo.bias").shape);
+    }
+    if (args_.attention_sinks) w.sinks = st.leaf(p + "attention.sinks", st.slot(p + "attention.sinks").shape);
   }
 
   at::Tensor rope_frequencies(int64_t max_seq_len, c10::Device device) const override {
     if (device.is_meta()) return meta_table(max_seq_len, args_.head_dim(), device);
+    if (args_.yarn.enabled)
+      return precompute_yarn_freqs_cis(args_.head_dim(), max_seq_len, args_.rope_theta, args_.yarn).to(device);
     return precompute_freqs_cis(args_.head_dim(), max_seq_len, args_.rope_theta, args_.rope_scaling).to(device);
   }
 
@@ -141,6 +163,7 @@ class GroupedQueryAttention final : public Attention {
     // Selective "op" checkpointing keeps every other GEMM output (qkv, w13 —
     // TorchTitan keeps every second mm) and the attention output.
     at::Tensor qkv_out = ops.column_gemm(x, w.wqkv, layer, "attention.wq|wk|wv", cache);  // [B,S,(H+2K)Dh]
+    if (w.bqkv.defined()) qkv_out = qkv_out + w.bqkv.to(qkv_out.scalar_type());  // this rank's heads' biases
     const int64_t B = qkv_out.size(0), S = qkv_out.size(1);
     auto qkv = qkv_out.split_with_sizes(qkv_rows_, 2);
     at::Tensor q = qkv[0].view({B, S, -1, Dh}), k = qkv[1].view({B, S, -1, Dh});
@@ -162,6 +185,10 @@ class GroupedQueryAttention final : public Attention {
     }
     at::Tensor v = qkv[2].view({B, S, -1, Dh}).to(adt);
     const at::Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);
+    const AttentionExtras extras{args_.window_of(layer), w.sinks};
+    if (extras.any())
+      return output_projection(
+          ops, layer, q.is_meta() ? meta_attention(qt, kt, vt) : ops.attention(qt, kt, vt, docs, extras), w.wo, w.bo);
     const at::Tensor o = ops.cp().on() && !q.is_meta()
                        ? ops.seams().context_parallel_attention(qt, kt, vt, ops.cp_positions(), ops.cp(),
                                                                 std::nullopt, docs)
@@ -176,7 +203,7 @@ class GroupedQueryAttention final : public Attention {
                        : at::scaled_dot_product_attention(qt, kt, vt, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                           /*is_causal=*/true, /*scale=*/std::nullopt,
                                                           /*enable_gqa=*/K != H);
-    return output_projection(ops, layer, o, w.wo);
+    return output_projection(ops, layer, o, w.wo, w.bo);
   }
 
  private:

@@ -4,6 +4,7 @@
 
 #include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
+#include "trainer/kernels/sink_attention.h"
 #include "trainer/model/gemm.h"
 #include "trainer/model/weight_grad.h"
 
@@ -158,6 +159,13 @@ at::Tensor BlockOps::document_attention(const at::Tensor& q, const at::Tensor& k
     return fused_causal_attention(q, k, v, docs);
   }
   return document_attention_sdpa(q, k, v, docs, scale);
+}
+
+at::Tensor BlockOps::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& docs,
+                               const AttentionExtras& extras) const {
+  if (cp_.on()) return seams().context_parallel_attention(q, k, v, cp_positions_, cp_, std::nullopt, docs, extras);
+  if (fused_model_ && fused_attention_runs(q, k, v)) return fused_causal_attention(q, k, v, docs, extras);
+  return sink_window_attention(q, k, v, docs, extras);
 }
 
 }  // namespace ctitan

@@ -78,6 +78,12 @@ class BlockOps {
   // CPU kernel (compile), else SDPA with the document mask.
   at::Tensor document_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& docs,
                                 std::optional<double> scale = std::nullopt) const;
+  // Attention with a sliding window and/or sinks (sink_attention.h), under
+  // the documents `docs` (undefined: causal): CP's gathered keys, else the
+  // fused CPU kernel (compile) where it runs the shapes, else the eager
+  // chain. q [B,H,S,Dh], k/v [B,G,S,Dh].
+  at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& docs,
+                       const AttentionExtras& extras) const;
   // CP with the ptrr balancer: this batch's blocks of each rank
   // (ptrr_assignment), before its forward.
   void set_ptrr_blocks(std::vector<std::vector<int64_t>> blocks);

@@ -53,6 +53,11 @@ at::Tensor MoeLayer::forward(const BlockOps& ops, const MoeWeights& w, const at:
     const at::Tensor all = sp ? ops.seams().gather_from_sp(x, g, 1) : ops.seams().copy_to_tp(x, g);
     MoeWeights routed = mw;
     routed.router = ops.tp_summed(mw.router, true);
+    if (mw.router_bias.defined()) routed.router_bias = ops.tp_summed(mw.router_bias, true);
+    // w2's bias meets every tp rank's partial sum: each adds its 1/tp share
+    // (TorchTitan's ScaleBiasForward); its gradient, the whole on every
+    // rank, is summed back to one.
+    if (mw.b2.defined()) routed.b2 = ops.tp_summed(mw.b2, true) / static_cast<double>(g.size());
     routed.shared_w1 = routed.shared_w2 = routed.shared_w3 = at::Tensor();
     const ExpertDispatch dispatch{*ep.group, ops.seams()};
     const at::Tensor partial =
@@ -66,10 +71,11 @@ at::Tensor MoeLayer::forward(const BlockOps& ops, const MoeWeights& w, const at:
     // Each rank routes the tokens it holds (its sequence part under SP,
     // else all of them, as every rank). Without EP the experts are
     // replicated over tp; with EP (spanning tp) each rank owns its own.
-    for (at::Tensor* t : {&mw.router, &mw.shared_w1, &mw.shared_w2, &mw.shared_w3})
+    for (at::Tensor* t : {&mw.router, &mw.router_bias, &mw.shared_w1, &mw.shared_w2, &mw.shared_w3})
       if (t->defined()) *t = ops.tp_summed(*t, sp);
     if (!ep.on())
-      for (at::Tensor* t : {&mw.w1, &mw.w2, &mw.w3}) *t = ops.tp_summed(*t, sp);
+      for (at::Tensor* t : {&mw.w1, &mw.w2, &mw.w3, &mw.b1, &mw.b2, &mw.b3})
+        if (t->defined()) *t = ops.tp_summed(*t, sp);
     std::optional<ExpertDispatch> dispatch;
     if (ep.on()) dispatch.emplace(ExpertDispatch{*ep.group, ops.seams()});
     y = moe_forward(x.reshape({-1, D}), mw, bias_, args_, &counts, dispatch ? &*dispatch : nullptr, &received)

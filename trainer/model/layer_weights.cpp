@@ -9,7 +9,8 @@ template <typename W, typename F>
 void each_layer_weight(W& w, F&& f) {
   for (auto* t : {&w.attention_norm, &w.wqkv, &w.wo, &w.ffn_norm, &w.w13, &w.w2, &w.q_norm, &w.k_norm, &w.moe.router,
                   &w.moe.w1, &w.moe.w2, &w.moe.w3, &w.moe.shared_w1, &w.moe.shared_w2, &w.moe.shared_w3, &w.mla.wq,
-                  &w.mla.wq_a, &w.mla.q_norm, &w.mla.wq_b, &w.mla.wkv_a, &w.mla.kv_norm, &w.mla.wkv_b})
+                  &w.mla.wq_a, &w.mla.q_norm, &w.mla.wq_b, &w.mla.wkv_a, &w.mla.kv_norm, &w.mla.wkv_b, &w.bqkv, &w.bo, &w.sinks,
+                  &w.moe.router_bias, &w.moe.b1, &w.moe.b2, &w.moe.b3})
     f(*t);
 }
 

@@ -15,6 +15,7 @@ namespace ctitan {
 struct LayerWeights {
   at::Tensor attention_norm, wqkv, wo, ffn_norm, w13, w2;  // w13, w2: the dense FFN
   at::Tensor q_norm, k_norm;                                // qk_norm
+  at::Tensor bqkv, bo, sinks;                               // attention_bias (bq|bk|bv, bo), attention_sinks
   MoeWeights moe;                                           // an MoE layer: moe.router defined
   struct Mla {  // multi-head latent attention (DeepSeek-V3): wq, or wq_a/q_norm/wq_b
     at::Tensor wq, wq_a, q_norm, wq_b, wkv_a, kv_norm, wkv_b;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "trainer/distributed/comm.h"
+#include "trainer/kernels/sink_attention.h"
 #include "trainer/model/model_args.h"
 #include "trainer/model/param_spec.h"
 
@@ -115,9 +116,11 @@ class LayoutSeams {
   // caller's), this rank's token positions, and attention over the group.
   virtual void check_context_parallel(const ContextParallelOptions& cp) const = 0;
   virtual at::Tensor cp_positions(const ContextParallelOptions& cp, int64_t rank, int64_t seq_len) const = 0;
+  // `extras`: a sliding window and sinks (sink_attention.h).
   virtual at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                 const at::Tensor& positions, const ContextParallelOptions& cp,
-                                                std::optional<double> scale, const at::Tensor& starts) const = 0;
+                                                std::optional<double> scale, const at::Tensor& starts,
+                                                const AttentionExtras& extras = {}) const = 0;
 
   // --- expert parallelism: sends each routed row (rows sorted by global
   // expert, counts [E] per expert) to its expert's rank over `ep`, runs

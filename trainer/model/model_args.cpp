@@ -14,7 +14,8 @@ int64_t ModelArgs::ffn_hidden_dim() const {
 
 ParamCounts count_params(const ModelArgs& a) {
   const int64_t d = a.dim, hd = a.head_dim(), q = a.n_heads * hd, kv = a.n_kv_heads * hd;
-  int64_t attention = d * q + 2 * d * kv + q * d + (a.qk_norm ? 2 * hd : 0);
+  int64_t attention = d * q + 2 * d * kv + q * d + (a.qk_norm ? 2 * hd : 0) +
+                      (a.attention_bias ? q + 2 * kv + d : 0) + (a.attention_sinks ? a.n_heads : 0);
   if (a.is_mla()) {
     const MlaArgs& m = a.mla;
     const int64_t H = a.n_heads, qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
@@ -24,8 +25,10 @@ ParamCounts count_params(const ModelArgs& a) {
   }
   const int64_t dense_ffn = 3 * d * a.ffn_hidden_dim();
   const MoeArgs& m = a.moe;
-  const int64_t expert = 3 * d * m.hidden_dim;
-  const int64_t moe_ffn = m.num_experts * d + (m.num_experts + m.num_shared_experts) * expert;
+  const int64_t shared_expert = 3 * d * m.hidden_dim;
+  const int64_t expert = shared_expert + (m.expert_biases ? 2 * m.hidden_dim + d : 0);
+  const int64_t router = m.num_experts * d + (m.gate_bias ? m.num_experts : 0);
+  const int64_t moe_ffn = router + m.num_experts * expert + m.num_shared_experts * shared_expert;
   const int64_t norms = 2 * d;
   const int64_t n_moe = a.n_moe_layers(), n_dense = a.n_layers - n_moe;
   ParamCounts c;

@@ -34,6 +34,16 @@ struct MoeArgs {
   int64_t n_limited_groups = 0;
   double load_balance_coeff = 0.0;  // > 0: aux-loss-free expert bias (TorchTitan's load_balance_coeff)
   bool force_load_balance = false;  // debug.moe_force_load_balance: round-robin routing
+  // GPT-OSS (TorchTitan's gpt_oss MoE): the router's gate has a bias
+  // (gate_bias), the routed experts' w1, w3 and w2 have biases b1 [E, Hm],
+  // b3 [E, Hm], b2 [E, D], and swiglu_limit > 0 makes the experts'
+  // activation GPT-OSS's clamped SwiGLU:
+  //   g = min(w1·x + b1, limit), u = clamp(w3·x + b3, −limit, limit),
+  //   h = g · σ(swiglu_alpha · g) · (u + 1).
+  bool gate_bias = false;
+  bool expert_biases = false;
+  double swiglu_limit = 0.0;   // 0: silu(w1·x) · w3·x
+  double swiglu_alpha = 1.702;
 };
 
 // DeepSeek-V3's multi-head latent attention (kv_lora_rank > 0; TorchTitan's
@@ -51,10 +61,18 @@ struct MlaArgs {
 // YaRN RoPE scaling (DeepSeek-V3's precompute_freqs_cis): active when the
 // model's longest sequence exceeds original_seq_len; frequencies between
 // the beta_fast/beta_slow correction dims are blended towards freq/factor.
+//
+// GPT-OSS's variant (TorchTitan's gpt_oss precompute_rope_cache, rope_factor
+// / ntk_alpha = beta_slow / ntk_beta = beta_fast): applied at every length,
+// the ramp's bounds not rounded, and the concentration 0.1·ln(factor) + 1
+// multiplying cos and sin (so q·k by its square).
 struct YarnArgs {
   bool enabled = false;
   int64_t original_seq_len = 4096;
   double factor = 40.0, beta_fast = 32.0, beta_slow = 1.0;
+  bool gpt_oss = false;
+  // Whether a model whose longest sequence is seq_len applies it.
+  bool active(int64_t seq_len) const { return enabled && (gpt_oss ? factor > 1.0 : seq_len > original_seq_len); }
 };
 
 struct ModelArgs {
@@ -92,6 +110,20 @@ struct ModelArgs {
   std::string attn_type = "sdpa";
   std::string attn_mask_type = "causal";
   bool block_causal() const { return attn_mask_type == "block_causal"; }
+  // GPT-OSS's attention (TorchTitan's gpt_oss Attention): wq, wk, wv and wo
+  // have biases; each query head h has a learned sink logit sinks[h], one
+  // more column of the softmax whose value is 0 (the output is rescaled by
+  // σ(lse − sinks[h])); and with sliding_window > 0 the even layers see
+  // only the last sliding_window keys, themselves included (TorchTitan's
+  // sliding_window_mask_mod on top of the causal or block_causal mask).
+  bool attention_bias = false;
+  bool attention_sinks = false;
+  int64_t sliding_window = 0;
+  // Every layer weight's init std shrinks with depth (GPT-OSS), not only the
+  // residual-branch outputs.
+  bool depth_init_all = false;
+  // The window layer `layer` attends through: sliding_window on even layers, else 0 (none).
+  int64_t window_of(int64_t layer) const { return sliding_window > 0 && layer % 2 == 0 ? sliding_window : 0; }
 
   int64_t head_dim() const { return head_dim_size ? *head_dim_size : dim / n_heads; }
   bool is_mla() const { return mla.kv_lora_rank > 0; }

@@ -53,6 +53,13 @@ std::vector<ParamSpec> model_param_specs(const ModelArgs& args, const ModelPart&
       specs.push_back(whole_param(p + "attention.wk.weight", {args.kv_dim(), d}));
       specs.push_back(whole_param(p + "attention.wv.weight", {args.kv_dim(), d}));
       specs.push_back(whole_param(p + "attention.wo.weight", {d, args.n_heads * hd}));
+      if (args.attention_bias) {  // bq, bk, bv adjacent → one [(H+2K)Dh] view
+        specs.push_back(whole_param(p + "attention.wq.bias", {args.n_heads * hd}));
+        specs.push_back(whole_param(p + "attention.wk.bias", {args.kv_dim()}));
+        specs.push_back(whole_param(p + "attention.wv.bias", {args.kv_dim()}));
+        specs.push_back(whole_param(p + "attention.wo.bias", {d}));
+      }
+      if (args.attention_sinks) specs.push_back(whole_param(p + "attention.sinks", {args.n_heads}));
     }
     if (args.qk_norm) {
       specs.push_back(whole_param(p + "attention.q_norm.weight", {hd}));
@@ -65,6 +72,12 @@ std::vector<ParamSpec> model_param_specs(const ModelArgs& args, const ModelPart&
       specs.push_back(whole_param(p + "moe.experts.w1", {E, hm, d}));
       specs.push_back(whole_param(p + "moe.experts.w2", {E, d, hm}));
       specs.push_back(whole_param(p + "moe.experts.w3", {E, hm, d}));
+      if (m.gate_bias) specs.push_back(whole_param(p + "moe.router.gate.bias", {E}));
+      if (m.expert_biases) {
+        specs.push_back(whole_param(p + "moe.experts.b1", {E, hm}));
+        specs.push_back(whole_param(p + "moe.experts.b2", {E, d}));
+        specs.push_back(whole_param(p + "moe.experts.b3", {E, hm}));
+      }
       if (sh > 0) {
         specs.push_back(whole_param(p + "moe.shared_experts.w1.weight", {sh, d}));
         specs.push_back(whole_param(p + "moe.shared_experts.w3.weight", {sh, d}));

@@ -90,16 +90,41 @@ at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
   return at::cat(pieces, 0);
 }
 
+at::Tensor expert_activation(const at::Tensor& h1, const at::Tensor& h3, const MoeArgs& a) {
+  if (a.swiglu_limit <= 0) return at::silu(h1) * h3;
+  // (On meta — the dry run — without the clamps, which change no shape:
+  // clamp's backward has its meta kernel in Python only.)
+  const bool meta = h1.is_meta();
+  const at::Tensor g = meta ? h1 : h1.clamp_max(a.swiglu_limit);
+  const at::Tensor u = meta ? h3 : h3.clamp(-a.swiglu_limit, a.swiglu_limit);
+  return g * at::sigmoid(g * a.swiglu_alpha) * (u + 1);
+}
+
+namespace {
+
+// y [N, out] plus each row's expert's bias b [E, out] (rows grouped by
+// expert, counts [E]); y itself where b is undefined or on meta.
+at::Tensor add_expert_bias(const at::Tensor& y, const at::Tensor& b, const at::Tensor& counts) {
+  if (!b.defined() || y.is_meta()) return y;
+  const at::Tensor expert = at::repeat_interleave(counts.to(y.device()));  // [N]: each row's expert
+  return y + b.index({expert}).to(y.scalar_type());
+}
+
+}  // namespace
+
 at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
                        at::Tensor* counts_out, const ExpertDispatch* ep, int64_t* received_out) {
-  const MoeRouting r = moe_route(gemm_linear(x, w.router), bias, a);
+  at::Tensor logits = gemm_linear(x, w.router);
+  if (w.router_bias.defined()) logits = logits + w.router_bias.to(logits.scalar_type());
+  const MoeRouting r = moe_route(logits, bias, a);
   if (counts_out) *counts_out = r.counts;
   at::Tensor routed = x.index({r.token});  // [T·k, D]
   const at::Tensor gate = r.weight.unsqueeze(1);
   if (a.score_before_experts) routed = (routed.to(at::kFloat) * gate).to(x.scalar_type());
   const auto experts = [&](const at::Tensor& rows, const at::Tensor& counts) {
-    const at::Tensor h = at::silu(grouped_linear(rows, w.w1, counts)) * grouped_linear(rows, w.w3, counts);
-    return grouped_linear(h, w.w2, counts);
+    const at::Tensor h = expert_activation(add_expert_bias(grouped_linear(rows, w.w1, counts), w.b1, counts),
+                                           add_expert_bias(grouped_linear(rows, w.w3, counts), w.b3, counts), a);
+    return add_expert_bias(grouped_linear(h, w.w2, counts), w.b2, counts);
   };
   at::Tensor y;  // [T·k, D]
   const bool dispatch = ep != nullptr && ep->group.size() > 1;

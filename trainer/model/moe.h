@@ -44,10 +44,17 @@ MoeRouting moe_route(const at::Tensor& logits, const at::Tensor& bias, const Moe
 // bf16 on a CPU without AVX-512 widened to fp32 (gemm.h).
 at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& counts);
 
+// The experts' activation on h1 = w1·x (+ b1) and h3 = w3·x (+ b3):
+// silu(h1)·h3, or GPT-OSS's clamped SwiGLU with swiglu_limit > 0
+// (model_args.h MoeArgs).
+at::Tensor expert_activation(const at::Tensor& h1, const at::Tensor& h3, const MoeArgs& a);
+
 struct MoeWeights {
   at::Tensor router;           // [E, D]
   at::Tensor w1, w2, w3;       // [E, Hm, D], [E, D, Hm], [E, Hm, D]
   at::Tensor shared_w1, shared_w2, shared_w3;  // [S·Hm, D], [D, S·Hm], [S·Hm, D]; undefined without shared experts
+  at::Tensor router_bias;      // [E] (gate_bias), or undefined
+  at::Tensor b1, b2, b3;       // [E, Hm], [E, D], [E, Hm] (expert_biases), or undefined
 };
 
 // The layer on x [T, D] (compute dtype). `bias`: the expert bias or

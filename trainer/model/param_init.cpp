@@ -41,6 +41,10 @@ constexpr LayerWeightRule kLayerWeights[] = {
     // DeepSeek-V3's MLA (TorchTitan: std 0.02 for all but wo).
     {"attention.wq_a.weight", false}, {"attention.wq_b.weight", false}, {"attention.wkv_a.weight", false},
     {"attention.wkv_b.weight", false},
+    // GPT-OSS's biases and sinks (its Attention and experts' init_weights).
+    {"attention.wq.bias", true}, {"attention.wk.bias", true}, {"attention.wv.bias", true},
+    {"attention.wo.bias", true}, {"attention.sinks", true},   {"moe.experts.b1", true},
+    {"moe.experts.b2", true},    {"moe.experts.b3", true},
 };
 
 ParamInitRule trunc_normal(double std, double bound) {
@@ -78,14 +82,18 @@ struct Sampler {
   uint64_t key;
   double std, lo, hi, p_lo, p_span;
 
-  Sampler(const ParamInitRule& r, uint64_t k) : key(k), std(r.std) {
-    const bool cut = r.kind == ParamInitRule::Kind::kTruncatedNormal;
+  Sampler(const ParamInitRule& r, uint64_t k) : key(k), std(r.std), uniform(r.kind == ParamInitRule::Kind::kUniform) {
+    const bool cut = r.kind == ParamInitRule::Kind::kTruncatedNormal || uniform;
     lo = cut ? r.lo : -std::numeric_limits<double>::infinity();
     hi = cut ? r.hi : std::numeric_limits<double>::infinity();
     p_lo = normal_cdf(lo / std);
     p_span = normal_cdf(hi / std) - p_lo;
   }
-  double quantile(double u) const { return std::clamp(std * calc_ndtri(p_lo + p_span * u), lo, hi); }
+  double quantile(double u) const {
+    if (uniform) return lo + (hi - lo) * u;
+    return std::clamp(std * calc_ndtri(p_lo + p_span * u), lo, hi);
+  }
+  bool uniform = false;
 };
 
 // Rounds once to fp32/fp64; bf16/half go through fp32, which is what casting
@@ -171,9 +179,13 @@ ParamInitRule model_init_rule(const std::string& fqn, const ModelArgs& args) {
   if (rest == "attention_norm.weight" || rest == "ffn_norm.weight" || rest == "attention.q_norm.weight" ||
       rest == "attention.k_norm.weight" || rest == "attention.kv_norm.weight")
     return {ParamInitRule::Kind::kOnes, 0.0, 0.0, 0.0};
+  if (rest == "moe.router.gate.bias") {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(args.dim));
+    return {ParamInitRule::Kind::kUniform, 0.0, -bound, bound};
+  }
   for (const auto& w : kLayerWeights) {
     if (rest != w.name) continue;
-    if (!w.depth_scaled) return trunc_normal(kBaseStd, 2.0);
+    if (!w.depth_scaled && !args.depth_init_all) return trunc_normal(kBaseStd, 2.0);
     const double depth = args.depth_init ? 2.0 * static_cast<double>(layer + 1)
                                          : 2.0 * static_cast<double>(args.n_layers);
     return trunc_normal(kBaseStd / std::sqrt(depth), 2.0);

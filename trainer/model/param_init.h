@@ -33,7 +33,7 @@ namespace ctitan {
 // kTruncatedNormal cuts the normal N(0, std²) at the absolute bounds [lo, hi]
 // (TorchTitan's trunc_normal_(std, a=lo, b=hi)).
 struct ParamInitRule {
-  enum class Kind { kNormal, kTruncatedNormal, kOnes };
+  enum class Kind { kNormal, kTruncatedNormal, kOnes, kUniform };  // kUniform: U(lo, hi)
   Kind kind = Kind::kNormal;
   double std = 1.0;
   double lo = 0.0, hi = 0.0;
@@ -51,6 +51,12 @@ struct ParamInitRule {
 //   layers.L.moe.experts.w{2,3}, router.gate,
 //     shared_experts.w{2,3}                        as wo (depth-scaled)
 //   tok_embeddings.weight, tied to the output      as output.weight
+// GPT-OSS (depth_init_all: every layer weight depth-scaled, as its
+// TorchTitan init_weights):
+//   layers.L.attention.w{q,k,v,o}.bias, sinks,
+//     moe.experts.b{1,2,3}                         as wo (depth-scaled)
+//   layers.L.moe.router.gate.bias                  U(±1/sqrt(dim)): nn.Linear's own
+//                                                  (TorchTitan leaves it)
 // Throws std::invalid_argument for an FQN the models do not have.
 ParamInitRule model_init_rule(const std::string& fqn, const ModelArgs& args);
 

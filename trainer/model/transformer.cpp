@@ -115,6 +115,12 @@ void Transformer::bind_weights() {
       w.moe.w1 = view(p + "moe.experts.w1");
       w.moe.w2 = view(p + "moe.experts.w2");
       w.moe.w3 = view(p + "moe.experts.w3");
+      if (args_.moe.gate_bias) w.moe.router_bias = view(p + "moe.router.gate.bias");
+      if (args_.moe.expert_biases) {
+        w.moe.b1 = view(p + "moe.experts.b1");
+        w.moe.b2 = view(p + "moe.experts.b2");
+        w.moe.b3 = view(p + "moe.experts.b3");
+      }
       if (args_.moe.num_shared_experts > 0) {
         w.moe.shared_w1 = view(p + "moe.shared_experts.w1.weight");
         w.moe.shared_w3 = view(p + "moe.shared_experts.w3.weight");

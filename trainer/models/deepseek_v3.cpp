@@ -188,18 +188,11 @@ int64_t deepseek_v3_hf_check_config(const HfConfigCheck& config, const ModelArgs
                 ", but ctitan (as TorchTitan) reads DeepSeek-V3 weights whose RoPE rotates interleaved pairs; "
                 "convert the checkpoint or set rope_interleave to true if its weights are interleaved");
   if (const nlohmann::json* y = hf_yarn_of(c)) {
-    const YarnArgs& want = args.yarn;
-    if (!want.enabled)
+    if (!args.yarn.enabled)
       config.fail(std::string("the checkpoint uses YaRN RoPE scaling and this flavor does not") +
                   HfConfigCheck::kOtherModel);
-    const auto real = [&](const char* key, double w) {
-      if (y->contains(key)) config.real((*y)[key], std::string("rope_parameters.") + key, w);
-    };
-    real("factor", want.factor);
-    real("original_max_position_embeddings", static_cast<double>(want.original_seq_len));
-    real("beta_fast", want.beta_fast);
-    real("beta_slow", want.beta_slow);
-    real("mscale_all_dim", m.mscale);
+    check_hf_yarn(config, *y, args.yarn);
+    if (y->contains("mscale_all_dim")) config.real((*y)["mscale_all_dim"], "rope_parameters.mscale_all_dim", m.mscale);
   }
   if (c.contains("num_nextn_predict_layers") && c["num_nextn_predict_layers"].is_number_integer())
     return std::max<int64_t>(c["num_nextn_predict_layers"].get<int64_t>(), 0);

@@ -31,6 +31,20 @@ struct ModelLayout {
 // TorchTitan FQN suffix ↔ Hugging Face suffix.
 using HfNames = std::vector<std::pair<std::string, std::string>>;
 
+// A layer parameter held as a strided part of one Hugging Face tensor
+// (GPT-OSS's experts: mlp.experts.gate_up_proj [E, D, 2Hm] interleaves
+// w1ᵀ and w3ᵀ along its last dimension; down_proj [E, Hm, D] is w2ᵀ):
+// ctitan's tensor = every second element of the Hugging Face tensor's last
+// dimension from `interleaved` (−1: all of it), then its last two
+// dimensions swapped when `transposed`. A part is one tensor for all
+// experts, not one per expert.
+struct HfPart {
+  std::string fqn_suffix;  // "moe.experts.w1"
+  std::string hf_suffix;   // "mlp.experts.gate_up_proj"
+  bool transposed = false;
+  int64_t interleaved = -1;  // 0 or 1: every second element of the last dimension from this one
+};
+
 // A family's Hugging Face checkpoints (TorchTitan's StateDictAdapter). The
 // names every family shares (the embedding, the norms, wq/wo, the SwiGLU,
 // the router, the routed experts) and the safetensors files are
@@ -39,6 +53,9 @@ struct HfAdapter {
   // Each layer's parameters beyond the shared ones ("attention.wk.weight" ↔
   // "self_attn.k_proj.weight", ...).
   HfNames layer_names;
+  // Parameters held as parts of a Hugging Face tensor (see HfPart); the
+  // routed experts named here are not split per expert.
+  std::vector<HfPart> layer_parts;
   // true: the Hugging Face weights keep ctitan's interleaved RoPE pairs
   // (x[2i], x[2i+1]); false: transformers rotates halves (rotate_half), so
   // the rows of wq and wk are permuted inside every head unless the flavor's

@@ -43,4 +43,14 @@ const nlohmann::json* hf_yarn_of(const nlohmann::json& c) {
   return nullptr;
 }
 
+void check_hf_yarn(const HfConfigCheck& config, const nlohmann::json& y, const YarnArgs& want) {
+  const auto real = [&](const char* key, double w) {
+    if (y.contains(key)) config.real(y[key], std::string("rope_parameters.") + key, w);
+  };
+  real("factor", want.factor);
+  real("original_max_position_embeddings", static_cast<double>(want.original_seq_len));
+  real("beta_fast", want.beta_fast);
+  real("beta_slow", want.beta_slow);
+}
+
 }  // namespace ctitan

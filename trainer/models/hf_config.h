@@ -46,5 +46,8 @@ int64_t check_gqa_config(const HfConfigCheck& config, const ModelArgs& args);
 // YaRN as a config.json states it (rope_parameters in transformers 5,
 // rope_scaling in DeepSeek's own files); nullptr without YaRN.
 const nlohmann::json* hf_yarn_of(const nlohmann::json& config);
+// The YaRN keys `yarn` (hf_yarn_of's) states — factor, beta_fast,
+// beta_slow, original_max_position_embeddings — are `want`'s.
+void check_hf_yarn(const HfConfigCheck& config, const nlohmann::json& yarn, const YarnArgs& want);
 
 }  // namespace ctitan

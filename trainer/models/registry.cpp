@@ -6,6 +6,7 @@
 #include "trainer/config/config_registry.h"
 #include "trainer/config/job_config.h"
 #include "trainer/models/deepseek_v3.h"
+#include "trainer/models/gpt_oss.h"
 #include "trainer/models/llama3.h"
 #include "trainer/models/qwen3.h"
 
@@ -15,7 +16,8 @@ namespace {
 
 // The families, in the order messages and --help name them.
 const std::vector<const ModelFamily*>& families() {
-  static const std::vector<const ModelFamily*> all = {&llama3_family(), &qwen3_family(), &deepseek_v3_family()};
+  static const std::vector<const ModelFamily*> all = {&llama3_family(), &qwen3_family(), &deepseek_v3_family(),
+                                                                &gpt_oss_family()};
   return all;
 }
 
@@ -31,7 +33,10 @@ std::string quoted_family_names() {
 std::string model_name_error(const std::string& name) {
   if (is_model_family(name)) return "";
   const std::string what = "model.name " + config::render_value(config::Value(name));
-  for (const char* tt : {"llama3_ft", "llama4", "gpt_oss", "flux", "simple_fsdp"})
+  if (name == "llama4")
+    return what + " is TorchTitan v0.2.2's Llama 4, which TorchTitan's later main removed; ctitan does not build "
+                  "it; ctitan's families: " + quoted_family_names();
+  for (const char* tt : {"llama3_ft", "flux", "simple_fsdp"})
     if (name == tt)
       return what + " is a TorchTitan model family ctitan does not have yet; ctitan's families: " +
              quoted_family_names();

@@ -108,14 +108,17 @@ namespace {
 
 // Devices without ATen's CPU flash kernel: all-gathered keys and values
 // with a position mask (either rotate method).
+// With `extras`: sink_window_attention over them, on any device.
 at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions,
-                            const ContextParallelOptions& cp, double scale, const at::Tensor& starts) {
+                            const ContextParallelOptions& cp, double scale, const at::Tensor& starts,
+                            const AttentionExtras& extras = {}) {
   Communicator& g = *cp.group;
   const int64_t n = cp.size(), H = q.size(1), Sl = q.size(2), S = Sl * n;
   const at::Tensor k_all = gather_from_sp(k, g, 2), v_all = gather_from_sp(v, g, 2);
   std::vector<at::Tensor> pos;
   for (int64_t s = 0; s < n; ++s) pos.push_back(cp_positions(cp.load_balancer, cp.size(), s, S, cp.ptrr_blocks));
   const at::Tensor kpos = torch::cat(pos).to(q.device());
+  if (extras.any()) return sink_window_attention(q, k_all, v_all, positions, kpos, starts, extras, scale);
   if (starts.defined())
     return at::scaled_dot_product_attention(q, expand_heads(k_all, H), expand_heads(v_all, H),
                                             document_mask(starts, positions, kpos, q.scalar_type()), 0.0, false, scale);
@@ -388,8 +391,12 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
 
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const at::Tensor& positions, const ContextParallelOptions& cp,
-                                      std::optional<double> scale_in, const at::Tensor& starts) {
+                                      std::optional<double> scale_in, const at::Tensor& starts,
+                                      const AttentionExtras& extras) {
   const int64_t D = q.size(3), Dv = v.size(3);
+  if (extras.any())
+    return masked_attention(q, k, v, positions, cp, scale_in.value_or(1.0 / std::sqrt(static_cast<double>(D))), starts,
+                            extras);
   // ATen's CPU flash kernel takes one head size for q, k and v. A narrower v
   // (multi-head latent attention: 128 beside q/k's 192) is padded with zero
   // columns, which only add zero columns to the output (and take a zero

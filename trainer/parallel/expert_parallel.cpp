@@ -114,9 +114,11 @@ void check_expert_parallel(const ModelArgs& args, int64_t ep, bool etp, int64_t 
 }
 
 bool is_routed_expert(const std::string& name) {
-  static const std::string kExperts = ".moe.experts.w";
+  static const std::string kExperts = ".moe.experts.";
   const auto at = name.rfind(kExperts);
-  return at != std::string::npos && at + kExperts.size() + 1 == name.size();
+  if (at == std::string::npos || at + kExperts.size() + 2 != name.size()) return false;
+  const char kind = name[name.size() - 2], index = name.back();
+  return (kind == 'w' || kind == 'b') && (index == '1' || index == '2' || index == '3');
 }
 
 std::vector<ParamSpec> expert_parallel_plan(std::vector<ParamSpec> specs, const ExpertParallelOptions& ep,
@@ -127,8 +129,14 @@ std::vector<ParamSpec> expert_parallel_plan(std::vector<ParamSpec> specs, const 
     auto& pl = s.placements;
     pl.erase(std::remove_if(pl.begin(), pl.end(), [](const Placement& p) { return p.mesh_dim == "tp"; }), pl.end());
     s = shard_even(std::move(s), "ep", ep.size(), ep.rank(), 0);
-    // ETP: w1, w3 [E, Hm, D] by their output rows, w2 [E, D, Hm] by its input columns.
-    if (ep.etp && tp_size > 1) s = shard_even(std::move(s), "tp", tp_size, tp_rank, s.name.back() == '2' ? 2 : 1);
+    // ETP: w1, w3 [E, Hm, D] by their output rows, w2 [E, D, Hm] by its
+    // input columns; the biases b1, b3 [E, Hm] with their rows, b2 [E, D]
+    // whole on every tp rank.
+    if (ep.etp && tp_size > 1) {
+      const bool bias = s.name[s.name.size() - 2] == 'b', w2 = s.name.back() == '2';
+      s = bias && w2 ? replicate(std::move(s), "tp", tp_size)
+                     : shard_even(std::move(s), "tp", tp_size, tp_rank, bias ? 1 : (w2 ? 2 : 1));
+    }
   }
   return specs;
 }

@@ -35,7 +35,8 @@ namespace ctitan {
 // tokens). The mesh's own rules (resolve_mesh_shape) come first.
 void check_expert_parallel(const ModelArgs& args, int64_t ep, bool etp, int64_t tp, bool sequence_parallel);
 
-// Whether `name` is a routed expert's weight (layers.N.moe.experts.w1|w2|w3).
+// Whether `name` is a routed expert's weight or bias
+// (layers.N.moe.experts.w1|w2|w3|b1|b2|b3).
 bool is_routed_expert(const std::string& name);
 
 // The routed experts' placements on the (TP-planned) specs: Shard(0) over

@@ -64,8 +64,9 @@ class Seams final : public LayoutSeams {
   }
   at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const at::Tensor& positions, const ContextParallelOptions& cp,
-                                        std::optional<double> scale, const at::Tensor& starts) const override {
-    return ctitan::context_parallel_attention(q, k, v, positions, cp, scale, starts);
+                                        std::optional<double> scale, const at::Tensor& starts,
+                                        const AttentionExtras& extras) const override {
+    return ctitan::context_parallel_attention(q, k, v, positions, cp, scale, starts, extras);
   }
 
   at::Tensor exchange_tokens(const at::Tensor& rows, const at::Tensor& counts, const ExpertsFn& experts,

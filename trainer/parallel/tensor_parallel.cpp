@@ -294,7 +294,10 @@ std::vector<ParamSpec> tensor_parallel_plan(std::vector<ParamSpec> specs, int64_
     if (n == "tok_embeddings.weight" || n == "output.weight" || ends_with(n, ".attention.wq.weight") ||
         ends_with(n, ".attention.wk.weight") || ends_with(n, ".attention.wv.weight") ||
         ends_with(n, ".attention.wq_b.weight") || ends_with(n, ".attention.wkv_b.weight") ||
-        ends_with(n, ".feed_forward.w1.weight") || ends_with(n, ".feed_forward.w3.weight"))
+        ends_with(n, ".feed_forward.w1.weight") || ends_with(n, ".feed_forward.w3.weight") ||
+        // GPT-OSS: the biases of the column-wise q, k, v and the sinks go with their heads
+        ends_with(n, ".attention.wq.bias") || ends_with(n, ".attention.wk.bias") ||
+        ends_with(n, ".attention.wv.bias") || ends_with(n, ".attention.sinks"))
       s = shard_even(std::move(s), "tp", tp, r, 0);
     else if (ends_with(n, ".attention.wo.weight") || ends_with(n, ".feed_forward.w2.weight"))
       s = shard_even(std::move(s), "tp", tp, r, 1);
