@@ -17,7 +17,7 @@
 #include "planner/plan_internal.h"
 #include "trainer/kernels/documents.h"
 #include "trainer/kernels/fused_ops.h"
-#include "trainer/kernels/sink_attention.h"
+#include "trainer/metrics.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/parallel/context_parallel.h"
 #include "trainer/parallel/pipeline.h"
@@ -114,9 +114,12 @@ void apply_document_masks(Env& env, const ModelArgs& args, std::vector<std::stri
                   "lengths are not read)");
 }
 
-// Sliding windows (GPT-OSS), priced as window_attention_share says.
+// Sliding windows (GPT-OSS): the planner prices every block alike, so each
+// does the layers' mean share of causal's attention work
+// (window_attention_share, trainer/metrics.h). Sinks add one logit per
+// query row: no work worth pricing.
 void apply_sliding_window(Env& env, const ModelArgs& args, std::vector<std::string>& notes) {
-  const double share = planner_detail::window_attention_share(args, env.cfg.training.seq_len);
+  const double share = window_attention_share(args, env.cfg.training.seq_len);
   if (share >= 1.0) return;
   env.attn_density *= share;
   notes.push_back("sliding window " + std::to_string(args.sliding_window) + " on every other layer: attention does " +
@@ -444,15 +447,5 @@ Prediction predict(const PlanRequest& req, const HardwareSpec& spec) {
   return prediction;
 }
 
-namespace planner_detail {
-
-double window_attention_share(const ModelArgs& args, int64_t seq_len) {
-  if (args.sliding_window <= 0 || args.n_layers <= 0) return 1.0;
-  double pairs = 0;
-  for (int64_t l = 0; l < args.n_layers; ++l) pairs += window_visible_pairs(seq_len, args.window_of(l));
-  return pairs / (static_cast<double>(args.n_layers) * window_visible_pairs(seq_len, 0));
-}
-
-}  // namespace planner_detail
 
 }  // namespace ctitan

@@ -124,14 +124,4 @@ MemoryBreakdown peak_rank_memory(const Env& env, const Layout& layout, const Pip
                                  const ActivationCheckpointPolicy& ac, double T, int64_t microbatches,
                                  bool widened_gemm);
 
-// Sliding windows (GPT-OSS): a windowed layer's queries see at most
-// `window` keys, so its attention work is its visible pairs
-// (window_visible_pairs), not causal's S(S+1)/2. The planner prices every
-// block alike, so each does the layers' mean share of causal's work, which
-// this returns (1 without a window). With documents as well the two shares
-// multiply (an approximation: a window inside a document sees no fewer
-// pairs than the window's). Sinks add one logit per query row: no work
-// worth pricing.
-double window_attention_share(const ModelArgs& args, int64_t seq_len);
-
 }  // namespace ctitan::planner_detail

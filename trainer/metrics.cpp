@@ -1,3 +1,4 @@
+#include "trainer/kernels/sink_attention.h"
 #include "trainer/metrics.h"
 
 #include "common/errors.h"
@@ -260,7 +261,14 @@ std::optional<double> mfu_at_peaks(double tps, const std::vector<FlopsAtPeak>& s
 double useful_flops_per_token(const ModelArgs& a, int64_t seq_len, double density) {
   const double all = flops_per_token(a, seq_len), attention = all - flops_per_token(a, 0);
   const double S = static_cast<double>(seq_len);
-  return all - attention + attention * (S + 1) / (2 * S) * density;
+  return all - attention + attention * (S + 1) / (2 * S) * density * window_attention_share(a, seq_len);
+}
+
+double window_attention_share(const ModelArgs& a, int64_t seq_len) {
+  if (a.sliding_window <= 0 || a.n_layers <= 0) return 1.0;
+  double pairs = 0;
+  for (int64_t l = 0; l < a.n_layers; ++l) pairs += window_visible_pairs(seq_len, a.window_of(l));
+  return pairs / (static_cast<double>(a.n_layers) * window_visible_pairs(seq_len, 0));
 }
 
 std::vector<const StepRecord*> MetricsLogger::steady_steps() const {

@@ -61,9 +61,18 @@ std::optional<double> mfu_at_peaks(double tps, const std::vector<FlopsAtPeak>& s
 
 // TorchTitan's flops_per_token with attention counted over the (query,
 // key) pairs it computes: its attention term (which counts every pair of
-// the S x S square) times the causal share (S + 1) / 2S and `density`, the
-// share of causal pairs the document mask leaves (1 without documents).
+// the S x S square) times the causal share (S + 1) / 2S, `density`, the
+// share of causal pairs the document mask leaves (1 without documents),
+// and the sliding windows' share (window_attention_share).
 double useful_flops_per_token(const ModelArgs& a, int64_t seq_len, double density);
+
+// Sliding windows (GPT-OSS): a windowed layer's queries see at most
+// `window` keys, so its attention work is its visible pairs
+// (window_visible_pairs), not causal's S(S+1)/2. The layers' mean share of
+// causal's pairs (1 without a window). With documents as well the shares
+// multiply (an approximation: a window inside a document sees no fewer
+// pairs than the window's).
+double window_attention_share(const ModelArgs& a, int64_t seq_len);
 
 struct StepRecord {
   int64_t step = 0;

@@ -702,7 +702,7 @@ void TrainLoop::add_mfu_by_dtype(nlohmann::json& extra) {
                                                                           : nlohmann::json(nullptr)}};
   if (fp8 > 0) extra["float8_peak_source"] = emulated ? "emulated: " + peak_.source : fp8_peak.source;
   extra["useful_flops_per_token"] = useful;
-  extra["attention_visible_fraction"] = (S + 1.0) / (2.0 * S) * density;
+  extra["attention_visible_fraction"] = (S + 1.0) / (2.0 * S) * density * window_attention_share(m.args(), S);
   const std::optional<double> tps = metrics_->steady_tps_median();
   const auto mfu = [&](double compute_flops) -> nlohmann::json {
     if (!tps) return nullptr;

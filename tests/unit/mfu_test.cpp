@@ -8,6 +8,7 @@
 #include "profiling/peak_flops.h"
 #include "tests/unit/meta_runtime.h"
 #include "trainer/metrics.h"
+#include "trainer/models/registry.h"
 #include "trainer/model/model_args.h"
 #include "trainer/models/llama3.h"
 #include "trainer/parallel/train_model.h"
@@ -84,4 +85,17 @@ TEST(MfuByDtype, UsefulFlopsCountTheVisibleAttentionPairs) {
   const double rest = flops_per_token(a, S) - attention;
   EXPECT_DOUBLE_EQ(useful_flops_per_token(a, S, 1.0), rest + attention * (S * (S + 1) / 2.0) / (S * S));
   EXPECT_DOUBLE_EQ(useful_flops_per_token(a, S, 0.25), rest + attention * 257.0 / 512.0 * 0.25);
+}
+
+// GPT-OSS's debugmodel at S 256: layers 0 and 2 see windows of 128 keys
+// (128·129/2 + 128·128 = 24,640 pairs), layers 1 and 3 all 256·257/2 =
+// 32,896: attention computes (2·24,640 + 2·32,896) / (4·32,896) of causal's.
+TEST(MfuByDtype, UsefulFlopsCountTheSlidingWindowsPairs) {
+  const ModelArgs a = model_flavor("gpt_oss", "debugmodel");
+  const int64_t S = 256;
+  const double share = (2 * 24640.0 + 2 * 32896.0) / (4 * 32896.0);
+  EXPECT_DOUBLE_EQ(window_attention_share(a, S), share);
+  const double attention = 6.0 * a.n_layers * a.n_heads * 2 * a.head_dim() * S;
+  const double rest = flops_per_token(a, S) - attention;
+  EXPECT_NEAR(useful_flops_per_token(a, S, 1.0), rest + attention * 257.0 / 512.0 * share, 1e-6 * rest);
 }

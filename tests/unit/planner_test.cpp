@@ -18,6 +18,7 @@
 #include "trainer/models/llama3.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/kernels/fused_ops.h"
+#include "trainer/metrics.h"
 
 namespace ctitan {
 namespace {
@@ -182,11 +183,11 @@ TEST(Planner, BlockCausalAttentionScalesWithTheAssumedDocuments) {
 TEST(Planner, SlidingWindowAttentionFollowsTheVisiblePairs) {
   const double share = (516160.0 + 8390656.0) / (2 * 8390656.0);
   const ModelArgs args = model_flavor("gpt_oss", "20b");
-  EXPECT_NEAR(planner_detail::window_attention_share(args, 4096), share, 1e-12);
+  EXPECT_NEAR(window_attention_share(args, 4096), share, 1e-12);
   ModelArgs full = args;
   full.sliding_window = 0;
-  EXPECT_EQ(planner_detail::window_attention_share(full, 4096), 1.0);
-  EXPECT_EQ(planner_detail::window_attention_share(args, 128), 1.0);  // the window covers the sequence
+  EXPECT_EQ(window_attention_share(full, 4096), 1.0);
+  EXPECT_EQ(window_attention_share(args, 128), 1.0);  // the window covers the sequence
   const auto request = [](bool windowed) {
     PlanRequest q;
     q.cfg.model.name = "gpt_oss";
