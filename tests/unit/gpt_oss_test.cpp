@@ -19,13 +19,16 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <mutex>
 #include <vector>
 
+#include "tests/unit/thread_ranks.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/kernels/sink_attention.h"
 #include "trainer/model/attention.h"
 #include "trainer/model/moe.h"
 #include "trainer/models/registry.h"
+#include "trainer/parallel/context_parallel.h"
 
 namespace ctitan {
 namespace {
@@ -218,6 +221,77 @@ TEST(SinkWindowLong, VisiblePairsByHand) {
   EXPECT_DOUBLE_EQ(window_visible_pairs(4, 4), 10);
   EXPECT_DOUBLE_EQ(window_visible_pairs(2048, 128), 128.0 * 129 / 2 + 1920.0 * 128);
 }
+
+// Context parallelism with the window and the sinks over thread ranks,
+// both rotate methods, against the one-process eager chain in float64 (the
+// float64 loop above checks that chain): the window is one more mask on
+// each chunk pair, pairs outside every query's window are skipped, the
+// sinks rescale the merged chunks and get their gradient from them. Windows
+// inside one chunk (8 at cp 4, chunks of 8) and crossing chunk boundaries
+// (20), with documents.
+struct WindowCpCase {
+  int cp;
+  const char* method;
+  const char* balancer;
+  int64_t window;
+  bool documents;
+};
+class WindowCp : public ::testing::TestWithParam<WindowCpCase> {};
+
+TEST_P(WindowCp, MatchesOneProcess) {
+  const WindowCpCase c = GetParam();
+  const int64_t B = 2, H = 4, G = 2, S = 64, Dh = 8;
+  torch::manual_seed(11);
+  const auto d = torch::kDouble;
+  const at::Tensor q0 = torch::randn({B, H, S, Dh}, d), k0 = torch::randn({B, G, S, Dh}, d),
+                   v0 = torch::randn({B, G, S, Dh}, d), dout = torch::randn({B, H, S, Dh}, d);
+  const at::Tensor sinks0 = torch::randn({H}, d);
+  const at::Tensor starts = c.documents ? starts_tensor(document_starts_of(B, S)) : at::Tensor();
+  at::Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_(),
+             sk = sinks0.clone().requires_grad_();
+  const at::Tensor want = sink_window_attention(q, k, v, starts, AttentionExtras{c.window, sk});
+  want.backward(dout);
+  std::mutex mu;
+  at::Tensor dsink_sum = torch::zeros({H}, d);
+  const auto model_layout = [](const at::Tensor& t) { return t.transpose(1, 2).contiguous().transpose(1, 2); };
+  testing::run_group(c.cp, [&](int r, Communicator& g) {
+    ContextParallelOptions cp;
+    cp.group = &g;
+    cp.rotate_method = c.method;
+    cp.load_balancer = c.balancer;
+    if (std::string(c.balancer) == "ptrr")
+      cp.ptrr_blocks = ptrr_assignment(starts.defined() ? starts : torch::zeros({B, S}, torch::kLong), c.cp,
+                                       ptrr_block_size(S, c.cp));
+    const at::Tensor pos = cp_positions(cp.load_balancer, cp.size(), r, S, cp.ptrr_blocks);
+    at::Tensor ql = q0.index_select(2, pos).requires_grad_(true), kl = k0.index_select(2, pos).requires_grad_(true),
+               vl = v0.index_select(2, pos).requires_grad_(true), sl = sinks0.clone().requires_grad_(true);
+    const at::Tensor out =
+        context_parallel_attention(model_layout(ql), model_layout(kl), model_layout(vl), pos, cp, std::nullopt,
+                                   c.documents ? starts.index_select(1, pos) : at::Tensor(), AttentionExtras{c.window, sl});
+    out.backward(dout.index_select(2, pos));
+    std::lock_guard<std::mutex> lock(mu);
+    const std::string at = std::string(c.method) + " cp " + std::to_string(c.cp) + " rank " + std::to_string(r);
+    EXPECT_TRUE(torch::allclose(out, want.index_select(2, pos), 1e-10, 1e-12)) << at;
+    EXPECT_TRUE(torch::allclose(ql.grad(), q.grad().index_select(2, pos), 1e-10, 1e-12)) << at << " dq";
+    EXPECT_TRUE(torch::allclose(kl.grad(), k.grad().index_select(2, pos), 1e-10, 1e-12)) << at << " dk";
+    EXPECT_TRUE(torch::allclose(vl.grad(), v.grad().index_select(2, pos), 1e-10, 1e-12)) << at << " dv";
+    dsink_sum += sl.grad();  // each rank's queries' part (FSDP sums them over cp in training)
+  });
+  EXPECT_TRUE(torch::allclose(dsink_sum, sk.grad(), 1e-10, 1e-12)) << dsink_sum << " want " << sk.grad();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Methods, WindowCp,
+    ::testing::Values(WindowCpCase{2, "allgather", "headtail", 8, false}, WindowCpCase{2, "alltoall", "headtail", 8, false},
+                      WindowCpCase{4, "alltoall", "none", 20, false}, WindowCpCase{4, "allgather", "headtail", 20, true},
+                      WindowCpCase{4, "alltoall", "headtail", 8, true}, WindowCpCase{2, "alltoall", "ptrr", 20, true},
+                      WindowCpCase{4, "allgather", "ptrr", 8, false}),
+    [](const ::testing::TestParamInfo<WindowCpCase>& i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "%s_cp%d_%s_w%lld%s", i.param.method, i.param.cp, i.param.balancer,
+                    static_cast<long long>(i.param.window), i.param.documents ? "_docs" : "");
+      return std::string(name);
+    });
 
 // GPT-OSS's activation: g = min(h1, L), u = clamp(h3, ±L), g·σ(αg)·(u+1).
 TEST(ClampedSwiglu, AtAndBeyondTheLimitByHand) {

@@ -416,8 +416,9 @@ INSTANTIATE_TEST_SUITE_P(
 // the window on layer 0, biases on wq/wk/wv (with their heads) and wo
 // (summed over tp under SP), a router bias, biased experts with the clamped
 // SwiGLU (b2 added once over ETP's partial sums), YaRN on every length. CP
-// attends over gathered keys with the window and sinks; compile runs the
-// fused kernel's window and sinks.
+// masks each ring pair by the window (and skips those outside it), the
+// sinks rescale the merged chunks; compile runs the fused kernel's window
+// and sinks.
 Layout gpt_oss_layout(const char* name, int64_t replicate, int64_t shard, int64_t tp = 1, int64_t cp = 1,
                       int64_t pp = 1, const char* ac = "none", bool compile = false) {
   return Layout{name, replicate, shard, "gpt_oss", "tiny", tp, cp, pp, ac, compile};
@@ -439,6 +440,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ep_layout("gptoss_ep2", "gpt_oss", 2, 2), ep_layout("gptoss_ep2_tp2", "gpt_oss", 1, 2, 2),
                       ep_layout("gptoss_fsdp2_ep2_tp2_etp2", "gpt_oss", 2, 2, 2, 1, 2),
                       docs(gpt_oss_layout("docs_gptoss_cp2", 1, 1, 1, 2)),
+                      docs(gpt_oss_layout("docs_gptoss_cp2_ptrr", 1, 1, 1, 2), "ptrr"),
                       docs(gpt_oss_layout("docs_gptoss_fsdp2_tp2_compile", 1, 2, 2, 1, 1, "none", true))),
     [](const auto& info) { return std::string(info.param.name); });
 

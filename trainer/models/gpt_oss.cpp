@@ -14,7 +14,8 @@
 // - init: every layer weight trunc_normal at the depth-scaled std.
 // TorchTitan keeps the layers in bf16 and runs flex attention only; ctitan
 // keeps fp32 masters like every family and refuses attn_type other than
-// flex, as TorchTitan does.
+// flex, as TorchTitan does. TorchTitan refuses context parallelism for
+// GPT-OSS; ctitan runs it (the window as one more mask on each ring pair).
 #include "trainer/models/gpt_oss.h"
 
 #include <nlohmann/json.hpp>
@@ -96,9 +97,6 @@ std::string gpt_oss_refuses(const ModelArgs& a, const ModelLayout& l) {
   if (a.attn_type != "flex")
     return "model gpt_oss runs flex attention only (TorchTitan's GptOssModelArgs: attn_type \"flex\"; its sinks and "
            "sliding window need flex's masks); set model.attn_type = \"flex\" or leave it unset";
-  if (l.cp > 1 && l.cp_load_balancer == "ptrr")
-    return "model gpt_oss under context parallelism attends over all-gathered keys with its window and sinks; "
-           "parallelism.context_parallel_load_balancer ptrr is not taken there: use headtail";
   return "";
 }
 

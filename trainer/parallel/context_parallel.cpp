@@ -141,6 +141,24 @@ std::pair<at::Tensor, at::Tensor> merge_by_lse(const std::vector<at::Tensor>& ou
   return {out.to(dtype), lse};
 }
 
+// Sinks (sink_attention.h) on a merged attention: one more logit per head
+// whose value is 0, so o' = o · σ(lse − sink) and lse' = logaddexp(lse,
+// sink). The flash backward against (o', lse') then gives the q/k/v
+// gradients with the sink in the softmax; the sink's own gradient is
+// −Σ_rows exp(sink − lse') · Σ dO'∘O' (sink_grad). sinks: fp32 [H], or
+// empty for none.
+std::pair<at::Tensor, at::Tensor> apply_sinks(const at::Tensor& out, const at::Tensor& lse, const at::Tensor& sinks) {
+  if (sinks.numel() == 0) return {out, lse};
+  const at::Tensor s = sinks.to(lse.scalar_type()).view({1, -1, 1});
+  const at::Tensor scaled = out.to(lse.scalar_type()) * at::sigmoid(lse - s).unsqueeze(-1);
+  return {scaled.to(out.scalar_type()), at::logaddexp(lse, s.expand_as(lse))};
+}
+at::Tensor sink_grad(const at::Tensor& dout, const at::Tensor& out, const at::Tensor& lse, const at::Tensor& sinks) {
+  const at::Tensor s = sinks.to(lse.scalar_type()).view({1, -1, 1});
+  const at::Tensor delta = (dout.to(lse.scalar_type()) * out.to(lse.scalar_type())).sum(-1);  // [B, H, L]
+  return -(at::exp(s - lse) * delta).sum({0, 2}).to(sinks.scalar_type());
+}
+
 // Documents: the additive mask of each (query chunk, key block) pair
 // (document_mask), undefined where the pair is plain causal or wholly
 // visible. ATen's CPU flash kernel gives a row that sees none of a block's
@@ -166,7 +184,7 @@ at::Tensor masked_rows_lse(const at::Tensor& lse, const at::Tensor& mask) {
 // matrix kept (ring attention's block arithmetic).
 class MergedAttention : public torch::autograd::Function<MergedAttention> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, at::TensorList blocks,
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& sinks, at::TensorList blocks,
                             const std::vector<bool>& causal, const PairMasks* masks, double scale) {
     std::vector<at::Tensor> outs, lses;
     for (size_t p = 0; p < causal.size(); ++p) {
@@ -175,8 +193,9 @@ class MergedAttention : public torch::autograd::Function<MergedAttention> {
       outs.push_back(o);
       lses.push_back(masked_rows_lse(lse, (*masks)[p]));
     }
-    auto [out, lse] = merge_by_lse(outs, lses, q.scalar_type());
-    std::vector<at::Tensor> saved{q, out, lse};
+    auto [merged, merged_lse] = merge_by_lse(outs, lses, q.scalar_type());
+    auto [out, lse] = apply_sinks(merged, merged_lse, sinks);
+    std::vector<at::Tensor> saved{q, out, lse, sinks};
     saved.insert(saved.end(), blocks.begin(), blocks.end());
     ctx->save_for_backward(saved);
     std::vector<int64_t> flags(causal.begin(), causal.end());
@@ -187,15 +206,15 @@ class MergedAttention : public torch::autograd::Function<MergedAttention> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     const variable_list s = ctx->get_saved_variables();
-    const at::Tensor &q = s[0], &out = s[1], &lse = s[2];
+    const at::Tensor &q = s[0], &out = s[1], &lse = s[2], &sinks = s[3];
     const std::vector<int64_t> causal = ctx->saved_data["causal"].toIntVector();
     const double scale = ctx->saved_data["scale"].toDouble();
     const c10::List<at::Tensor> masks = ctx->saved_data["masks"].toTensorList();
     at::Tensor dq = at::zeros_like(q);
-    variable_list grads{at::Tensor()};  // q's, filled below
+    variable_list grads{at::Tensor(), sinks.numel() > 0 ? sink_grad(g[0], out, lse, sinks) : at::Tensor()};  // q's below
     for (size_t p = 0; p < causal.size(); ++p) {
       auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-          g[0], q, s[3 + 2 * p], s[4 + 2 * p], out, lse, 0.0, causal[p] != 0, optional(masks.get(p)), scale);
+          g[0], q, s[4 + 2 * p], s[5 + 2 * p], out, lse, 0.0, causal[p] != 0, optional(masks.get(p)), scale);
       dq += gq;
       grads.push_back(gk);
       grads.push_back(gv);
@@ -224,32 +243,47 @@ std::vector<Chunk> chunks_of(const ContextParallelOptions& cp, int64_t rank, int
   return {{rank, 0, Sl / 2}, {2 * cp.size() - 1 - rank, Sl / 2, Sl / 2}};
 }
 
+// The device the masks are built on (the starts', else the positions').
+c10::Device q_device(const at::Tensor& positions, const at::Tensor& starts) {
+  return starts.defined() ? starts.device() : positions.device();
+}
+
 // Which keys of chunk kc the queries of chunk qc (this
-// rank's) see. Without documents: all (an earlier chunk), causally (its own)
-// or none (a later one). With documents (`starts` of this rank's queries,
-// global positions): the additive document mask, or none when no query's
-// document reaches into kc — a pair that is skipped, not computed.
+// rank's) see. Without documents or a window: all (an earlier chunk),
+// causally (its own) or none (a later one). With documents (`starts` of
+// this rank's queries, global positions) or a sliding window: the additive
+// mask, or none when no query's document or window reaches into kc — a
+// pair that is skipped, not computed.
 struct PairView {
   bool any = false, causal = false;
   at::Tensor mask;
 };
-PairView pair_view(const Chunk& qc, const Chunk& kc, const at::Tensor& positions,
-                   const at::Tensor& starts, const ContextParallelOptions& cp, int64_t Sl, at::ScalarType dtype) {
+PairView pair_view(const Chunk& qc, const Chunk& kc, const at::Tensor& positions, const at::Tensor& starts,
+                   int64_t window, const ContextParallelOptions& cp, int64_t Sl, at::ScalarType dtype) {
   if (kc.global > qc.global) return {};  // all in the future
-  if (!starts.defined()) return {true, kc.global == qc.global, {}};
+  if (!starts.defined() && window <= 0) return {true, kc.global == qc.global, {}};
   const int64_t c = Sl / static_cast<int64_t>(chunks_of(cp, 0, Sl).size());  // a chunk's length
   const int64_t k0 = kc.global * c, k1 = k0 + kc.length - 1;                 // its global positions
-  const at::Tensor sq = starts.narrow(1, qc.offset, qc.length);
-  const at::Tensor qpos = positions.narrow(0, qc.offset, qc.length).to(sq.device());
-  if (!(sq.le(k1) & qpos.ge(k0).unsqueeze(0)).any().item<bool>()) return {};
-  return {true, false, document_mask(sq, qpos, at::arange(k0, k1 + 1, sq.options()), dtype)};
+  const at::Tensor qpos = positions.narrow(0, qc.offset, qc.length).to(q_device(positions, starts));
+  // The first key each query sees; a pair no query's first key reaches is skipped.
+  at::Tensor first = window > 0 ? (qpos - (window - 1)).unsqueeze(0) : at::zeros({1, qc.length}, qpos.options());
+  if (starts.defined()) first = at::maximum(first, starts.narrow(1, qc.offset, qc.length).to(qpos.device()));
+  if (!(first.le(k1) & qpos.ge(k0).unsqueeze(0)).any().item<bool>()) return {};
+  const at::Tensor kpos = at::arange(k0, k1 + 1, qpos.options()).view({1, 1, -1});
+  const at::Tensor visible = kpos.ge(first.unsqueeze(-1)) & kpos.le(qpos.view({1, -1, 1}));  // [B or 1, Lq, Lk]
+  const auto opts = qpos.options().dtype(dtype);
+  return {true, false,
+          at::where(visible, at::zeros({}, opts), at::full({}, -std::numeric_limits<double>::infinity(), opts))
+              .unsqueeze(1)};
 }
+
 
 // Causal attention of this rank's query chunks over key/value blocks that
 // arrive as whole ranks' tokens: blocks[s] = (k, v) of rank s.
+// `window`, `sinks` (fp32 [H] or empty): GPT-OSS's (sink_attention.h).
 at::Tensor attend_blocks(const at::Tensor& q, const std::vector<std::pair<at::Tensor, at::Tensor>>& blocks,
                          const std::vector<int64_t>& block_rank, const at::Tensor& positions, const at::Tensor& starts,
-                         const ContextParallelOptions& cp, double scale) {
+                         int64_t window, const at::Tensor& sinks, const ContextParallelOptions& cp, double scale) {
   const int64_t H = q.size(1), Sl = q.size(2);
   std::vector<at::Tensor> out;
   for (const Chunk& qc : chunks_of(cp, cp.rank(), Sl)) {
@@ -258,7 +292,7 @@ at::Tensor attend_blocks(const at::Tensor& q, const std::vector<std::pair<at::Te
     PairMasks masks;
     for (size_t b = 0; b < blocks.size(); ++b)
       for (const Chunk& kc : chunks_of(cp, block_rank[b], Sl)) {
-        PairView view = pair_view(qc, kc, positions, starts, cp, Sl, q.scalar_type());
+        PairView view = pair_view(qc, kc, positions, starts, window, cp, Sl, q.scalar_type());
         if (!view.any) continue;
         kv.push_back(expand_heads(blocks[b].first.narrow(2, kc.offset, kc.length), H));
         kv.push_back(expand_heads(blocks[b].second.narrow(2, kc.offset, kc.length), H));
@@ -266,7 +300,7 @@ at::Tensor attend_blocks(const at::Tensor& q, const std::vector<std::pair<at::Te
         masks.masks.push_back(std::move(view.mask));
       }
     out.push_back(
-        MergedAttention::apply(q.narrow(2, qc.offset, qc.length), at::TensorList(kv), causal, &masks, scale));
+        MergedAttention::apply(q.narrow(2, qc.offset, qc.length), sinks, at::TensorList(kv), causal, &masks, scale));
   }
   return out.size() == 1 ? out[0] : at::cat(out, 2);
 }
@@ -289,8 +323,8 @@ at::Tensor reduce_heads(const at::Tensor& g, int64_t kv_heads) {
 class RingAttention : public torch::autograd::Function<RingAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& positions, const at::Tensor* starts_in, const ContextParallelOptions* cp,
-                            double scale) {
+                            const at::Tensor& sinks, const at::Tensor& positions, const at::Tensor* starts_in,
+                            int64_t window, const ContextParallelOptions* cp, double scale) {
     const at::Tensor& starts = *starts_in;  // not an autograd input (it may be undefined)
     Communicator& g = *cp->group;
     const int64_t n = cp->size(), r = cp->rank(), H = q.size(1), Sl = q.size(2);
@@ -303,7 +337,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       if (t + 1 < n) works = pass(g, {kb, vb}, {&kn, &vn}, static_cast<int>(4 * t));
       for (size_t i = 0; i < qchunks.size(); ++i)
         for (const Chunk& kc : chunks_of(*cp, (r - t + n) % n, Sl)) {
-          const PairView view = pair_view(qchunks[i], kc, positions, starts, *cp, Sl, q.scalar_type());
+          const PairView view = pair_view(qchunks[i], kc, positions, starts, window, *cp, Sl, q.scalar_type());
           if (!view.any) continue;
           auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
               q.narrow(2, qchunks[i].offset, qchunks[i].length), expand_heads(kb.narrow(2, kc.offset, kc.length), H),
@@ -316,13 +350,15 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     }
     std::vector<at::Tensor> out, lse;
     for (size_t i = 0; i < qchunks.size(); ++i) {
-      auto [o, l] = merge_by_lse(outs[i], lses[i], q.scalar_type());
+      auto [merged, merged_lse] = merge_by_lse(outs[i], lses[i], q.scalar_type());
+      auto [o, l] = apply_sinks(merged, merged_lse, sinks);
       out.push_back(o);
       lse.push_back(l);
     }
     const at::Tensor o = at::cat(out, 2), l = at::cat(lse, 2);
-    ctx->save_for_backward({q, k, v, o, l, positions});
+    ctx->save_for_backward({q, k, v, o, l, positions, sinks});
     if (starts.defined()) ctx->saved_data["starts"] = starts;
+    ctx->saved_data["window"] = window;
     ctx->saved_data["cp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(cp));
     ctx->saved_data["scale"] = scale;
     return o;
@@ -338,6 +374,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     const auto saved_starts = ctx->saved_data.find("starts");
     const at::Tensor starts = saved_starts == ctx->saved_data.end() ? at::Tensor() : saved_starts->second.toTensor();
     const int64_t n = cp->size(), r = cp->rank(), H = q.size(1), K = s[1].size(1), Sl = q.size(2);
+    const int64_t window = ctx->saved_data["window"].toInt();
+    const at::Tensor& sinks = s[6];
     const auto acc = torch::TensorOptions().dtype(at::promote_types(q.scalar_type(), at::kFloat)).device(q.device());
     at::Tensor dq = at::zeros(q.sizes(), acc);
     at::Tensor kb = s[1].contiguous(), vb = s[2].contiguous();
@@ -346,7 +384,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     for (int64_t t = 0; t < n; ++t) {
       for (const Chunk& qc : qchunks)
         for (const Chunk& kc : chunks_of(*cp, (r - t + n) % n, Sl)) {
-          const PairView view = pair_view(qc, kc, s[5], starts, *cp, Sl, q.scalar_type());
+          const PairView view = pair_view(qc, kc, s[5], starts, window, *cp, Sl, q.scalar_type());
           if (!view.any) continue;
           auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
               dout.narrow(2, qc.offset, qc.length), q.narrow(2, qc.offset, qc.length),
@@ -366,8 +404,9 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       if (t + 1 < n) kb = kn, vb = vn;
       dkb = dkn, dvb = dvn;
     }
-    return {dq.to(q.scalar_type()), dkb.to(q.scalar_type()), dvb.to(q.scalar_type()), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+    return {dq.to(q.scalar_type()), dkb.to(q.scalar_type()), dvb.to(q.scalar_type()),
+            sinks.numel() > 0 ? sink_grad(dout, out, lse, sinks) : at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 
  private:
@@ -394,7 +433,7 @@ at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, 
                                       std::optional<double> scale_in, const at::Tensor& starts,
                                       const AttentionExtras& extras) {
   const int64_t D = q.size(3), Dv = v.size(3);
-  if (extras.any())
+  if (extras.any() && !q.device().is_cpu())
     return masked_attention(q, k, v, positions, cp, scale_in.value_or(1.0 / std::sqrt(static_cast<double>(D))), starts,
                             extras);
   // ATen's CPU flash kernel takes one head size for q, k and v. A narrower v
@@ -403,13 +442,19 @@ at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, 
   // gradient), then cut off.
   if (Dv != D) {
     TORCH_CHECK(Dv < D, "context parallel attention: v's head size ", Dv, " exceeds q's ", D);
-    return context_parallel_attention(q, k, at::constant_pad_nd(v, {0, D - Dv}), positions, cp, scale_in, starts)
+    return context_parallel_attention(q, k, at::constant_pad_nd(v, {0, D - Dv}), positions, cp, scale_in, starts,
+                                      extras)
         .narrow(3, 0, Dv);
   }
   // ATen's default, 1/sqrt(D), made explicit (the same double ATen computes).
   const double scale = scale_in.value_or(1.0 / std::sqrt(static_cast<double>(D)));
   if (!q.device().is_cpu()) return masked_attention(q, k, v, positions, cp, scale, starts);
-  if (cp.rotate_method == "alltoall") return RingAttention::apply(q, k, v, positions, &starts, &cp, scale);
+  // Sinks as an autograd input (an undefined tensor may not be one: empty for none).
+  const at::Tensor sinks = extras.sinks.defined()
+                               ? extras.sinks.to(at::promote_types(extras.sinks.scalar_type(), at::kFloat))
+                               : at::empty({0}, q.options().dtype(at::kFloat));
+  if (cp.rotate_method == "alltoall")
+    return RingAttention::apply(q, k, v, sinks, positions, &starts, extras.window, &cp, scale);
   // allgather: every rank's keys and values, rank-major (backward reduce-scatters).
   Communicator& g = *cp.group;
   const int64_t Sl = q.size(2);
@@ -420,7 +465,7 @@ at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, 
     blocks.emplace_back(k_all.narrow(2, s * Sl, Sl), v_all.narrow(2, s * Sl, Sl));
     block_rank.push_back(s);
   }
-  return attend_blocks(q, blocks, block_rank, positions, starts, cp, scale);
+  return attend_blocks(q, blocks, block_rank, positions, starts, extras.window, sinks, cp, scale);
 }
 
 }  // namespace ctitan

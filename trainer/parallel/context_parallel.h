@@ -84,10 +84,12 @@ at::Tensor cp_shard(const at::Tensor& x, const ContextParallelOptions& cp);
 // of each of this rank's queries in global positions, documents.h) the
 // attention is block_causal: each (query chunk, key chunk) pair runs with
 // its document mask, and a pair no query's document reaches is skipped.
-// With `extras` (a sliding window, sinks: sink_attention.h) every rank's
-// keys and values are gathered and the queries attend through
-// sink_window_attention at their global positions (either rotate method):
-// exact, but no chunk pair is skipped.
+// With `extras` (sink_attention.h): a sliding window is one more mask on
+// each chunk pair, and a pair outside every query's window is skipped like
+// one outside every document; the sinks rescale each merged query chunk
+// (o · σ(lse − sink)) and get their gradient from the merged output. On
+// devices without ATen's CPU flash kernel, every rank's keys and values are
+// gathered and the queries attend through sink_window_attention.
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const at::Tensor& positions, const ContextParallelOptions& cp,
                                       std::optional<double> scale = std::nullopt, const at::Tensor& starts = {},
