@@ -34,7 +34,7 @@ const char* kDescription =
     "traffic, Float8, recomputation, communication per mesh dimension with what overlaps, the\n"
     "pipeline schedule's bubble), and tokens/s and MFU per device. Every figure is a prediction on\n"
     "the named hardware spec (recipes/hardware/*.toml, default h100_sxm) with its calibration source.\n"
-    "Any model.name of the trainer (llama3, qwen3, deepseek_v3) with its flavors, model.n_layers and\n"
+    "Any model.name of the trainer (llama3, qwen3, deepseek_v3, gpt_oss) with its flavors, model.n_layers and\n"
     "the MoE keys (model.moe_num_experts, moe_top_k); the --model.dim ... shape options describe\n"
     "dense Llama-style (or gpt) models. --framework plans another training loop's rules: torchtitan\n"
     "(its op-level AC keeps its unfused projections; under PP it accumulates unsharded gradients) or\n"
