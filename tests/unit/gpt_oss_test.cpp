@@ -4,7 +4,8 @@
 //   (batch, head, row) — scores, the visible keys by the mask rule, the sink
 //   logit as one more softmax term, weights × values — and its gradients
 //   by central differences of that loop (the sink's own included). Checked:
-//   the fused CPU kernel (fp32) and the eager chain (float64), windows of 1,
+//   the fused CPU kernel (fp32), ATen's CPU flash kernel with the sinks
+//   applied to its output (float64, fp32) and the eager chain (float64), windows of 1,
 //   16 (one kernel key block), 128, and ≥ the sequence (= causal, bit for
 //   bit), with documents;
 // - the clamped SwiGLU at and beyond its limit, against its formula and
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "tests/unit/thread_ranks.h"
+#include "trainer/kernels/flash_sinks.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/kernels/sink_attention.h"
 #include "trainer/model/attention.h"
@@ -132,14 +134,16 @@ TEST_P(SinkWindow, KernelAndEagerChainMatchTheFloat64Loop) {
   const at::Tensor dq = numeric_grad(q, f, R), dk = numeric_grad(k, f, R), dv = numeric_grad(v, f, R);
   const at::Tensor dsink = c.sinks ? numeric_grad(sinks, f, R) : at::Tensor();
 
-  const auto run = [&](at::ScalarType dt, bool fused) {
+  enum Path { kEager, kKernel, kFlash };
+  const auto run = [&](at::ScalarType dt, Path path) {
     const auto leaf = [&](const at::Tensor& t) { return t.detach().to(dt).clone().requires_grad_(); };
     at::Tensor q2 = leaf(q), k2 = leaf(k), v2 = leaf(v);
     at::Tensor s2 = c.sinks ? leaf(sinks) : at::Tensor();
     const AttentionExtras extras{c.window, s2};
     const at::Tensor st = starts_tensor(starts);
-    const at::Tensor o =
-        fused ? fused_causal_attention(q2, k2, v2, st, extras) : sink_window_attention(q2, k2, v2, st, extras);
+    const at::Tensor o = path == kKernel  ? fused_causal_attention(q2, k2, v2, st, extras)
+                         : path == kFlash ? flash_sink_window_attention(q2, k2, v2, st, extras)
+                                          : sink_window_attention(q2, k2, v2, st, extras);
     (o * R.to(dt)).sum().backward();
     return std::vector<at::Tensor>{o.to(d), q2.grad().to(d), k2.grad().to(d), v2.grad().to(d),
                                    c.sinks ? s2.grad().to(d) : at::Tensor()};
@@ -154,9 +158,11 @@ TEST_P(SinkWindow, KernelAndEagerChainMatchTheFloat64Loop) {
       EXPECT_TRUE(torch::allclose(got[4], dsink, tol, tol)) << what << " dsink " << got[4] << " want " << dsink;
     }
   };
-  check(run(torch::kDouble, false), 1e-6, "eager float64");
+  check(run(torch::kDouble, kEager), 1e-6, "eager float64");
+  check(run(torch::kDouble, kFlash), 1e-6, "ATen flash float64");
+  check(run(torch::kFloat, kFlash), 2e-4, "ATen flash fp32");
   if (!fused_kernels_available()) GTEST_SKIP() << "the fused CPU kernel needs ATen at AVX-512; the eager chain passed";
-  check(run(torch::kFloat, true), 2e-4, "kernel fp32");
+  check(run(torch::kFloat, kKernel), 2e-4, "kernel fp32");
 }
 
 INSTANTIATE_TEST_SUITE_P(

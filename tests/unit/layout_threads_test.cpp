@@ -41,6 +41,7 @@ struct Layout {
   const char* ac = "none";
   bool compile = false;
   bool float8 = false;  // tensorwise, emulated: the golden run is one process with float8 too
+  double float8_tol = 2e-4;  // the parameters' relative difference allowed with float8 (see below)
   int64_t ep = 1, etp = 1;  // expert parallelism: borrows dp_shard x cp (x tp when etp = 1)
   bool force_balance = false;  // debug.moe_force_load_balance
   int64_t experts = 0;         // routed experts per layer (0: the flavor's)
@@ -275,7 +276,7 @@ TEST_P(ThreadRanks, LossesAndParametersMatchOneProcess) {
     // (2^-3 relative) of one element, which AdamW turns into up to ±lr on a
     // weight; the losses still agree within 1e-5. Measured 7.4e-5 of the
     // scale after 4 steps (DeepSeek-V3 TP 2, wq_b).
-    EXPECT_LT(max_rel_diff(it->second, w), l.float8 ? 2e-4 : 1e-5) << l.name << " " << name;
+    EXPECT_LT(max_rel_diff(it->second, w), l.float8 ? l.float8_tol : 1e-5) << l.name << " " << name;
   }
 }
 
@@ -423,9 +424,13 @@ Layout gpt_oss_layout(const char* name, int64_t replicate, int64_t shard, int64_
                       int64_t pp = 1, const char* ac = "none", bool compile = false) {
   return Layout{name, replicate, shard, "gpt_oss", "tiny", tp, cp, pp, ac, compile};
 }
+// Float8 on GPT-OSS's q/k/v/o and the output: its TP GEMMs differ from one
+// process's in their last bits, so some e4m3 codes flip; measured 7.7e-4 of
+// the scale on layer 0's wv after 4 steps (losses within 1e-5).
 Layout gpt_oss_tp2_float8() {
   Layout l = gpt_oss_layout("gptoss_tp2_float8", 1, 1, 2);
   l.float8 = true;
+  l.float8_tol = 1e-3;
   return l;
 }
 INSTANTIATE_TEST_SUITE_P(

@@ -27,6 +27,7 @@
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/kernels/vec.h"
 #include "trainer/kernels/documents.h"
+#include "trainer/kernels/flash_sinks.h"
 #include "trainer/kernels/sink_attention.h"
 
 #include <cmath>
@@ -414,7 +415,9 @@ at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k, cons
   TORCH_CHECK(!extras.sinks.defined() || (extras.sinks.dim() == 1 && extras.sinks.size(0) == q.size(1)),
               "fused_causal_attention: sinks [H] expected, got ", extras.sinks.sizes());
   if (!fused_attention_runs(q, k, v)) {
-    if (extras.any()) return sink_window_attention(q, k, v, starts_in, extras);
+    if (extras.any())
+      return flash_sinks_run(q) ? flash_sink_window_attention(q, k, v, starts_in, extras)
+                                : sink_window_attention(q, k, v, starts_in, extras);
     if (documents) return document_attention_sdpa(q, k, v, starts_in);
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/k.size(1) != q.size(1));

@@ -4,6 +4,7 @@
 
 #include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
+#include "trainer/kernels/flash_sinks.h"
 #include "trainer/kernels/sink_attention.h"
 #include "trainer/model/gemm.h"
 #include "trainer/model/weight_grad.h"
@@ -161,10 +162,14 @@ at::Tensor BlockOps::document_attention(const at::Tensor& q, const at::Tensor& k
   return document_attention_sdpa(q, k, v, docs, scale);
 }
 
+// CP's masked ring pairs, else the fused CPU kernel (compile), else ATen's
+// CPU flash kernel with the window as a mask and the sinks on its output
+// (flash_sinks.h: no [B, H, S, S] scores kept), else (CUDA) the eager chain.
 at::Tensor BlockOps::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& docs,
                                const AttentionExtras& extras) const {
   if (cp_.on()) return seams().context_parallel_attention(q, k, v, cp_positions_, cp_, std::nullopt, docs, extras);
   if (fused_model_ && fused_attention_runs(q, k, v)) return fused_causal_attention(q, k, v, docs, extras);
+  if (flash_sinks_run(q)) return flash_sink_window_attention(q, k, v, docs, extras);
   return sink_window_attention(q, k, v, docs, extras);
 }
 

@@ -6,6 +6,7 @@
 
 #include "common/errors.h"
 #include "trainer/kernels/documents.h"
+#include "trainer/kernels/flash_sinks.h"
 #include "trainer/parallel/exposed_comm.h"
 #include "trainer/parallel/tensor_parallel.h"
 
@@ -141,23 +142,7 @@ std::pair<at::Tensor, at::Tensor> merge_by_lse(const std::vector<at::Tensor>& ou
   return {out.to(dtype), lse};
 }
 
-// Sinks (sink_attention.h) on a merged attention: one more logit per head
-// whose value is 0, so o' = o · σ(lse − sink) and lse' = logaddexp(lse,
-// sink). The flash backward against (o', lse') then gives the q/k/v
-// gradients with the sink in the softmax; the sink's own gradient is
-// −Σ_rows exp(sink − lse') · Σ dO'∘O' (sink_grad). sinks: fp32 [H], or
-// empty for none.
-std::pair<at::Tensor, at::Tensor> apply_sinks(const at::Tensor& out, const at::Tensor& lse, const at::Tensor& sinks) {
-  if (sinks.numel() == 0) return {out, lse};
-  const at::Tensor s = sinks.to(lse.scalar_type()).view({1, -1, 1});
-  const at::Tensor scaled = out.to(lse.scalar_type()) * at::sigmoid(lse - s).unsqueeze(-1);
-  return {scaled.to(out.scalar_type()), at::logaddexp(lse, s.expand_as(lse))};
-}
-at::Tensor sink_grad(const at::Tensor& dout, const at::Tensor& out, const at::Tensor& lse, const at::Tensor& sinks) {
-  const at::Tensor s = sinks.to(lse.scalar_type()).view({1, -1, 1});
-  const at::Tensor delta = (dout.to(lse.scalar_type()) * out.to(lse.scalar_type())).sum(-1);  // [B, H, L]
-  return -(at::exp(s - lse) * delta).sum({0, 2}).to(sinks.scalar_type());
-}
+// Sinks: apply_sinks and sink_grad (kernels/flash_sinks.h) on each merged query chunk.
 
 // Documents: the additive mask of each (query chunk, key block) pair
 // (document_mask), undefined where the pair is plain causal or wholly
