@@ -211,7 +211,7 @@ TEST(Sweep, ShippedLongContextSweepPlans) {
 TEST(Sweep, ShippedMoeSweepPlans) {
   auto r = run_ctitan({"sweep", (fs::path(source_dir()) / "recipes/sweeps/moe_debug.toml").string(), "--dry-run"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("17 points at world sizes 1, 2: 15 to run x 1 repeat, 2 infeasible"), std::string::npos)
+  EXPECT_NE(r.out.find("19 points at world sizes 1, 2: 17 to run x 1 repeat, 2 infeasible"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("why: parallelism.expert_parallel_degree = 3 must be a multiple of cp (1) dividing dp_shard "
                        "x cp (4)"),
@@ -219,6 +219,7 @@ TEST(Sweep, ShippedMoeSweepPlans) {
       << r.out;
   EXPECT_NE(r.out.find("why: model.moe_top_k 8 exceeds the 4 experts a token can reach"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("model.name=deepseek_v3 model.flavor=debugmodel"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.name=gpt_oss model.flavor=debugmodel model.n_layers=2"), std::string::npos) << r.out;
 }
 
 // The shipped document-mask sweep (13 s on two cores): causal against
