@@ -577,8 +577,14 @@ int TrainLoop::run(int64_t step, int64_t resident_bytes) {
   ckpt_.wait_for_save();  // checkpoint.async_mode: the last save in flight, also after a signal
   save_seconds() += seconds_since(loop_end);
   const auto teardown_t0 = Clock::now();
-  std::signal(SIGINT, old_int);
-  std::signal(SIGTERM, old_term);
+  // A stopped run keeps the stop handlers to its exit: the signal may come
+  // again (timeout(1) sends it to the process, then to its group, and may be
+  // descheduled between the two), and a repeat must not kill the teardown
+  // before summary.json is written and the run exits 130.
+  if (status != "interrupted") {
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
+  }
   profiler_->finish(step);
   nlohmann::json extra = summary_extra(resident_bytes);
   goodput_.teardown_s = seconds_since(teardown_t0);
