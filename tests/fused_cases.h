@@ -20,13 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "trainer/kernels/expert_swiglu.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/cross_entropy.h"
 #include "trainer/model/transformer.h"
 
 namespace ctitan::fused_cases {
 
-enum class Op { kRmsNorm, kSwiGLU, kRope, kCrossEntropy, kAttention };
+enum class Op { kRmsNorm, kSwiGLU, kRope, kCrossEntropy, kAttention, kExpertSwiGLU };
 enum class Impl {
   kFused,      // ctitan::fused_*
   kEager,      // what the model runs today (Transformer / chunked_cross_entropy)
@@ -45,7 +46,9 @@ struct Case {
   // rms_norm {B,S,D}; swiglu {B,S,F}; rope {B,S,n,Dh,n_total} (x is heads
   // [0,n) of a [B,S,n_total·Dh] projection, a strided view as in the model);
   // cross_entropy {N,V}; attention {B,H,G,S,Dh} (q/k/v are [B,S,n,Dh]
-  // tensors seen as [B,n,S,Dh], as the model passes them).
+  // tensors seen as [B,n,S,Dh], as the model passes them); expert_swiglu
+  // {N,F,clamped} (h1 and h3 [N,F]; clamped 1: GPT-OSS's limit 7 and alpha
+  // 1.702, with values at and beyond both bounds; 0: silu(h1)·h3).
   std::vector<int64_t> shape;
   at::ScalarType dtype;
   at::ScalarType out_dtype;  // rope only (the model casts q/k for attention)
@@ -85,6 +88,10 @@ inline std::vector<Case> all_cases() {
   add("rope/125M_k", Op::kRope, {8, 256, 4, 64, 20}, kBFloat16, true);
   add("cross_entropy/125M", Op::kCrossEntropy, {2048, 32000}, both, true);
   add("attention/125M_fp32", Op::kAttention, {8, 12, 4, 256, 64}, kFloat, true);  // the model uses bf16 here
+  // The routed experts' activation (GPT-OSS's clamped form; Qwen3's and
+  // DeepSeek-V3's plain one) on [tokens·top_k, F].
+  add("expert_swiglu/clamped", Op::kExpertSwiGLU, {2048, 512, 1}, both, true);
+  add("expert_swiglu/plain", Op::kExpertSwiGLU, {2048, 512, 0}, both, true);
   // Odd sizes: vector tails and rows shorter than one register.
   add("rms_norm/tail", Op::kRmsNorm, {3, 5, 100}, both, false);
   add("rms_norm/short", Op::kRmsNorm, {2, 3, 7}, both, false);
@@ -93,6 +100,8 @@ inline std::vector<Case> all_cases() {
   add("rope/fp32_to_bf16", Op::kRope, {2, 5, 3, 32, 3}, kFloat, false, kBFloat16);
   add("cross_entropy/tail", Op::kCrossEntropy, {9, 1000}, both, false);
   add("cross_entropy/short", Op::kCrossEntropy, {4, 5}, both, false);
+  add("expert_swiglu/clamped_tail", Op::kExpertSwiGLU, {7, 37, 1}, both, false);
+  add("expert_swiglu/plain_tail", Op::kExpertSwiGLU, {5, 19, 0}, both, false);
   add("attention/gqa_tail", Op::kAttention, {2, 4, 2, 37, 32}, kFloat, false);
   add("attention/two_rows", Op::kAttention, {1, 2, 2, 2, 16}, kFloat, false);  // (S 1: dq ≡ 0)
   add("attention/bf16_runs_sdpa", Op::kAttention, {2, 4, 4, 19, 16}, kBFloat16, false);
@@ -137,6 +146,15 @@ inline Inputs make_inputs(const Case& c, uint64_t seed = 0) {
       for (int64_t n : {s[1], s[2], s[2]}) in.leaves.push_back(leaf(at::randn({s[0], s[3], n, s[4]}, gen, opt)));
       for (const auto& t : in.leaves) in.attn.push_back(t.transpose(1, 2));
       break;
+    case Op::kExpertSwiGLU: {
+      // Spread past ±7; a few values exactly at the bounds (no gradient there).
+      at::Tensor h1 = 4.0 * at::randn({s[0], s[1]}, gen, at::kFloat), h3 = 4.0 * at::randn({s[0], s[1]}, gen, at::kFloat);
+      h1.view(-1).narrow(0, 0, 2).fill_(7.0);
+      h3.view(-1).narrow(0, 2, 2).fill_(-7.0);
+      h3.view(-1).narrow(0, 4, 1).fill_(7.0);
+      in.leaves = {leaf(h1.to(c.dtype)), leaf(h3.to(c.dtype))};
+      break;
+    }
   }
   in.wrt = c.op == Op::kRope ? std::vector<at::Tensor>{in.rope_x} : c.op == Op::kAttention ? in.attn : in.leaves;
   return in;
@@ -173,6 +191,15 @@ inline at::Tensor forward(const Case& c, Impl impl, const Inputs& in) {
       if (impl == Impl::kFused) return fused_causal_attention(in.attn[0], in.attn[1], in.attn[2]);
       return at::scaled_dot_product_attention(in.attn[0], in.attn[1], in.attn[2], {}, 0.0, /*is_causal=*/true,
                                               std::nullopt, /*enable_gqa=*/s[1] != s[2]);
+    case Op::kExpertSwiGLU: {
+      const double limit = s[2] ? 7.0 : 0.0, alpha = 1.702;
+      const at::Tensor &h1 = in.leaves[0], &h3 = in.leaves[1];
+      if (impl == Impl::kFused) return fused_expert_swiglu(h1, h3, limit, alpha);
+      if (limit <= 0) return at::silu(h1) * h3;
+      // GPT-OSS's expert activation as TorchTitan writes it.
+      const at::Tensor g = h1.clamp_max(limit), u = h3.clamp(-limit, limit);
+      return g * at::sigmoid(g * alpha) * (u + 1);
+    }
   }
   return {};
 }

@@ -20,6 +20,8 @@
 #include "tests/integration/process.h"
 #include "trainer/models/llama3.h"
 #include "trainer/float8/float8_linear.h"
+#include "trainer/kernels/expert_swiglu.h"
+#include "trainer/kernels/flash_sinks.h"
 #include "trainer/kernels/fused_cuda.h"
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/kernels/documents.h"
@@ -177,6 +179,24 @@ TEST_P(GpuFused, KernelsMatchTheEagerChain) {
     ye.backward(dy);
     EXPECT_TRUE(close_to(yf, ye, atol, rtol)) << "swiglu y";
     EXPECT_TRUE(close_to(gf.grad(), ge.grad(), atol, rtol)) << "swiglu d gate_up";
+  }
+  {  // The experts' SwiGLU [N,F], GPT-OSS's clamped form and the plain one
+    for (const double limit : {7.0, 0.0}) {
+      const at::Tensor h1 = 4 * torch::randn({512, 384}, on), h3 = 4 * torch::randn({512, 384}, on);
+      const at::Tensor dy = torch::randn({512, 384}, on);
+      const at::Tensor af = leaf(h1), bf = leaf(h3), ae = leaf(h1), be = leaf(h3);
+      const at::Tensor yf = fused_expert_swiglu(af, bf, limit, 1.702);
+      at::Tensor ye = at::silu(ae) * be;
+      if (limit > 0) {
+        const at::Tensor g = ae.clamp_max(limit), u = be.clamp(-limit, limit);
+        ye = g * at::sigmoid(g * 1.702) * (u + 1);
+      }
+      yf.backward(dy);
+      ye.backward(dy);
+      EXPECT_TRUE(close_to(yf, ye, atol, rtol)) << "expert swiglu y, limit " << limit;
+      EXPECT_TRUE(close_to(af.grad(), ae.grad(), atol, rtol)) << "expert swiglu dh1, limit " << limit;
+      EXPECT_TRUE(close_to(bf.grad(), be.grad(), atol, rtol)) << "expert swiglu dh3, limit " << limit;
+    }
   }
   {  // RoPE of q and k, split views of one [B,S,(H+2K)·Dh] projection, as in the model
     const int64_t B = 2, S = 64, H = 8, K = 2, Dh = 64;
@@ -625,6 +645,43 @@ TEST(GpuDocuments, VarlenFlashMatchesTheMaskedSoftmax) {
   const VarlenDocuments d = varlen_documents(starts);
   EXPECT_TRUE(torch::equal(d.cu_seqlens.cpu(), torch::tensor({0, 1, 2, 65, 201, 256, 387, 512}, torch::kInt)));
   EXPECT_EQ(d.max_len, 136);
+}
+
+// GPT-OSS's attention on CUDA: ATen's flash kernel with the window as its
+// window_size_left and the sinks on its output (flash_sinks.h) against the
+// eager chain in fp32 — the output and the q/k/v and sink gradients within
+// bf16's rounding — at window 32 (a flash block is 64 or 128 keys: the
+// window ends inside one), window 0 (causal, sinks only), with GQA.
+TEST(GpuAttention, SinkWindowFlashMatchesTheEagerChain) {
+  CTITAN_REQUIRE_GPU();
+  fp32_everywhere();
+  const int64_t B = 2, H = 8, G = 2, S = 256, Dh = 64;
+  torch::manual_seed(4);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const at::Tensor q = torch::randn({B, S, H, Dh}, cuda), k = torch::randn({B, S, G, Dh}, cuda),
+                   v = torch::randn({B, S, G, Dh}, cuda), dout = torch::randn({B, H, S, Dh}, cuda),
+                   sinks = torch::randn({H}, cuda);
+  for (const int64_t window : {int64_t{32}, int64_t{0}}) {
+    const auto run = [&](bool flash) {
+      const auto dt = flash ? at::kBFloat16 : at::kFloat;
+      const auto leaf = [&](const at::Tensor& t, at::ScalarType d) { return t.detach().to(d).clone().requires_grad_(true); };
+      at::Tensor ql = leaf(q, dt), kl = leaf(k, dt), vl = leaf(v, dt), sl = leaf(sinks, at::kFloat);
+      const at::Tensor qt = ql.transpose(1, 2), kt = kl.transpose(1, 2), vt = vl.transpose(1, 2);
+      const AttentionExtras extras{window, sl};
+      EXPECT_EQ(cuda_flash_sinks_run(qt, kt, vt, {}), flash);
+      const at::Tensor o = flash ? cuda_flash_sink_window_attention(qt, kt, vt, extras)
+                                 : sink_window_attention(qt, kt, vt, at::Tensor(), extras);
+      o.backward(dout.to(dt));
+      return std::vector<at::Tensor>{o.to(at::kFloat), ql.grad().to(at::kFloat), kl.grad().to(at::kFloat),
+                                     vl.grad().to(at::kFloat), sl.grad()};
+    };
+    const auto want = run(false), got = run(true);
+    const char* names[] = {"out", "dq", "dk", "dv", "dsinks"};
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double scale = want[i].abs().max().item<double>();
+      EXPECT_LT((got[i] - want[i]).abs().max().item<double>(), 2e-2 * scale) << names[i] << ", window " << window;
+    }
+  }
 }
 
 // `ctitan plan --probe --hardware h200` on the node: every rate measured,

@@ -106,6 +106,48 @@ TEST_P(RowMath, SwiGLUForwardAndBackwardMatchEager) {
   EXPECT_TRUE(close(tensor_of(dg, {N, 2 * F}, dt), gue.grad(), tol_for(dt))) << "d gate_up";
 }
 
+// The experts' activation, GPT-OSS's clamped form (limit 7, alpha 1.702) and
+// the plain one (limit 0), against TorchTitan's chain with autograd; values
+// spread past ±7 and some exactly at the bounds, where torch.clamp passes
+// no gradient.
+TEST_P(RowMath, ClampedExpertSwiGLUForwardAndBackwardMatchEager) {
+  const auto dt = GetParam();
+  const int64_t N = 48, F = 40;
+  torch::manual_seed(5);
+  for (const float limit : {7.0f, 0.0f}) {
+    const float alpha = 1.702f;
+    at::Tensor h1 = (4 * torch::randn({N, F})), h3 = (4 * torch::randn({N, F}));
+    h1.view(-1).narrow(0, 0, 3).fill_(7.0);
+    h3.view(-1).narrow(0, 3, 3).fill_(-7.0);
+    h3.view(-1).narrow(0, 6, 3).fill_(7.0);
+    h1 = h1.to(dt), h3 = h3.to(dt);
+    const at::Tensor dy = torch::randn({N, F}).to(dt);
+    const at::Tensor a = h1.clone().requires_grad_(), b = h3.clone().requires_grad_();
+    at::Tensor ye;
+    if (limit > 0) {
+      const at::Tensor g = a.clamp_max(limit), u = b.clamp(-limit, limit);
+      ye = g * at::sigmoid(g * alpha) * (u + 1);
+    } else {
+      ye = at::silu(a) * b;
+    }
+    ye.backward(dy);
+    const auto av = floats(h1), bv = floats(h3), d = floats(dy);
+    std::vector<float> y(N * F), da(N * F), db(N * F);
+    for (int64_t i = 0; i < N * F; ++i) {
+      y[i] = rm::clamped_swiglu(av[i], bv[i], limit, alpha);
+      rm::clamped_swiglu_grad(av[i], bv[i], d[i], limit, alpha, da[i], db[i]);
+    }
+    EXPECT_TRUE(close(tensor_of(y, {N, F}, dt), ye.detach(), tol_for(dt))) << "y, limit " << limit;
+    EXPECT_TRUE(close(tensor_of(da, {N, F}, dt), a.grad(), tol_for(dt))) << "dh1, limit " << limit;
+    EXPECT_TRUE(close(tensor_of(db, {N, F}, dt), b.grad(), tol_for(dt))) << "dh3, limit " << limit;
+    if (limit > 0) {  // at the bounds: no gradient
+      EXPECT_EQ(da[0], 0.f);
+      EXPECT_EQ(db[3], 0.f);
+      EXPECT_EQ(db[6], 0.f);
+    }
+  }
+}
+
 TEST_P(RowMath, RopeAndItsInverseMatchEagerComplexRotation) {
   const auto dt = GetParam();
   const int64_t B = 2, S = 16, n = 4, Dh = 16;

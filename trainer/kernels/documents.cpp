@@ -3,6 +3,8 @@
 #include <cmath>
 #include <random>
 
+#include "trainer/kernels/attention_mask.h"
+
 namespace ctitan {
 
 at::Tensor document_starts(const at::Tensor& tokens, int64_t eos_id) {
@@ -49,12 +51,7 @@ double c4_like_attention_density(int64_t S) { return document_attention_fraction
 
 at::Tensor document_mask(const at::Tensor& starts_q, const at::Tensor& qpos, const at::Tensor& kpos,
                          at::ScalarType dtype) {
-  const at::Tensor k = kpos.to(starts_q.device()).view({1, 1, -1});
-  const at::Tensor visible =
-      k.ge(starts_q.unsqueeze(-1)) & k.le(qpos.to(starts_q.device()).view({1, -1, 1}));  // [B, Lq, Lk]
-  const auto opts = starts_q.options().dtype(dtype);
-  return at::where(visible, at::zeros({}, opts), at::full({}, -std::numeric_limits<double>::infinity(), opts))
-      .unsqueeze(1);
+  return additive_attention_mask(first_visible_key(qpos, starts_q, /*window=*/0), qpos, kpos, dtype);
 }
 
 at::Tensor document_attention_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -42,4 +42,14 @@ at::Tensor flash_sink_window_attention(const at::Tensor& q, const at::Tensor& k,
                                        const at::Tensor& starts, const AttentionExtras& extras,
                                        std::optional<double> scale = std::nullopt);
 
+// CUDA: the same math through ATen's CUDA flash kernel (FlashAttention-2),
+// whose window_size_left takes the window, so no key block outside it is
+// computed, and no [B,H,S,S] scores are kept; the sinks as above. Runs q,
+// k, v of varlen_refuses' kind (documents.h: CUDA, bf16/fp16, v's head size
+// q's, Dh a multiple of 8 up to 256) without documents; windows with
+// documents on CUDA take the eager chain (sink_window_attention).
+bool cuda_flash_sinks_run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& starts);
+at::Tensor cuda_flash_sink_window_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const AttentionExtras& extras, std::optional<double> scale = std::nullopt);
+
 }  // namespace ctitan

@@ -185,6 +185,22 @@ at::Tensor cuda_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 
 at::Tensor cuda_swiglu(const at::Tensor& gate_up) { return CudaSwiGLU::apply(gate_up); }
 
+void cuda_expert_swiglu_forward(const at::Tensor& h1, const at::Tensor& h3, at::Tensor& y, double limit, double alpha) {
+  const c10::cuda::CUDAGuard guard(h1.device());
+  check(ck::expert_swiglu_forward(h1.data_ptr(), h3.data_ptr(), y.data_ptr(), dtype_of(h1.scalar_type()), h1.numel(),
+                                  static_cast<float>(limit), static_cast<float>(alpha), stream_of(h1)),
+        "expert_swiglu_forward");
+}
+
+void cuda_expert_swiglu_backward(const at::Tensor& dy, const at::Tensor& h1, const at::Tensor& h3, at::Tensor& dh1,
+                                 at::Tensor& dh3, double limit, double alpha) {
+  const c10::cuda::CUDAGuard guard(h1.device());
+  check(ck::expert_swiglu_backward(dy.data_ptr(), h1.data_ptr(), h3.data_ptr(), dh1.data_ptr(), dh3.data_ptr(),
+                                   dtype_of(h1.scalar_type()), h1.numel(), static_cast<float>(limit),
+                                   static_cast<float>(alpha), stream_of(h1)),
+        "expert_swiglu_backward");
+}
+
 std::pair<at::Tensor, at::Tensor> cuda_rope_qk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& freqs_cis,
                                                at::ScalarType out_dtype) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(0) == k.size(0) && q.size(1) == k.size(1) &&
@@ -249,6 +265,13 @@ namespace {
 }  // namespace
 at::Tensor cuda_rms_norm(const at::Tensor&, const at::Tensor&, double) { not_built("cuda_rms_norm"); }
 at::Tensor cuda_swiglu(const at::Tensor&) { not_built("cuda_swiglu"); }
+void cuda_expert_swiglu_forward(const at::Tensor&, const at::Tensor&, at::Tensor&, double, double) {
+  not_built("cuda_expert_swiglu_forward");
+}
+void cuda_expert_swiglu_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&, double,
+                                 double) {
+  not_built("cuda_expert_swiglu_backward");
+}
 std::pair<at::Tensor, at::Tensor> cuda_rope_qk(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                                at::ScalarType) {
   not_built("cuda_rope_qk");

@@ -27,6 +27,13 @@ at::Tensor cuda_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 // silu(gate_up[..., :F])·gate_up[..., F:]; saves only gate_up.
 at::Tensor cuda_swiglu(const at::Tensor& gate_up);
 
+// The experts' SwiGLU (expert_swiglu.h, whose autograd node calls these):
+// y = clamped_swiglu(h1, h3) elementwise, and its gradients dh1 and dh3
+// (row_math.h), on contiguous CUDA tensors of one shape and dtype.
+void cuda_expert_swiglu_forward(const at::Tensor& h1, const at::Tensor& h3, at::Tensor& y, double limit, double alpha);
+void cuda_expert_swiglu_backward(const at::Tensor& dy, const at::Tensor& h1, const at::Tensor& h3, at::Tensor& dh1,
+                                 at::Tensor& dh3, double limit, double alpha);
+
 // RoPE of q [B,S,H,Dh] and k [B,S,K,Dh] (views of the QKV GEMM's output)
 // in one launch, as Transformer::apply_rope: contiguous outputs in out_dtype;
 // nothing saved but the freqs table.

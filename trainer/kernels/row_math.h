@@ -45,6 +45,29 @@ CTITAN_HD void swiglu_grad(float a, float b, float dy, float& da, float& db) {
   db = dy * (a * s);
 }
 
+// --- The experts' SwiGLU: plain, or GPT-OSS's clamped form -------------------
+// On h1 = a (gate) and h3 = b (up) of an expert, limit > 0 (MoeArgs
+// swiglu_limit): g = min(a, limit), u = clamp(b, −limit, limit),
+// y = g·σ(alpha·g)·(u + 1). limit ≤ 0: silu(a)·b. NaN passes through the
+// clamps, as torch.clamp's.
+CTITAN_HD float clamped_swiglu(float a, float b, float limit, float alpha) {
+  if (limit <= 0.0f) return swiglu(a, b);
+  const float g = a > limit ? limit : a;
+  const float u = b > limit ? limit : (b < -limit ? -limit : b);
+  return g * sigmoid(alpha * g) * (u + 1.0f);
+}
+// da = dy·(u+1)·(s + alpha·g·s·(1 − s)) with s = σ(alpha·g) for a < limit,
+// db = dy·g·s for −limit < b < limit, 0 elsewhere (torch.clamp passes no
+// gradient at a bound itself).
+CTITAN_HD void clamped_swiglu_grad(float a, float b, float dy, float limit, float alpha, float& da, float& db) {
+  if (limit <= 0.0f) return swiglu_grad(a, b, dy, da, db);
+  const float g = a > limit ? limit : a;
+  const float u = b > limit ? limit : (b < -limit ? -limit : b);
+  const float s = sigmoid(alpha * g), dgs = dy * (u + 1.0f);
+  da = a < limit ? dgs * s + alpha * (dgs * g * (s * (1.0f - s))) : 0.0f;
+  db = (b > -limit && b < limit) ? dy * (g * s) : 0.0f;
+}
+
 // --- RoPE: the pair (x0, x1) as x0 + i·x1 times cos + i·sin ---------------------
 // The inverse (conjugate) rotation is the backward.
 CTITAN_HD void rope(float x0, float x1, float c, float s, float& y0, float& y1) {

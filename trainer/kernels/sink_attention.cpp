@@ -1,5 +1,7 @@
 #include "trainer/kernels/sink_attention.h"
 
+#include "trainer/kernels/attention_mask.h"
+
 #include <cmath>
 #include <limits>
 
@@ -19,11 +21,9 @@ at::Tensor sink_window_attention(const at::Tensor& q, const at::Tensor& k, const
     return t.unsqueeze(2).expand({B, G, H / G, Lk, t.size(3)}).reshape({B, H, Lk, t.size(3)}).to(acc);
   };
   at::Tensor scores = at::matmul(q.to(acc), heads(k).transpose(-2, -1)) * s;  // [B,H,Lq,Lk]
-  const at::Tensor qp = qpos.to(q.device()).view({Lq, 1}), kp = kpos.to(q.device()).view({1, Lk});
-  at::Tensor visible = kp.le(qp);  // [Lq,Lk]
-  if (extras.window > 0) visible = visible.logical_and((qp - kp).lt(extras.window));
-  visible = visible.view({1, 1, Lq, Lk});
-  if (starts.defined()) visible = visible.logical_and(kp.view({1, 1, 1, Lk}).ge(starts.to(q.device()).view({B, 1, Lq, 1})));
+  const at::Tensor qp = qpos.to(q.device());
+  const at::Tensor first = first_visible_key(qp, starts.defined() ? starts.to(q.device()) : starts, extras.window);
+  const at::Tensor visible = visible_keys(first, qp, kpos).unsqueeze(1);  // [B or 1, 1, Lq, Lk]
   scores = scores.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
   if (extras.sinks.defined()) {
     TORCH_CHECK(extras.sinks.dim() == 1 && extras.sinks.size(0) == H, "sink_window_attention: sinks [", H,

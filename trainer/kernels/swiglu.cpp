@@ -22,9 +22,6 @@ using torch::autograd::variable_list;
 
 CTITAN_KERNELS_BEGIN
 
-// sigmoid(g) = 1 / (1 + exp(−g)), ATen's form (silu = g / (1 + exp(−g))).
-inline fVec sigmoid(const fVec& g) { return fVec(1.f) / (fVec(1.f) + kernels::exp(fVec(0.f) - g)); }
-
 template <typename T>
 void forward_rows(const T* gu, T* out, int64_t M, int64_t F) {
   parallel_rows(M, grain_rows(3 * F * int64_t(sizeof(T))), [&](int64_t r0, int64_t r1) {

@@ -118,6 +118,9 @@ void dispatch_fp32_bf16(at::ScalarType dtype, const F& f) {
 // Fast exp (ATen's exp_u20, what its flash attention uses): ≤20 ulp.
 inline fVec exp(const fVec& v) { return v.exp_u20(); }
 
+// sigmoid(x) = 1 / (1 + exp(−x)), ATen's form (silu = x / (1 + exp(−x))).
+inline fVec sigmoid(const fVec& x) { return fVec(1.f) / (fVec(1.f) + kernels::exp(fVec(0.f) - x)); }
+
 // 2^t for the hot loops of softmax-like kernels, in half the instructions of
 // exp_u20: t = n + f with n = round(t), 2^f by Cephes' exp2f polynomial on
 // [-1/2, 1/2] (relative error 1.7e-7), scaled by 2^n with vscalefps, which

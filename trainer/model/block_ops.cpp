@@ -164,12 +164,14 @@ at::Tensor BlockOps::document_attention(const at::Tensor& q, const at::Tensor& k
 
 // CP's masked ring pairs, else the fused CPU kernel (compile), else ATen's
 // CPU flash kernel with the window as a mask and the sinks on its output
-// (flash_sinks.h: no [B, H, S, S] scores kept), else (CUDA) the eager chain.
+// (flash_sinks.h: no [B, H, S, S] scores kept), else ATen's CUDA flash
+// kernel with the window (bf16/fp16, no documents), else the eager chain.
 at::Tensor BlockOps::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& docs,
                                const AttentionExtras& extras) const {
   if (cp_.on()) return seams().context_parallel_attention(q, k, v, cp_positions_, cp_, std::nullopt, docs, extras);
   if (fused_model_ && fused_attention_runs(q, k, v)) return fused_causal_attention(q, k, v, docs, extras);
   if (flash_sinks_run(q)) return flash_sink_window_attention(q, k, v, docs, extras);
+  if (cuda_flash_sinks_run(q, k, v, docs)) return cuda_flash_sink_window_attention(q, k, v, extras);
   return sink_window_attention(q, k, v, docs, extras);
 }
 

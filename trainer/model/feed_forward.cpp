@@ -61,7 +61,8 @@ at::Tensor MoeLayer::forward(const BlockOps& ops, const MoeWeights& w, const at:
     routed.shared_w1 = routed.shared_w2 = routed.shared_w3 = at::Tensor();
     const ExpertDispatch dispatch{*ep.group, ops.seams()};
     const at::Tensor partial =
-        moe_forward(all.reshape({-1, D}), routed, bias_, args_, &counts, &dispatch, &received).view(all.sizes());
+        moe_forward(all.reshape({-1, D}), routed, bias_, args_, &counts, &dispatch, &received, ops.fused_model())
+            .view(all.sizes());
     y = sp ? ops.seams().scatter_to_sp(partial, g, 1) : ops.seams().reduce_from_tp(partial, g);
     if (mw.shared_w1.defined()) {
       for (at::Tensor* t : {&mw.shared_w1, &mw.shared_w2, &mw.shared_w3}) *t = ops.tp_summed(*t, sp);
@@ -78,7 +79,8 @@ at::Tensor MoeLayer::forward(const BlockOps& ops, const MoeWeights& w, const at:
         if (t->defined()) *t = ops.tp_summed(*t, sp);
     std::optional<ExpertDispatch> dispatch;
     if (ep.on()) dispatch.emplace(ExpertDispatch{*ep.group, ops.seams()});
-    y = moe_forward(x.reshape({-1, D}), mw, bias_, args_, &counts, dispatch ? &*dispatch : nullptr, &received)
+    y = moe_forward(x.reshape({-1, D}), mw, bias_, args_, &counts, dispatch ? &*dispatch : nullptr, &received,
+                    ops.fused_model())
             .view(x.sizes());
   }
   if (count && !counts.is_meta()) {

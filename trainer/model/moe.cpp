@@ -1,5 +1,6 @@
 #include "trainer/model/moe.h"
 
+#include "trainer/kernels/expert_swiglu.h"
 #include "trainer/model/gemm.h"
 
 #include <cmath>
@@ -90,30 +91,31 @@ at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
   return at::cat(pieces, 0);
 }
 
-at::Tensor expert_activation(const at::Tensor& h1, const at::Tensor& h3, const MoeArgs& a) {
-  if (a.swiglu_limit <= 0) return at::silu(h1) * h3;
-  // (On meta — the dry run — without the clamps, which change no shape:
-  // clamp's backward has its meta kernel in Python only.)
-  const bool meta = h1.is_meta();
-  const at::Tensor g = meta ? h1 : h1.clamp_max(a.swiglu_limit);
-  const at::Tensor u = meta ? h3 : h3.clamp(-a.swiglu_limit, a.swiglu_limit);
-  return g * at::sigmoid(g * a.swiglu_alpha) * (u + 1);
+at::Tensor expert_activation(const at::Tensor& h1, const at::Tensor& h3, const MoeArgs& a, bool fused) {
+  return fused ? fused_expert_swiglu(h1, h3, a.swiglu_limit, a.swiglu_alpha)
+               : expert_swiglu(h1, h3, a.swiglu_limit, a.swiglu_alpha);
 }
 
 namespace {
 
-// y [N, out] plus each row's expert's bias b [E, out] (rows grouped by
-// expert, counts [E]); y itself where b is undefined or on meta.
-at::Tensor add_expert_bias(const at::Tensor& y, const at::Tensor& b, const at::Tensor& counts) {
+// y [N, out] plus each row's expert's bias b [E, out]; `expert` [N]: each
+// row's expert (experts_of_rows). y itself where b is undefined or on meta.
+at::Tensor add_expert_bias(const at::Tensor& y, const at::Tensor& b, const at::Tensor& expert) {
   if (!b.defined() || y.is_meta()) return y;
-  const at::Tensor expert = at::repeat_interleave(counts.to(y.device()));  // [N]: each row's expert
   return y + b.index({expert}).to(y.scalar_type());
+}
+
+// Each of the N rows' expert, rows grouped by expert (counts [E]); N given,
+// so CUDA need not read the counts back. (The explicit optional picks the
+// Tensor-repeats overload: an int64 N would be the self-repeated one.)
+at::Tensor experts_of_rows(const at::Tensor& counts, int64_t N, c10::Device device) {
+  return at::repeat_interleave(counts.to(device), std::optional<int64_t>(N));
 }
 
 }  // namespace
 
 at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
-                       at::Tensor* counts_out, const ExpertDispatch* ep, int64_t* received_out) {
+                       at::Tensor* counts_out, const ExpertDispatch* ep, int64_t* received_out, bool fused) {
   at::Tensor logits = gemm_linear(x, w.router);
   if (w.router_bias.defined()) logits = logits + w.router_bias.to(logits.scalar_type());
   const MoeRouting r = moe_route(logits, bias, a);
@@ -122,9 +124,13 @@ at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tenso
   const at::Tensor gate = r.weight.unsqueeze(1);
   if (a.score_before_experts) routed = (routed.to(at::kFloat) * gate).to(x.scalar_type());
   const auto experts = [&](const at::Tensor& rows, const at::Tensor& counts) {
-    const at::Tensor h = expert_activation(add_expert_bias(grouped_linear(rows, w.w1, counts), w.b1, counts),
-                                           add_expert_bias(grouped_linear(rows, w.w3, counts), w.b3, counts), a);
-    return add_expert_bias(grouped_linear(h, w.w2, counts), w.b2, counts);
+    const bool biased = w.b1.defined() || w.b2.defined() || w.b3.defined();
+    const at::Tensor expert =
+        biased && !rows.is_meta() ? experts_of_rows(counts, rows.size(0), rows.device()) : at::Tensor();
+    const at::Tensor h = expert_activation(add_expert_bias(grouped_linear(rows, w.w1, counts), w.b1, expert),
+                                           add_expert_bias(grouped_linear(rows, w.w3, counts), w.b3, expert), a,
+                                           fused);
+    return add_expert_bias(grouped_linear(h, w.w2, counts), w.b2, expert);
   };
   at::Tensor y;  // [T·k, D]
   const bool dispatch = ep != nullptr && ep->group.size() > 1;

@@ -46,8 +46,9 @@ at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& w, const at::Te
 
 // The experts' activation on h1 = w1·x (+ b1) and h3 = w3·x (+ b3):
 // silu(h1)·h3, or GPT-OSS's clamped SwiGLU with swiglu_limit > 0
-// (model_args.h MoeArgs).
-at::Tensor expert_activation(const at::Tensor& h1, const at::Tensor& h3, const MoeArgs& a);
+// (model_args.h MoeArgs; kernels/expert_swiglu.h). `fused`
+// (compile.enable): the fused kernel, else the eager chain.
+at::Tensor expert_activation(const at::Tensor& h1, const at::Tensor& h3, const MoeArgs& a, bool fused = false);
 
 struct MoeWeights {
   at::Tensor router;           // [E, D]
@@ -64,10 +65,11 @@ struct MoeWeights {
 // [p·E/ep, (p+1)·E/ep)); the routed rows travel to their experts' ranks and
 // back through the layout's seam (LayoutSeams::exchange_tokens); router and
 // shared experts are local. `received_out` (with ep): the routed rows this
-// rank's experts received.
+// rank's experts received. `fused` (compile.enable): the experts'
+// activation through the fused kernel.
 at::Tensor moe_forward(const at::Tensor& x, const MoeWeights& w, const at::Tensor& bias, const MoeArgs& a,
                        at::Tensor* counts_out = nullptr, const ExpertDispatch* ep = nullptr,
-                       int64_t* received_out = nullptr);
+                       int64_t* received_out = nullptr, bool fused = false);
 
 // The shared experts' SwiGLU on x [T, D] (w.shared_* defined).
 at::Tensor moe_shared_experts(const at::Tensor& x, const MoeWeights& w);

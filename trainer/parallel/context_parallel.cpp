@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "trainer/kernels/attention_mask.h"
 #include "trainer/kernels/documents.h"
 #include "trainer/kernels/flash_sinks.h"
 #include "trainer/parallel/exposed_comm.h"
@@ -251,15 +252,10 @@ PairView pair_view(const Chunk& qc, const Chunk& kc, const at::Tensor& positions
   const int64_t k0 = kc.global * c, k1 = k0 + kc.length - 1;                 // its global positions
   const at::Tensor qpos = positions.narrow(0, qc.offset, qc.length).to(q_device(positions, starts));
   // The first key each query sees; a pair no query's first key reaches is skipped.
-  at::Tensor first = window > 0 ? (qpos - (window - 1)).unsqueeze(0) : at::zeros({1, qc.length}, qpos.options());
-  if (starts.defined()) first = at::maximum(first, starts.narrow(1, qc.offset, qc.length).to(qpos.device()));
+  const at::Tensor first = first_visible_key(
+      qpos, starts.defined() ? starts.narrow(1, qc.offset, qc.length).to(qpos.device()) : starts, window);
   if (!(first.le(k1) & qpos.ge(k0).unsqueeze(0)).any().item<bool>()) return {};
-  const at::Tensor kpos = at::arange(k0, k1 + 1, qpos.options()).view({1, 1, -1});
-  const at::Tensor visible = kpos.ge(first.unsqueeze(-1)) & kpos.le(qpos.view({1, -1, 1}));  // [B or 1, Lq, Lk]
-  const auto opts = qpos.options().dtype(dtype);
-  return {true, false,
-          at::where(visible, at::zeros({}, opts), at::full({}, -std::numeric_limits<double>::infinity(), opts))
-              .unsqueeze(1)};
+  return {true, false, additive_attention_mask(first, qpos, at::arange(k0, k1 + 1, qpos.options()), dtype)};
 }
 
 

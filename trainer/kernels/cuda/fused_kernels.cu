@@ -118,6 +118,25 @@ __global__ void swiglu_backward_kernel(const T* dy, const T* gu, T* dgu, int64_t
   }
 }
 
+// --- The experts' SwiGLU (two tensors, plain or clamped) ----------------------
+
+template <typename T>
+__global__ void expert_swiglu_forward_kernel(const T* h1, const T* h3, T* y, int64_t n, float limit, float alpha) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    store(y, i, rm::clamped_swiglu(load(h1, i), load(h3, i), limit, alpha));
+}
+
+template <typename T>
+__global__ void expert_swiglu_backward_kernel(const T* dy, const T* h1, const T* h3, T* dh1, T* dh3, int64_t n,
+                                              float limit, float alpha) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float da, db;
+    rm::clamped_swiglu_grad(load(h1, i), load(h3, i), load(dy, i), limit, alpha, da, db);
+    store(dh1, i, da);
+    store(dh3, i, db);
+  }
+}
+
 // --- RoPE ------------------------------------------------------------------------
 
 // Pairs of q then k, (b, s, head, i) innermost i; one thread per pair.
@@ -332,6 +351,29 @@ int swiglu_backward(const void* dy, const void* gate_up, void* dgate_up, Dtype t
     using T = decltype(a);
     swiglu_backward_kernel<T><<<grid_for(rows * F), kThreads, 0, as_stream(stream)>>>(
         static_cast<const T*>(dy), static_cast<const T*>(gate_up), static_cast<T*>(dgate_up), rows, F);
+    return launched();
+  });
+}
+
+int expert_swiglu_forward(const void* h1, const void* h3, void* y, Dtype t, int64_t n, float limit, float alpha,
+                          void* stream) {
+  if (n == 0) return 0;
+  return with_types(t, t, [&](auto a, auto) {
+    using T = decltype(a);
+    expert_swiglu_forward_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+        static_cast<const T*>(h1), static_cast<const T*>(h3), static_cast<T*>(y), n, limit, alpha);
+    return launched();
+  });
+}
+
+int expert_swiglu_backward(const void* dy, const void* h1, const void* h3, void* dh1, void* dh3, Dtype t, int64_t n,
+                           float limit, float alpha, void* stream) {
+  if (n == 0) return 0;
+  return with_types(t, t, [&](auto a, auto) {
+    using T = decltype(a);
+    expert_swiglu_backward_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+        static_cast<const T*>(dy), static_cast<const T*>(h1), static_cast<const T*>(h3), static_cast<T*>(dh1),
+        static_cast<T*>(dh3), n, limit, alpha);
     return launched();
   });
 }

@@ -30,6 +30,13 @@ int swiglu_forward(const void* gate_up, void* y, Dtype t, int64_t rows, int64_t 
 int swiglu_backward(const void* dy, const void* gate_up, void* dgate_up, Dtype t, int64_t rows, int64_t F,
                     void* stream);
 
+// The experts' SwiGLU, elementwise over n values of h1 and h3 (row_math.h
+// clamped_swiglu; limit <= 0: silu(h1)·h3).
+int expert_swiglu_forward(const void* h1, const void* h3, void* y, Dtype t, int64_t n, float limit, float alpha,
+                          void* stream);
+int expert_swiglu_backward(const void* dy, const void* h1, const void* h3, void* dh1, void* dh3, Dtype t, int64_t n,
+                           float limit, float alpha, void* stream);
+
 // One side of RoPE: x's [n, Dh] block of token (b, s) starts at element
 // b·sb + s·ss and is contiguous (a split view of the QKV GEMM output is);
 // out is a contiguous [B, S, n, Dh].
