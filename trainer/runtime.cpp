@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <string>
 
 #include "common/errors.h"
@@ -38,7 +39,7 @@ std::shared_ptr<FlightRecorder> make_recorder(const JobConfig& cfg, int rank) {
 
 }  // namespace
 
-c10::Device resolve_device(const std::string& name, int local_rank, int local_world_size) {
+c10::Device resolve_device(const std::string& name, int local_rank, int local_world_size, bool share_gpus) {
   if (name == "cpu") return c10::Device(c10::kCPU);
   if (name == "meta") return c10::Device(c10::kMeta);
   if (name != "auto" && name != "cuda")
@@ -49,19 +50,22 @@ c10::Device resolve_device(const std::string& name, int local_rank, int local_wo
     throw InputError("training.device = cuda but LibTorch sees no GPU on this machine; use cpu (or auto)");
   }
   const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
-  const int index = cuda_device_index(local_rank, local_world_size, gpus, mask != nullptr && *mask != '\0');
+  const int index = cuda_device_index(local_rank, local_world_size, gpus, mask != nullptr && *mask != '\0', share_gpus);
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
-int cuda_device_index(int local_rank, int local_world_size, int visible_gpus, bool cuda_visible_devices_set) {
+int cuda_device_index(int local_rank, int local_world_size, int visible_gpus, bool cuda_visible_devices_set,
+                      bool share_gpus) {
   if (local_world_size <= visible_gpus) return local_rank;
+  if (share_gpus) return local_rank % visible_gpus;
   // srun --gpus-per-task=1 (or a launcher's per-rank CUDA_VISIBLE_DEVICES):
   // each rank sees only its own GPU, as device 0. Without a mask, one GPU
   // and several ranks means they would all share it.
   if (visible_gpus == 1 && cuda_visible_devices_set) return 0;
   throw InputError("this node runs " + std::to_string(local_world_size) + " ranks but has " +
                    std::to_string(visible_gpus) + " GPU" + (visible_gpus == 1 ? "" : "s") +
-                   "; launch at most one rank per GPU (--nproc " + std::to_string(visible_gpus) + ")");
+                   "; launch at most one rank per GPU (--nproc " + std::to_string(visible_gpus) +
+                   "), or let ranks share GPUs over Gloo with --comm.cuda_backend gloo");
 }
 
 Runtime init_runtime(const JobConfig& cfg) {
@@ -78,8 +82,12 @@ Runtime init_runtime(const JobConfig& cfg) {
     rt.env.local_world_size = 1;
   }
   rt.shape = resolve_mesh_shape(cfg.parallelism, rt.env.world_size);
+  const bool gloo_on_cuda = cfg.comm.cuda_backend == "gloo";
   rt.device = rt.fake ? c10::Device(c10::kMeta)
-                      : resolve_device(cfg.training.device, rt.env.local_rank, rt.env.local_world_size);
+                      : resolve_device(cfg.training.device, rt.env.local_rank, rt.env.local_world_size, gloo_on_cuda);
+  if (gloo_on_cuda && !rt.device.is_cuda() && rt.env.rank == 0)
+    std::cerr << "ctitan: warning: comm.cuda_backend = \"gloo\" has no effect on " << rt.device.str()
+              << ": collectives of host tensors are Gloo's already" << std::endl;
   if (rt.device.is_meta() && !rt.fake && rt.env.world_size > 1)
     throw InputError("training.device = meta is a dry run of one process; for " +
                      std::to_string(rt.env.world_size) +
@@ -99,6 +107,7 @@ Runtime init_runtime(const JobConfig& cfg) {
     copts.timeout = std::chrono::seconds(cfg.comm.train_timeout_seconds);
     copts.init_timeout = std::chrono::seconds(cfg.comm.init_timeout_seconds);
     copts.recorder = rt.recorder = make_recorder(cfg, rt.env.rank);
+    copts.stage_through_host = gloo_on_cuda && rt.device.is_cuda();
     auto store = rendezvous(rt.env, std::chrono::seconds(cfg.comm.init_timeout_seconds));
     rt.mesh = DeviceMesh::create(rt.shape, rt.env.rank, store, copts);
   } else {

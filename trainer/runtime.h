@@ -46,13 +46,17 @@ struct Runtime {
 Runtime init_runtime(const JobConfig& cfg);
 
 // training.device for a process with this local rank / local world size.
+// `share_gpus` (comm.cuda_backend = "gloo"): ranks may share a GPU.
 // Throws InputError (see above).
-c10::Device resolve_device(const std::string& name, int local_rank, int local_world_size);
+c10::Device resolve_device(const std::string& name, int local_rank, int local_world_size, bool share_gpus = false);
 
 // The CUDA device index of a rank that sees `visible_gpus` GPUs: LOCAL_RANK
 // when the node's ranks have a GPU each; 0 when this process sees exactly
 // one GPU and CUDA_VISIBLE_DEVICES chose it (srun --gpus-per-task=1, a
-// per-rank mask); otherwise more ranks than GPUs, an InputError.
-int cuda_device_index(int local_rank, int local_world_size, int visible_gpus, bool cuda_visible_devices_set);
+// per-rank mask); with `share_gpus`, LOCAL_RANK mod the GPUs (ranks share
+// them round-robin); otherwise more ranks than GPUs, an InputError that
+// names comm.cuda_backend = "gloo" as the way to share.
+int cuda_device_index(int local_rank, int local_world_size, int visible_gpus, bool cuda_visible_devices_set,
+                      bool share_gpus = false);
 
 }  // namespace ctitan

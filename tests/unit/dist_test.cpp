@@ -972,7 +972,94 @@ TEST(DistDevice, CudaIndexFollowsTheGpusThisProcessSees) {
     cuda_device_index(0, 4, 2, false);
     ADD_FAILURE() << "4 ranks on 2 GPUs were accepted";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "this node runs 4 ranks but has 2 GPUs; launch at most one rank per GPU (--nproc 2)");
+    EXPECT_STREQ(e.what(),
+                 "this node runs 4 ranks but has 2 GPUs; launch at most one rank per GPU (--nproc 2), or let ranks "
+                 "share GPUs over Gloo with --comm.cuda_backend gloo");
+  }
+  // comm.cuda_backend = "gloo": ranks share the GPUs round-robin.
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(cuda_device_index(r, 4, 1, false, /*share_gpus=*/true), 0) << r;
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(cuda_device_index(r, 4, 2, false, /*share_gpus=*/true), r % 2) << r;
+  EXPECT_EQ(cuda_device_index(1, 2, 8, false, /*share_gpus=*/true), 1);  // enough GPUs: one each
+}
+
+// ---- comm.cuda_backend = "gloo": every tensor staged through host copies ----
+
+// The staged communicator against the same references as the plain one:
+// every collective, its in-place and strided outputs, the point-to-point
+// ops and a batch of them, on CPU tensors (the staging is the same code for
+// CUDA ones, whose host buffers are page-locked). Outputs are written back
+// at wait(), not before.
+TEST(DistCommStaged, EveryCollectiveMatchesTheReference) {
+  const auto staged = [](int) {
+    CommOptions o;
+    o.stage_through_host = true;
+    return o;
+  };
+  for (int world : {2, 3}) {
+    run_group(world, [&](int r, Communicator& c) {
+      for (auto dtype : kDtypes)
+        for (auto op : kOps) {
+          auto t = contribution(r, 37, dtype);
+          c.all_reduce(t, op)->wait();
+          expect_matches(t, reference_reduce(world, 37, dtype, op), op, "all_reduce " + label(world, dtype, op));
+          auto out = torch::empty({5}, dtype);
+          c.reduce_scatter(out, contribution(r, 5 * world, dtype), op)->wait();
+          expect_matches(out, reference_reduce(world, 5 * world, dtype, op).slice(0, 5 * r, 5 * r + 5), op,
+                         "reduce_scatter " + label(world, dtype, op));
+        }
+      // all_gather into a strided column: untouched until wait().
+      auto base = torch::zeros({6 * world, 2});
+      auto column = base.select(1, 1);
+      WorkPtr w = c.all_gather(column, contribution(r, 6, torch::kFloat));
+      EXPECT_TRUE(torch::equal(base, torch::zeros({6 * world, 2}))) << "written before wait()";
+      w->wait();
+      for (int src = 0; src < world; ++src)
+        EXPECT_TRUE(torch::equal(column.slice(0, 6 * src, 6 * src + 6), contribution(src, 6, torch::kFloat))) << src;
+      EXPECT_TRUE(torch::equal(base.select(1, 0), torch::zeros({6 * world})));
+      // broadcast from every root
+      for (int root = 0; root < world; ++root) {
+        auto b = contribution(r, 9, torch::kBFloat16);
+        c.broadcast(b, root)->wait();
+        EXPECT_TRUE(torch::equal(b, contribution(root, 9, torch::kBFloat16))) << "root " << root;
+      }
+      // all_to_all: chunk s of rank src arrives as chunk src
+      auto a2a_in = torch::arange(world * 4, torch::kFloat) + 100 * r, a2a_out = torch::empty({world * 4});
+      c.all_to_all(a2a_out, a2a_in)->wait();
+      for (int src = 0; src < world; ++src)
+        EXPECT_TRUE(torch::equal(a2a_out.slice(0, 4 * src, 4 * src + 4),
+                                 torch::arange(4 * r, 4 * r + 4, torch::kFloat) + 100 * src))
+            << "all_to_all from " << src;
+      // all_to_all_v: rank s sends (s + d) % 3 rows of width 2 to rank d
+      std::vector<int64_t> in_splits, out_splits;
+      for (int d = 0; d < world; ++d) in_splits.push_back((r + d) % 3), out_splits.push_back((d + r) % 3);
+      int64_t in_rows = 0, out_rows = 0;
+      for (int d = 0; d < world; ++d) in_rows += in_splits[d], out_rows += out_splits[d];
+      auto v_in = torch::full({in_rows, 2}, static_cast<double>(r), torch::kFloat), v_out = torch::empty({out_rows, 2});
+      c.all_to_all_v(v_out, v_in, out_splits, in_splits)->wait();
+      int64_t row = 0;
+      for (int src = 0; src < world; ++src) {
+        EXPECT_TRUE(torch::equal(v_out.slice(0, row, row + out_splits[src]),
+                                 torch::full({out_splits[src], 2}, static_cast<double>(src), torch::kFloat)))
+            << "all_to_all_v from " << src;
+        row += out_splits[src];
+      }
+      // a ring of send/recv, then both directions as one batch
+      const int next = (r + 1) % world, prev = (r + world - 1) % world;
+      auto got = torch::empty({7}, torch::kLong);
+      WorkPtr s = c.send(contribution(r, 7, torch::kLong), next), rv = c.recv(got, prev);
+      s->wait();
+      rv->wait();
+      EXPECT_TRUE(torch::equal(got, contribution(prev, 7, torch::kLong)));
+      auto from_next = torch::empty({5}), from_prev = torch::empty({5});
+      auto works = c.batch_p2p({{P2POp::Kind::kSend, contribution(r, 5, torch::kFloat), next, 1},
+                                {P2POp::Kind::kSend, contribution(r, 5, torch::kFloat), prev, 2},
+                                {P2POp::Kind::kRecv, from_next, next, 2},
+                                {P2POp::Kind::kRecv, from_prev, prev, 1}});
+      for (auto& wk : works) wk->wait();
+      EXPECT_TRUE(torch::equal(from_next, contribution(next, 5, torch::kFloat)));
+      EXPECT_TRUE(torch::equal(from_prev, contribution(prev, 5, torch::kFloat)));
+      c.barrier();
+    }, staged);
   }
 }
 

@@ -340,6 +340,8 @@ std::vector<FieldSpec> build_registry() {
             "flight recorder file prefix (<prefix><rank>.json)"),
       field("comm.mode", &C::comm, &CommSection::mode,
             "default | fake_backend (dry run of rank 0 of NGPU ranks on the meta device)"),
+      field("comm.cuda_backend", &C::comm, &CommSection::cuda_backend,
+            "ctitan: nccl | gloo (CUDA tensors' collectives on Gloo through host memory; ranks may share a GPU)"),
       // [memory_estimation]
       field("memory_estimation.enable", &C::memory_estimation, &MemoryEstimationSection::enable,
             "TorchTitan's FSDP memory estimator", kDefaultOnly),

@@ -213,6 +213,7 @@ void check_observability(const Checker& k, const JobConfig& c) {
   k.positive("comm.init_timeout_seconds", c.comm.init_timeout_seconds);
   k.positive("comm.train_timeout_seconds", c.comm.train_timeout_seconds);
   k.one_of("comm.mode", c.comm.mode, {"default", "fake_backend"});
+  k.one_of("comm.cuda_backend", c.comm.cuda_backend, {"nccl", "gloo"});
 }
 
 // TorchTitan keys ctitan accepts but does not implement: only the default

@@ -219,6 +219,7 @@ struct CommSection {
   std::string save_traces_folder = "comm_traces";  // flight recorder: inert
   std::string save_traces_file_prefix = "rank_";
   std::string mode = "default";             // default | fake_backend (dry run, NGPU ranks)
+  std::string cuda_backend = "nccl";        // ctitan: nccl | gloo (staged through host memory; ranks may share a GPU)
 };
 
 struct DebugSection {

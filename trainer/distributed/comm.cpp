@@ -599,8 +599,10 @@ std::shared_ptr<Communicator> Communicator::create(c10::intrusive_ptr<c10d::Stor
                     " is outside a group of " + std::to_string(size));
   }
   if (size == 1) return dist_internal::make_local_communicator(std::move(name), global_rank);
-  return std::make_shared<ProcessGroupCommunicator>(std::move(store), rank, size, std::move(name), global_rank,
-                                                    std::move(options));
+  const bool staged = options.stage_through_host;
+  auto group = std::make_shared<ProcessGroupCommunicator>(std::move(store), rank, size, std::move(name), global_rank,
+                                                          std::move(options));
+  return staged ? dist_internal::make_staged_communicator(std::move(group)) : group;
 }
 
 std::string nccl_version() {

@@ -65,6 +65,11 @@ struct CommOptions {
   std::chrono::milliseconds timeout{100'000};       // comm.train_timeout_seconds
   std::chrono::milliseconds init_timeout{300'000};  // comm.init_timeout_seconds: joining a group
   std::shared_ptr<FlightRecorder> recorder;          // may be null
+  // comm.cuda_backend = "gloo": every collective runs on Gloo over host
+  // copies of its tensors (page-locked for CUDA ones), the outputs written
+  // back at wait(). Lets ranks that share one GPU run (NCCL refuses them);
+  // it is not NCCL: no collective overlaps the device's compute.
+  bool stage_through_host = false;
 };
 
 // The NCCL version LibTorch's ProcessGroupNCCL uses ("2.27.5"), or "" in a

@@ -45,6 +45,10 @@ void check_all_to_all(const Communicator& c, int global_rank, const at::Tensor& 
 void check_all_to_all_v(const Communicator& c, int global_rank, const at::Tensor& out, const at::Tensor& in,
                         const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits);
 
+// CommOptions::stage_through_host: `inner` (a Gloo group) run on host copies
+// of every tensor, the outputs written back at wait() (comm_staged.cpp).
+std::shared_ptr<Communicator> make_staged_communicator(std::shared_ptr<Communicator> inner);
+
 // A group of size 1: collectives are local copies, complete on return.
 std::shared_ptr<Communicator> make_local_communicator(std::string name, int global_rank);
 // comm.mode = "fake_backend": `size` ranks in name only; collectives check
