@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sstream>
 #include <thread>
 
 #include "trainer/models/llama3.h"
@@ -76,7 +77,12 @@ TEST(WeightGrad, ABackwardOnAnotherThreadFindsTheScope) {
   EXPECT_TRUE(torch::allclose(sunk, dy.t().mm(x0), 0, 1e-12));
 }
 
-at::Tensor model_grads(const std::string& mode, const std::string& option, bool split, size_t* queued = nullptr,
+struct ModelGrads {
+  at::Tensor flat;
+  std::vector<ParamSlot> slots;
+};
+
+ModelGrads model_grads(const std::string& mode, const std::string& option, bool split, size_t* queued = nullptr,
                        double* weight_grad_before_w = nullptr) {
   const auto args = llama3_flavor("debugmodel");
   ModelTechniques techniques;
@@ -100,21 +106,42 @@ at::Tensor model_grads(const std::string& mode, const std::string& option, bool 
     *weight_grad_before_w = model.store().grad("layers.2.feed_forward.w2.weight").abs().sum().item<double>();
   queue.run();
   model.store().accumulate_grads();
-  return model.store().flat_grads().clone();
+  return {model.store().flat_grads().clone(), model.store().slots()};
+}
+
+// The first parameter whose split gradient is not the one-pass gradient, as
+// "name: max |diff| / max |grad|", or "" when every one agrees. A lost,
+// doubled or misrouted dW is off by the size of the gradient itself; fp32
+// GEMMs may legitimately differ in the last bits between the two runs (an
+// AC recompute's GEMM on another CPU's BLAS path), so each parameter's
+// difference is measured against its own gradient's scale.
+std::string first_differing_parameter(const ModelGrads& split, const ModelGrads& plain, double tolerance) {
+  for (const auto& slot : plain.slots) {
+    const at::Tensor a = split.flat.narrow(0, slot.offset, slot.numel);
+    const at::Tensor b = plain.flat.narrow(0, slot.offset, slot.numel);
+    const double scale = b.abs().max().item<double>();
+    const double diff = (a - b).abs().max().item<double>();
+    if (!(diff <= tolerance * scale)) {
+      std::ostringstream out;
+      out << slot.name << ": max |diff| " << diff << " of max |grad| " << scale;
+      return out.str();
+    }
+  }
+  return "";
 }
 
 TEST(WeightGrad, SplitBackwardOfTheModelGivesTheSameGradientsUnderEveryAcMode) {
-  const at::Tensor plain = model_grads("none", "1", false);
+  const ModelGrads plain = model_grads("none", "1", false);
   for (const auto& [mode, option] : std::vector<std::pair<std::string, std::string>>{
            {"none", "1"}, {"full", "1"}, {"selective", "2"}, {"selective", "op"}}) {
     size_t queued = 0;
     double before = -1;
-    const at::Tensor split = model_grads(mode, option, true, &queued, &before);
+    const ModelGrads split = model_grads(mode, option, true, &queued, &before);
     // debugmodel: 6 layers x 4 GEMMs (wq|wk|wv, wo, w1|w3, w2) + output.
     EXPECT_EQ(queued, 25u) << mode << " " << option;
     EXPECT_EQ(before, 0.0) << mode << " " << option << ": w2's gradient existed before W ran";
-    EXPECT_TRUE(torch::allclose(split, plain, 1e-5, 1e-7))
-        << mode << " " << option << ": max diff " << (split - plain).abs().max().item<double>();
+    ASSERT_EQ(split.slots.size(), plain.slots.size());
+    EXPECT_EQ(first_differing_parameter(split, plain, 1e-5), "") << mode << " " << option;
   }
 }
 
