@@ -36,6 +36,7 @@
 #include "profiling/memory.h"
 #include "profiling/profiler_session.h"
 #include "profiling/trace.h"
+#include "trainer/cpu_vector_math.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/hf_checkpoint.h"
 #include "trainer/config/config_loader.h"
@@ -177,6 +178,7 @@ void configure_threads() {
   int threads = omp && *omp ? std::atoi(omp) : 0;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(threads);
+  settle_cpu_vector_math();  // before the first op on several threads
 }
 
 // One training job once everything is built: the loop and the summary.

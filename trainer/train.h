@@ -11,7 +11,8 @@ namespace ctitan {
 // interrupted by SIGINT/SIGTERM). Bad input throws InputError.
 int train(const JobConfig& cfg);
 
-// OMP_NUM_THREADS when set, else every core (LibTorch may default lower).
+// OMP_NUM_THREADS when set, else every core (LibTorch may default lower);
+// then settle_cpu_vector_math(), before any op runs on several threads.
 void configure_threads();
 
 }  // namespace ctitan
