@@ -52,6 +52,14 @@ WorkPtr staged(WorkPtr inner, at::Tensor out, at::Tensor host, std::vector<at::T
   return std::make_shared<StagedWork>(std::move(inner), [out, host, keep]() mutable { out.copy_(host); });
 }
 
+// A collective from `in` into `out`: `in` copied to host, `out` staged in a
+// host buffer and written back at wait(). run(host_out, host_in) starts it.
+template <typename Run>
+WorkPtr staged_in_out(at::Tensor out, const at::Tensor& in, const Run& run) {
+  at::Tensor h_in = host_copy(in), h_out = host_empty(out);
+  return staged(run(h_out, h_in), out, h_out, {h_in});
+}
+
 class StagedCommunicator final : public Communicator {
  public:
   explicit StagedCommunicator(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
@@ -66,25 +74,24 @@ class StagedCommunicator final : public Communicator {
     return staged(inner_->all_reduce(h, op), t, h);
   }
   WorkPtr all_gather(at::Tensor out, const at::Tensor& in) override {
-    at::Tensor h_in = host_copy(in), h_out = host_empty(out);
-    return staged(inner_->all_gather(h_out, h_in), out, h_out, {h_in});
+    return staged_in_out(out, in, [&](at::Tensor o, const at::Tensor& i) { return inner_->all_gather(o, i); });
   }
   WorkPtr reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp op) override {
-    at::Tensor h_in = host_copy(in), h_out = host_empty(out);
-    return staged(inner_->reduce_scatter(h_out, h_in, op), out, h_out, {h_in});
+    return staged_in_out(out, in,
+                         [&](at::Tensor o, const at::Tensor& i) { return inner_->reduce_scatter(o, i, op); });
   }
   WorkPtr broadcast(at::Tensor t, int root) override {
     at::Tensor h = host_copy(t);
     return staged(inner_->broadcast(h, root), t, h);
   }
   WorkPtr all_to_all(at::Tensor out, const at::Tensor& in) override {
-    at::Tensor h_in = host_copy(in), h_out = host_empty(out);
-    return staged(inner_->all_to_all(h_out, h_in), out, h_out, {h_in});
+    return staged_in_out(out, in, [&](at::Tensor o, const at::Tensor& i) { return inner_->all_to_all(o, i); });
   }
   WorkPtr all_to_all_v(at::Tensor out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
                        const std::vector<int64_t>& in_splits) override {
-    at::Tensor h_in = host_copy(in), h_out = host_empty(out);
-    return staged(inner_->all_to_all_v(h_out, h_in, out_splits, in_splits), out, h_out, {h_in});
+    return staged_in_out(out, in, [&](at::Tensor o, const at::Tensor& i) {
+      return inner_->all_to_all_v(o, i, out_splits, in_splits);
+    });
   }
   WorkPtr send(at::Tensor t, int dst, int tag) override {
     at::Tensor h = host_copy(t);
