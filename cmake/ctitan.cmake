@@ -99,8 +99,9 @@ endfunction()
 # ctitan_test(NAME SRCS ... DEPS ... LABEL unit|integration)
 function(ctitan_test name)
   cmake_parse_arguments(A "" "LABEL" "SRCS;DEPS" ${ARGN})
-  # Every test binary settles ATen's CPU vector math before its first test.
-  add_executable(${name} ${A_SRCS} ${CMAKE_SOURCE_DIR}/tests/vector_math_environment.cpp)
+  # Every test binary settles ATen's CPU vector math before its first test and
+  # runs its tests in a scratch folder of its own (tests/test_process_environment.cpp).
+  add_executable(${name} ${A_SRCS} ${CMAKE_SOURCE_DIR}/tests/test_process_environment.cpp)
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
   target_compile_options(${name} PRIVATE ${CTITAN_WARNINGS})
   target_precompile_headers(${name} REUSE_FROM ctitan_pch)

@@ -47,7 +47,23 @@ if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
   python3 -m venv "$venv"
 fi
+# First install: torch 2.15.0's CUDA wheels unpack to 5.7 GB (.venv here),
+# and pip downloads them to $TMPDIR and keeps a copy in its cache first (the
+# wheels are compressed: less than that again, each). Say so in one line
+# rather than let pip fail half-way on a full disk.
+need_gb=12
+have_room() {  # folder -> free GiB on its filesystem, or fails
+  local d="$1"; while [ ! -d "$d" ]; do d="$(dirname "$d")"; done
+  df -Pk "$d" | awk -v need="$need_gb" 'NR == 2 { exit !($4 >= need * 1048576) }'
+}
 if ! cmp -s "$req" "$stamp"; then
+  for d in "$venv" "${TMPDIR:-/tmp}" "${PIP_CACHE_DIR:-$HOME/.cache/pip}"; do
+    if ! have_room "$d"; then
+      free=$(d="$d"; while [ ! -d "$d" ]; do d="$(dirname "$d")"; done; df -Ph "$d" | awk 'NR == 2 { print $4 }')
+      echo "bootstrap: installing torch needs about $need_gb GB free where $d lies ($free free): free space there, or point TMPDIR / PIP_CACHE_DIR to a disk with room" >&2
+      exit 2
+    fi
+  done
   log "installing $(grep -v '^#' "$req" | tr '\n' ' ')(first time: a few GB, cached by pip afterwards)"
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
   cp "$req" "$stamp"
