@@ -27,9 +27,10 @@ struct Shell {
   std::string out, err;
 };
 
-// Runs `cmd` (sh) in `dir`; stdout and stderr kept apart.
+// Runs `cmd` (sh) in `dir`; stdout and stderr kept apart (stderr through a
+// file in the test's scratch folder, never beside `dir`).
 Shell run_in(const fs::path& dir, const std::string& cmd) {
-  const fs::path err_file = dir.parent_path() / "stderr.txt";
+  const fs::path err_file = fs::temp_directory_path() / "run_in_stderr.txt";  // the test's scratch
   const std::string full = "cd '" + dir.string() + "' && " + cmd + " 2>'" + err_file.string() + "'";
   Shell r;
   FILE* p = ::popen(full.c_str(), "r");

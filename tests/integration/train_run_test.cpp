@@ -280,8 +280,16 @@ using BadInput = ctitan::testing::BadInputCase;
 
 class TrainBadInput : public ::testing::TestWithParam<BadInput> {};
 
+// "{dir}/..." in a case's arguments names a file of the test's own folder,
+// written when the test runs (not when the cases are listed).
 TEST_P(TrainBadInput, OneLineAndExitCode2) {
-  ctitan::testing::expect_one_line_exit2(run_ctitan(GetParam().args), GetParam().expect_in_message);
+  const auto dir = fresh_dir("train_bad_" + GetParam().name);
+  std::ofstream(dir / "garbled.toml") << "[training\nsteps = 3\n";
+  std::ofstream(dir / "unknown.toml") << "[training]\nstepz = 3\n";
+  std::vector<std::string> args = GetParam().args;
+  for (std::string& a : args)
+    if (a.rfind("{dir}", 0) == 0) a = dir.string() + a.substr(5);
+  ctitan::testing::expect_one_line_exit2(run_ctitan(args), GetParam().expect_in_message);
 }
 
 fs::path write_file(const std::string& name, const std::string& text) {
@@ -297,10 +305,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"NegativeSteps", {"train", "--training.steps", "-5"}, "training.steps"},
         BadInput{"MissingConfig", {"train", "--job.config_file", "/nonexistent/x.toml"}, "/nonexistent/x.toml"},
         BadInput{"GarbledToml",
-                 {"train", "--job.config_file", write_file("garbled.toml", "[training\nsteps = 3\n").string()},
-                 "garbled.toml"},
+                 {"train", "--job.config_file", "{dir}/garbled.toml"},
+                 "garbled.toml:1:10: invalid TOML"},
         BadInput{"UnknownTomlKey",
-                 {"train", "--job.config_file", write_file("unknown.toml", "[training]\nstepz = 3\n").string()},
+                 {"train", "--job.config_file", "{dir}/unknown.toml"},
                  "unknown.toml:2"},
         BadInput{"UnknownFlavor", {"train", "--model.flavor", "7B"}, "debugmodel"},
         BadInput{"SelectiveAcZero",

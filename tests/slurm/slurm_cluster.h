@@ -27,7 +27,6 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,7 +100,13 @@ class SlurmCluster {
     std::filesystem::create_directories(link.parent_path(), ec);
     std::filesystem::create_directory_symlink(dir_, link, ec);
   }
-  ~SlurmCluster() { stop(); }
+  // The cluster's folder goes with it unless a test failed (then the link
+  // in the test's folder, kept with it, leads to the daemons' logs).
+  ~SlurmCluster() {
+    stop();
+    std::error_code ec;
+    if (::testing::UnitTest::GetInstance()->Passed()) std::filesystem::remove_all(dir_, ec);
+  }
   SlurmCluster(const SlurmCluster&) = delete;
   SlurmCluster& operator=(const SlurmCluster&) = delete;
 
