@@ -52,15 +52,15 @@ fi
 # wheels are compressed: less than that again, each). Say so in one line
 # rather than let pip fail half-way on a full disk.
 need_gb=12
-have_room() {  # folder -> free GiB on its filesystem, or fails
+free_kib() {  # the free KiB of the filesystem that `$1` (or its nearest existing parent) lies on
   local d="$1"; while [ ! -d "$d" ]; do d="$(dirname "$d")"; done
-  df -Pk "$d" | awk -v need="$need_gb" 'NR == 2 { exit !($4 >= need * 1048576) }'
+  df -Pk "$d" | awk 'NR == 2 { print $4 }'
 }
 if ! cmp -s "$req" "$stamp"; then
   for d in "$venv" "${TMPDIR:-/tmp}" "${PIP_CACHE_DIR:-$HOME/.cache/pip}"; do
-    if ! have_room "$d"; then
-      free=$(d="$d"; while [ ! -d "$d" ]; do d="$(dirname "$d")"; done; df -Ph "$d" | awk 'NR == 2 { print $4 }')
-      echo "bootstrap: installing torch needs about $need_gb GB free where $d lies ($free free): free space there, or point TMPDIR / PIP_CACHE_DIR to a disk with room" >&2
+    kib=$(free_kib "$d")
+    if [ "$kib" -lt $((need_gb * 1048576)) ]; then
+      echo "bootstrap: installing torch needs about $need_gb GiB free where $d lies ($((kib / 1024)) MiB free): free space there, or point TMPDIR / PIP_CACHE_DIR to a disk with room" >&2
       exit 2
     fi
   done
