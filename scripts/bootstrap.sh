@@ -52,6 +52,15 @@ fi
 # wheels are compressed: less than that again, each). Say so in one line
 # rather than let pip fail half-way on a full disk.
 need_gb=12
+# pip's own temporary files go in a folder removed when bootstrap ends: pip
+# left 0.5 GB of pip-unpack-* in /tmp after a fresh clone's install here.
+pip_install() {
+  local tmp; tmp="$(mktemp -d "${TMPDIR:-/tmp}/ctitan-pip.XXXXXX")"
+  local rc=0
+  TMPDIR="$tmp" "$venv/bin/pip" install -q --disable-pip-version-check "$@" || rc=$?
+  rm -rf "$tmp"
+  return "$rc"
+}
 free_kib() {  # the free KiB of the filesystem that `$1` (or its nearest existing parent) lies on
   local d="$1"; while [ ! -d "$d" ]; do d="$(dirname "$d")"; done
   df -Pk "$d" | awk 'NR == 2 { print $4 }'
@@ -65,7 +74,7 @@ if ! cmp -s "$req" "$stamp"; then
     fi
   done
   log "installing $(grep -v '^#' "$req" | tr '\n' ' ')(first time: a few GB, cached by pip afterwards)"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  pip_install -r "$req"
   cp "$req" "$stamp"
 fi
 # The readers the tests check ctitan's files with (TensorBoard event files,
@@ -73,7 +82,7 @@ fi
 # tests that need them then skip with a message.
 if [ "${CTITAN_SKIP_TEST_PYTHON:-0}" != 1 ] && ! cmp -s "$req_test" "$stamp-test"; then
   log "installing test readers: $(grep -v '^#' "$req_test" | tr '\n' ' ')"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req_test"
+  pip_install -r "$req_test"
   cp "$req_test" "$stamp-test"
 fi
 
