@@ -8,8 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <sys/wait.h>
 #include <vector>
+
+#include "tests/integration/process.h"
 
 namespace ctitan {
 namespace {
@@ -32,23 +33,9 @@ TEST(TestScratchChild, DISABLED_Fails) {
   ADD_FAILURE() << "failing on purpose";
 }
 
-struct Child {
-  int exit_code;
-  std::string out;
-};
-
-Child run_child(const fs::path& parent, const std::string& test) {
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
-  const std::string cmd = "TEST_TMPDIR='" + parent.string() + "' '" + self + "' --gtest_filter=TestScratchChild." +
-                          test + " --gtest_also_run_disabled_tests 2>&1";
-  Child c{-1, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return c;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) c.out += buf;
-  const int status = pclose(p);
-  c.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return c;
+testing::ProcessResult run_child(const fs::path& parent, const std::string& test) {
+  return testing::run_program({"/usr/bin/env", "TEST_TMPDIR=" + parent.string(), fs::read_symlink("/proc/self/exe").string(),
+                               "--gtest_filter=TestScratchChild." + test, "--gtest_also_run_disabled_tests"});
 }
 
 std::string scratch_of(const std::string& out) {
@@ -67,20 +54,20 @@ TEST(TestScratch, RemovedWhenTheTestsPassKeptAndNamedWhenOneFails) {
   const fs::path parent = fs::canonical(fs::temp_directory_path()) / "scratch_parent";
   fs::create_directories(parent);
 
-  const Child passed = run_child(parent, "DISABLED_Passes");
-  ASSERT_EQ(passed.exit_code, 0) << passed.out;
+  const testing::ProcessResult passed = run_child(parent, "DISABLED_Passes");
+  ASSERT_EQ(passed.exit_code, 0) << passed.out << passed.err;
   const std::string pass_dir = scratch_of(passed.out);
   ASSERT_EQ(pass_dir.rfind((parent / "ctitan-test-").string(), 0), 0u) << passed.out;
   EXPECT_FALSE(fs::exists(pass_dir)) << "the scratch of passing tests is removed";
   EXPECT_TRUE(entries(parent).empty());
 
-  const Child failed = run_child(parent, "DISABLED_Fails");
+  const testing::ProcessResult failed = run_child(parent, "DISABLED_Fails");
   ASSERT_NE(failed.exit_code, 0) << failed.out;
   const std::string fail_dir = scratch_of(failed.out);
   ASSERT_EQ(fail_dir.rfind((parent / "ctitan-test-").string(), 0), 0u) << failed.out;
   EXPECT_TRUE(fs::exists(fs::path(fail_dir) / "from_gtest.txt"));
   EXPECT_TRUE(fs::exists(fs::path(fail_dir) / "from_std.txt"));
-  EXPECT_NE(failed.out.find("test scratch: kept " + fail_dir), std::string::npos) << failed.out;
+  EXPECT_NE(failed.err.find("test scratch: kept " + fail_dir), std::string::npos) << failed.err;
   EXPECT_EQ(entries(parent).size(), 1u);
 }
 
